@@ -1,0 +1,124 @@
+"""The `advisor` command: thin click wrappers over the library API.
+
+Every command turns an `AdvisorError` into one line on stderr and exit code 2; anything else
+is a bug and keeps its traceback. Options can also come from the environment with the
+`ADVISOR_` prefix (e.g. ADVISOR_SM_COUNT=132).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .errors import AdvisorError
+from .textutil import fmt_bytes, fmt_ns, safe_text
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except AdvisorError as exc:
+            click.echo(f"advisor: error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+
+
+def _echo_json(obj) -> None:
+    click.echo(json.dumps(obj, indent=2, default=str))
+
+
+trace_args = click.argument(
+    "traces", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=True)
+)
+sm_count_opt = click.option(
+    "--sm-count",
+    type=click.IntRange(1, 4096),
+    default=None,
+    help="SMs (NVIDIA) or CUs (AMD) of the profiled GPU, for traces that do not record it.",
+)
+cache_opt = click.option(
+    "--cache-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Where .nsys-rep files are exported to SQLite (default: ~/.cache/advisor).",
+)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "ADVISOR"})
+@click.version_option(__version__, prog_name="advisor")
+def cli() -> None:
+    """Turn a GPU profiler timeline into measured kernel-scheduling improvements.
+
+    \b
+    Typical flow:
+      advisor summary trace.nsys-rep        what the trace holds
+      advisor diagnose trace.nsys-rep       findings: symptom -> strategy, ranked by time
+      advisor rules                         the symptom-to-strategy matrix in use
+
+    Traces: Nsight Systems (.nsys-rep or its SQLite export), PyTorch profiler / Kineto JSON
+    (.json, .json.gz), rocprof v1/v2/v3 CSV, rocprofv3 JSON, rocpd SQLite. Pass one file per
+    rank to read a multi-GPU run together.
+    """
+
+
+@cli.command("summary")
+@trace_args
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@click.option("--top", type=click.IntRange(1, 1000), default=10, show_default=True, help="Kernels to list.")
+@sm_count_opt
+@cache_opt
+def summary_command(traces, as_json, top, sm_count, cache_dir) -> None:
+    """Say what TRACES hold: format, devices, kernels, top kernels by time, NVTX, copies."""
+    from .summary import summarize
+    from .traces import load_trace
+
+    trace = load_trace(traces, sm_count=sm_count, cache_dir=cache_dir)
+    info = summarize(trace, top=top)
+    if as_json:
+        _echo_json(info)
+        return
+    fmt = info["format"]
+    click.echo(f"format: {', '.join(map(str, fmt)) if isinstance(fmt, list) else fmt}")
+    click.echo(f"sources: {', '.join(safe_text(s) for s in info['sources'])}")
+    for d in info["devices"]:
+        sms = d["sm_count"] if d["sm_count"] is not None else "?"
+        click.echo(
+            f"device: rank {d['rank']} #{d['device_id']} {safe_text(d['name'] or 'unknown')}"
+            f" | SMs {sms} ({d['sm_count_source']}) | cc {d['compute_capability'] or '?'}"
+        )
+    k = info["kernels"]
+    click.echo(
+        f"kernels: {k['count']} launches, {k['distinct']} distinct, GPU time {fmt_ns(k['total_ns'])}"
+        f" over a span of {fmt_ns(k['span_ns'])}"
+    )
+    click.echo(
+        f"nvtx ranges: {info['nvtx']['count']} | cpu ops: {info['cpu_ops']['count']}"
+        f" | runtime calls: {info['runtime']['count']}"
+    )
+    m = info["memcpy"]
+    click.echo(f"memcpy/memset: {m['count']} ops, {fmt_ns(m['total_ns'])}, {fmt_bytes(m['bytes'])}")
+    if info["top_kernels"]:
+        click.echo("")
+        click.echo(f"{'total':>10} {'count':>7} {'median':>10}  {'grid':<16} {'block':<13} {'regs':>4} {'smem':>9}  name")
+        for t in info["top_kernels"]:
+            grid = "x".join("?" if v is None else str(v) for v in t["grid"])
+            block = "x".join("?" if v is None else str(v) for v in t["block"])
+            regs = "?" if t["registers_per_thread"] is None else t["registers_per_thread"]
+            smem = "?" if t["shared_mem_bytes"] is None else fmt_bytes(t["shared_mem_bytes"])
+            click.echo(
+                f"{fmt_ns(t['total_ns']):>10} {t['count']:>7} {fmt_ns(t['median_ns']):>10}  {grid:<16} {block:<13} {regs:>4} {smem:>9}  {safe_text(t['name'], 100)}"
+            )
+    for n in info["notes"]:
+        click.echo(f"note: {safe_text(n, 300)}")
+
+
+def main() -> None:
+    cli.main(prog_name="advisor")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

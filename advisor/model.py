@@ -1,0 +1,194 @@
+"""The one trace model every reader produces.
+
+A `Trace` is a bag of pandas frames with fixed columns. Times are integer nanoseconds on the
+source's own clock (`start_ns`, `end_ns`, `dur_ns`); grid is in blocks (AMD: workgroups) and
+block in threads (AMD: work-items), whatever the source's convention. Optional numbers use
+pandas' nullable dtypes so that "unknown" stays distinguishable from zero.
+
+Readers build raw frames with whatever columns they have and pass them through `conform`,
+which adds missing columns, orders them and casts them to the schema below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+# dtype shorthands: nullable ints for optional numbers, plain int64 for required times.
+_I = "Int64"
+_F = "Float64"
+_S = "string"
+
+SCHEMAS: dict[str, dict[str, str]] = {
+    # One row per kernel execution.
+    "kernels": {
+        "rank": "int64",
+        "device_id": _I,
+        "stream_id": _I,
+        "correlation_id": _I,
+        "start_ns": "int64",
+        "end_ns": "int64",
+        "dur_ns": "int64",
+        "name": _S,  # demangled (or source) name, untrusted text
+        "short_name": _S,  # nsys shortName / Kineto name without arguments, when known
+        "grid_x": _I,
+        "grid_y": _I,
+        "grid_z": _I,
+        "block_x": _I,
+        "block_y": _I,
+        "block_z": _I,
+        "grid_blocks": _I,  # grid_x * grid_y * grid_z
+        "block_threads": _I,  # block_x * block_y * block_z
+        "registers_per_thread": _I,  # AMD: arch VGPRs
+        "static_smem_bytes": _I,  # AMD: LDS
+        "dynamic_smem_bytes": _I,
+        "graph_node_id": _I,  # launched from a CUDA graph when set
+    },
+    # Host-side runtime/driver API calls (cudaLaunchKernel, cudaMemcpy, cudaDeviceSynchronize...).
+    "runtime": {
+        "rank": "int64",
+        "thread_id": _I,
+        "correlation_id": _I,
+        "start_ns": "int64",
+        "end_ns": "int64",
+        "dur_ns": "int64",
+        "name": _S,
+    },
+    # Device-side copies and sets.
+    "memcpy": {
+        "rank": "int64",
+        "device_id": _I,
+        "stream_id": _I,
+        "correlation_id": _I,
+        "start_ns": "int64",
+        "end_ns": "int64",
+        "dur_ns": "int64",
+        "op": _S,  # "memcpy" | "memset"
+        "kind": _S,  # HtoD, DtoH, DtoD, HtoH, PtoP, memset, unknown
+        "bytes": _I,
+    },
+    # NVTX push/pop and start/end ranges (marks have dur_ns 0).
+    "nvtx": {
+        "rank": "int64",
+        "thread_id": _I,
+        "start_ns": "int64",
+        "end_ns": "int64",
+        "dur_ns": "int64",
+        "text": _S,
+        "domain": _S,
+    },
+    # Framework operators on the CPU (Kineto cpu_op, rocprof roctx-less traces have none).
+    "cpu_ops": {
+        "rank": "int64",
+        "thread_id": _I,
+        "start_ns": "int64",
+        "end_ns": "int64",
+        "dur_ns": "int64",
+        "name": _S,
+        "input_dims": _S,  # JSON text of the shapes list, e.g. "[[4096, 4096], [4096, 4096]]"
+        "input_types": _S,  # JSON text of the dtype list, e.g. '["c10::BFloat16", ...]'
+    },
+    # One row per device seen, with the limits occupancy needs. Filled by the reader where the
+    # trace has them and completed from advisor.devices' known-GPU table otherwise.
+    "devices": {
+        "rank": "int64",
+        "device_id": "int64",
+        "name": _S,
+        "vendor": _S,  # "nvidia" | "amd" | "unknown"
+        "arch": _S,  # "9.0" for NVIDIA compute capability, "gfx942" for AMD
+        "cc_major": _I,
+        "cc_minor": _I,
+        "sm_count": _I,  # SMs (NVIDIA) or CUs (AMD)
+        "sm_count_source": _S,  # "trace" | "known-gpu" | "user" | "unknown"
+        "warp_size": _I,
+        "max_warps_per_sm": _I,
+        "max_blocks_per_sm": _I,
+        "max_threads_per_block": _I,
+        "regs_per_sm": _I,
+        "max_regs_per_block": _I,
+        "smem_per_sm_bytes": _I,
+        "smem_per_block_optin_bytes": _I,
+        "l2_bytes": _I,
+        "mem_bandwidth_bytes_per_s": _F,
+    },
+}
+
+FRAMES = tuple(SCHEMAS)
+
+
+def conform(df: pd.DataFrame | None, frame: str) -> pd.DataFrame:
+    """Return `df` with exactly the columns of `SCHEMAS[frame]`, in order and typed.
+
+    Missing columns become all-NA (or 0 for the required int64 columns, which readers must
+    fill themselves; an empty frame is fine). Extra columns are dropped.
+    """
+    schema = SCHEMAS[frame]
+    if df is None:
+        df = pd.DataFrame()
+    out = {}
+    n = len(df)
+    for col, dtype in schema.items():
+        if col in df.columns:
+            s = df[col]
+        else:
+            s = pd.Series([pd.NA] * n, index=df.index, dtype="object")
+        if dtype == "int64":
+            s = pd.to_numeric(s, errors="coerce")
+            if s.isna().any():
+                raise ValueError(f"{frame}.{col} has missing values")
+            s = s.astype("int64")
+        elif dtype in (_I, _F):
+            s = pd.to_numeric(s, errors="coerce").astype(dtype)
+        else:
+            s = s.astype(dtype)
+        out[col] = s
+    res = pd.DataFrame(out, index=df.index).reset_index(drop=True)
+    return res
+
+
+def empty(frame: str) -> pd.DataFrame:
+    return conform(None, frame)
+
+
+@dataclass
+class Trace:
+    """Everything advisor knows about one or more profiler files, as frames.
+
+    `meta` holds `format` (reader name, or a list when several files were merged),
+    `sources` (file names, not full paths), and `notes` (plain sentences about what the
+    reader could not find, e.g. "no SM count in the trace").
+    """
+
+    kernels: pd.DataFrame = field(default_factory=lambda: empty("kernels"))
+    runtime: pd.DataFrame = field(default_factory=lambda: empty("runtime"))
+    memcpy: pd.DataFrame = field(default_factory=lambda: empty("memcpy"))
+    nvtx: pd.DataFrame = field(default_factory=lambda: empty("nvtx"))
+    cpu_ops: pd.DataFrame = field(default_factory=lambda: empty("cpu_ops"))
+    devices: pd.DataFrame = field(default_factory=lambda: empty("devices"))
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, meta: dict[str, Any] | None = None, **frames: pd.DataFrame | None) -> "Trace":
+        unknown = set(frames) - set(FRAMES)
+        if unknown:
+            raise TypeError(f"unknown frames: {sorted(unknown)}")
+        conformed = {name: conform(frames.get(name), name) for name in FRAMES}
+        meta = dict(meta or {})
+        meta.setdefault("notes", [])
+        return cls(**conformed, meta=meta)
+
+    def frames(self) -> dict[str, pd.DataFrame]:
+        return {name: getattr(self, name) for name in FRAMES}
+
+    @property
+    def ranks(self) -> list[int]:
+        seen: set[int] = set()
+        for df in self.frames().values():
+            seen.update(int(r) for r in df["rank"].unique())
+        return sorted(seen)
+
+    def note(self, text: str) -> None:
+        if text not in self.meta.setdefault("notes", []):
+            self.meta["notes"].append(text)

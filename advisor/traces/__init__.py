@@ -1,0 +1,149 @@
+"""Readers: one module per trace format, all returning the same `Trace`.
+
+Each reader module defines
+    FORMAT: str                               # stable id, e.g. "nsys-sqlite"
+    DESCRIPTION: str                          # one line for `--help` and errors
+    sniff(path: Path, head: bytes) -> bool    # True if the content is this format
+    read(path: Path, *, rank: int, cache_dir: Path | None) -> Trace
+
+`head` is the first bytes of the file, already gunzipped when the file is gzip. Detection is
+by content; the extension is only a tie-breaker inside a reader. `load_trace` checks the
+path, picks the reader, merges several files (one per rank) and completes device limits.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import pandas as pd
+
+from ..devices import complete_devices
+from ..errors import NoKernelsError, TraceError
+from ..model import FRAMES, Trace, conform
+from . import kineto, nsys_rep, nsys_sqlite, rocpd, rocprof_csv, rocprof_json
+
+# Order matters only where two sniffers could both accept (none should).
+READERS = (nsys_rep, nsys_sqlite, rocpd, kineto, rocprof_json, rocprof_csv)
+FORMATS = {r.FORMAT: r for r in READERS}
+
+HEAD_BYTES = 64 << 10
+
+
+def read_head(path: Path) -> bytes:
+    """First bytes of the file's content (gunzipped if it is gzip)."""
+    with open(path, "rb") as fh:
+        raw = fh.read(HEAD_BYTES)
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            return d.decompress(raw, HEAD_BYTES)
+        except zlib.error as exc:
+            raise TraceError(f"{path.name}: corrupt gzip data ({exc})") from None
+    return raw
+
+
+def detect(path: Path) -> str:
+    """The FORMAT id of the reader that accepts `path`, or a TraceError saying what it is not."""
+    head = read_head(path)
+    if not head.strip():
+        raise TraceError(f"{path.name}: file is empty")
+    for reader in READERS:
+        if reader.sniff(path, head):
+            return reader.FORMAT
+    known = ", ".join(r.DESCRIPTION for r in READERS)
+    raise TraceError(f"{path.name}: unknown trace format (advisor reads: {known})")
+
+
+def _check_path(path: Path) -> None:
+    if not path.exists():
+        raise TraceError(f"{path}: no such file")
+    if path.is_dir():
+        raise TraceError(f"{path}: is a directory, expected a trace file")
+    if not os.access(path, os.R_OK):
+        raise TraceError(f"{path}: permission denied")
+
+
+def _declared_ranks(traces: Sequence[Trace]) -> list[int] | None:
+    ranks = [t.meta.get("declared_rank") for t in traces]
+    if len(traces) > 1 and all(r is not None for r in ranks) and len(set(ranks)) == len(ranks):
+        return [int(r) for r in ranks]
+    return None
+
+
+def merge(traces: Sequence[Trace]) -> Trace:
+    """One Trace from several (one per rank). Ranks come from the files when every file
+    declares a distinct one (Kineto distributedInfo), else from the order given."""
+    if len(traces) == 1:
+        t = traces[0]
+        declared = t.meta.get("declared_rank")
+        if declared is not None:
+            for name in FRAMES:
+                getattr(t, name)["rank"] = int(declared)
+        return t
+    ranks = _declared_ranks(traces) or list(range(len(traces)))
+    frames = {}
+    for name in FRAMES:
+        parts = []
+        for rank, t in zip(ranks, traces):
+            df = getattr(t, name).copy()
+            df["rank"] = rank
+            parts.append(df)
+        frames[name] = pd.concat(parts, ignore_index=True) if parts else None
+    meta = {
+        "format": [t.meta.get("format") for t in traces],
+        "sources": [s for t in traces for s in t.meta.get("sources", [])],
+        "notes": [n for t in traces for n in t.meta.get("notes", [])],
+        "ranks": ranks,
+    }
+    return Trace.build(meta=meta, **frames)
+
+
+def load_trace(
+    paths: str | os.PathLike | Iterable[str | os.PathLike],
+    *,
+    sm_count: int | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    require_kernels: bool = True,
+) -> Trace:
+    """Read one trace file, or several (one per rank), into one `Trace`.
+
+    Raises `TraceError` (one line, user-fixable) for a missing, unreadable, unknown, corrupt or
+    kernel-less file. `sm_count` overrides the SM count of every device (for traces that do
+    not record it). `cache_dir` is where `.nsys-rep` files are exported to SQLite.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise TraceError("no trace files given")
+    cache = Path(cache_dir) if cache_dir is not None else None
+    traces = []
+    for rank, path in enumerate(paths):
+        _check_path(path)
+        fmt = detect(path)
+        try:
+            t = FORMATS[fmt].read(path, rank=rank, cache_dir=cache)
+        except TraceError:
+            raise
+        except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
+            raise TraceError(f"{path.name}: cannot read {fmt} trace ({exc})") from None
+        t.meta.setdefault("format", fmt)
+        t.meta.setdefault("sources", [path.name])
+        traces.append(t)
+    trace = merge(traces)
+    complete_devices(trace, sm_count=sm_count)
+    if require_kernels and trace.kernels.empty:
+        names = ", ".join(p.name for p in paths)
+        extra = " ".join(trace.meta.get("notes", [])[:1])
+        raise NoKernelsError(
+            f"{names}: no GPU kernel activity in the trace (was GPU tracing on? "
+            f"nsys: -t cuda; torch.profiler: ProfilerActivity.CUDA){' ' + extra if extra else ''}"
+        )
+    return trace
+
+
+__all__ = ["load_trace", "detect", "merge", "READERS", "FORMATS", "conform"]

@@ -1,0 +1,132 @@
+"""Host-side helpers shared by every GEMM schedule in this folder.
+
+Kept small on purpose: each schedule file reads as a standalone story (docstring, config,
+`@triton.jit` kernel, launcher, search space, self-check) and only borrows the dull parts
+from here: input validation, tolerances, poisoning, SM count, launch metadata.
+
+Run a schedule's self-check from the repository root as `python -m kernels.<name>`; on a
+machine without a GPU, `TRITON_INTERPRET=1 python -m kernels.<name>` runs it on the CPU.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+# Relative Frobenius error ||out - ref|| / ||ref|| against a float64 reference, per input dtype.
+# Accumulation is fp32 in every schedule, so the error is dominated by rounding the output
+# (and, for fp32 inputs on tensor cores, by tf32 rounding of the operands):
+TOLERANCE = {
+    # fp16 output rounding: unit roundoff 2^-11 = 4.9e-4, rms ~ u/sqrt(3) = 2.8e-4; 4x margin
+    # leaves room for fp32 accumulation-order differences over K up to 128k.
+    torch.float16: 2e-3,
+    # bf16 output rounding: u = 2^-8 = 3.9e-3, rms ~ 2.3e-3; 4x margin as above.
+    torch.bfloat16: 1e-2,
+    # fp32 inputs run as tf32 on tensor cores (10-bit mantissa, u = 2^-11 per operand, ~4e-4
+    # rms per product); METHOD.md measured tf32 GEMMs near 3e-4. Under the CPU interpreter the
+    # math is plain fp32 and lands near 1e-7.
+    torch.float32: 2e-3,
+}
+
+
+def check_matmul_inputs(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int]:
+    """Validate a (M, K) @ b (K, N) and return (M, N, K). Raises ValueError/TypeError."""
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        raise TypeError("a and b must be torch tensors")
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"a and b must be 2-D, got {a.dim()}-D and {b.dim()}-D")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
+    if a.dtype != b.dtype:
+        raise TypeError(f"a and b must share a dtype, got {a.dtype} and {b.dtype}")
+    if a.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"dtype {a.dtype} not supported (fp16, bf16, fp32)")
+    if a.device != b.device:
+        raise ValueError(f"a and b are on different devices ({a.device}, {b.device})")
+    if not a.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError("tensors must be on a CUDA device (or set TRITON_INTERPRET=1 for the CPU interpreter)")
+    M, K = a.shape
+    N = b.shape[1]
+    if min(M, N, K) < 1:
+        raise ValueError(f"empty problem: M={M}, N={N}, K={K}")
+    return M, N, K
+
+
+def num_sms(device: torch.device | str | None = None) -> int:
+    """Streaming multiprocessors of the device; ADVISOR_NUM_SMS overrides (the CPU
+    interpreter has no device, so tests set a small number there)."""
+    env = os.environ.get("ADVISOR_NUM_SMS")
+    if env:
+        return max(1, int(env))
+    if torch.cuda.is_available() and (device is None or torch.device(device).type == "cuda"):
+        return torch.cuda.get_device_properties(device or torch.cuda.current_device()).multi_processor_count
+    return 4
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def poison_(t: torch.Tensor) -> torch.Tensor:
+    """Fill with NaN so that any element a kernel forgets to write fails the check."""
+    return t.fill_(float("nan"))
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref||_F / ||ref||_F in float64; inf when `out` holds NaN/inf."""
+    o = out.detach().to(torch.float64).cpu()
+    r = ref.detach().to(torch.float64).cpu()
+    if not torch.isfinite(o).all():
+        return math.inf
+    denom = torch.linalg.norm(r).item()
+    return torch.linalg.norm(o - r).item() / (denom if denom > 0 else 1.0)
+
+
+def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """float64 product on the CPU: the truth every schedule is checked against."""
+    return a.detach().to(torch.float64).cpu() @ b.detach().to(torch.float64).cpu()
+
+
+def gemm_launch_metadata(schedule: str):
+    """A Triton `launch_metadata` hook naming the schedule and shape, with flops and bytes, so
+    profiles of our own kernels are diagnosable (the persistent-matmul tutorial's habit)."""
+
+    def hook(grid, kernel, args):
+        M, N, K = args["M"], args["N"], args["K"]
+        elt = args["a_ptr"].element_size() if hasattr(args.get("a_ptr"), "element_size") else 2
+        return {
+            "name": f"{schedule} [M={M}, N={N}, K={K}]",
+            "flops": 2.0 * M * N * K,
+            "bytes": elt * (M * K + K * N + M * N),
+        }
+
+    return hook
+
+
+def random_inputs(M: int, N: int, K: int, dtype: torch.dtype, device, *, transpose_a=False, transpose_b=False, seed=None):
+    """Fresh normal inputs (never zeros), optionally as transposed views."""
+    g = torch.Generator(device="cpu")
+    g.manual_seed(seed if seed is not None else torch.seed() % (2**31))
+    a = torch.randn((K, M) if transpose_a else (M, K), generator=g, dtype=torch.float32).to(dtype).to(device)
+    b = torch.randn((N, K) if transpose_b else (K, N), generator=g, dtype=torch.float32).to(dtype).to(device)
+    return (a.t() if transpose_a else a), (b.t() if transpose_b else b)
+
+
+def self_check(matmul, shapes, dtypes=(torch.float16, torch.bfloat16, torch.float32), **kwargs) -> None:
+    """Run `matmul` on fresh random inputs for each shape and dtype and assert the error is
+    under the dtype's tolerance. Used by each schedule's `__main__`."""
+    device = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+    for (M, N, K) in shapes:
+        for dtype in dtypes:
+            for ta, tb in ((False, False), (True, False), (False, True)):
+                a, b = random_inputs(M, N, K, dtype, device, transpose_a=ta, transpose_b=tb)
+                out = matmul(a, b, **kwargs)
+                err = rel_error(out, reference(a, b))
+                tol = TOLERANCE[dtype]
+                assert out.shape == (M, N) and out.dtype == dtype, (out.shape, out.dtype)
+                assert err <= tol, f"M={M} N={N} K={K} {dtype} ta={ta} tb={tb}: rel err {err:.3e} > {tol:.0e}"
+                print(f"ok  M={M:<5} N={N:<5} K={K:<6} {str(dtype):<15} ta={ta:d} tb={tb:d}  rel_err={err:.2e}")
