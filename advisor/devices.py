@@ -44,42 +44,43 @@ _AMD_ARCH: dict[str, tuple[int, int, int, int]] = {
 }
 
 # Known GPUs, matched by the longest key contained in the normalised device name:
-# key -> (vendor, arch, SMs or CUs, L2 bytes, memory bandwidth bytes/s)
-KNOWN_GPUS: dict[str, tuple[str, str, int, int, float]] = {
-    "h200": ("nvidia", "9.0", 132, 60 << 20, 4.8e12),
-    "gh200": ("nvidia", "9.0", 132, 60 << 20, 4.0e12),
-    "h100 pcie": ("nvidia", "9.0", 114, 50 << 20, 2.0e12),
-    "h100 nvl": ("nvidia", "9.0", 132, 50 << 20, 3.9e12),
-    "h100": ("nvidia", "9.0", 132, 50 << 20, 3.35e12),
-    "h800": ("nvidia", "9.0", 132, 50 << 20, 3.35e12),
-    "h20": ("nvidia", "9.0", 78, 60 << 20, 4.0e12),
-    "b200": ("nvidia", "10.0", 148, 126 << 20, 8.0e12),
-    "a100": ("nvidia", "8.0", 108, 40 << 20, 2.0e12),
-    "a800": ("nvidia", "8.0", 108, 40 << 20, 2.0e12),
-    "a30": ("nvidia", "8.0", 56, 24 << 20, 0.93e12),
-    "a10g": ("nvidia", "8.6", 80, 6 << 20, 0.6e12),
-    "a10": ("nvidia", "8.6", 72, 6 << 20, 0.6e12),
-    "l40s": ("nvidia", "8.9", 142, 96 << 20, 0.86e12),
-    "l40": ("nvidia", "8.9", 142, 96 << 20, 0.86e12),
-    "l4": ("nvidia", "8.9", 58, 48 << 20, 0.3e12),
-    "rtx 6000 ada": ("nvidia", "8.9", 142, 96 << 20, 0.96e12),
-    "quadro rtx 6000": ("nvidia", "7.5", 72, 6 << 20, 0.67e12),
-    "rtx a6000": ("nvidia", "8.6", 84, 6 << 20, 0.77e12),
-    "rtx 4090": ("nvidia", "8.9", 128, 72 << 20, 1.0e12),
-    "rtx 3090": ("nvidia", "8.6", 82, 6 << 20, 0.94e12),
-    "rtx 3080 ti": ("nvidia", "8.6", 80, 6 << 20, 0.91e12),
-    "rtx 3080": ("nvidia", "8.6", 68, 5 << 20, 0.76e12),
-    "v100": ("nvidia", "7.0", 80, 6 << 20, 0.9e12),
-    "t4": ("nvidia", "7.5", 40, 4 << 20, 0.32e12),
-    "mi355x": ("amd", "gfx950", 256, 4 << 20, 8.0e12),
-    "mi350x": ("amd", "gfx950", 256, 4 << 20, 8.0e12),
-    "mi325x": ("amd", "gfx942", 304, 4 << 20, 6.0e12),
-    "mi300x": ("amd", "gfx942", 304, 4 << 20, 5.3e12),
-    "mi300a": ("amd", "gfx942", 228, 4 << 20, 5.3e12),
-    "mi250x": ("amd", "gfx90a", 110, 8 << 20, 1.6e12),  # per GCD, as ROCm lists devices
-    "mi250": ("amd", "gfx90a", 104, 8 << 20, 1.6e12),
-    "mi210": ("amd", "gfx90a", 104, 8 << 20, 1.6e12),
-    "mi100": ("amd", "gfx908", 120, 8 << 20, 1.2e12),
+# key -> (vendor, arch, SMs or CUs, L2 bytes, memory bandwidth bytes/s, dense fp16/bf16 tensor
+# TFLOP/s from the datasheet: a ceiling for the roofline gate, not a promise)
+KNOWN_GPUS: dict[str, tuple[str, str, int, int, float, float]] = {
+    "h200": ("nvidia", "9.0", 132, 60 << 20, 4.8e12, 989.0),
+    "gh200": ("nvidia", "9.0", 132, 60 << 20, 4.0e12, 989.0),
+    "h100 pcie": ("nvidia", "9.0", 114, 50 << 20, 2.0e12, 756.0),
+    "h100 nvl": ("nvidia", "9.0", 132, 50 << 20, 3.9e12, 835.0),
+    "h100": ("nvidia", "9.0", 132, 50 << 20, 3.35e12, 989.0),
+    "h800": ("nvidia", "9.0", 132, 50 << 20, 3.35e12, 989.0),
+    "h20": ("nvidia", "9.0", 78, 60 << 20, 4.0e12, 148.0),
+    "b200": ("nvidia", "10.0", 148, 126 << 20, 8.0e12, 2250.0),
+    "a100": ("nvidia", "8.0", 108, 40 << 20, 2.0e12, 312.0),
+    "a800": ("nvidia", "8.0", 108, 40 << 20, 2.0e12, 312.0),
+    "a30": ("nvidia", "8.0", 56, 24 << 20, 0.93e12, 165.0),
+    "a10g": ("nvidia", "8.6", 80, 6 << 20, 0.6e12, float("nan")),
+    "a10": ("nvidia", "8.6", 72, 6 << 20, 0.6e12, 125.0),
+    "l40s": ("nvidia", "8.9", 142, 96 << 20, 0.86e12, 362.0),
+    "l40": ("nvidia", "8.9", 142, 96 << 20, 0.86e12, 181.0),
+    "l4": ("nvidia", "8.9", 58, 48 << 20, 0.3e12, 121.0),
+    "rtx 6000 ada": ("nvidia", "8.9", 142, 96 << 20, 0.96e12, 364.0),
+    "quadro rtx 6000": ("nvidia", "7.5", 72, 6 << 20, 0.67e12, 130.0),
+    "rtx a6000": ("nvidia", "8.6", 84, 6 << 20, 0.77e12, 155.0),
+    "rtx 4090": ("nvidia", "8.9", 128, 72 << 20, 1.0e12, 165.0),
+    "rtx 3090": ("nvidia", "8.6", 82, 6 << 20, 0.94e12, 71.0),
+    "rtx 3080 ti": ("nvidia", "8.6", 80, 6 << 20, 0.91e12, 68.0),
+    "rtx 3080": ("nvidia", "8.6", 68, 5 << 20, 0.76e12, 60.0),
+    "v100": ("nvidia", "7.0", 80, 6 << 20, 0.9e12, 125.0),
+    "t4": ("nvidia", "7.5", 40, 4 << 20, 0.32e12, 65.0),
+    "mi355x": ("amd", "gfx950", 256, 4 << 20, 8.0e12, 2500.0),
+    "mi350x": ("amd", "gfx950", 256, 4 << 20, 8.0e12, 2300.0),
+    "mi325x": ("amd", "gfx942", 304, 4 << 20, 6.0e12, 1307.0),
+    "mi300x": ("amd", "gfx942", 304, 4 << 20, 5.3e12, 1307.0),
+    "mi300a": ("amd", "gfx942", 228, 4 << 20, 5.3e12, 981.0),
+    "mi250x": ("amd", "gfx90a", 110, 8 << 20, 1.6e12, 191.0),  # per GCD, as ROCm lists devices
+    "mi250": ("amd", "gfx90a", 104, 8 << 20, 1.6e12, 181.0),
+    "mi210": ("amd", "gfx90a", 104, 8 << 20, 1.6e12, 181.0),
+    "mi100": ("amd", "gfx908", 120, 8 << 20, 1.2e12, 92.0),
 }
 # AMD marketing names for the gfx ids, for traces that give only the arch.
 _AMD_GFX_DEFAULT = {"gfx942": "mi300x", "gfx950": "mi350x", "gfx90a": "mi250", "gfx908": "mi100"}
@@ -89,7 +90,7 @@ def _norm(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", " ", name.lower()).strip()
 
 
-def lookup_gpu(name: str | None) -> tuple[str, tuple[str, str, int, int, float]] | None:
+def lookup_gpu(name: str | None) -> tuple[str, tuple[str, str, int, int, float, float]] | None:
     """The known-GPU row whose key is the longest match inside `name` (word-aligned)."""
     if not name or pd.isna(name):
         return None
@@ -169,7 +170,7 @@ def complete_devices(trace: Trace, sm_count: int | None = None) -> Trace:
     for row in dev.to_dict("records"):
         known = lookup_gpu(row.get("name"))
         if known:
-            vendor, arch, sms, l2, bw = known[1]
+            vendor, arch, sms, l2, bw, peak = known[1]
             if pd.isna(row.get("vendor")) or row.get("vendor") in ("", "unknown"):
                 row["vendor"] = vendor
             if pd.isna(row.get("arch")):
@@ -181,6 +182,8 @@ def complete_devices(trace: Trace, sm_count: int | None = None) -> Trace:
                 row["l2_bytes"] = l2
             if pd.isna(row.get("mem_bandwidth_bytes_per_s")):
                 row["mem_bandwidth_bytes_per_s"] = bw
+            if pd.isna(row.get("peak_tensor_tflops")):
+                row["peak_tensor_tflops"] = peak
         if pd.isna(row.get("vendor")):
             row["vendor"] = "unknown"
         arch = row.get("arch")

@@ -112,6 +112,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
         "smem_per_block_optin_bytes": _I,
         "l2_bytes": _I,
         "mem_bandwidth_bytes_per_s": _F,
+        "peak_tensor_tflops": _F,  # dense fp16/bf16 tensor-core rate, datasheet
     },
 }
 

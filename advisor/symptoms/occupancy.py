@@ -1,0 +1,103 @@
+"""Occupancy and waves per kernel launch, from the launch configuration alone.
+
+Blocks per SM is the minimum over four limits (Nsight Compute's occupancy model):
+  warps      max_warps_per_sm // ceil(threads / warp_size)
+  registers  warps that fit in the register file (per-warp allocation rounded up to 256
+             registers) // warps per block
+  shared     smem_per_sm // (static + dynamic + 1 KiB reserved per block on sm80+)
+  blocks     the device's max blocks per SM
+waves = grid blocks / (SMs x blocks per SM). A second model, SM saturation, assumes one block
+(one GEMM tile) keeps an SM's tensor cores busy: waves_sat = blocks / SMs. Measured on the
+H200 (DESIGN.md) a partial second wave costs close to a whole tile-time, so tails are judged
+with the saturation model for GEMMs and both models are reported.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..model import Trace
+
+REG_ALLOC_UNIT = 256  # registers are allocated per warp in units of 256 (sm50+)
+SMEM_RESERVED_SM80 = 1024  # bytes the runtime reserves per block on sm80 and newer
+
+COLUMNS = [
+    "blocks_per_sm",
+    "occupancy_limiter",
+    "sm_count",
+    "waves",
+    "tail_efficiency",
+    "waves_sat",
+    "tail_efficiency_sat",
+]
+
+
+def _tail_eff(waves: np.ndarray) -> np.ndarray:
+    """waves / ceil(waves): 1.0 for whole waves, low when the last wave is nearly empty."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ceil = np.ceil(waves)
+        return np.where(ceil > 0, waves / ceil, np.nan)
+
+
+def occupancy(trace: Trace) -> pd.DataFrame:
+    """One row per kernel (same index as trace.kernels) with COLUMNS; NaN where unknown."""
+    k = trace.kernels
+    if k.empty:
+        return pd.DataFrame(columns=COLUMNS, index=k.index, dtype="float64")
+    dev = trace.devices.drop_duplicates(["rank", "device_id"]).set_index(["rank", "device_id"])
+    key = pd.MultiIndex.from_arrays([k["rank"], k["device_id"].fillna(-1).astype("int64")])
+    d = dev.reindex(key)
+
+    def col(frame, name):
+        return frame[name].astype("float64").to_numpy(na_value=np.nan)
+
+    threads = col(k, "block_threads")
+    warp_size = np.nan_to_num(col(d, "warp_size"), nan=32.0)
+    warps_per_block = np.ceil(threads / warp_size)
+    max_warps = col(d, "max_warps_per_sm")
+    by_warps = np.floor(max_warps / warps_per_block)
+
+    regs = col(k, "registers_per_thread")
+    regs_per_warp = np.ceil(regs * warp_size / REG_ALLOC_UNIT) * REG_ALLOC_UNIT
+    with np.errstate(invalid="ignore", divide="ignore"):
+        warps_by_regs = np.floor(col(d, "regs_per_sm") / regs_per_warp)
+        by_regs = np.floor(warps_by_regs / warps_per_block)
+    by_regs = np.where(regs > 0, by_regs, np.inf)  # unknown or 0 registers: no limit from them
+
+    smem = np.nan_to_num(col(k, "static_smem_bytes")) + np.nan_to_num(col(k, "dynamic_smem_bytes"))
+    cc_major = col(d, "cc_major")
+    reserved = np.where(cc_major >= 8, SMEM_RESERVED_SM80, 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        by_smem = np.where(smem > 0, np.floor(col(d, "smem_per_sm_bytes") / (smem + reserved)), np.inf)
+    by_blocks = col(d, "max_blocks_per_sm")
+
+    limits = np.vstack([by_warps, by_regs, by_smem, by_blocks])
+    names = np.array(["warps", "registers", "shared_memory", "blocks"])
+    filled = np.where(np.isnan(limits), np.inf, limits)
+    blocks_per_sm = filled.min(axis=0)
+    limiter = names[filled.argmin(axis=0)]
+    unknown = np.isinf(blocks_per_sm) | np.isnan(by_warps)
+    blocks_per_sm = np.where(unknown, np.nan, blocks_per_sm)
+    # A launch that cannot fit even one block would have failed; clamp to 1 if the limits say 0
+    # (usually a device table that is off for this part).
+    blocks_per_sm = np.where(blocks_per_sm < 1, 1, blocks_per_sm)
+    limiter = np.where(unknown, "unknown", limiter)
+
+    sms = col(d, "sm_count")
+    grid = col(k, "grid_blocks")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        waves = grid / (sms * blocks_per_sm)
+        waves_sat = grid / sms
+    return pd.DataFrame(
+        {
+            "blocks_per_sm": blocks_per_sm,
+            "occupancy_limiter": limiter,
+            "sm_count": sms,
+            "waves": waves,
+            "tail_efficiency": _tail_eff(waves),
+            "waves_sat": waves_sat,
+            "tail_efficiency_sat": _tail_eff(waves_sat),
+        },
+        index=k.index,
+    )
