@@ -97,7 +97,9 @@ def gemm_launch_metadata(schedule: str):
 
     def hook(grid, kernel, args):
         M, N, K = args["M"], args["N"], args["K"]
-        elt = args["a_ptr"].element_size() if hasattr(args.get("a_ptr"), "element_size") else 2
+        a = args.get("a_ptr")
+        a = getattr(a, "base", a)  # a host TensorDescriptor carries its tensor as .base
+        elt = a.element_size() if hasattr(a, "element_size") else 2
         return {
             "name": f"{schedule} [M={M}, N={N}, K={K}]",
             "flops": 2.0 * M * N * K,
@@ -105,6 +107,38 @@ def gemm_launch_metadata(schedule: str):
         }
 
     return hook
+
+
+def fix_interpreter_bf16_dot() -> None:
+    """Make the CPU interpreter's `tl.dot` correct for bfloat16 operands.
+
+    Triton 3.6's interpreter stores bf16 as raw uint16 and its `create_dot` multiplies those
+    bit patterns (triton-lang/triton#11584, closed upstream as "not supported yet"), so
+    every bf16 GEMM is garbage under TRITON_INTERPRET=1 while fp16/fp32 are exact. Widening
+    bf16 to fp32 is exact, so this patch only makes the emulation match the GPU's math.
+    Idempotent; a no-op when the interpreter is not in use."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    if getattr(builder.create_dot, "_bf16_widened", False):
+        return
+    original = builder.create_dot
+
+    def widen(h):
+        if h.dtype.scalar == tl.bfloat16:
+            bits = np.ascontiguousarray(h.data).astype(np.uint32) << 16
+            return interpreter.TensorHandle(bits.view(np.float32), tl.float32)
+        return h
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        return original(self, widen(a), widen(b), d, input_precision, max_num_imprecise_acc)
+
+    create_dot._bf16_widened = True
+    builder.create_dot = create_dot
 
 
 def random_inputs(M: int, N: int, K: int, dtype: torch.dtype, device, *, transpose_a=False, transpose_b=False, seed=None):
@@ -120,6 +154,7 @@ def self_check(matmul, shapes, dtypes=(torch.float16, torch.bfloat16, torch.floa
     """Run `matmul` on fresh random inputs for each shape and dtype and assert the error is
     under the dtype's tolerance. Used by each schedule's `__main__`."""
     device = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+    fix_interpreter_bf16_dot()
     for (M, N, K) in shapes:
         for dtype in dtypes:
             for ta, tb in ((False, False), (True, False), (False, True)):
