@@ -165,3 +165,65 @@ def self_check(matmul, shapes, dtypes=(torch.float16, torch.bfloat16, torch.floa
                 assert out.shape == (M, N) and out.dtype == dtype, (out.shape, out.dtype)
                 assert err <= tol, f"M={M} N={N} K={K} {dtype} ta={ta} tb={tb}: rel err {err:.3e} > {tol:.0e}"
                 print(f"ok  M={M:<5} N={N:<5} K={K:<6} {str(dtype):<15} ta={ta:d} tb={tb:d}  rel_err={err:.2e}")
+
+
+def prepare_output(out: torch.Tensor | None, M: int, N: int, like: torch.Tensor) -> torch.Tensor:
+    """The (M, N) result tensor: a fresh one in `like`'s dtype and device, or the caller's
+    `out` after checking it fits (any strides are fine: kernels take them as arguments)."""
+    if out is None:
+        return torch.empty((M, N), device=like.device, dtype=like.dtype)
+    if not isinstance(out, torch.Tensor):
+        raise TypeError("out must be a torch tensor")
+    if tuple(out.shape) != (M, N):
+        raise ValueError(f"out has shape {tuple(out.shape)}, expected {(M, N)}")
+    if out.dtype != like.dtype:
+        raise TypeError(f"out has dtype {out.dtype}, expected {like.dtype} (the inputs' dtype)")
+    if out.device != like.device:
+        raise ValueError(f"out is on {out.device}, the inputs on {like.device}")
+    return out
+
+
+def needs_int64_offsets(*tensors: torch.Tensor) -> bool:
+    """True when some element offset (sum of index * stride) of a tensor reaches 2**31, so a
+    kernel must compute offsets in int64 instead of Triton's default int32."""
+    for t in tensors:
+        if t is None or t.numel() == 0:
+            continue
+        last = sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()))
+        if last >= 2**31 - 1:
+            return True
+    return False
+
+
+class ZeroedScratch:
+    """fp32/int32 scratch buffers that kernels hand back zeroed, cached per (device, stream).
+
+    Split-K and Stream-K reductions need a zeroed fp32 accumulation buffer and per-tile
+    arrival counters. Zeroing them before every launch costs a memset launch, so the kernels
+    that use this pool restore zeros themselves before they exit (the last program to touch a
+    tile clears its slot and counter), and the pool only zeroes memory it allocates. The
+    cache key includes the current CUDA stream: launches on one stream run in order, so they
+    may share a buffer; launches on different streams get different buffers.
+    Caveat: a kernel killed mid-flight (device fault) leaves a dirty buffer; `clear()` drops
+    the cache."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple, torch.Tensor] = {}
+
+    def get(self, name: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        device = torch.device(device)
+        stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+        key = (name, dtype, str(device), stream)
+        buf = self._buffers.get(key)
+        if buf is None or buf.numel() < numel:
+            # grow geometrically so that a sweep over shapes does not reallocate every call
+            size = max(numel, 2 * buf.numel()) if buf is not None else numel
+            buf = torch.zeros(size, dtype=dtype, device=device)
+            self._buffers[key] = buf
+        return buf[:numel]
+
+    def clear(self) -> None:
+        self._buffers.clear()
+
+
+SCRATCH = ZeroedScratch()
