@@ -227,3 +227,13 @@ class ZeroedScratch:
 
 
 SCRATCH = ZeroedScratch()
+
+
+# Opt-in dynamic shared memory per block on sm_90 (H100/H200): 227 KB. Search spaces keep
+# every config's estimate under it so that no config fails to launch on the target.
+SMEM_PER_BLOCK_SM90 = 227 * 1024
+
+
+def pipeline_smem_bytes(block_m: int, block_n: int, block_k: int, num_stages: int, elt: int) -> int:
+    """Shared memory of a software-pipelined GEMM main loop: one A and one B tile per stage."""
+    return num_stages * (block_m * block_k + block_k * block_n) * elt
