@@ -116,6 +116,86 @@ def summary_command(traces, as_json, top, sm_count, cache_dir) -> None:
         click.echo(f"note: {safe_text(n, 300)}")
 
 
+rules_opt = click.option(
+    "--rules",
+    "rules_dir",
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    default=None,
+    help="Directory of rule TOML files to use instead of the bundled matrix (copy rules/ and edit).",
+)
+
+
+@cli.command("diagnose")
+@click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON (the agents' contract) instead of markdown.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Also write report.md and report.json into this directory.")
+@click.option("--top", type=click.IntRange(1, 10000), default=None, help="Keep only the N findings with the most recoverable time.")
+@rules_opt
+@sm_count_opt
+@cache_opt
+def diagnose_command(traces, as_json, out_dir, top, rules_dir, sm_count, cache_dir) -> None:
+    """Find where work maps badly onto the GPU's SMs and name the strategy to try.
+
+    Reads TRACES (one file, or one per rank), computes the symptoms (tail waves, under-filled
+    grids with long K, launch overhead, Hopper GEMMs without warp specialization, exposed
+    communication), applies the symptom-to-strategy matrix (see `advisor rules`) and prints
+    findings ranked by estimated recoverable GPU time, with the evidence in numbers. Basic
+    problems (idle GPU, synchronising calls, host copies, GEMMs far under their roofline) are
+    listed first: while they dominate, scheduling work is premature.
+
+    \b
+    Examples:
+      advisor diagnose run.nsys-rep
+      advisor diagnose rank0.json.gz rank1.json.gz --json --top 5
+      advisor diagnose trace.sqlite --sm-count 132 --out report/
+    """
+    from .diagnose import diagnose
+    from .render import render
+    from .traces import load_trace
+
+    if not traces:
+        raise click.UsageError("give at least one trace file")
+    trace = load_trace(traces, sm_count=sm_count, cache_dir=cache_dir)
+    result = diagnose(trace, rules=rules_dir, top=top)
+    markdown = render("diagnosis.md.j2", d=result)
+    payload = result.to_dict()
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "report.md").write_text(markdown, encoding="utf-8")
+        (out_dir / "report.json").write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
+        click.echo(f"wrote {out_dir / 'report.md'} and {out_dir / 'report.json'}", err=True)
+    if as_json:
+        _echo_json(payload)
+    else:
+        click.echo(markdown, nl=False)
+
+
+@cli.command("rules")
+@rules_opt
+@click.option("--json", "as_json", is_flag=True, help="Print the matrix as JSON.")
+def rules_command(rules_dir, as_json) -> None:
+    """Print the symptom-to-strategy matrix and every threshold with the reason for its value."""
+    from .diagnose import rules_table
+    from .rules import load_rules
+
+    table = rules_table(load_rules(rules_dir))
+    if as_json:
+        _echo_json(table)
+        return
+    for r in table:
+        state = "" if r["enabled"] else "  [disabled]"
+        click.echo(f"{r['symptom']} -> {r['strategy']}{state}   ({r['source']})")
+        click.echo(f"  {r['title']}")
+        click.echo(f"  try first: {r['try_first']}")
+        click.echo(f"  watch for: {r['watch_for']}")
+        for name, t in r["thresholds"].items():
+            unit = f" {t['unit']}" if t["unit"] else ""
+            click.echo(f"    {name} = {t['value']}{unit}")
+            click.echo(f"      why: {t['why']}")
+        click.echo("")
+
+
 def main() -> None:
     cli.main(prog_name="advisor")
 

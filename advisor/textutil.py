@@ -20,8 +20,9 @@ def safe_text(s: object, limit: int = 160) -> str:
     return text
 
 
-# Characters that start markup anywhere in a line (names never start a line in our reports).
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#!|~$])")
+# Characters that start markup anywhere in a line (names never start a line in our reports);
+# with brackets escaped, parentheses cannot form links, so they stay readable.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~$])")
 
 
 def md_escape(s: object, limit: int = 160) -> str:

@@ -1,0 +1,91 @@
+"""Markdown rendering with jinja2, safe by default for untrusted trace text.
+
+Every `{{ expression }}` that yields a string is markdown-escaped unless a filter marked it
+safe (`code` wraps text in a code span that cannot be broken out of; `ns`, `pct` and
+`num` format numbers). Templates cannot print raw trace text by accident.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jinja2
+
+from .resources import templates_dir
+from .textutil import fmt_bytes, fmt_ns, md_escape, safe_text
+
+
+class MdSafe(str):
+    """A string already safe for markdown output."""
+
+
+def code(value: Any, limit: int = 120) -> MdSafe:
+    """Inline code span for a kernel name or path: fenced with more backticks than it holds,
+    pipes escaped for tables, control characters shown as escapes."""
+    text = safe_text(value, limit)
+    longest, run = 0, 0
+    for ch in text:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return MdSafe(f"{fence}{pad}{text.replace('|', chr(92) + '|')}{pad}{fence}")
+
+
+def _finalize(value: Any) -> Any:
+    if isinstance(value, MdSafe) or not isinstance(value, str):
+        return "" if value is None else value
+    return md_escape(value, limit=400)
+
+
+def _num(value: Any, digits: int = 2) -> MdSafe:
+    if value is None:
+        return MdSafe("-")
+    if isinstance(value, bool):
+        return MdSafe(str(value).lower())
+    if isinstance(value, int):
+        return MdSafe(f"{value:,}")
+    if isinstance(value, float):
+        return MdSafe(f"{value:.{digits}f}")
+    return MdSafe(md_escape(value))
+
+
+def ident(value: Any) -> MdSafe:
+    """Our own identifiers (symptom ids, evidence keys): printed as-is when they are plain
+    identifiers (intraword underscores are not emphasis in CommonMark), escaped otherwise."""
+    text = str(value)
+    if text.replace("_", "").replace(".", "").isalnum() and text.isascii():
+        return MdSafe(text)
+    return MdSafe(md_escape(text))
+
+
+def _json(value: Any) -> MdSafe:
+    """Compact JSON of numbers/strings, escaped for markdown."""
+    return MdSafe(md_escape(json.dumps(value, default=str, separators=(", ", ": ")), limit=600))
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        autoescape=False,  # markdown, not HTML: escaping is done by _finalize
+        finalize=_finalize,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters.update(
+        code=code,
+        ident=ident,
+        ns=lambda v: MdSafe(fmt_ns(v)),
+        bytes=lambda v: MdSafe(fmt_bytes(v)),
+        pct=lambda v, d=0: MdSafe("-" if v is None else f"{100 * v:.{d}f}%"),
+        num=_num,
+        json=_json,
+    )
+    return env
+
+
+def render(template: str, **context: Any) -> str:
+    return environment().get_template(template).render(**context)

@@ -1,0 +1,94 @@
+"""The symptom-to-strategy matrix as data: one TOML file per rule in `rules/`.
+
+Each file names the symptom, the strategy to try first, what to watch for, and every
+threshold as a table `{ value = ..., why = "..." }`, so `advisor rules` can print the reason
+next to each number. Point `--rules DIR` at your own copy to change them.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import AdvisorError
+from .resources import rules_dir
+
+
+@dataclass(frozen=True)
+class Threshold:
+    value: Any
+    why: str
+    unit: str = ""
+
+
+@dataclass(frozen=True)
+class Rule:
+    symptom: str
+    strategy: str
+    title: str
+    try_first: str
+    watch_for: str
+    enabled: bool = True
+    thresholds: dict[str, Threshold] = field(default_factory=dict, hash=False)
+    source: str = ""
+
+    def __getitem__(self, name: str) -> Any:
+        try:
+            return self.thresholds[name].value
+        except KeyError:
+            raise AdvisorError(f"{self.source}: threshold {name!r} is missing (the {self.symptom} rule needs it)") from None
+
+
+_REQUIRED = ("symptom", "strategy", "title", "try_first", "watch_for")
+
+
+def _load_one(path: Path) -> Rule:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise AdvisorError(f"{path}: cannot read rule file ({exc})") from None
+    missing = [k for k in _REQUIRED if not isinstance(data.get(k), str) or not data.get(k).strip()]
+    if missing:
+        raise AdvisorError(f"{path}: missing or empty keys: {', '.join(missing)}")
+    thresholds = {}
+    for name, spec in (data.get("thresholds") or {}).items():
+        if not isinstance(spec, dict) or "value" not in spec or not str(spec.get("why", "")).strip():
+            raise AdvisorError(f"{path}: threshold {name!r} needs a 'value' and a one-line 'why'")
+        value = spec["value"]
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = ok or (isinstance(value, list) and all(isinstance(v, (int, float)) for v in value))
+        if not ok:
+            raise AdvisorError(f"{path}: threshold {name!r} must be a number or a list of numbers")
+        thresholds[name] = Threshold(value=value, why=str(spec["why"]).strip(), unit=str(spec.get("unit", "")))
+    enabled = data.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise AdvisorError(f"{path}: 'enabled' must be true or false")
+    return Rule(
+        symptom=data["symptom"].strip(),
+        strategy=data["strategy"].strip(),
+        title=data["title"].strip(),
+        try_first=data["try_first"].strip(),
+        watch_for=data["watch_for"].strip(),
+        enabled=enabled,
+        thresholds=thresholds,
+        source=path.name,
+    )
+
+
+def load_rules(directory: str | Path | None = None) -> dict[str, Rule]:
+    """All rules in `directory` (default: the bundled rules), keyed by symptom id."""
+    d = Path(directory) if directory is not None else rules_dir()
+    if not d.is_dir():
+        raise AdvisorError(f"{d}: rules directory not found")
+    files = sorted(d.glob("*.toml"))
+    if not files:
+        raise AdvisorError(f"{d}: no *.toml rule files")
+    rules: dict[str, Rule] = {}
+    for f in files:
+        rule = _load_one(f)
+        if rule.symptom in rules:
+            raise AdvisorError(f"{f}: symptom {rule.symptom!r} already defined in {rules[rule.symptom].source}")
+        rules[rule.symptom] = rule
+    return rules

@@ -1,0 +1,15 @@
+"""Symptoms: pure functions from a trace to evidence, and one small rule unit per pattern.
+
+Each pattern module defines SYMPTOM (the stable id its rule file names), REQUIRES (frame,
+column, question) for "not applicable" notes, `evidence(ctx, rule)` (numbers only; thresholds
+come in through the rule) and `judge(evidence, rule, ctx)` (thresholds -> findings).
+Adding a pattern: one module here and one `rules/<symptom>.toml`.
+"""
+
+from . import exposed_comm, gate, hopper_no_ws, launch_overhead, small_grid_long_k, tail_wave
+from .context import Context
+
+PATTERNS = (small_grid_long_k, tail_wave, launch_overhead, hopper_no_ws, exposed_comm)
+GATE = gate
+
+__all__ = ["Context", "PATTERNS", "GATE"]

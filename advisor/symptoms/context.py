@@ -1,0 +1,105 @@
+"""What every symptom needs, computed once per trace: kernels joined with occupancy and GEMM
+facts, and GPU time per rank/device."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import numpy as np
+import pandas as pd
+
+from ..model import Trace
+from .gemm import gemm_table
+from .occupancy import occupancy
+
+
+class Context:
+    def __init__(self, trace: Trace, rules: dict | None = None):
+        self.trace = trace
+        self.rules = rules or {}
+        self.cache: dict = {}  # results shared between symptoms (e.g. launch-bound runs)
+
+    @cached_property
+    def kernels(self) -> pd.DataFrame:
+        """trace.kernels + occupancy columns + GEMM columns, same index."""
+        k = self.trace.kernels
+        return pd.concat([k, occupancy(self.trace), gemm_table(self.trace)], axis=1)
+
+    @cached_property
+    def devices(self) -> pd.DataFrame:
+        return self.trace.devices.drop_duplicates(["rank", "device_id"]).set_index(["rank", "device_id"])
+
+    @cached_property
+    def gpu_time_ns(self) -> pd.Series:
+        """Sum of kernel durations per (rank, device_id)."""
+        k = self.trace.kernels
+        return k.groupby([k["rank"], k["device_id"].fillna(-1).astype("int64")])["dur_ns"].sum()
+
+    def device_value(self, rank: int, device_id, column: str):
+        try:
+            v = self.devices.loc[(int(rank), int(device_id)), column]
+        except (KeyError, TypeError, ValueError):
+            return None
+        return None if pd.isna(v) else v
+
+    def share(self, rank: int, device_id, ns: float) -> float:
+        key = (int(rank), -1 if pd.isna(device_id) else int(device_id))
+        denom = self.gpu_time_ns.get(key, 0)
+        return float(ns) / denom if denom else float("nan")
+
+
+GROUP_KEYS = ["rank", "device_id", "name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "M", "N", "K", "batch", "dtype"]
+
+
+def group_launches(df: pd.DataFrame, mean_cols: list[str]) -> pd.DataFrame:
+    """Collapse launches of the same kernel, launch shape and problem shape into one row:
+    launches, total_ns, median_ns and the mean of `mean_cols`."""
+    if df.empty:
+        return pd.DataFrame(columns=GROUP_KEYS + ["launches", "total_ns", "median_ns"] + mean_cols)
+    keys = [c for c in GROUP_KEYS if c in df.columns]
+    g = df.groupby(keys, dropna=False, sort=False)
+    out = g["dur_ns"].agg(launches="count", total_ns="sum", median_ns="median")
+    if mean_cols:
+        out = out.join(g[mean_cols].mean())
+    out = out.reset_index()
+    out["median_ns"] = out["median_ns"].round().astype("int64")
+    return out.sort_values("total_ns", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def as_int(v):
+    return None if v is None or (isinstance(v, float) and np.isnan(v)) or pd.isna(v) else int(v)
+
+
+def dims(row, prefix: str) -> list[int | None]:
+    return [as_int(row.get(f"{prefix}_{a}")) for a in "xyz"]
+
+
+def shape_of(row) -> dict | None:
+    """{"M","N","K","batch","dtype"} of a grouped row, or None when the shape is unknown."""
+    if as_int(row.get("M")) is None:
+        return None
+    dtype = row.get("dtype")
+    return {
+        "M": as_int(row["M"]),
+        "N": as_int(row["N"]),
+        "K": as_int(row["K"]),
+        "batch": as_int(row.get("batch")) or 1,
+        "dtype": None if dtype is None or pd.isna(dtype) else str(dtype),
+    }
+
+
+ELEMENT_BYTES = {"fp8": 1, "fp16": 2, "bf16": 2, "fp32": 4}
+
+
+def gemm_bytes(shape: dict, default_elt: int = 2) -> tuple[int, bool]:
+    """Fewest bytes a GEMM must move (each operand read once, output written once), and
+    whether the element size is known rather than assumed."""
+    elt = ELEMENT_BYTES.get(shape.get("dtype") or "", None)
+    known = elt is not None
+    elt = elt or default_elt
+    M, N, K, b = shape["M"], shape["N"], shape["K"], shape.get("batch") or 1
+    return int(b * elt * (M * K + K * N + M * N)), known
+
+
+def gemm_flop(shape: dict) -> int:
+    return int(2 * shape["M"] * shape["N"] * shape["K"] * (shape.get("batch") or 1))

@@ -1,0 +1,178 @@
+"""The gate: basic problems that make scheduling work premature.
+
+Checks, per rank (and device):
+* gpu_idle: the GPU is busy (kernels or copies) for too little of the span of its own
+  activity; gaps inside launch-bound runs of tiny kernels are not counted as idle here,
+  since launch_overhead reports them with a remedy.
+* sync_calls: the launching host thread spends a large share of its time in synchronising
+  calls (device/stream/event synchronise, blocking memcpy).
+* host_copies: host<->device copies take a large share of device busy time.
+* gemm_below_roofline: a big GEMM in whole waves runs far below its roofline
+  (min(peak, bandwidth x arithmetic intensity)): the kernel itself needs work first.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..findings import Gate
+from ..rules import Rule
+from ..textutil import safe_text
+from . import intervals
+from .context import Context, as_int, gemm_bytes, gemm_flop, shape_of
+from .launch_overhead import find_runs
+from .tail_wave import work_units
+
+SYMPTOM = "gate"
+REQUIRES = ()
+
+_SYNC = re.compile(
+    r"synchronize|^cudaMemcpy(?:2D|3D)?(?:_v\d+)?$|^cuMemcpy[DH]to[DH](?:_v\d+)?$|^hipMemcpy$|cudaStreamWaitEvent_blocking",
+    re.I,
+)
+
+
+def _idle(ctx: Context, rule: Rule) -> list[dict]:
+    t = ctx.trace
+    parts = [t.kernels[["rank", "device_id", "start_ns", "end_ns"]], t.memcpy[["rank", "device_id", "start_ns", "end_ns"]]]
+    acts = pd.concat(parts, ignore_index=True)
+    if acts.empty:
+        return []
+    acts["device_id"] = acts["device_id"].fillna(-1).astype("int64")
+    lo_rule = ctx.rules.get("launch_overhead")
+    runs = find_runs(ctx, lo_rule) if lo_rule is not None else pd.DataFrame()
+    rows = []
+    for (rank, dev), g in acts.groupby(["rank", "device_id"], sort=False):
+        span = int(g["end_ns"].max() - g["start_ns"].min())
+        busy = intervals.total(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
+        run_gaps = 0
+        if len(runs):
+            r = runs[(runs["rank"] == rank) & (runs["device_id"] == dev)]
+            run_gaps = int(r["gap_ns"].sum())
+        frac = (busy + run_gaps) / span if span > 0 else 1.0
+        rows.append({"rank": int(rank), "device_id": int(dev), "span_ns": span, "busy_ns": busy, "run_gap_ns": run_gaps, "busy_fraction": frac})
+    return rows
+
+
+def _sync(ctx: Context) -> list[dict]:
+    rt = ctx.trace.runtime
+    if rt.empty:
+        return []
+    rows = []
+    for rank, g in rt.groupby("rank", sort=False):
+        # The thread that launches most is the one whose stalls delay the GPU.
+        tid = g["thread_id"].value_counts(dropna=False).index[0]
+        th = g[g["thread_id"] == tid] if not pd.isna(tid) else g
+        span = int(th["end_ns"].max() - th["start_ns"].min())
+        sync = th[th["name"].fillna("").str.contains(_SYNC)]
+        sync_ns = intervals.total(sync["start_ns"].to_numpy(), sync["end_ns"].to_numpy())
+        top = sync.groupby("name")["dur_ns"].sum().sort_values(ascending=False)
+        rows.append(
+            {"rank": int(rank), "span_ns": span, "sync_ns": sync_ns, "sync_fraction": sync_ns / span if span else 0.0, "top_call": None if top.empty else str(top.index[0])}
+        )
+    return rows
+
+
+def _copies(ctx: Context) -> list[dict]:
+    t = ctx.trace
+    m = t.memcpy
+    if m.empty:
+        return []
+    rows = []
+    for rank, g in m.groupby("rank", sort=False):
+        host = g[g["kind"].isin(["HtoD", "DtoH"])]
+        k = t.kernels[t.kernels["rank"] == rank]
+        busy = intervals.total(
+            np.concatenate([k["start_ns"].to_numpy(), g["start_ns"].to_numpy()]),
+            np.concatenate([k["end_ns"].to_numpy(), g["end_ns"].to_numpy()]),
+        )
+        ns = intervals.total(host["start_ns"].to_numpy(), host["end_ns"].to_numpy())
+        rows.append({"rank": int(rank), "copy_ns": ns, "busy_ns": busy, "copy_fraction": ns / busy if busy else 0.0, "bytes": int(host["bytes"].fillna(0).sum())})
+    return rows
+
+
+def _roofline(ctx: Context, rule: Rule) -> list[dict]:
+    k = ctx.kernels
+    g = k[k["is_gemm"] & k["M"].notna() & k["dtype"].notna() & k["sm_count"].notna() & k["grid_blocks"].notna()]
+    if g.empty:
+        return []
+    g = pd.concat([g, work_units(g)], axis=1)
+    g = g[(g["waves_units"] >= 1) & (g["tail_eff_units"] >= 0.9)]
+    rows = []
+    for key, grp in g.groupby(["rank", "device_id", "name", "M", "N", "K", "batch", "dtype"], dropna=False, sort=False):
+        first = grp.iloc[0].to_dict()
+        shape = shape_of(first)
+        flop = gemm_flop(shape)
+        if flop < rule["min_gemm_flop"]:
+            continue
+        peak = ctx.device_value(first["rank"], first["device_id"], "peak_tensor_tflops")
+        bw = ctx.device_value(first["rank"], first["device_id"], "mem_bandwidth_bytes_per_s")
+        if not peak or not bw or shape["dtype"] not in ("bf16", "fp16"):
+            continue  # the peak table holds the fp16/bf16 tensor rate only
+        nbytes, _ = gemm_bytes(shape)
+        attainable = min(peak * 1e12, bw * flop / nbytes)
+        med = float(grp["dur_ns"].median())
+        achieved = flop / (med * 1e-9)
+        rows.append({"rank": int(first["rank"]), "kernel": str(first["name"]), "shape": shape, "achieved_tflops": achieved / 1e12, "attainable_tflops": attainable / 1e12, "fraction": achieved / attainable})
+    return rows
+
+
+def evidence(ctx: Context, rule: Rule) -> dict[str, list[dict]]:
+    return {"gpu_idle": _idle(ctx, rule), "sync_calls": _sync(ctx), "host_copies": _copies(ctx), "gemm_below_roofline": _roofline(ctx, rule)}
+
+
+def judge(ev: dict[str, list[dict]], rule: Rule, ctx: Context) -> list[Gate]:
+    gates = []
+    for r in ev["gpu_idle"]:
+        if r["busy_fraction"] < rule["min_busy_fraction"]:
+            gates.append(
+                Gate(
+                    "gpu_idle",
+                    f"GPU busy only {r['busy_fraction']:.0%} of its active span on rank {r['rank']} "
+                    f"(device {r['device_id']}): the GPU waits on the host",
+                    round(r["busy_fraction"], 3),
+                    rule["min_busy_fraction"],
+                    rank=r["rank"],
+                )
+            )
+    for r in ev["sync_calls"]:
+        if r["sync_fraction"] > rule["max_sync_fraction"]:
+            gates.append(
+                Gate(
+                    "sync_calls",
+                    f"the launching thread of rank {r['rank']} spends {r['sync_fraction']:.0%} of its time in synchronising calls"
+                    + (f" (mostly {safe_text(r['top_call'], 60)})" if r["top_call"] else ""),
+                    round(r["sync_fraction"], 3),
+                    rule["max_sync_fraction"],
+                    rank=r["rank"],
+                )
+            )
+    for r in ev["host_copies"]:
+        if r["copy_fraction"] > rule["max_copy_fraction"]:
+            gates.append(
+                Gate(
+                    "host_copies",
+                    f"host<->device copies take {r['copy_fraction']:.0%} of device busy time on rank {r['rank']}",
+                    round(r["copy_fraction"], 3),
+                    rule["max_copy_fraction"],
+                    rank=r["rank"],
+                )
+            )
+    for r in ev["gemm_below_roofline"]:
+        if r["fraction"] < rule["min_roofline_fraction"]:
+            s = r["shape"]
+            gates.append(
+                Gate(
+                    "gemm_below_roofline",
+                    f"GEMM {s['M']}x{s['N']}x{s['K']} {s['dtype']} runs at {r['achieved_tflops']:.0f} TFLOP/s in whole waves, "
+                    f"{r['fraction']:.0%} of its {r['attainable_tflops']:.0f} TFLOP/s roofline: fix the kernel before its schedule",
+                    round(r["fraction"], 3),
+                    rule["min_roofline_fraction"],
+                    rank=as_int(r["rank"]),
+                    kernel=r["kernel"],
+                )
+            )
+    return gates

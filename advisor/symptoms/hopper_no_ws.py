@@ -1,0 +1,74 @@
+"""hopper_no_ws: GEMM time on a Hopper GPU in kernels that are not warp-specialized.
+
+What it detects: on devices of compute capability 9.x, GEMM kernels whose names show no warp
+specialization (CUTLASS `warpspecialized`, cuBLAS `nvjet`, Triton kernels named `*_ws_*`)
+holding a significant share of GPU time. Why it matters: a TMA producer warp feeding wgmma
+consumer warpgroups keeps the tensor cores busy while loads are in flight. What to do: a
+warp-specialized persistent TMA kernel, then measure: it does not always win. Estimated
+recoverable time: the kernel's time x `expected_gain` (a prior, so confidence is low).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ..findings import Finding
+from ..rules import Rule
+from .context import Context, as_int, dims, group_launches, shape_of
+
+SYMPTOM = "hopper_no_ws"
+REQUIRES = (("devices", "cc_major", "Does the trace say which GPU architecture ran the kernels?"),)
+
+
+def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
+    k = ctx.kernels
+    majors = rule["arch_major"]
+    majors = set(majors if isinstance(majors, list) else [majors])
+    dev = ctx.trace.devices
+    hopper = {(int(r), int(d)) for r, d, m in zip(dev["rank"], dev["device_id"], dev["cc_major"]) if not pd.isna(m) and int(m) in majors}
+    if not hopper:
+        return group_launches(k.iloc[0:0], [])
+    on = [(int(r), -1 if pd.isna(d) else int(d)) in hopper for r, d in zip(k["rank"], k["device_id"])]
+    g = k[pd.Series(on, index=k.index) & k["is_gemm"] & ~k["is_ws"]]
+    return group_launches(g, [])
+
+
+def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
+    out = []
+    # One finding per kernel name and device: launch shapes of one kernel share the remedy.
+    if ev.empty:
+        return out
+    by_name = ev.groupby(["rank", "device_id", "name"], dropna=False, sort=False)
+    for (rank, device_id, name), grp in by_name:
+        total = int(grp["total_ns"].sum())
+        share = ctx.share(rank, device_id, total)
+        savings = total * float(rule["expected_gain"])
+        if share < rule["min_share"] or savings < rule["min_savings_ns"]:
+            continue
+        top = grp.iloc[0].to_dict()
+        out.append(
+            Finding(
+                symptom=SYMPTOM,
+                strategy=rule.strategy,
+                title=rule.title,
+                kernel=str(name),
+                rank=as_int(rank),
+                device_id=as_int(device_id),
+                shape=shape_of(top),
+                grid=dims(top, "grid"),
+                block=dims(top, "block"),
+                launches=int(grp["launches"].sum()),
+                total_ns=total,
+                est_savings_ns=int(savings),
+                confidence="low",
+                watch_for=rule.watch_for,
+                evidence={
+                    "share_of_gpu_time": round(share, 4),
+                    "launch_shapes": int(len(grp)),
+                    "arch": ctx.device_value(rank, device_id, "arch"),
+                    "warp_specialized": False,
+                },
+                suggestion={"warp_specialize": True, "use_tma": True, "persistent": True},
+            )
+        )
+    return out

@@ -1,0 +1,47 @@
+"""Interval arithmetic on sorted numpy arrays (vectorised: traces can hold millions)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def merge(starts, ends) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint, sorted union of [start, end) intervals."""
+    s = np.asarray(starts, dtype=np.int64)
+    e = np.asarray(ends, dtype=np.int64)
+    if s.size == 0:
+        return s, e
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    run_end = np.maximum.accumulate(e)
+    # A new block starts where the start is past every earlier end.
+    new = np.empty(s.size, dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    ms = s[idx]
+    me = np.append(run_end[idx[1:] - 1], run_end[-1])
+    return ms, me
+
+
+def total(starts, ends) -> int:
+    s, e = merge(starts, ends)
+    return int((e - s).sum())
+
+
+def covered_before(ms: np.ndarray, me: np.ndarray, t) -> np.ndarray:
+    """For merged intervals (ms, me): covered length in (-inf, t) for each t."""
+    t = np.asarray(t, dtype=np.int64)
+    if ms.size == 0:
+        return np.zeros(t.shape, dtype=np.int64)
+    cum = np.concatenate([[0], np.cumsum(me - ms)])
+    i = np.searchsorted(ms, t, side="right") - 1
+    inside = np.where(i >= 0, np.minimum(t, me[np.clip(i, 0, None)]) - ms[np.clip(i, 0, None)], 0)
+    return np.where(i >= 0, cum[np.clip(i, 0, None)] + np.maximum(inside, 0), 0)
+
+
+def overlap(starts, ends, ms: np.ndarray, me: np.ndarray) -> np.ndarray:
+    """Length of each [start, end) covered by the merged intervals (ms, me)."""
+    s = np.asarray(starts, dtype=np.int64)
+    e = np.asarray(ends, dtype=np.int64)
+    return covered_before(ms, me, e) - covered_before(ms, me, s)

@@ -1,0 +1,197 @@
+"""launch_overhead: work cut into pieces so small that launching them costs as much as running them.
+
+What it detects, two shapes of one problem:
+* runs of tiny back-to-back kernels on one stream (each under `tiny_kernel_ns`), where the
+  gaps between them are a large share of the run: the stream is launch-bound;
+* huge grids of very short blocks: many waves (occupancy model) each lasting a few
+  microseconds, so block launch and prologue are paid again and again.
+Why it matters: the GPU idles between launches, and short blocks spend a visible share of
+their life starting up. What to do: a persistent kernel (grid ~ #SMs looping over the work;
+for many small GEMMs, one grouped launch); for runs of unrelated tiny kernels a CUDA graph
+also removes the gaps. Estimated recoverable time: the gaps inside runs; for big grids,
+waves x `block_overhead_ns` (a rough figure, hence low confidence).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..findings import Finding
+from ..rules import Rule
+from .context import Context, as_int, dims, group_launches, shape_of
+
+SYMPTOM = "launch_overhead"
+REQUIRES = ()  # runs need only kernel times; the big-grid half also needs grids and SM counts
+
+
+def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
+    """Runs of tiny back-to-back kernels per (rank, device, stream): one row per run with
+    kernels, kernel_ns, gap_ns, first/last times and the dominant kernel name. Cached."""
+    key = ("runs", rule["tiny_kernel_ns"], rule["max_gap_in_run_ns"], rule["min_run_kernels"])
+    if key in ctx.cache:
+        return ctx.cache[key]
+    k = ctx.kernels
+    cols = ["rank", "device_id", "stream_id", "start_ns", "end_ns", "dur_ns", "name", "is_gemm", "correlation_id"]
+    d = k[cols].copy()
+    d["device_id"] = d["device_id"].fillna(-1).astype("int64")
+    d["stream_id"] = d["stream_id"].fillna(-1).astype("int64")
+    d = d.sort_values(["rank", "device_id", "stream_id", "start_ns"], kind="stable")
+    if d.empty:
+        ctx.cache[key] = pd.DataFrame()
+        return ctx.cache[key]
+    same = (
+        (d["rank"].to_numpy()[1:] == d["rank"].to_numpy()[:-1])
+        & (d["device_id"].to_numpy()[1:] == d["device_id"].to_numpy()[:-1])
+        & (d["stream_id"].to_numpy()[1:] == d["stream_id"].to_numpy()[:-1])
+    )
+    tiny = d["dur_ns"].to_numpy() < rule["tiny_kernel_ns"]
+    gap = np.clip(d["start_ns"].to_numpy()[1:] - d["end_ns"].to_numpy()[:-1], 0, None)
+    link = same & tiny[1:] & tiny[:-1] & (gap <= rule["max_gap_in_run_ns"])
+    run_id = np.concatenate([[0], np.cumsum(~link)])
+    d["run_id"] = run_id
+    d["gap_before"] = np.concatenate([[0], np.where(link, gap, 0)])
+    d = d[tiny]
+    g = d.groupby("run_id", sort=False)
+    runs = g.agg(
+        rank=("rank", "first"),
+        device_id=("device_id", "first"),
+        stream_id=("stream_id", "first"),
+        kernels=("dur_ns", "size"),
+        kernel_ns=("dur_ns", "sum"),
+        gap_ns=("gap_before", "sum"),
+        first_ns=("start_ns", "min"),
+        last_ns=("end_ns", "max"),
+        gemm_fraction=("is_gemm", "mean"),
+    )
+    runs = runs[runs["kernels"] >= rule["min_run_kernels"]].copy()
+    if len(runs):
+        top = d[d["run_id"].isin(runs.index)].groupby(["run_id", "name"], sort=False)["dur_ns"].sum()
+        top = top.reset_index().sort_values("dur_ns", ascending=False).drop_duplicates("run_id").set_index("run_id")
+        runs["top_kernel"] = top["name"].reindex(runs.index)
+        corr = d[d["run_id"].isin(runs.index)][["run_id", "rank", "correlation_id"]].dropna()
+        rt = ctx.trace.runtime
+        if len(rt) and len(corr):
+            api = corr.merge(
+                rt[["rank", "correlation_id", "dur_ns"]].dropna(subset=["correlation_id"]),
+                on=["rank", "correlation_id"],
+                how="inner",
+            )
+            runs["launch_api_ns"] = api.groupby("run_id")["dur_ns"].sum().reindex(runs.index).fillna(0)
+        else:
+            runs["launch_api_ns"] = np.nan
+    ctx.cache[key] = runs.reset_index()
+    return ctx.cache[key]
+
+
+def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
+    """Two kinds of rows: kind="run" (per stream, summed over its runs) and kind="big_grid"
+    (per kernel launch group)."""
+    parts = []
+    runs = find_runs(ctx, rule)
+    if len(runs):
+        per_stream = runs.groupby(["rank", "device_id", "stream_id"], sort=False).agg(
+            runs=("run_id", "size"),
+            kernels=("kernels", "sum"),
+            kernel_ns=("kernel_ns", "sum"),
+            gap_ns=("gap_ns", "sum"),
+            launch_api_ns=("launch_api_ns", lambda s: s.sum(min_count=1)),
+            gemm_fraction=("gemm_fraction", "mean"),
+            name=("top_kernel", lambda s: s.value_counts().index[0]),
+        )
+        per_stream = per_stream.reset_index()
+        per_stream["kind"] = "run"
+        parts.append(per_stream)
+    k = ctx.kernels
+    big = k[k["waves"].notna() & ~k["is_comm"]].copy()
+    if len(big):
+        big["wave_ns"] = big["dur_ns"] / np.ceil(big["waves"].astype("float64"))
+        big = group_launches(big, ["waves", "wave_ns", "blocks_per_sm", "sm_count"])
+        big["kind"] = "big_grid"
+        parts.append(big)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def _run_finding(row, rule: Rule, ctx: Context) -> Finding | None:
+    busy = row["kernel_ns"] + row["gap_ns"]
+    frac = row["gap_ns"] / busy if busy else 0.0
+    if frac < rule["min_gap_fraction"] or row["gap_ns"] < rule["min_savings_ns"]:
+        return None
+    grouped = row["gemm_fraction"] >= 0.5
+    return Finding(
+        symptom=SYMPTOM,
+        strategy=rule.strategy,
+        title=rule.title,
+        kernel=str(row["name"]),
+        rank=as_int(row["rank"]),
+        device_id=None if row["device_id"] < 0 else int(row["device_id"]),
+        shape=None,
+        grid=None,
+        block=None,
+        launches=int(row["kernels"]),
+        total_ns=int(row["kernel_ns"]),
+        est_savings_ns=int(row["gap_ns"]),
+        confidence="high" if frac >= 0.5 else "medium",
+        watch_for=rule.watch_for,
+        evidence={
+            "pattern": "tiny back-to-back kernels",
+            "stream_id": None if row["stream_id"] < 0 else int(row["stream_id"]),
+            "runs": int(row["runs"]),
+            "kernels_in_runs": int(row["kernels"]),
+            "kernel_ns": int(row["kernel_ns"]),
+            "gap_ns": int(row["gap_ns"]),
+            "gap_fraction": round(float(frac), 3),
+            "mean_kernel_ns": int(row["kernel_ns"] / max(1, row["kernels"])),
+            "launch_api_ns": None if pd.isna(row["launch_api_ns"]) else int(row["launch_api_ns"]),
+            "gemm_fraction": round(float(row["gemm_fraction"]), 3),
+        },
+        suggestion={"schedule": "grouped" if grouped else "persistent", "cuda_graph": True},
+    )
+
+
+def _big_grid_finding(row, rule: Rule, ctx: Context) -> Finding | None:
+    waves, wave_ns = row["waves"], row["wave_ns"]
+    if waves < rule["min_waves_big_grid"] or wave_ns > rule["max_wave_ns"]:
+        return None
+    per_launch = row["total_ns"] / row["launches"]
+    # Each wave pays roughly block_overhead_ns; a persistent loop pays it about once.
+    saved = min(0.5 * per_launch, (np.ceil(waves) - 1) * rule["block_overhead_ns"])
+    savings = saved * row["launches"]
+    if savings < rule["min_savings_ns"]:
+        return None
+    sms = int(row["sm_count"])
+    bps = int(row["blocks_per_sm"])
+    return Finding(
+        symptom=SYMPTOM,
+        strategy=rule.strategy,
+        title=rule.title,
+        kernel=str(row["name"]),
+        rank=as_int(row["rank"]),
+        device_id=as_int(row["device_id"]),
+        shape=shape_of(row),
+        grid=dims(row, "grid"),
+        block=dims(row, "block"),
+        launches=int(row["launches"]),
+        total_ns=int(row["total_ns"]),
+        est_savings_ns=int(savings),
+        confidence="low",
+        watch_for=rule.watch_for,
+        evidence={
+            "pattern": "huge grid of short blocks",
+            "waves_occupancy": round(float(waves), 1),
+            "wave_ns": int(wave_ns),
+            "blocks_per_sm": bps,
+            "sm_count": sms,
+            "median_ns": int(row["median_ns"]),
+        },
+        suggestion={"schedule": "persistent", "grid": sms * bps},
+    )
+
+
+def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
+    out = []
+    for row in ev.to_dict("records") if len(ev) else []:
+        f = _run_finding(row, rule, ctx) if row["kind"] == "run" else _big_grid_finding(row, rule, ctx)
+        if f is not None:
+            out.append(f)
+    return out

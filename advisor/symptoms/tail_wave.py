@@ -1,0 +1,107 @@
+"""tail_wave: a GEMM with more than one wave of tiles whose last wave is partial.
+
+What it detects: GEMM kernels whose output tiles (from the problem shape and the tile in the
+kernel name, else the grid's blocks) make `waves = tiles / SMs > 1` with a low tail
+efficiency `waves / ceil(waves)` (SM-saturation model; the occupancy model is reported too).
+Why it matters: in the last wave only some SMs work; measured on the H200, 143 tiles took
+31% longer than 132. What to do: Stream-K (a data-parallel body plus a Stream-K tail that
+spreads the leftover tiles' K iterations over all SMs). Estimated recoverable time:
+`dur x (1 - waves / ceil(waves))`, an upper bound (perfect balance).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ..findings import Finding
+from ..rules import Rule
+from .context import Context, as_int, dims, group_launches, shape_of
+
+SYMPTOM = "tail_wave"
+REQUIRES = (
+    ("kernels", "grid_blocks", "Does the trace record each kernel's grid size?"),
+    ("devices", "sm_count", "Does the trace (or --sm-count) give the GPU's SM count?"),
+)
+
+
+def work_units(k: pd.DataFrame) -> pd.DataFrame:
+    """Tiles per launch: from shape and named tile when both are known, else grid blocks."""
+    from_shape = k["tiles"].notna()
+    units = k["tiles"].astype("Float64").fillna(k["grid_blocks"].astype("Float64")).astype("float64")
+    waves = units / k["sm_count"].astype("float64")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        eff = waves / np.ceil(waves)
+    return pd.DataFrame(
+        {"units": units, "units_from_shape": from_shape.astype(float), "waves_units": waves, "tail_eff_units": eff},
+        index=k.index,
+    )
+
+
+def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
+    k = ctx.kernels
+    g = k[k["is_gemm"] & ~k["is_split_k"] & k["sm_count"].notna() & k["grid_blocks"].notna()]
+    if g.empty:
+        return group_launches(g, [])
+    g = pd.concat([g, work_units(g)], axis=1)
+    return group_launches(
+        g,
+        ["units", "units_from_shape", "waves_units", "tail_eff_units", "waves", "tail_efficiency", "blocks_per_sm", "sm_count", "tile_m", "tile_n"],
+    )
+
+
+def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
+    out = []
+    for row in ev.to_dict("records"):
+        waves, eff = row.get("waves_units"), row.get("tail_eff_units")
+        if waves is None or pd.isna(waves) or waves <= rule["min_waves"] or eff > rule["max_tail_efficiency"]:
+            continue
+        share = ctx.share(row["rank"], row["device_id"], row["total_ns"])
+        savings = row["total_ns"] * (1.0 - eff)
+        if share < rule["min_share"] or savings < rule["min_savings_ns"]:
+            continue
+        sms = int(row["sm_count"])
+        units = int(round(row["units"]))
+        full = math.floor(waves)
+        src = ctx.device_value(row["rank"], row["device_id"], "sm_count_source")
+        confidence = "high" if src in ("trace", "user") else "medium"
+        out.append(
+            Finding(
+                symptom=SYMPTOM,
+                strategy=rule.strategy,
+                title=rule.title,
+                kernel=str(row["name"]),
+                rank=as_int(row["rank"]),
+                device_id=as_int(row["device_id"]),
+                shape=shape_of(row),
+                grid=dims(row, "grid"),
+                block=dims(row, "block"),
+                launches=int(row["launches"]),
+                total_ns=int(row["total_ns"]),
+                est_savings_ns=int(savings),
+                confidence=confidence,
+                watch_for=rule.watch_for,
+                evidence={
+                    "tiles": units,
+                    "tiles_from": "shape and kernel-name tile" if row["units_from_shape"] else "grid blocks",
+                    "sm_count": sms,
+                    "waves_sat": round(float(waves), 3),
+                    "tail_efficiency_sat": round(float(eff), 3),
+                    "waves_occupancy": None if pd.isna(row["waves"]) else round(float(row["waves"]), 3),
+                    "tail_efficiency_occupancy": None if pd.isna(row["tail_efficiency"]) else round(float(row["tail_efficiency"]), 3),
+                    "blocks_per_sm": None if pd.isna(row["blocks_per_sm"]) else int(row["blocks_per_sm"]),
+                    "last_wave_tiles": units - full * sms,
+                    "share_of_gpu_time": round(share, 4),
+                    "median_ns": int(row["median_ns"]),
+                },
+                suggestion={
+                    "full_waves": full,
+                    "tail_tiles": units - full * sms,
+                    "sk_programs": sms,
+                    "policy": "hybrid1" if waves < 2 else "hybrid2",
+                },
+            )
+        )
+    return out

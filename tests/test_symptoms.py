@@ -1,0 +1,257 @@
+"""Symptoms and rules on hand-built traces, with the expected numbers worked out here."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from synthetic import H100, back_to_back, kernel, launch, make_trace, nvtx
+
+from advisor.diagnose import diagnose
+from advisor.symptoms import Context
+from advisor.symptoms.gemm import parse_cpu_op, parse_range_text, tile_from_name
+from advisor.symptoms.intervals import merge, overlap, total
+from advisor.symptoms.occupancy import occupancy
+
+
+def by_symptom(d, symptom):
+    return [f for f in d.findings if f.symptom == symptom]
+
+
+# ----------------------------------------------------------------------------- occupancy
+
+
+def test_occupancy_limits_and_both_wave_models():
+    # 256 threads = 8 warps; 128 regs -> 4096 regs/warp -> 16 warps by registers -> 2 blocks.
+    # smem 100 KiB + 1 KiB reserved -> 233472 // 104448 = 2 blocks. warps: 64 // 8 = 8.
+    t = make_trace([kernel(0, 82_000, grid=(143, 1, 1), regs=128, smem=100 * 1024)])
+    occ = occupancy(t).iloc[0]
+    assert occ["blocks_per_sm"] == 2
+    assert occ["occupancy_limiter"] in ("registers", "shared_memory")
+    assert occ["waves"] == pytest.approx(143 / (132 * 2))
+    assert occ["waves_sat"] == pytest.approx(143 / 132)
+    assert occ["tail_efficiency_sat"] == pytest.approx((143 / 132) / 2)
+
+
+def test_occupancy_register_rounding_and_warp_limit():
+    # 1024 threads = 32 warps; 40 regs -> 1280 regs/warp -> 51 warps by regs -> 1 block.
+    t = make_trace([kernel(0, 1000, grid=(10, 1, 1), block=(1024, 1, 1), regs=40)])
+    occ = occupancy(t).iloc[0]
+    assert occ["blocks_per_sm"] == 1 and occ["occupancy_limiter"] == "registers"
+    # 64 threads, 16 regs: 2 warps/block -> 32 by warps, 32 by device limit -> 32.
+    t = make_trace([kernel(0, 1000, grid=(10, 1, 1), block=(64, 1, 1), regs=16)])
+    assert occupancy(t).iloc[0]["blocks_per_sm"] == 32
+
+
+def test_occupancy_unknown_without_sm_count():
+    dev = dict(H100, name="Mystery GPU", sm_count=None, sm_count_source=None)
+    t = make_trace([kernel(0, 1000, grid=(500, 1, 1))], devices=[dev])
+    occ = occupancy(t).iloc[0]
+    assert math.isnan(occ["waves"])
+    assert any("SM count unknown" in n for n in t.meta["notes"])
+
+
+# ----------------------------------------------------------------------------- GEMM facts
+
+
+@pytest.mark.parametrize(
+    "name, tile",
+    [
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_off_kernel", (128, 256, 64)),
+        ("nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT", (320, 128, 64)),
+        ("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NTN", (128, 256, 64)),
+        ("cutlass3x_sm90_tensorop_gemm_bf16_bf16_f32_bf16_bf16_256x128x64_1x2x1_0_tnn_align8_warpspecialized_cooperative_epi_tma", (256, 128, 64)),
+        ("cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_256x128_32x3_nn_align8", (256, 128, 32)),
+        ("ampere_sgemm_128x64_nn", (128, 64, None)),
+        ("Cijk_Ailk_Bljk_BBS_BH_MT128x128x64_MI32x32x8x1_SN_1LDSB0", (128, 128, 64)),
+        ("vectorized_elementwise_kernel", None),
+    ],
+)
+def test_tile_from_name(name, tile):
+    assert tile_from_name(name) == tile
+
+
+def test_shape_parsers():
+    s = parse_range_text("aten::mm, seq = 0, op_id = 1, sizes = [[4096, 1024], [1024, 512]], input_op_ids = [(0, 0)]")
+    assert (s["M"], s["N"], s["K"]) == (4096, 512, 1024)
+    s = parse_range_text("aten::addmm, seq = 3, sizes = [[512], [64, 1024], [1024, 512]]")
+    assert (s["M"], s["N"], s["K"]) == (64, 512, 1024)
+    s = parse_range_text("advisor.gemm M=256 N=128 K=131072 dtype=bf16 split_k")
+    assert (s["M"], s["N"], s["K"], s["dtype"]) == (256, 128, 131072, "bf16")
+    assert parse_range_text("advisor.gemm M=abc N=1 K=1") is None
+    assert parse_range_text("aten::mm, sizes = [[2, 3], [4, 5]]") is None  # inner dims differ
+    s = parse_cpu_op("aten::linear", "[[8, 128, 1024], [4096, 1024], [4096]]", '["c10::BFloat16", "c10::BFloat16", "c10::BFloat16"]')
+    assert (s["M"], s["N"], s["K"], s["dtype"]) == (8 * 128, 4096, 1024, "bf16")
+    s = parse_cpu_op("aten::bmm", "[[12, 64, 32], [12, 32, 128]]", None)
+    assert (s["M"], s["N"], s["K"], s["batch"]) == (64, 128, 32, 12)
+
+
+def test_innermost_range_gives_the_shape():
+    ks = [kernel(10_000, 5_000, name="kernel_0", corr=1), kernel(30_000, 5_000, name="other_kernel", corr=2)]
+    rt = [launch(1, 1_000), launch(2, 20_000)]
+    ranges = [
+        nvtx("aten::linear, seq = 1, sizes = [[64, 1024], [512, 1024], [512]]", 0, 25_000),
+        nvtx("aten::addmm, seq = 2, sizes = [[512], [64, 1024], [1024, 512]]", 500, 5_000),
+    ]
+    ctx = Context(make_trace(ks, runtime=rt, ranges=ranges))
+    g = ctx.kernels
+    assert (g.loc[0, "M"], g.loc[0, "N"], g.loc[0, "K"]) == (64, 512, 1024)
+    assert g.loc[0, "op"].startswith("aten::addmm") and g.loc[0, "is_gemm"]
+    # The second launch sits only in the outer linear range.
+    assert g.loc[1, "op"].startswith("aten::linear")
+
+
+def test_intervals():
+    ms, me = merge([0, 5, 20, 22], [10, 12, 25, 30])
+    assert list(ms) == [0, 20] and list(me) == [12, 30]
+    assert total([0, 5, 20, 22], [10, 12, 25, 30]) == 22
+    assert list(overlap([-5, 11, 25], [1, 21, 40], ms, me)) == [1, 2, 5]
+
+
+# ----------------------------------------------------------------------------- rules
+
+
+def test_tail_wave_on_143_tiles_and_not_on_132():
+    tail = [kernel(i * 100_000, 82_000, grid=(11, 13, 1), name="matmul_kernel") for i in range(10)]
+    d = diagnose(make_trace(tail))
+    (f,) = by_symptom(d, "tail_wave")
+    assert f.strategy == "stream_k" and f.launches == 10
+    eff = (143 / 132) / 2
+    assert f.evidence["tail_efficiency_sat"] == pytest.approx(eff, abs=1e-3)
+    assert f.est_savings_ns == int(820_000 * (1 - eff))
+    assert f.suggestion["tail_tiles"] == 11 and f.confidence == "high"
+
+    balanced = [kernel(i * 100_000, 62_000, grid=(12, 11, 1), name="matmul_kernel") for i in range(10)]
+    assert by_symptom(diagnose(make_trace(balanced)), "tail_wave") == []
+
+
+def test_tail_uses_tiles_from_shape_for_persistent_cublas():
+    # A persistent nvjet kernel has grid = #SMs, but the shape says 3072^2 / (128x256) = 288 tiles.
+    name = "nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NTN"
+    ks = [kernel(i * 300_000, 200_000, grid=(132, 1, 1), name=name, corr=i + 1) for i in range(5)]
+    rt = [launch(i + 1, i * 300_000 - 5_000) for i in range(5)]
+    rg = [nvtx("advisor.gemm M=3072 N=3072 K=4096 dtype=bf16", i * 300_000 - 6_000, i * 300_000 - 1_000) for i in range(5)]
+    (f,) = by_symptom(diagnose(make_trace(ks, runtime=rt, ranges=rg)), "tail_wave")
+    assert f.evidence["tiles"] == 288 and f.evidence["tiles_from"].startswith("shape")
+    assert f.evidence["waves_sat"] == pytest.approx(288 / 132, abs=1e-3)
+
+
+def test_small_grid_long_k_split_and_savings():
+    ks = [kernel(0, 888_000, grid=(2, 2, 1), name="matmul_kernel", corr=1)]
+    rt = [launch(1, -5_000)]
+    rg = [nvtx("advisor.gemm M=256 N=256 K=131072 dtype=bf16", -6_000, -1_000)]
+    d = diagnose(make_trace(ks, runtime=rt, ranges=rg))
+    (f,) = by_symptom(d, "small_grid_long_k")
+    assert f.strategy == "split_k" and f.suggestion["split_k"] == 32  # min(132 // 4, max_split 32)
+    nbytes = 2 * (256 * 131072 + 131072 * 256 + 256 * 256)
+    floor = nbytes / 4.8e12 * 1e9
+    assert f.evidence["hbm_floor_ns"] == int(floor)
+    assert f.est_savings_ns == int(888_000 - max(888_000 * 4 / 132, floor))
+    assert by_symptom(d, "tail_wave") == []
+
+
+def test_small_grid_short_k_is_not_flagged():
+    ks = [kernel(0, 100_000, grid=(2, 2, 1), corr=1)]
+    rg = [nvtx("advisor.gemm M=256 N=256 K=1024 dtype=bf16", -6_000, -1_000)]
+    d = diagnose(make_trace(ks, runtime=[launch(1, -5_000)], ranges=rg))
+    assert by_symptom(d, "small_grid_long_k") == []
+
+
+def test_tiny_kernel_stream_is_launch_bound():
+    ks = back_to_back(100, 3_000, 7_000, name="vectorized_elementwise_kernel", grid=(4, 1, 1))
+    d = diagnose(make_trace(ks))
+    (f,) = by_symptom(d, "launch_overhead")
+    assert f.strategy == "persistent"
+    assert f.evidence["gap_ns"] == 99 * 7_000 and f.est_savings_ns == 99 * 7_000
+    assert f.evidence["gap_fraction"] == pytest.approx(99 * 7_000 / (99 * 7_000 + 100 * 3_000), abs=1e-3)
+    assert f.suggestion["schedule"] == "persistent"
+    # Launch-bound gaps are not counted as an idle GPU by the gate.
+    assert not [g for g in d.gates if g.check == "gpu_idle"]
+
+
+def test_small_gemm_stream_suggests_grouped():
+    ks = back_to_back(64, 4_000, 6_000, name="sm90_xmma_gemm_bf16_tilesize128x128x64", grid=(4, 1, 1))
+    (f,) = by_symptom(diagnose(make_trace(ks)), "launch_overhead")
+    assert f.suggestion["schedule"] == "grouped"
+
+
+def test_busy_stream_of_small_kernels_is_not_flagged():
+    ks = back_to_back(100, 3_000, 500, name="vectorized_elementwise_kernel", grid=(4, 1, 1))
+    assert by_symptom(diagnose(make_trace(ks)), "launch_overhead") == []
+
+
+def test_huge_grid_of_short_blocks():
+    # 1M blocks of 32 threads, 16 regs: 32 blocks/SM -> 1e6 / 4224 = 236.7 waves in 400 us
+    # -> 1.69 us per wave, under max_wave_ns.
+    ks = [kernel(i * 500_000, 400_000, name="tiny_block_kernel", grid=(1_000_000, 1, 1), block=(32, 1, 1), regs=16) for i in range(3)]
+    (f,) = by_symptom(diagnose(make_trace(ks)), "launch_overhead")
+    assert f.evidence["pattern"] == "huge grid of short blocks" and f.confidence == "low"
+    assert f.evidence["waves_occupancy"] == pytest.approx(1_000_000 / (132 * 32), abs=0.1)
+    assert f.est_savings_ns == int(3 * min(200_000, (math.ceil(1_000_000 / 4224) - 1) * 500))
+
+
+def test_hopper_no_ws_flags_plain_gemm_not_nvjet():
+    plain = [kernel(i * 1_000_000, 900_000, grid=(64, 64, 1), name="sm90_xmma_gemm_bf16bf16_tilesize128x128x64") for i in range(5)]
+    d = diagnose(make_trace(plain))
+    (f,) = by_symptom(d, "hopper_no_ws")
+    assert f.strategy == "warp_specialization" and f.confidence == "low"
+    assert f.est_savings_ns == int(5 * 900_000 * 0.10)
+    ws = [kernel(i * 1_000_000, 900_000, grid=(132, 1, 1), name="nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT") for i in range(5)]
+    assert by_symptom(diagnose(make_trace(ws)), "hopper_no_ws") == []
+    a100 = dict(H100, name="NVIDIA A100-SXM4-80GB", arch="8.0", cc_major=8, sm_count=108)
+    assert by_symptom(diagnose(make_trace(plain, devices=[a100])), "hopper_no_ws") == []
+
+
+def test_exposed_comm_per_rank():
+    ks = [
+        kernel(0, 1_000_000, name="ncclDevKernel_AllReduce_Sum_bf16_RING_LL", grid=(24, 1, 1), stream=20),
+        kernel(0, 300_000, name="sm90_xmma_gemm_bf16_tilesize128x128x64", grid=(64, 8, 1), stream=7),
+        kernel(1_000_000, 500_000, name="sm90_xmma_gemm_bf16_tilesize128x128x64", grid=(64, 8, 1), stream=7),
+    ]
+    d = diagnose(make_trace(ks))
+    (f,) = by_symptom(d, "exposed_comm")
+    assert f.evidence["exposed_ns"] == 700_000 and f.evidence["overlapped_ns"] == 300_000
+    assert f.est_savings_ns == 700_000  # compute (800 us) can hide all of it
+    assert f.evidence["exposed_fraction"] == pytest.approx(700_000 / 1_500_000, abs=1e-3)
+
+
+def test_overlapped_comm_is_clean():
+    ks = [
+        kernel(0, 1_000_000, name="ncclDevKernel_AllReduce_Sum_bf16_RING_LL", grid=(24, 1, 1), stream=20),
+        kernel(0, 1_000_000, name="sm90_xmma_gemm_bf16_tilesize128x128x64", grid=(64, 8, 1), stream=7),
+    ]
+    assert by_symptom(diagnose(make_trace(ks)), "exposed_comm") == []
+
+
+def test_gate_gpu_idle_and_sync():
+    ks = [kernel(i * 1_000_000, 100_000, name="matmul_kernel", grid=(12, 11, 1)) for i in range(10)]
+    rt = [launch(i + 1, i * 1_000_000 + 100_000, dur=880_000, name="cudaDeviceSynchronize") for i in range(10)]
+    d = diagnose(make_trace(ks, runtime=rt))
+    checks = {g.check for g in d.gates}
+    assert {"gpu_idle", "sync_calls"} <= checks and d.premature
+
+
+def test_gate_gemm_far_below_roofline():
+    # 8192^3 bf16 in whole waves (64x64 = 4096 tiles = 31.03 waves: tail efficiency 0.97)
+    # at 110 ms: 10 TFLOP/s against a 989 TFLOP/s peak.
+    ks = [kernel(0, 110_000_000, grid=(64, 64, 1), name="matmul_kernel", corr=1)]
+    rg = [nvtx("advisor.gemm M=8192 N=8192 K=8192 dtype=bf16", -6_000, -1_000)]
+    d = diagnose(make_trace(ks, runtime=[launch(1, -5_000)], ranges=rg))
+    (g,) = [g for g in d.gates if g.check == "gemm_below_roofline"]
+    assert g.value == pytest.approx(2 * 8192**3 / 0.110 / 989e12, abs=1e-3)
+
+
+def test_not_applicable_without_sm_count():
+    dev = dict(H100, name="Mystery GPU", sm_count=None, sm_count_source=None)
+    d = diagnose(make_trace([kernel(0, 82_000, grid=(143, 1, 1))], devices=[dev]))
+    assert {n["symptom"] for n in d.not_applicable} >= {"tail_wave", "small_grid_long_k"}
+    assert d.findings == [] or all(f.symptom not in ("tail_wave", "small_grid_long_k") for f in d.findings)
+
+
+def test_findings_ranked_and_top():
+    ks = [kernel(i * 100_000, 82_000, grid=(11, 13, 1)) for i in range(10)]
+    ks += back_to_back(200, 3_000, 20_000, start=2_000_000, name="vectorized_elementwise_kernel", grid=(4, 1, 1), stream=9)
+    d = diagnose(make_trace(ks))
+    savings = [f.est_savings_ns for f in d.findings]
+    assert savings == sorted(savings, reverse=True) and len(savings) >= 2
+    assert len(diagnose(make_trace(ks), top=1).findings) == 1
