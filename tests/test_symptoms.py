@@ -255,3 +255,12 @@ def test_findings_ranked_and_top():
     savings = [f.est_savings_ns for f in d.findings]
     assert savings == sorted(savings, reverse=True) and len(savings) >= 2
     assert len(diagnose(make_trace(ks), top=1).findings) == 1
+
+
+def test_hopper_no_ws_skips_bandwidth_bound_gemm():
+    # 64x4096x16384 bf16: intensity = 2*64*4096*16384 / (2*(64*16384 + 16384*4096 + 64*4096))
+    # = 63 FLOP/byte, under half of the H200's ridge (989e12 / 4.8e12 = 206).
+    ks = [kernel(i * 1_000_000, 900_000, grid=(32, 1, 1), name="sm90_xmma_gemm_bf16_tilesize64x128x64", corr=i + 1) for i in range(5)]
+    rt = [launch(i + 1, i * 1_000_000 - 5_000) for i in range(5)]
+    rg = [nvtx("advisor.gemm M=64 N=4096 K=16384 dtype=bf16", i * 1_000_000 - 6_000, i * 1_000_000 - 1_000) for i in range(5)]
+    assert by_symptom(diagnose(make_trace(ks, runtime=rt, ranges=rg)), "hopper_no_ws") == []

@@ -3,7 +3,8 @@
 What it detects: on devices of compute capability 9.x, GEMM kernels whose names show no warp
 specialization (CUTLASS `warpspecialized`, cuBLAS `nvjet`, Triton kernels named `*_ws_*`)
 holding a significant share of GPU time. Why it matters: a TMA producer warp feeding wgmma
-consumer warpgroups keeps the tensor cores busy while loads are in flight. What to do: a
+consumer warpgroups keeps the tensor cores busy while loads are in flight. GEMMs whose arithmetic
+intensity is far under the ridge point are skipped: they wait on memory. What to do: a
 warp-specialized persistent TMA kernel, then measure: it does not always win. Estimated
 recoverable time: the kernel's time x `expected_gain` (a prior, so confidence is low).
 """
@@ -14,7 +15,7 @@ import pandas as pd
 
 from ..findings import Finding
 from ..rules import Rule
-from .context import Context, as_int, dims, group_launches, shape_of
+from .context import Context, as_int, dims, gemm_bytes, gemm_flop, group_launches, shape_of
 
 SYMPTOM = "hopper_no_ws"
 REQUIRES = (("devices", "cc_major", "Does the trace say which GPU architecture ran the kernels?"),)
@@ -33,11 +34,25 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     return group_launches(g, [])
 
 
+def _bandwidth_bound(row: dict, rule: Rule, ctx: Context) -> bool:
+    """True when the GEMM's arithmetic intensity is far under the device's ridge point:
+    feeding tensor cores faster cannot help a GEMM that waits on memory."""
+    shape = shape_of(row)
+    peak = ctx.device_value(row["rank"], row["device_id"], "peak_tensor_tflops")
+    bw = ctx.device_value(row["rank"], row["device_id"], "mem_bandwidth_bytes_per_s")
+    if shape is None or not peak or not bw:
+        return False
+    intensity = gemm_flop(shape) / gemm_bytes(shape)[0]
+    return intensity < rule["min_ridge_fraction"] * (peak * 1e12 / bw)
+
+
 def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
     out = []
-    # One finding per kernel name and device: launch shapes of one kernel share the remedy.
     if ev.empty:
         return out
+    keep = [not _bandwidth_bound(r, rule, ctx) for r in ev.to_dict("records")]
+    ev = ev[keep]
+    # One finding per kernel name and device: launch shapes of one kernel share the remedy.
     by_name = ev.groupby(["rank", "device_id", "name"], dropna=False, sort=False)
     for (rank, device_id, name), grp in by_name:
         total = int(grp["total_ns"].sum())
