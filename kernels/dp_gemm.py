@@ -1,0 +1,332 @@
+"""Data-parallel GEMM: one program per output tile, tiles visited in grouped order.
+
+What
+    C = A @ B with A (M, K), B (K, N). The output is cut into BLOCK_M x BLOCK_N tiles and the
+    grid launches exactly one program per tile. Each program walks the whole K dimension in
+    BLOCK_K steps, accumulating in fp32 registers (`tl.dot`, tensor cores; fp32 inputs run as
+    tf32), then casts to the input dtype and stores its tile.
+
+    Program ids are mapped to tiles in *grouped* order: GROUP_M consecutive row-tiles share one
+    sweep over the column-tiles. Programs that run at the same time then touch a compact
+    GROUP_M x (a few) block of tiles, so the A rows and B columns they read are still in L2
+    when their neighbours ask for them (the plain row-major order streams all of B for every
+    row of tiles).
+
+When it wins
+    This is the baseline every other schedule is measured against. It is the right schedule
+    whenever the tile count fills the GPU in (close to) whole waves and each tile has enough
+    K work: large balanced GEMMs. It loses (a) when tiles < SMs and K is long (most SMs idle:
+    use split_k_gemm), (b) when the last wave is mostly empty (1.08 waves costs 2 tile-times:
+    use stream_k_gemm), (c) when there are many tiny tiles, where launch and prologue costs
+    dominate (persistent_gemm).
+
+Caveats
+    - Rows/columns past the matrix edge are wrapped (`% M`, `% N`) onto valid ones inside the
+      K loop, so the loop needs no M/N masks; their results are dropped by the masked store.
+      The wrap keeps Triton's contiguity facts when M and N are multiples of 16, which is what
+      lets loads vectorize.
+    - A K that is not a multiple of BLOCK_K masks every K step (EVEN_K=False); a multiple
+      compiles a mask-free loop.
+    - Element offsets are int32 unless some tensor spans 2**31 elements, then int64 (INT64).
+    - Inputs may be any strided views (row-major, transposed); nothing is copied.
+
+Source of the idea
+    Triton tutorial 03-matrix-multiplication (grouped ordering, fp32 accumulator, pointer
+    increments along K). The helpers `tile_coords`, `mac_loop` and `store_tile` below are
+    shared with split_k_gemm, persistent_gemm and stream_k_gemm, so that every schedule runs
+    the same inner loop and comparisons between them measure only the schedule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+import torch
+import triton
+import triton.language as tl
+
+from .common import (
+    SMEM_PER_BLOCK_SM90,
+    cdiv,
+    check_matmul_inputs,
+    gemm_launch_metadata,
+    needs_int64_offsets,
+    num_sms,
+    pipeline_smem_bytes,
+    prepare_output,
+    self_check,
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Knobs
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every knob of the data-parallel schedule."""
+
+    BLOCK_M: int = 128  # output tile rows per program
+    BLOCK_N: int = 128  # output tile columns per program
+    BLOCK_K: int = 64  # K step of the main loop
+    GROUP_M: int = 8  # row-tiles per group in the grouped tile order (1 = row-major order)
+    num_warps: int = 4  # warps per program (8 for 128x256 tiles: two warpgroups)
+    num_stages: int = 4  # software-pipeline depth (shared-memory buffers per operand)
+
+    def __post_init__(self):
+        check_block_config(self)
+
+    def smem_bytes(self, dtype: torch.dtype) -> int:
+        elt = torch.empty((), dtype=dtype).element_size()
+        return pipeline_smem_bytes(self.BLOCK_M, self.BLOCK_N, self.BLOCK_K, self.num_stages, elt)
+
+    def describe(self) -> str:
+        return (f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_M} "
+                f"w{self.num_warps} s{self.num_stages}")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _pow2(x: int) -> bool:
+    return isinstance(x, int) and x > 0 and (x & (x - 1)) == 0
+
+
+def check_block_config(cfg) -> None:
+    """Checks shared by every schedule's Config: tile sizes Triton's `tl.dot` accepts (powers
+    of two, >= 16), a positive group size, warps and stages Triton supports."""
+    for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
+        value = getattr(cfg, name)
+        if not _pow2(value) or value < 16:
+            raise ValueError(f"{name}={value!r}: must be a power of two >= 16 (tl.dot needs it)")
+    if not isinstance(cfg.GROUP_M, int) or cfg.GROUP_M < 1:
+        raise ValueError(f"GROUP_M={cfg.GROUP_M!r}: must be a positive integer")
+    if cfg.num_warps not in (1, 2, 4, 8, 16):
+        raise ValueError(f"num_warps={cfg.num_warps!r}: must be 1, 2, 4, 8 or 16")
+    if not isinstance(cfg.num_stages, int) or cfg.num_stages < 1:
+        raise ValueError(f"num_stages={cfg.num_stages!r}: must be a positive integer")
+
+
+def check_smem(cfg, dtype: torch.dtype, extra_bytes: int = 0) -> None:
+    """Refuse a config whose pipeline buffers cannot fit one sm_90 block (it would fail to
+    launch with 'out of resources' on the GPU)."""
+    need = cfg.smem_bytes(dtype) + extra_bytes
+    if need > SMEM_PER_BLOCK_SM90:
+        raise ValueError(
+            f"config {cfg.describe()} needs ~{need // 1024} KB of shared memory for {dtype}, "
+            f"over the {SMEM_PER_BLOCK_SM90 // 1024} KB an sm_90 block can have: lower "
+            f"num_stages or BLOCK_K")
+
+
+def _next_pow2(x: int) -> int:
+    return 1 << max(0, (x - 1).bit_length())
+
+
+def fits_shape(block_m: int, block_n: int, M: int, N: int) -> bool:
+    """A tile no larger than the problem rounded up to a power of two (at least 16): bigger
+    tiles only compute padding."""
+    return block_m <= max(16, _next_pow2(M)) and block_n <= max(16, _next_pow2(N))
+
+
+def for_dtype(cfg: Config, dtype: torch.dtype):
+    """Adapt a 16-bit config to fp32 (tf32) inputs: halve BLOCK_K so the shared-memory
+    footprint stays the same, and give tiles of 128x128 elements or more 8 warps (sm_90
+    compile check: a 64x256 fp32 tile on 4 warps spills registers). Works on any schedule's
+    Config (dataclasses.replace keeps its other knobs)."""
+    if dtype != torch.float32:
+        return cfg
+    warps = max(cfg.num_warps, 8) if cfg.BLOCK_M * cfg.BLOCK_N >= 128 * 128 else cfg.num_warps
+    return replace(cfg, BLOCK_K=max(16, cfg.BLOCK_K // 2), num_warps=warps)
+
+
+def default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> Config:
+    """A sane config without measuring.
+
+    bf16/fp16 on H100-class GPUs: 128x256x64 tiles with 8 warps and 3 stages is Triton's
+    known-good large-GEMM point (2 warpgroups, 144 KB of pipeline buffers); it is used when it
+    still yields at least one full wave of tiles. Otherwise 128x128x64, 4 warps, 4 stages
+    (128 KB). Skinny problems get 64-row tiles. fp32 goes through `for_dtype`."""
+    if M >= 128 and N >= 256 and cdiv(M, 128) * cdiv(N, 256) >= num_sms:
+        cfg = Config(128, 256, 64, 8, num_warps=8, num_stages=3)
+    elif M <= 64:
+        cfg = Config(64, 128 if N >= 128 else 64, 64, 8, num_warps=4, num_stages=4)
+    else:
+        cfg = Config(128, 128, 64, 8, num_warps=4, num_stages=4)
+    return for_dtype(cfg, dtype)
+
+
+def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> list[Config]:
+    """Autotune candidates for one shape (at most 12): the tile shapes Triton GEMMs win with
+    on Hopper, pruned to those that fit the problem and the sm_90 shared-memory budget."""
+    candidates = [
+        Config(128, 256, 64, 8, num_warps=8, num_stages=3),
+        Config(256, 128, 64, 8, num_warps=8, num_stages=3),
+        Config(128, 256, 64, 8, num_warps=8, num_stages=4),
+        Config(128, 128, 64, 8, num_warps=4, num_stages=4),
+        Config(128, 128, 64, 8, num_warps=8, num_stages=4),
+        Config(128, 128, 128, 8, num_warps=8, num_stages=3),
+        Config(128, 64, 64, 8, num_warps=4, num_stages=4),
+        Config(64, 128, 64, 8, num_warps=4, num_stages=4),
+        Config(64, 64, 64, 8, num_warps=4, num_stages=4),
+        Config(64, 256, 64, 8, num_warps=4, num_stages=4),
+        Config(32, 64, 64, 8, num_warps=4, num_stages=5),
+        Config(16, 64, 128, 4, num_warps=4, num_stages=5),
+    ]
+    out = []
+    for cfg in (for_dtype(c, dtype) for c in candidates):
+        if (fits_shape(cfg.BLOCK_M, cfg.BLOCK_N, M, N) and cfg.smem_bytes(dtype) <= SMEM_PER_BLOCK_SM90
+                and cfg not in out):
+            out.append(cfg)
+    if not out:
+        out.append(default_config(M, N, K, dtype, num_sms))
+    return out[:12]
+
+
+# --------------------------------------------------------------------------------------------
+# Device helpers shared by the schedules in this folder
+# --------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of linear tile `tile_id` in grouped order: tiles are numbered down a
+    band of GROUP_M row-tiles first, then across; the last band may be shorter."""
+    tiles_per_group = GROUP_M * num_pid_n
+    group_id = tile_id // tiles_per_group
+    first_pid_m = group_id * GROUP_M
+    group_rows = tl.minimum(num_pid_m - first_pid_m, GROUP_M)
+    within = tile_id % tiles_per_group
+    pid_m = first_pid_m + within % group_rows
+    pid_n = within // group_rows
+    return pid_m, pid_n
+
+
+@triton.jit
+def mac_loop(
+    # operands (element pointers) and their element strides
+    a_ptr, b_ptr, stride_am, stride_ak, stride_bk, stride_bn,
+    # problem size
+    M, N, K,
+    # which tile, and which K steps of it: iterations [k_begin, k_end) of BLOCK_K each
+    pid_m, pid_n, k_begin, k_end,
+    # meta-parameters
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no K masks at all
+    INT64: tl.constexpr,  # compute element offsets in int64
+):
+    """fp32 accumulator of A[tile rows, k-range] @ B[k-range, tile cols]. An empty range
+    (k_begin >= k_end) returns zeros."""
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = k_begin * BLOCK_K + tl.arange(0, BLOCK_K)
+    step_a = BLOCK_K * stride_ak
+    step_b = BLOCK_K * stride_bk
+    if INT64:
+        rm = rm.to(tl.int64)
+        rn = rn.to(tl.int64)
+        rk = rk.to(tl.int64)
+        step_a = BLOCK_K * stride_ak.to(tl.int64)
+        step_b = BLOCK_K * stride_bk.to(tl.int64)
+    # Rows/cols past the edge read valid memory (wrapped); the store drops them.
+    rm = rm % M
+    rn = rn % N
+    a_ptrs = a_ptr + (rm[:, None] * stride_am + rk[None, :] * stride_ak)
+    b_ptrs = b_ptr + (rk[:, None] * stride_bk + rn[None, :] * stride_bn)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for ki in range(k_begin, k_end):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            k_left = K - ki * BLOCK_K
+            a = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_K)[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=tl.arange(0, BLOCK_K)[:, None] < k_left, other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += step_a
+        b_ptrs += step_b
+    return acc
+
+
+@triton.jit
+def store_tile(
+    c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr,
+):
+    """Cast the fp32 tile to C's dtype and store the in-bounds part."""
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    if INT64:
+        rm = rm.to(tl.int64)
+        rn = rn.to(tl.int64)
+    c_ptrs = c_ptr + (rm[:, None] * stride_cm + rn[None, :] * stride_cn)
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+# --------------------------------------------------------------------------------------------
+# The kernel
+# --------------------------------------------------------------------------------------------
+
+
+@triton.jit(launch_metadata=gemm_launch_metadata("dp_gemm"))
+def dp_gemm_kernel(
+    # pointers: A (M, K), B (K, N), C (M, N)
+    a_ptr, b_ptr, c_ptr,
+    # problem size
+    M, N, K,
+    # element strides
+    stride_am, stride_ak,
+    stride_bk, stride_bn,
+    stride_cm, stride_cn,
+    # tile shape and order
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    # shape facts fixed by the host
+    EVEN_K: tl.constexpr, INT64: tl.constexpr,
+):
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    pid_m, pid_n = tile_coords(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M)
+    acc = mac_loop(a_ptr, b_ptr, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
+                   pid_m, pid_n, 0, tl.cdiv(K, BLOCK_K),
+                   BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64)
+    store_tile(c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc, BLOCK_M, BLOCK_N, INT64)
+
+
+# --------------------------------------------------------------------------------------------
+# Host launcher
+# --------------------------------------------------------------------------------------------
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
+           out: torch.Tensor | None = None) -> torch.Tensor:
+    """C = a @ b with the data-parallel schedule. a: (M, K), b: (K, N), both fp16, bf16 or fp32
+    (any strides). Returns `out` (filled) when given, else a new (M, N) tensor in a's dtype."""
+    M, N, K = check_matmul_inputs(a, b)
+    if config is None:
+        config = default_config(M, N, K, a.dtype, num_sms(a.device))
+    check_smem(config, a.dtype)
+    c = prepare_output(out, M, N, a)
+    grid = (cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N),)
+    dp_gemm_kernel[grid](
+        a, b, c,
+        M, N, K,
+        a.stride(0), a.stride(1),
+        b.stride(0), b.stride(1),
+        c.stride(0), c.stride(1),
+        BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K,
+        GROUP_M=config.GROUP_M,
+        EVEN_K=K % config.BLOCK_K == 0,
+        INT64=needs_int64_offsets(a, b, c),
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    return c
+
+
+if __name__ == "__main__":
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        self_check(matmul, [(37, 53, 97), (130, 70, 300)], config=Config(16, 16, 16, 2, num_warps=4, num_stages=1))
+    else:
+        self_check(matmul, [(37, 53, 97), (1664, 1408, 8192), (4096, 4096, 4096)])

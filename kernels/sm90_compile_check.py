@@ -1,0 +1,167 @@
+"""Compile every config of a schedule's search space for sm_90, on a machine without a GPU.
+
+Why
+    Device time is scarce; a config that fails to compile or to launch on the H200 ("out of
+    resources: shared memory", a ptxas error) wastes a GPU batch. Triton's wheel carries
+    ptxas, so the whole pipeline (Triton IR -> PTX -> cubin for sm_90a) runs on the CPU. This
+    tool drives each schedule's real host `matmul` with CPU tensors while a stand-in driver
+    reports an sm_90 target and every launch is turned into a compile-only warmup, then reads
+    each kernel's shared memory from Triton's metadata and its registers/spills from
+    `cuobjdump --dump-resource-usage`.
+
+Usage (repository root, TRITON_INTERPRET unset)
+    python -m kernels.sm90_compile_check dp_gemm split_k_gemm --shapes 8192x8192x8192
+    python -m kernels.sm90_compile_check --all
+
+Caveats
+    Compile-only: it proves the configs build and fit (227 KB of shared memory, no spills
+    reported), not that they are fast or correct. Run it with TRITON_INTERPRET unset; it
+    imports the schedules itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SM90_SMEM = 232448  # bytes of opt-in shared memory per block (227 KB)
+
+
+class _Sm90Driver:
+    """Just enough of Triton's driver interface to compile for sm_90 without a GPU."""
+
+    def __init__(self):
+        from triton.backends.compiler import GPUTarget
+
+        self._target = GPUTarget("cuda", 90, 32)
+
+    def is_active(self):
+        return True
+
+    def get_current_target(self):
+        return self._target
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_active_torch_device(self):
+        import torch
+
+        return torch.device("cpu")
+
+    def map_python_to_cpp_type(self, ty):
+        return ty
+
+    def get_benchmarker(self):
+        raise RuntimeError("compile-only driver")
+
+    def get_device_interface(self):
+        raise RuntimeError("compile-only driver")
+
+
+def _resource_usage(cubin: bytes) -> dict:
+    from triton.backends.nvidia.compiler import get_ptxas  # noqa: F401  (ensures the wheel layout)
+
+    tool = Path(importlib.import_module("triton").__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+    regs = re.search(r"REG:(\d+)", text)
+    stack = re.search(r"STACK:(\d+)", text)
+    return {"regs": int(regs.group(1)) if regs else -1, "stack": int(stack.group(1)) if stack else -1}
+
+
+def main(argv=None) -> int:
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        print("unset TRITON_INTERPRET: this tool compiles real kernels", file=sys.stderr)
+        return 2
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("schedules", nargs="*", default=[])
+    parser.add_argument("--all", action="store_true", help="dp, split-k, persistent and stream-k")
+    parser.add_argument("--shapes", nargs="*", default=None, help="MxNxK ... (default: the issue's suites)")
+    parser.add_argument("--dtypes", nargs="*", default=["bfloat16", "float16", "float32"])
+    parser.add_argument("--transposed", action="store_true", help="also compile with a transposed A and B")
+    args = parser.parse_args(argv)
+
+    import torch
+    import triton
+    from triton.runtime import driver
+    from triton.runtime.jit import JITFunction
+
+    schedules = args.schedules or []
+    if args.all:
+        schedules = ["dp_gemm", "split_k_gemm", "persistent_gemm", "stream_k_gemm"]
+    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes] if args.shapes else [
+        (8192, 8192, 8192), (4096, 4096, 8192), (1664, 1408, 8192), (4224, 4224, 8192),
+        (16, 4096, 16384), (256, 256, 131072), (32, 32, 131072), (128, 8192, 8192), (37, 53, 97)]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from advisor.kernel_lib import load
+
+    modules = {name: load(name) for name in schedules}
+    common = importlib.import_module("advisor_kernels.common")
+
+    driver.set_active(_Sm90Driver())
+    compiled: list = []
+    original_run = JITFunction.run
+
+    def compile_only(self, *a, grid, warmup, **kw):
+        kernel = original_run(self, *a, grid=grid, warmup=True, **kw)
+        compiled.append((self.fn.__name__, kernel))
+        return kernel
+
+    JITFunction.run = compile_only
+    os.environ["TRITON_INTERPRET"] = "1"  # lets check_matmul_inputs accept the CPU tensors
+    os.environ.setdefault("ADVISOR_NUM_SMS", "132")
+    failures = 0
+    seen = set()
+    try:
+        for name, mod in modules.items():
+            for (M, N, K) in shapes:
+                for dname in args.dtypes:
+                    dtype = getattr(torch, dname)
+                    layouts = [(False, False), (True, True)] if args.transposed else [(False, False)]
+                    for cfg in mod.search_space(M, N, K, dtype, 132):
+                        for ta, tb in layouts:
+                            a = torch.empty((K, M) if ta else (M, K), dtype=dtype)
+                            b = torch.empty((N, K) if tb else (K, N), dtype=dtype)
+                            a, b = (a.t() if ta else a), (b.t() if tb else b)
+                            compiled.clear()
+                            try:
+                                mod.matmul(a, b, cfg)
+                            except Exception as exc:  # report and continue: we want the full list
+                                failures += 1
+                                print(f"FAIL {name} {M}x{N}x{K} {dname} {cfg.describe()}: {type(exc).__name__}: {exc}")
+                                continue
+                            for kname, kernel in compiled:
+                                key = kernel.hash
+                                if key in seen:
+                                    continue
+                                seen.add(key)
+                                res = _resource_usage(kernel.asm["cubin"])
+                                ptx = kernel.asm["ptx"]
+                                mma = "wgmma" if "wgmma" in ptx else ("mma" if "mma.sync" in ptx else "none")
+                                smem = kernel.metadata.shared
+                                bad = smem > SM90_SMEM or res["stack"] > 0
+                                failures += bad
+                                print(f"{'FAIL' if bad else 'ok  '} {name:16s} {kname:24s} {M}x{N}x{K} {dname:8s} "
+                                      f"{cfg.describe():40s} smem={smem // 1024:3d}KB regs={res['regs']:3d} "
+                                      f"stack={res['stack']} {mma}")
+    finally:
+        JITFunction.run = original_run
+        driver._active = None  # the next use of Triton's driver looks for a real GPU again
+    print(f"{failures} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
