@@ -1,11 +1,471 @@
-"""TEMPORARY placeholder: a helper is writing this reader now."""
+"""PyTorch profiler (Kineto) JSON traces: `.json` or `.json.gz` (gzip told by its magic).
+
+The file is a Chrome trace document: `traceEvents` plus Kineto's metadata
+(`deviceProperties`, `distributedInfo`, `baseTimeNanoseconds`, ...). What is read:
+
+| event `cat` | frame | notes |
+| --- | --- | --- |
+| `kernel` | kernels | args `grid`, `block`, `registers per thread`, `shared memory`, `device`, `stream`, `correlation` |
+| `cuda_runtime`, `cuda_driver` | runtime | HIP calls appear here too on ROCm |
+| `gpu_memcpy`, `gpu_memset` | memcpy | bytes from args `bytes`, else `memory bandwidth (GB/s)` x dur, else the launching call's `size` |
+| `cpu_op` | cpu_ops | `Input Dims` / `Input type` kept as JSON text |
+| `user_annotation` | nvtx | domain `torch.profiler` (`record_function` ranges, `ProfilerStep#N`) |
+
+`gpu_user_annotation` (the GPU-side copy of user annotations) is ignored; so are Python
+function events and flow arrows. Old PyTorch (1.8/1.9) capitalised categories (`Kernel`,
+`Runtime`, `Memcpy`, `Operator`); those are accepted too.
+
+Times: `ts`/`dur` are microseconds as floats (the Trace Event Format's unit whatever
+`displayTimeUnit` says, which only affects display). Newer Kineto writes `ts` relative to
+`baseTimeNanoseconds`; we add it back so files of different ranks share one clock. Converting
+to integer nanoseconds rounds and never goes through `ts * 1000` in float64 (see
+`_jsonio.us_to_ns`).
+
+Kernel details:
+- `shared memory` is Kineto's static + dynamic total; it goes to `static_smem_bytes` and
+  `dynamic_smem_bytes` stays unknown. Kineto's own `blocks per SM` / `warps per SM`
+  estimates are not kept (advisor computes occupancy itself).
+- ROCm traces often have no grid/block on the kernel event; they are taken from the
+  launching HIP call (same `correlation`). `hipExtModuleLaunchKernel` and
+  `hipHccModuleLaunchKernel` (hipBLASLt/Tensile GEMMs) take a *global work size*, so their
+  grid is in work-items and is converted to workgroups (ceil(grid / block) per dimension).
+- ROCm numbers devices in kernel events by HSA agent (CPUs included: one MI300X can show
+  up as `device: 2`), which `deviceProperties` (HIP ordinals) may not list. When every listed
+  device is the same model, the unlisted id is described by that model and a note says so.
+
+Devices: one row per device that ran kernels or copies (all listed devices if none did),
+from `deviceProperties` (`numSms`, `maxThreadsPerMultiprocessor / warpSize` warps per SM,
+registers and shared memory per SM, `sharedMemPerBlockOptin`). `distributedInfo.rank` becomes
+`meta["declared_rank"]` so several files load with their own ranks.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import TraceError
+from ..model import Trace
+from ._jsonio import load_json, to_float, to_int, us_to_ns
+from ._names import short_names
+
 FORMAT = "kineto"
-DESCRIPTION = "kineto"
+DESCRIPTION = "PyTorch profiler / Kineto JSON (.json, .json.gz)"
+
+# event category -> bucket
+_CATS = {
+    "kernel": "kernel",
+    "cuda_runtime": "runtime",
+    "cuda_driver": "runtime",
+    "runtime": "runtime",
+    "driver": "runtime",
+    "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "memset": "memset",
+    "cpu_op": "cpu_op",
+    "operator": "cpu_op",
+    "user_annotation": "annotation",
+}
+# HIP launch calls whose grid argument is a global work size (work-items), not blocks.
+_WORKITEM_LAUNCHES = frozenset({"hipExtModuleLaunchKernel", "hipHccModuleLaunchKernel"})
+_MEMCPY_KIND = re.compile(r"\b(HtoD|DtoH|DtoD|HtoH|PtoP)\b")
+_BOM = b"\xef\xbb\xbf"
 
 
-def sniff(path, head):
-    return False
+def sniff(path: Path, head: bytes) -> bool:
+    text = head.lstrip()
+    if text.startswith(_BOM):
+        text = text[len(_BOM):].lstrip()
+    if not text.startswith(b"{"):
+        return False
+    if b'"traceEvents"' in head:
+        return True
+    # Kineto writes its metadata first; a long `INFO` log can push traceEvents past the head.
+    return b'"schemaVersion"' in head and (b'"deviceProperties"' in head or b'"distributedInfo"' in head)
 
 
-def read(path, *, rank, cache_dir):
-    raise NotImplementedError
+def read(path: Path, *, rank: int, cache_dir: Path | None = None) -> Trace:
+    doc = load_json(path, "PyTorch profiler")
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise TraceError(f"{path.name}: JSON without a traceEvents list (not a PyTorch profiler trace)")
+    notes: list[str] = []
+    base_ns = _base_ns(doc.get("baseTimeNanoseconds"))
+    buckets = _bucket(doc["traceEvents"])
+
+    runtime, launches = _runtime(buckets["runtime"], rank, base_ns, notes)
+    kernels = _kernels(buckets["kernel"], rank, base_ns, launches, notes)
+    memcpy = _memcpy(buckets["memcpy"], buckets["memset"], rank, base_ns, launches, notes)
+    cpu_ops = _cpu_ops(buckets["cpu_op"], rank, base_ns, notes)
+    nvtx = _annotations(buckets["annotation"], rank, base_ns, notes)
+    devices = _devices(doc, kernels, memcpy, rank, notes)
+
+    if not any(buckets.values()):
+        notes.append(
+            "no PyTorch profiler events (kernel, cuda_runtime, cpu_op...) in traceEvents: "
+            "is this a Chrome trace written by another tool?"
+        )
+    meta: dict[str, Any] = {"format": FORMAT, "notes": notes}
+    dist = doc.get("distributedInfo")
+    if isinstance(dist, dict) and dist.get("rank") is not None:
+        try:
+            meta["declared_rank"] = int(dist["rank"])
+        except (TypeError, ValueError):
+            notes.append(f"distributedInfo.rank is not a number ({dist['rank']!r}); rank taken from file order")
+        if isinstance(dist.get("world_size"), int):
+            meta["world_size"] = dist["world_size"]
+    if isinstance(doc.get("traceName"), str):
+        meta["trace_name"] = doc["traceName"]
+    return Trace.build(
+        meta=meta, kernels=kernels, runtime=runtime, memcpy=memcpy, nvtx=nvtx, cpu_ops=cpu_ops, devices=devices
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def _base_ns(value: Any) -> int:
+    if isinstance(value, bool) or value is None:
+        return 0
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        try:
+            return int(float(value))
+        except (TypeError, ValueError):
+            return 0
+
+
+def _bucket(events: list) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {b: [] for b in set(_CATS.values())}
+    for e in events:
+        if type(e) is not dict:
+            continue
+        cat = e.get("cat")
+        if cat is None:
+            continue
+        b = _CATS.get(cat)
+        if b is None:
+            if not isinstance(cat, str):
+                continue
+            b = _CATS.get(cat.lower())
+            if b is None:
+                continue
+        if e.get("ph", "X") != "X":
+            continue
+        out[b].append(e)
+    return out
+
+
+def _args(events: list[dict]) -> list[dict]:
+    out = []
+    for e in events:
+        a = e.get("args")
+        out.append(a if type(a) is dict else {})
+    return out
+
+
+def _times(events: list[dict], base_ns: int, what: str, notes: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(keep mask, start_ns, dur_ns) for `events`; events without a usable ts/dur are dropped
+    with a note."""
+    ts = to_float([e.get("ts") for e in events])
+    dur = to_float([e.get("dur", 0) for e in events])
+    keep = np.isfinite(ts) & np.isfinite(dur) & (dur >= 0)
+    bad = int((~keep).sum())
+    if bad:
+        notes.append(f"{bad} {what} event(s) without a valid ts/dur were skipped")
+    start = us_to_ns(np.where(keep, ts, 0.0)) + base_ns
+    d = us_to_ns(np.where(keep, dur, 0.0))
+    return keep, start[keep], d[keep]
+
+
+def _pick(values: list, keep: np.ndarray) -> list:
+    if keep.all():
+        return values
+    return [v for v, k in zip(values, keep) if k]
+
+
+def _dim3(values: list) -> tuple[list, list, list]:
+    none = (None, None, None)
+    triples = [v if type(v) is list and len(v) == 3 else none for v in values]
+    if not triples:
+        return [], [], []
+    xs, ys, zs = zip(*triples)
+    return list(xs), list(ys), list(zs)
+
+
+def _names(events: list[dict]) -> list:
+    return [e.get("name") if isinstance(e.get("name"), str) else None for e in events]
+
+
+def _device(events: list[dict], args: list[dict]) -> list:
+    """args.device, else the GPU lane's pid (Kineto puts device N's activity in pid N)."""
+    out = []
+    for e, a in zip(events, args):
+        d = a.get("device")
+        if d is None:
+            pid = e.get("pid")
+            d = pid if isinstance(pid, int) and not isinstance(pid, bool) else None
+        out.append(d)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# frames
+
+
+def _runtime(events, rank, base_ns, notes):
+    """Runtime frame, plus {correlation: (api name, args)} of launch calls for the ROCm fix-ups."""
+    keep, start, dur = _times(events, base_ns, "runtime", notes)
+    events = _pick(events, keep)
+    args = _args(events)
+    names = _names(events)
+    corr = [a.get("correlation") for a in args]
+    df = pd.DataFrame(
+        {
+            "rank": rank,
+            "thread_id": to_int([e.get("tid") for e in events]),
+            "correlation_id": to_int(corr),
+            "start_ns": start,
+            "end_ns": start + dur,
+            "dur_ns": dur,
+            "name": names,
+        }
+    )
+    launches: dict[Any, tuple[str | None, dict]] = {}
+    for c, n, a in zip(corr, names, args):
+        if c is not None and ("grid" in a or "size" in a or n in _WORKITEM_LAUNCHES):
+            launches[c] = (n, a)
+    return df, launches
+
+
+def _kernels(events, rank, base_ns, launches, notes):
+    keep, start, dur = _times(events, base_ns, "kernel", notes)
+    events = _pick(events, keep)
+    args = _args(events)
+    corr = [a.get("correlation") for a in args]
+    grid = [a.get("grid") for a in args]
+    block = [a.get("block") for a in args]
+    smem = [a.get("shared memory") for a in args]
+    workitem_api: list[bool] = []
+    filled = 0
+    for i, c in enumerate(corr):
+        launch = launches.get(c) if c is not None else None
+        if launch is None:
+            workitem_api.append(False)
+            continue
+        api, la = launch
+        if grid[i] is None and la.get("grid") is not None:
+            grid[i], block[i] = la.get("grid"), la.get("block")
+            filled += 1
+        if smem[i] is None:
+            smem[i] = la.get("shared memory")
+        workitem_api.append(api in _WORKITEM_LAUNCHES)
+    if filled:
+        notes.append(f"grid/block of {filled} kernel(s) taken from their launching HIP call")
+
+    gx, gy, gz = (to_int(v) for v in _dim3(grid))
+    bx, by, bz = (to_int(v) for v in _dim3(block))
+    wi = pd.Series(workitem_api, dtype="bool")
+    if wi.any():
+        for g, b in ((gx, bx), (gy, by), (gz, bz)):
+            conv = -((-g) // b.where(b > 0))
+            g[wi] = conv[wi]
+        notes.append(
+            f"{int(wi.sum())} kernel(s) launched with hipExtModuleLaunchKernel/hipHccModuleLaunchKernel: "
+            "grid converted from work-items to workgroups"
+        )
+    names = _names(events)
+    return pd.DataFrame(
+        {
+            "rank": rank,
+            "device_id": to_int(_device(events, args)),
+            "stream_id": to_int([a.get("stream") for a in args]),
+            "correlation_id": to_int(corr),
+            "start_ns": start,
+            "end_ns": start + dur,
+            "dur_ns": dur,
+            "name": names,
+            "short_name": short_names(names),
+            "grid_x": gx,
+            "grid_y": gy,
+            "grid_z": gz,
+            "block_x": bx,
+            "block_y": by,
+            "block_z": bz,
+            "grid_blocks": gx * gy * gz,
+            "block_threads": bx * by * bz,
+            "registers_per_thread": to_int([a.get("registers per thread") for a in args]),
+            "static_smem_bytes": to_int(smem),
+            "graph_node_id": to_int([a.get("graph node id") for a in args]),
+        }
+    )
+
+
+def _memcpy(copies, sets, rank, base_ns, launches, notes):
+    parts = []
+    for events, op in ((copies, "memcpy"), (sets, "memset")):
+        keep, start, dur = _times(events, base_ns, op, notes)
+        events = _pick(events, keep)
+        args = _args(events)
+        names = _names(events)
+        if op == "memset":
+            kinds = ["memset"] * len(events)
+        else:
+            kinds = []
+            for n, a in zip(names, args):
+                m = _MEMCPY_KIND.search(n or "") or _MEMCPY_KIND.search(str(a.get("kind") or ""))
+                kinds.append(m.group(1) if m else "unknown")
+        nbytes = to_float([a.get("bytes") for a in args])
+        bw = to_float([a.get("memory bandwidth (GB/s)") for a in args])
+        # GB/s x us = 1e9 B/s x 1e-6 s = 1e3 B
+        from_bw = np.rint(bw * dur.astype("float64") / 1000.0 * 1e3)
+        nbytes = np.where(np.isnan(nbytes), from_bw, nbytes)
+        if np.isnan(nbytes).any():
+            size = []
+            for a in args:
+                launch = launches.get(a.get("correlation"))
+                size.append(launch[1].get("size") if launch else None)
+            nbytes = np.where(np.isnan(nbytes), to_float(size), nbytes)
+        parts.append(
+            pd.DataFrame(
+                {
+                    "rank": rank,
+                    "device_id": to_int(_device(events, args)),
+                    "stream_id": to_int([a.get("stream") for a in args]),
+                    "correlation_id": to_int([a.get("correlation") for a in args]),
+                    "start_ns": start,
+                    "end_ns": start + dur,
+                    "dur_ns": dur,
+                    "op": op,
+                    "kind": kinds,
+                    "bytes": to_int(nbytes),
+                }
+            )
+        )
+    return pd.concat(parts, ignore_index=True)
+
+
+_ENCODE = json.JSONEncoder().encode
+
+
+def _json_text(values: list) -> list:
+    return [None if v is None else _ENCODE(v) for v in values]
+
+
+def _cpu_ops(events, rank, base_ns, notes):
+    keep, start, dur = _times(events, base_ns, "cpu_op", notes)
+    events = _pick(events, keep)
+    args = _args(events)
+    return pd.DataFrame(
+        {
+            "rank": rank,
+            "thread_id": to_int([e.get("tid") for e in events]),
+            "start_ns": start,
+            "end_ns": start + dur,
+            "dur_ns": dur,
+            "name": _names(events),
+            "input_dims": _json_text([a.get("Input Dims") for a in args]),
+            "input_types": _json_text([a.get("Input type") for a in args]),
+        }
+    )
+
+
+def _annotations(events, rank, base_ns, notes):
+    keep, start, dur = _times(events, base_ns, "user_annotation", notes)
+    events = _pick(events, keep)
+    return pd.DataFrame(
+        {
+            "rank": rank,
+            "thread_id": to_int([e.get("tid") for e in events]),
+            "start_ns": start,
+            "end_ns": start + dur,
+            "dur_ns": dur,
+            "text": _names(events),
+            "domain": "torch.profiler",
+        }
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# devices
+
+
+def _num(p: dict, *keys: str) -> int | None:
+    for k in keys:
+        v = p.get(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            return int(v)
+    return None
+
+
+def _is_amd(doc: dict, p: dict) -> bool:
+    name = str(p.get("name") or "")
+    if "AMD" in name or "Radeon" in name or "Instinct" in name:
+        return True
+    if any(k in doc for k in ("roctracer_version", "hip_runtime_version", "hip_driver_version")):
+        return True
+    return p.get("warpSize") == 64
+
+
+def _device_row(doc: dict, p: dict, device_id: int, rank: int) -> dict[str, Any]:
+    amd = _is_amd(doc, p)
+    warp = _num(p, "warpSize")
+    threads_sm = _num(p, "maxThreadsPerMultiprocessor")
+    major, minor = p.get("computeMajor"), p.get("computeMinor")
+    row: dict[str, Any] = {
+        "rank": rank,
+        "device_id": device_id,
+        "name": p.get("name") if isinstance(p.get("name"), str) else None,
+        "vendor": "amd" if amd else "nvidia",
+        "sm_count": _num(p, "numSms"),
+        "warp_size": warp,
+        "max_warps_per_sm": threads_sm // warp if threads_sm and warp else None,
+        "max_threads_per_block": _num(p, "maxThreadsPerBlock"),
+        "regs_per_sm": _num(p, "regsPerMultiprocessor"),
+        "max_regs_per_block": _num(p, "regsPerBlock"),
+        "smem_per_sm_bytes": _num(p, "sharedMemPerMultiprocessor", "maxSharedMemoryPerMultiProcessor"),
+        "smem_per_block_optin_bytes": _num(p, "sharedMemPerBlockOptin"),
+    }
+    if amd:
+        # HIP's major/minor (9.4 for gfx942, 9.0 for both gfx908 and gfx90a) are not a gfx
+        # target; the arch comes from the name via the known-GPU table when it can.
+        if row["smem_per_block_optin_bytes"] is None:
+            row["smem_per_block_optin_bytes"] = _num(p, "sharedMemPerBlock")
+    elif isinstance(major, int) and isinstance(minor, int):
+        row.update(cc_major=major, cc_minor=minor, arch=f"{major}.{minor}")
+    return row
+
+
+def _devices(doc, kernels, memcpy, rank, notes):
+    props: dict[int, dict] = {}
+    for p in doc.get("deviceProperties") or []:
+        if isinstance(p, dict) and isinstance(p.get("id"), int):
+            props[p["id"]] = p
+    used = sorted(
+        {int(d) for d in pd.concat([kernels["device_id"], memcpy["device_id"]]).dropna().unique()}
+    )
+    ids = used or sorted(props)
+    # Every listed device the same model? Then an unlisted id (ROCm agent numbering) is that model.
+    models = {(p.get("name"), p.get("numSms"), p.get("computeMajor"), p.get("computeMinor")) for p in props.values()}
+    stand_in = next(iter(props.values())) if len(models) == 1 else None
+    rows = []
+    for d in ids:
+        p = props.get(d)
+        if p is None and stand_in is not None:
+            p = stand_in
+            notes.append(
+                f"device {d} of the GPU events is not in deviceProperties (ROCm numbers HSA agents, "
+                f"CPUs included); taken to be the listed {stand_in.get('name') or 'GPU'}"
+            )
+        if p is not None:
+            rows.append(_device_row(doc, p, d, rank))
+    if used and not props:
+        notes.append("the trace has no deviceProperties: device limits come from the known-GPU table or --sm-count")
+    return pd.DataFrame(rows) if rows else None

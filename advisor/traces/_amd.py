@@ -1,0 +1,69 @@
+"""AMD conventions shared by the rocprof readers.
+
+ROCm reports a dispatch's grid in work-items (HSA's AQL packet `grid_size`), not in
+workgroups; the trace model wants workgroups (blocks), so each dimension becomes
+ceil(grid / workgroup). A CU plays the SM's role; a wavefront (64 lanes on CDNA) the warp's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import pandas as pd
+
+
+def workgroups(grid_items: pd.Series, wg_size: pd.Series) -> pd.Series:
+    """ceil(grid_items / wg_size) per element, as Int64; <NA> where either is missing or the
+    workgroup size is not positive."""
+    g = pd.to_numeric(grid_items, errors="coerce").astype("Int64")
+    w = pd.to_numeric(wg_size, errors="coerce").astype("Int64")
+    w = w.where(w > 0)
+    return (-((-g) // w)).astype("Int64")
+
+
+def gfx_name(target_version: Any) -> str | None:
+    """"gfx942" from rocprofiler-sdk's `gfx_target_version` 90402 (major*10000 + minor*100 +
+    stepping, the stepping written in hex as in gfx90a); None for 0 or junk."""
+    try:
+        v = int(target_version)
+    except (TypeError, ValueError):
+        return None
+    if v <= 0:
+        return None
+    major, rest = divmod(v, 10000)
+    minor, stepping = divmod(rest, 100)
+    return f"gfx{major}{minor}{stepping:x}"
+
+
+def _pos_int(value: Any) -> int | None:
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        return None
+    return v if v > 0 else None
+
+
+def agent_device_row(agent: Mapping[str, Any], device_id: int, rank: int) -> dict[str, Any]:
+    """A devices-frame row from a rocprofiler-sdk agent record (`rocprofiler_agent_v0_t` as
+    rocprofv3 writes it to JSON or rocpd `extdata`). Fields the agent lacks stay missing so
+    that `advisor.devices.complete_devices` can fill them."""
+    name = agent.get("name")
+    arch = name if isinstance(name, str) and name.startswith("gfx") else gfx_name(agent.get("gfx_target_version"))
+    product = agent.get("product_name") or agent.get("marketing_name")
+    waves = _pos_int(agent.get("max_waves_per_cu"))
+    if waves is None:
+        simd, per_simd = _pos_int(agent.get("simd_per_cu")), _pos_int(agent.get("max_waves_per_simd"))
+        waves = simd * per_simd if simd and per_simd else None
+    lds_kb = _pos_int(agent.get("lds_size_in_kb"))
+    return {
+        "rank": rank,
+        "device_id": device_id,
+        "name": product if isinstance(product, str) and product else (name if isinstance(name, str) else None),
+        "vendor": "amd",
+        "arch": arch,
+        "sm_count": _pos_int(agent.get("cu_count")),
+        "warp_size": _pos_int(agent.get("wave_front_size")),
+        "max_warps_per_sm": waves,
+        "max_threads_per_block": _pos_int(agent.get("workgroup_max_size")),
+        "smem_per_sm_bytes": lds_kb * 1024 if lds_kb else None,
+    }
