@@ -196,6 +196,50 @@ def rules_command(rules_dir, as_json) -> None:
         click.echo("")
 
 
+def _parse_knobs(pairs) -> dict:
+    knobs = {}
+    for item in pairs:
+        if "=" not in item:
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE, e.g. SPLIT_K=8", param_hint="--config")
+        key, value = item.split("=", 1)
+        knobs[key.strip()] = value.strip()
+    return knobs
+
+
+@cli.command("generate")
+@click.argument("strategy", type=click.Choice(["dp", "split_k", "persistent", "stream_k", "warp_specialization"]))
+@click.option("--shape", required=True, help="Problem size MxNxK, e.g. 256x256x131072.")
+@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
+@click.option("--config", "configs", multiple=True, metavar="KEY=VALUE",
+              help="Override one knob of the schedule's Config (repeatable), e.g. --config SPLIT_K=8.")
+@click.option("--sm-count", type=click.IntRange(1, 4096), default=132, show_default=True,
+              help="SMs of the target GPU, for the model that picks the knobs (132 = H100/H200 SXM).")
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True,
+              help="Where to write the variant (a standalone .py file).")
+def generate_command(strategy, shape, dtype, configs, sm_count, output) -> None:
+    """Write a standalone Triton variant of STRATEGY for one GEMM shape.
+
+    The file holds the schedule's kernel (inlined from advisor's kernels/), its knobs baked in
+    as a Config (chosen by the analytical model unless you pass --config), a launcher, a
+    correctness check and a benchmark. Run it with `python FILE --check` / `--bench`, or
+    import `variant_matmul` from it.
+
+    \b
+    Strategies: dp (data-parallel baseline), split_k, persistent, stream_k,
+    warp_specialization (Hopper TMA + warp specialization).
+    """
+    from .generate import generate, parse_shape
+    from .schedule_model import Device
+
+    M, N, K = parse_shape(shape)
+    knobs = _parse_knobs(configs)
+    v = generate(strategy, M, N, K, dtype=dtype, knobs=knobs, device=Device(sm_count=sm_count), path=output)
+    click.echo(f"wrote {output} ({strategy}, {M}x{N}x{K} {dtype})")
+    click.echo("knobs: " + ", ".join(f"{k}={val}" for k, val in v.knobs.items()))
+    click.echo(f"chosen by: {v.chosen_by.get('how')} ({v.chosen_by.get('candidates_from', 'given')})")
+    click.echo(f"next: python {output} --check   (then --bench on the GPU)")
+
+
 def main() -> None:
     cli.main(prog_name="advisor")
 

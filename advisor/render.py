@@ -89,3 +89,64 @@ def environment() -> jinja2.Environment:
 
 def render(template: str, **context: Any) -> str:
     return environment().get_template(template).render(**context)
+
+
+# ------------------------------------------------------------------ generated Python code
+
+
+class PySafe(str):
+    """Python source text safe to paste into generated code."""
+
+
+_PY_ATOMS = (int, float, bool, str, type(None))
+
+
+def _check_literal(value: Any, depth: int = 0) -> None:
+    if depth > 6:
+        raise ValueError("literal nested too deeply")
+    if isinstance(value, _PY_ATOMS):
+        if isinstance(value, float) and value != value:
+            raise ValueError("NaN cannot be written as a literal")
+        return
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            _check_literal(v, depth + 1)
+        return
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ValueError(f"dict key {k!r} is not a string")
+            _check_literal(v, depth + 1)
+        return
+    raise ValueError(f"{type(value).__name__} cannot be written into generated code")
+
+
+def py_literal(value: Any) -> PySafe:
+    """repr() of plain data (str/int/float/bool/None and lists/dicts of them): the only way
+    trace-derived text enters generated code. repr escapes quotes, newlines and control
+    characters, so the text stays inside its string literal."""
+    _check_literal(value)
+    import pprint
+
+    return PySafe(pprint.pformat(value, width=96, sort_dicts=False))
+
+
+def _py_finalize(value: Any) -> Any:
+    if isinstance(value, PySafe):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"refusing to print {type(value).__name__} into generated code without the py filter")
+    return repr(value)
+
+
+def code_environment() -> jinja2.Environment:
+    """Jinja environment for Python templates: only numbers and `py`-filtered literals print."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        autoescape=False,
+        finalize=_py_finalize,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
+    env.filters["py"] = py_literal
+    return env

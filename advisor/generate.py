@@ -1,0 +1,197 @@
+"""Generate a standalone variant file for a strategy and shape (finding -> code).
+
+    from advisor.generate import generate
+    v = generate("split_k", 256, 256, 131072, dtype="bf16", path="variant.py")
+    v.path, v.knobs, v.chosen_by
+
+Knobs come, in order of precedence, from the caller (`knobs=`), from measurement (the bench
+runner passes the winner), or from the analytical model ranking the schedule's autotune
+search space (needs torch and triton to import the schedule; without them the schedule's
+defaults plus the model's split/policy choice are used, and CHOSEN_BY says so).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .codegen import bundle, coerce_knobs, config_fields
+from .errors import AdvisorError
+from .render import PySafe, code_environment
+from .schedule_model import Device, rank, stream_k_policies, suggest_split_k
+
+# strategy ids that generate a GEMM variant -> schedule module (kernel_lib.SCHEDULES names)
+GEMM_STRATEGIES = ("dp", "split_k", "persistent", "stream_k", "warp_specialization")
+DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4}
+_IDENT = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+
+
+@dataclass
+class Variant:
+    strategy: str
+    M: int
+    N: int
+    K: int
+    dtype: str
+    knobs: dict[str, Any]
+    chosen_by: dict[str, Any]
+    source: str
+    path: Path | None = None
+    model: list[dict] = field(default_factory=list)
+
+    @property
+    def kernel_lines(self) -> int:
+        """Lines of the schedule's own kernel file (the complexity a reader takes on)."""
+        from .kernel_lib import source_path
+
+        return len(source_path(self.strategy).read_text(encoding="utf-8").splitlines())
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """'4096x4096x8192' -> (4096, 4096, 8192), each 1..2**31-1."""
+    m = re.fullmatch(r"\s*(\d{1,10})\s*[xX*,]\s*(\d{1,10})\s*[xX*,]\s*(\d{1,10})\s*", str(text))
+    if not m:
+        raise AdvisorError(f"shape {text!r}: expected MxNxK, e.g. 4096x4096x8192")
+    dims = tuple(int(g) for g in m.groups())
+    if not all(1 <= d < 2**31 for d in dims):
+        raise AdvisorError(f"shape {text!r}: each of M, N, K must be between 1 and 2^31-1")
+    return dims  # type: ignore[return-value]
+
+
+def _ident(value: Any, what: str) -> PySafe:
+    text = str(value)
+    if not _IDENT.match(text):
+        raise AdvisorError(f"{what} {text!r} is not a plain identifier")
+    return PySafe(text)
+
+
+def _defaults(strategy: str) -> dict[str, Any]:
+    return {f.name: f.default for f in config_fields(strategy)}
+
+
+def _model_candidates(strategy: str, M: int, N: int, K: int, dtype: str, dev: Device) -> tuple[list[dict], str]:
+    """Candidate knob dicts for the model to rank: the schedule's own search space when it can
+    be imported, else its defaults with the model's split factor / Stream-K policies."""
+    try:
+        import torch
+
+        from .kernel_lib import load
+
+        mod = load(strategy)
+        tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+        space = mod.search_space(M, N, K, tdtype, dev.sm_count)
+        from dataclasses import asdict
+
+        return [asdict(c) for c in space], "the schedule's autotune search space"
+    except ImportError:
+        pass
+    base = _defaults(strategy)
+    cands = [base]
+    bm, bn, bk = (base.get(k) or base.get(k.lower()) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+    if strategy == "split_k" and "SPLIT_K" in base:
+        s = suggest_split_k(M, N, K, bm, bn, bk, dev.sm_count)
+        cands = [dict(base, SPLIT_K=s)]
+    if strategy == "stream_k" and "policy" in base:
+        tiles = -(-M // bm) * -(-N // bn)
+        cands = [dict(base, policy=p) for p in stream_k_policies(tiles, dev.sm_count)]
+    return cands, "the schedule's defaults (torch/triton not importable here)"
+
+
+def choose_knobs(strategy: str, M: int, N: int, K: int, dtype: str, dev: Device) -> tuple[dict[str, Any], dict[str, Any], list[dict]]:
+    cands, source = _model_candidates(strategy, M, N, K, dtype, dev)
+    ranked = rank(strategy, cands, M, N, K, DTYPES[dtype], dev)
+    best = ranked[0]
+    chosen = {
+        "how": "analytical model",
+        "candidates_from": source,
+        "predicted_us": round(best.predicted_us, 2),
+        "model_notes": best.notes,
+        "device_model": {"gpu": dev.name, "sm_count": dev.sm_count},
+    }
+    return dict(best.config), chosen, [p.row() for p in ranked]
+
+
+def generate(
+    strategy: str,
+    M: int,
+    N: int,
+    K: int,
+    dtype: str = "bf16",
+    knobs: dict[str, Any] | None = None,
+    *,
+    finding: dict[str, Any] | None = None,
+    device: Device | None = None,
+    tuned_for: dict[str, Any] | None = None,
+    chosen_by: dict[str, Any] | None = None,
+    path: str | Path | None = None,
+) -> Variant:
+    """Render the variant file for `strategy` on an MxNxK `dtype` GEMM; write it to `path`
+    when given. `knobs` override the model's choice knob by knob."""
+    if strategy not in GEMM_STRATEGIES:
+        raise AdvisorError(f"strategy {strategy!r}: generate supports {', '.join(GEMM_STRATEGIES)}")
+    if dtype not in DTYPES:
+        raise AdvisorError(f"dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    for name, v in (("M", M), ("N", N), ("K", K)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v < 2**31:
+            raise AdvisorError(f"{name}={v!r}: must be an integer in 1..2^31-1")
+    dev = device or Device()
+    model_rows: list[dict] = []
+    if chosen_by is None:
+        base, chosen_by, model_rows = choose_knobs(strategy, M, N, K, dtype, dev)
+    else:
+        base = _defaults(strategy)
+    final = dict(base)
+    if knobs:
+        final.update(coerce_knobs(strategy, knobs))
+        chosen_by = dict(chosen_by, overridden=sorted(knobs))
+    final = coerce_knobs(strategy, final)
+    extra = ("dp",) if strategy != "dp" else ()
+    source, renamed = bundle(strategy, extra=extra)
+    if strategy == "dp":
+        baseline = "lambda a, b: matmul(a, b)  # the data-parallel schedule's default config"
+    else:
+        dp_matmul = renamed.get("dp_gemm", {}).get("matmul", "matmul")
+        baseline = f"lambda a, b: {dp_matmul}(a, b)  # advisor's data-parallel baseline, default config"
+    target = Path(path) if path is not None else None
+    filename = target.name if target is not None else "variant.py"
+    module = target.stem if target is not None else "variant"
+    if not module.isidentifier():
+        module = "variant"
+    tuned = tuned_for or {"gpu": None, "sm_count": None, "compute_capability": None, "smem_per_block_bytes": None}
+    text = code_environment().get_template("variant.py.j2").render(
+        strategy=strategy,
+        strategy_id=_ident(strategy, "strategy"),
+        dtype=dtype,
+        dtype_id=_ident(dtype, "dtype"),
+        M=M,
+        N=N,
+        K=K,
+        knobs=final,
+        tuned_for=tuned,
+        finding=finding or {},
+        chosen_by=chosen_by,
+        advisor_version=_ident(__version__, "version"),
+        date_id=_ident(_dt.date.today().isoformat(), "date"),
+        filename_id=_ident(filename if _IDENT.match(filename) else "variant.py", "file name"),
+        module_id=_ident(module, "module"),
+        kernel_source=PySafe(source),
+        baseline_expr=PySafe(baseline),
+    )
+    compile(text, filename, "exec")  # a template bug must fail here, not on the user's GPU
+    variant = Variant(strategy, M, N, K, dtype, final, chosen_by, text, None, model_rows)
+    if target is not None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        variant.path = target
+    return variant
+
+
+def finding_summary(f: Any) -> dict[str, Any]:
+    """The parts of a Finding worth recording in a variant header (plain data only)."""
+    d = f.to_dict() if hasattr(f, "to_dict") else dict(f)
+    keep = ("symptom", "strategy", "kernel", "rank", "device_id", "shape", "grid", "launches", "total_ns", "est_savings_ns", "confidence", "evidence", "suggestion")
+    return {k: d.get(k) for k in keep}
