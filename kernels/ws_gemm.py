@@ -91,7 +91,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import cdiv, check_matmul_inputs, gemm_launch_metadata, num_sms, self_check
+from .common import cdiv, check_matmul_inputs, gemm_launch_metadata, self_check
+from .common import num_sms as _num_sms
 
 try:  # host-side TMA descriptors (Triton >= 3.3)
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -422,9 +423,10 @@ def _ensure_allocator() -> None:
     triton.set_allocator(alloc)
 
 
-def default_config(M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16) -> Config:
+def default_config(M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16,
+                   num_sms: int | None = None) -> Config:
     """One good config without autotuning: the first entry of `search_space`."""
-    return search_space(M, N, K, dtype)[0]
+    return search_space(M, N, K, dtype, num_sms)[0]
 
 
 # Candidates, best guess first. Every entry compiles for sm_90 with Triton 3.6 in all four
@@ -472,12 +474,14 @@ _C32 = [
 ]
 
 
-def search_space(M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16) -> list[Config]:
+def search_space(M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16,
+                 num_sms: int | None = None) -> list[Config]:
     """At most 12 configs for this shape, best guess first (see the comments on `_C16`).
     Pruning: a tile more than twice the problem in a dimension is mostly padding, and a
-    tile larger than 128x128 must still give at least half the SMs a tile."""
+    tile larger than 128x128 must still give at least half the SMs (`num_sms`, default:
+    this device's) a tile."""
     cands = _C32 if dtype == torch.float32 else _C16
-    sms = num_sms()
+    sms = num_sms or _num_sms()
 
     def useful(c: Config) -> bool:
         if c.block_m > 2 * max(M, 64) or c.block_n > 2 * max(N, 64):
@@ -540,7 +544,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
             _ensure_allocator()
         a_arg, b_arg, c_arg = a_st, b_st, c
 
-    grid_size = min(num_sms(a.device), cdiv(M, BM) * cdiv(N, BN))
+    grid_size = min(_num_sms(a.device), cdiv(M, BM) * cdiv(N, BN))
     ws_gemm_kernel[(grid_size,)](
         a_arg, b_arg, c_arg,
         M, N, K,
