@@ -1,0 +1,321 @@
+"""Read-only access to SQLite trace files (Nsight Systems exports, rocpd databases).
+
+Trace databases belong to the user and may come from anywhere, so this module
+- opens them strictly read-only (`mode=ro` URI, then `PRAGMA query_only`), falling back to
+  `immutable=1` only when a read-only open fails (e.g. a database in a read-only directory
+  that SQLite would otherwise want to create a lock or -shm file beside);
+- never runs SQL built from strings found in the file: table and column names used in
+  queries come from the caller's own whitelist and pass `ident()`, everything else is a
+  bound parameter;
+- turns every SQLite failure (not a database, truncated, malformed) into a one-line
+  `TraceError`.
+
+Readers probe what a file holds with `tables()` and `columns()` and build their queries
+from the intersection with what they know how to read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import struct
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable, Sequence
+from urllib.parse import quote
+
+import numpy as np
+import pandas as pd
+
+from ..errors import TraceError
+
+MAGIC = b"SQLite format 3\x00"
+_HEADER_BYTES = 100
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def is_sqlite(head: bytes) -> bool:
+    """True if `head` (the file's first bytes) is a SQLite 3 database header."""
+    return head.startswith(MAGIC)
+
+
+def ident(name: str) -> str:
+    """`name` as a quoted SQL identifier. Only plain names are allowed: callers pass names
+    from their own whitelists, and this refuses anything else rather than escaping it."""
+    if not _IDENT.match(name):
+        raise ValueError(f"refusing SQL identifier {name!r}")
+    return f'"{name}"'
+
+
+def check_size(path: Path) -> None:
+    """TraceError if the file is shorter than its own header says (a truncated copy).
+
+    The header's page count is trusted only when its "version-valid-for" field matches the
+    change counter, as the SQLite file format specifies; files written by old libraries
+    without a valid count are left to SQLite's own checks.
+    """
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        header = fh.read(_HEADER_BYTES)
+    if len(header) < _HEADER_BYTES or not header.startswith(MAGIC):
+        raise TraceError(f"{path.name}: truncated SQLite file ({size} bytes, shorter than its header)")
+    (page_size,) = struct.unpack(">H", header[16:18])
+    page_size = 65536 if page_size == 1 else page_size
+    (pages,) = struct.unpack(">I", header[28:32])
+    change_counter, valid_for = header[24:28], header[92:96]
+    if pages and change_counter == valid_for and page_size * pages > size:
+        raise TraceError(
+            f"{path.name}: truncated SQLite file ({size} bytes, its header says "
+            f"{page_size * pages}); copy the whole file again"
+        )
+
+
+def _connect(path: Path, immutable: bool) -> sqlite3.Connection:
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro" + ("&immutable=1" if immutable else "")
+    conn = sqlite3.connect(uri, uri=True)
+    conn.execute("PRAGMA query_only = ON")
+    # A database file can carry views and triggers; do not let them call functions with
+    # side effects (SQLite >= 3.31; older versions ignore an unknown pragma).
+    conn.execute("PRAGMA trusted_schema = OFF")
+    conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    return conn
+
+
+def open_readonly(path: str | os.PathLike) -> sqlite3.Connection:
+    """A read-only connection to the SQLite database at `path`, or a one-line TraceError.
+
+    `mode=ro` first; `immutable=1` only if that cannot open the file (it tells SQLite that
+    nobody changes the file while we read, which holds for a finished trace)."""
+    path = Path(path)
+    check_size(path)
+    first_error: sqlite3.Error | None = None
+    for immutable in (False, True):
+        try:
+            return _connect(path, immutable)
+        except sqlite3.DatabaseError as exc:
+            if "not a database" in str(exc) or "malformed" in str(exc):
+                raise TraceError(f"{path.name}: corrupt SQLite file ({exc})") from None
+            first_error = first_error or exc
+    raise TraceError(f"{path.name}: cannot open SQLite file read-only ({first_error})")
+
+
+def tables(conn: sqlite3.Connection) -> set[str]:
+    """Names of the real tables (not views) in the database."""
+    return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    """Column names of `table`, in order (empty if there is no such table)."""
+    return [row[0] for row in conn.execute("SELECT name FROM pragma_table_info(?)", (table,))]
+
+
+def table_names(path: str | os.PathLike) -> set[str]:
+    """Table names of the database at `path` (for sniffers); TraceError if unreadable."""
+    path = Path(path)
+    try:
+        conn = open_readonly(path)
+    except OSError as exc:
+        raise TraceError(f"{path.name}: cannot read ({exc})") from None
+    try:
+        return tables(conn)
+    except sqlite3.DatabaseError as exc:
+        raise TraceError(f"{path.name}: corrupt SQLite file ({exc})") from None
+    finally:
+        conn.close()
+
+
+# ---------------------------------------------------------------------------------------
+# Fast bulk reads.
+#
+# Building one Python object per cell (cursor.fetchall) costs about 0.25 us per value, so a
+# million kernels x 17 columns take ~5 s before pandas even starts. Instead each integer
+# column is aggregated inside SQLite into one comma-separated string (group_concat, which
+# runs in sqlite3_step with the GIL released) and parsed by numpy; row ranges are read on
+# a few threads, each with its own read-only connection. NULL becomes a sentinel first
+# (group_concat skips NULLs, which would misalign the columns) and NA afterwards. Rows come
+# back ordered by rowid, whatever order SQLite visited them in.
+
+_NULL = np.iinfo(np.int64).min
+_NULL_SQL = "-9223372036854775807 - 1"  # the literal 9223372036854775808 would be a REAL
+_CHUNK_ROWS = 250_000
+_MAX_THREADS = 4
+
+
+def _int_sql(cols: Sequence[str], not_null: set[str]) -> str:
+    def cell(c: str) -> str:
+        return ident(c) if c in not_null else f"coalesce({ident(c)}, {_NULL_SQL})"
+
+    return ", ".join(f"group_concat({cell(c)}, ',')" for c in cols)
+
+
+def not_null_columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    """Columns declared NOT NULL (they need no NULL sentinel), plus rowid."""
+    rows = conn.execute('SELECT name, "notnull" FROM pragma_table_info(?)', (table,)).fetchall()
+    return {name for name, notnull in rows if notnull} | {"rowid"}
+
+
+def _parse_ints(text: str | None, n: int) -> np.ndarray | None:
+    """The n integers in `text`, or None if it holds anything else (REAL or TEXT cells)."""
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    if not isinstance(text, str):
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            values = np.fromstring(text, dtype=np.int64, sep=",")
+        except (DeprecationWarning, ValueError):
+            return None
+    return values if len(values) == n else None
+
+
+def _parse_chunks(rows) -> list[list[np.ndarray]] | None:
+    """Parsed columns of each chunk's result row; None if any cell was not an integer."""
+    parts = []
+    for row in rows:
+        arrays = [_parse_ints(text, row[0]) for text in row[1:]]
+        if any(a is None for a in arrays):
+            return None
+        parts.append(arrays)
+    return parts
+
+
+def _fetch_chunk(conn, table, cols, not_null, where, params, lo, hi):
+    sql = (
+        f"SELECT count(*), {_int_sql(cols, not_null)} FROM {ident(table)} "
+        f"WHERE rowid BETWEEN ? AND ?{' AND (' + where + ')' if where else ''}"
+    )
+    return conn.execute(sql, (lo, hi, *params)).fetchone()
+
+
+def _fetch_chunk_own_connection(connect, *args):
+    conn = connect()
+    try:
+        return _fetch_chunk(conn, *args)
+    finally:
+        conn.close()
+
+
+def _slow_read(conn, table, names, where, params) -> pd.DataFrame:
+    """cursor.fetchall, for tables whose cells are not all integers."""
+    sql = f"SELECT {', '.join(ident(c) for c in names)} FROM {ident(table)}"
+    if where:
+        sql += f" WHERE {where}"
+    rows = conn.execute(sql + " ORDER BY rowid", tuple(params)).fetchall()
+    df = pd.DataFrame.from_records(rows, columns=names)
+    out = {}
+    for c in names:
+        v = pd.to_numeric(df[c], errors="coerce").astype("Float64") if len(df) else df[c]
+        if len(df):  # fractions and values beyond int64 are not integers: NA
+            v = v.where((v == v.round()) & (v.abs() < 2.0**63))
+        out[c] = v.astype("Int64")
+    return pd.DataFrame(out)
+
+
+def read_int_columns(
+    connect: Callable[[], sqlite3.Connection],
+    table: str,
+    cols: Sequence[str],
+    *,
+    where: str = "",
+    params: Sequence[object] = (),
+    rowid: bool = False,
+) -> pd.DataFrame:
+    """Integer columns `cols` of `table` (rows matching `where`) as nullable Int64 columns,
+    in rowid order; with `rowid=True` the rowid comes too (to align with other queries).
+
+    `connect()` returns a new read-only connection (one per worker thread). `cols` must be
+    existing column names; `where` is SQL written by the caller from whitelisted names,
+    with `?` placeholders bound to `params`. Cells that are not integers become NA.
+    """
+    # Without a filter SQLite walks the rowid range of each chunk in rowid order; with one it
+    # may use an index, so the rowid comes along to put the rows back in order.
+    names = ["rowid", *cols] if (rowid or where or not cols) else list(cols)
+    conn = connect()
+    try:
+        not_null = not_null_columns(conn, table)
+        lo, hi, count = conn.execute(
+            f"SELECT min(rowid), max(rowid), count(*) FROM {ident(table)}"
+        ).fetchone()
+        if lo is None:
+            return pd.DataFrame({c: pd.array([], dtype="Int64") for c in (["rowid", *cols] if rowid else cols)})
+        if hi - lo + 1 > 4 * count:
+            ranges = [(lo, hi)]  # sparse rowids: chunks by rowid would be uneven, read at once
+        else:
+            ranges = [(b, min(b + _CHUNK_ROWS - 1, hi)) for b in range(lo, hi + 1, _CHUNK_ROWS)]
+        threads = min(_MAX_THREADS, os.cpu_count() or 1, len(ranges))
+        parts = None
+        if threads <= 1:
+            parts = _parse_chunks(_fetch_chunk(conn, table, names, not_null, where, params, *r) for r in ranges)
+        else:
+            with ThreadPoolExecutor(threads) as pool:
+                # Results arrive in order; each is parsed here while later chunks are read.
+                parts = _parse_chunks(
+                    pool.map(
+                        lambda r: _fetch_chunk_own_connection(connect, table, names, not_null, where, params, *r),
+                        ranges,
+                    )
+                )
+        if parts is None:
+            slow = _slow_read(conn, table, ["rowid", *cols], where, params)
+            return slow if rowid else slow.drop(columns="rowid")
+    finally:
+        conn.close()
+    columns = [np.concatenate([p[i] for p in parts]) for i in range(len(names))]
+    order = None
+    if names[0] == "rowid" and len(columns[0]) > 1 and not bool(np.all(columns[0][1:] > columns[0][:-1])):
+        order = np.argsort(columns[0], kind="stable")
+    out = {}
+    for name, values in zip(names, columns):
+        if name == "rowid" and not rowid:
+            continue
+        if order is not None:
+            values = values[order]
+        out[name] = pd.arrays.IntegerArray(values, values == _NULL)
+    return pd.DataFrame(out, copy=False)
+
+
+def read_text_column(
+    conn: sqlite3.Connection, table: str, col: str, *, where: str = "", params: Sequence[object] = ()
+) -> pd.Series:
+    """Column `col` of the rows matching `where`, as an object Series indexed by rowid."""
+    sql = f"SELECT rowid, {ident(col)} FROM {ident(table)}"
+    if where:
+        sql += f" WHERE {where}"
+    rows = conn.execute(sql + " ORDER BY rowid", tuple(params)).fetchall()
+    if not rows:
+        return pd.Series([], dtype="object", index=pd.Index([], dtype="int64"))
+    ids, values = zip(*rows)
+    return pd.Series(values, index=pd.Index(ids, dtype="int64"), dtype="object")
+
+
+def lookup_strings(
+    conn: sqlite3.Connection, table: str, ids: pd.Series | np.ndarray, *, key: str = "id", value: str = "value"
+) -> pd.Series:
+    """`value` by `key` from a string table (e.g. nsys StringIds) for the distinct `ids`,
+    as a Series indexed by id. Reads only the ids asked for, in batches of bound params."""
+    wanted = pd.unique(pd.Series(ids).dropna().astype("int64"))
+    keys: list[int] = []
+    values: list[object] = []
+    batch = 500  # well under SQLite's oldest host-parameter limit (999)
+    sql_head = f"SELECT {ident(key)}, {ident(value)} FROM {ident(table)} WHERE {ident(key)} IN "
+    for i in range(0, len(wanted), batch):
+        chunk = [int(x) for x in wanted[i : i + batch]]
+        marks = ",".join("?" * len(chunk))
+        for k, v in conn.execute(f"{sql_head}({marks})", chunk):
+            keys.append(k)
+            values.append(v)
+    out = pd.Series(values, index=pd.Index(keys, dtype="int64"), dtype="object")
+    return out[~out.index.duplicated()]
+
+
+def map_ids(ids: pd.Series, strings: pd.Series) -> np.ndarray:
+    """Object array: strings[id] for each id (None where the id is NA or unknown)."""
+    ids = pd.Series(ids)
+    if strings.empty or ids.empty:
+        return np.full(len(ids), None, dtype=object)
+    codes = strings.index.get_indexer(ids.fillna(-1).astype("int64"))
+    table = np.append(strings.to_numpy(dtype=object), None)
+    return table[codes]  # code -1 picks the trailing None
