@@ -1,0 +1,198 @@
+"""Derive bench/RESULTS.md from the long-format rows in bench/results/h200.csv.
+
+    python3 bench/make_tables.py [--csv bench/results/h200.csv] [--out bench/RESULTS.md] [--all-runs]
+
+For each suite and dtype: every provider's best verified time per shape, TFLOP/s, speedup
+over torch.matmul (cuBLAS) and over our data-parallel schedule, time over the HBM floor
+where it was measured, and geometric means; then the targets of issue 4, met or missed by
+how much; the ceilings; and what failed. By default only the latest run of each shape is
+used (the CSV is appended to across runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from advisor.bench.rows import read_csv  # noqa: E402
+from advisor.bench.tables import (  # noqa: E402
+    latest_runs, markdown_table, speedup_table, suite_geomeans,
+)
+from suites import ALL_SUITES, evaluate_targets  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+PROVIDER_ORDER = ["torch.matmul", "cuda_graph", "torch._grouped_mm", "torch._grouped_mm[padded]", "dp",
+                  "split_k", "persistent", "stream_k", "warp_specialization", "grouped"]
+
+
+def _porder(p: str) -> tuple:
+    return (PROVIDER_ORDER.index(p) if p in PROVIDER_ORDER else len(PROVIDER_ORDER), p)
+
+
+def _shape_order(shape: str) -> tuple:
+    try:
+        return tuple(int(x) for x in shape.split("x"))
+    except ValueError:
+        return (0, 0, 0, shape)
+
+
+def _runs_line(rows: list[dict]) -> str:
+    seen = {}
+    for r in rows:
+        seen.setdefault(r.get("run_id"), r)
+    parts = []
+    for rid, r in seen.items():
+        parts.append(f"{r.get('device') or '?'} ({r.get('sm_count') or '?'} SMs), torch {r.get('torch') or '?'}, "
+                     f"Triton {r.get('triton') or '?'}, run {rid}, {r.get('date') or '?'}")
+    return "; ".join(parts)
+
+
+def suite_section(rows: list[dict], suite: str) -> str:
+    srows = [r for r in rows if r.get("suite") == suite]
+    if not srows:
+        return ""
+    baselines = ("torch.matmul", "dp", "cuda_graph") if suite == "grouped" else ("torch.matmul", "dp")
+    table = speedup_table(srows, baselines=baselines)
+    out = [f"## {suite}\n", f"Measured on {_runs_line(srows)}.\n"]
+    for dtype in sorted({e["dtype"] for e in table}):
+        entries = sorted((e for e in table if e["dtype"] == dtype),
+                         key=lambda e: (_shape_order(e["shape"]), _porder(e["provider"])))
+        cols = [("shape", "shape"), ("provider", "provider"), ("median_us", "median us", ".1f"),
+                ("tflops", "TFLOP/s", ".1f"), ("vs_torch.matmul", "vs torch.matmul", ".2f")]
+        cols += [("vs_cuda_graph", "vs CUDA graph", ".2f")] if suite == "grouped" else [("vs_dp", "vs dp", ".2f")]
+        if any(e.get("x_floor") for e in entries):
+            cols.append(("x_floor", "x HBM floor", ".2f"))
+        cols += [("rel_err", "rel err", ".1e"), ("config", "config")]
+        out.append(f"### {suite}, {dtype}\n")
+        out.append(markdown_table(entries, cols))
+        geo = []
+        for metric in ("vs_torch.matmul", "vs_cuda_graph" if suite == "grouped" else "vs_dp"):
+            for (s, d, p), g in suite_geomeans(entries, metric).items():
+                geo.append({"provider": p, "metric": metric.replace("vs_", "vs "), "geomean": g["geomean"],
+                            "n": g["n"]})
+        geo.sort(key=lambda g: (g["metric"], _porder(g["provider"])))
+        if geo:
+            out.append("\nGeometric means over the shapes where both were measured:\n\n")
+            out.append(markdown_table(geo, [("provider", "provider"), ("metric", "speedup"),
+                                            ("geomean", "geomean", ".3f"), ("n", "shapes")]))
+        out.append("\n")
+    return "".join(out)
+
+
+def targets_section(rows: list[dict]) -> str:
+    res = evaluate_targets(rows)
+    if not res:
+        return ""
+    for r in res:
+        r["verdict"] = {True: "met", False: "MISSED", None: "not measured"}[r["met"]]
+        r["shapes_text"] = f"{r['shapes']}/{r['of']}"
+    return "## Targets (issue 4)\n\n" + markdown_table(res, [
+        ("suite", "suite"), ("dtype", "dtype"), ("target", "target"), ("value", "measured", ".3f"),
+        ("threshold", "bar", ".2f"), ("verdict", "verdict"), ("note", "note"), ("winners", "winners"),
+        ("shapes_text", "shapes")]) + "\n"
+
+
+def ceilings_section(rows: list[dict]) -> str:
+    c = [r for r in rows if r.get("suite") == "ceiling"]
+    if not c:
+        return ""
+    return ("## Ceilings\n\nA device-to-device copy (bytes read + written over time) and a large cuBLAS GEMM, "
+            "measured first in the run.\n\n" + markdown_table(c, [
+                ("provider", "provider"), ("shape", "size"), ("dtype", "dtype"), ("median_us", "median us", ".1f"),
+                ("gbps", "GB/s", ".0f"), ("tflops", "TFLOP/s", ".1f"), ("status", "status"),
+                ("error", "error"), ("device", "device"), ("date", "date")]) + "\n")
+
+
+def timer_section(rows: list[dict]) -> str:
+    tc = [r for r in rows if r.get("suite") == "timer_check" and r.get("status") == "ok"]
+    if not tc:
+        return ""
+    base = {}
+    for r in rows:
+        if r.get("provider") == "torch.matmul" and r.get("suite") not in ("timer_check", "ceiling"):
+            base.setdefault((r.get("shape"), r.get("dtype")), []).append(r)
+    entries = []
+    for r in tc:
+        b = [x for x in base.get((r.get("shape"), r.get("dtype")), []) if x.get("status") == "ok"
+             and x.get("median_us")]
+        ref = min(b, key=lambda x: x["median_us"]) if b else None
+        entries.append({"shape": r["shape"], "dtype": r["dtype"], "events_us": r["median_us"],
+                        "do_bench_us": ref["median_us"] if ref else None,
+                        "ratio": ref["median_us"] / r["median_us"] if ref else None,
+                        "x_floor": r["median_us"] / r["hbm_floor_us"] if r.get("hbm_floor_us") else None})
+    return ("## Timer check\n\ntorch.matmul timed twice: with `do_bench` (which zeroes a 256 MB buffer before "
+            "each call; its dirty lines are written back during the timed kernel) and with the rotation-only "
+            "event timer. The ratio shows how much of a short memory-bound kernel's time is the flush.\n\n"
+            + markdown_table(entries, [("shape", "shape"), ("dtype", "dtype"), ("do_bench_us", "do_bench us", ".1f"),
+                                       ("events_us", "events us", ".1f"), ("ratio", "do_bench / events", ".2f"),
+                                       ("x_floor", "events x HBM floor", ".2f")]) + "\n")
+
+
+def failures_section(rows: list[dict]) -> str:
+    bad = [r for r in rows if r.get("status") not in ("ok", None)]
+    if not bad:
+        return "## Failures\n\nNone: every variant that ran compiled, launched and passed its checks.\n"
+    counts = Counter((r.get("suite"), r.get("provider"), r.get("status")) for r in bad)
+    entries = [{"suite": s, "provider": p, "status": st, "n": n} for (s, p, st), n in sorted(counts.items(),
+                                                                                            key=lambda x: str(x))]
+    errors = Counter((r.get("provider"), r.get("status"), r.get("error")) for r in bad if r.get("status") != "skipped")
+    top = [{"provider": p, "status": st, "n": n, "error": e} for (p, st, e), n in errors.most_common(20)]
+    text = ("## Failures\n\nVariants that did not give a verified time (never ranked). `skipped`: not applicable "
+            "to the shape, or the shape's time budget ran out first.\n\n"
+            + markdown_table(entries, [("suite", "suite"), ("provider", "provider"), ("status", "status"),
+                                       ("n", "variants")]))
+    if top:
+        text += "\nMost frequent errors:\n\n" + markdown_table(top, [("provider", "provider"), ("status", "status"),
+                                                                   ("n", "n"), ("error", "error")])
+    return text + "\n"
+
+
+def build_results(rows: list[dict], *, source: str = "bench/results/h200.csv") -> str:
+    parts = [
+        "# GEMM schedule benchmarks\n\n",
+        f"Generated by `python3 bench/make_tables.py` from `{source}` (long-format rows written by "
+        "`bench/bench_gemm.py`). Times are medians of `triton.testing.do_bench` with inputs rotated so "
+        "that no call finds its operands in the L2; every variant was checked against a float64 reference on "
+        "fresh random inputs with its output poisoned first, and each provider's winner was re-checked and "
+        "re-timed (the numbers below are those re-timings). Speedup = baseline time / provider time (> 1: "
+        "faster); \"x HBM floor\" = time / (bytes moved once / measured copy bandwidth).\n\n",
+    ]
+    parts.append(targets_section(rows))
+    parts.append(ceilings_section(rows))
+    suites = list(ALL_SUITES) + sorted({r.get("suite") for r in rows} - set(ALL_SUITES) - {"ceiling", "timer_check"})
+    for s in suites:
+        parts.append(suite_section(rows, s))
+    parts.append(timer_section(rows))
+    parts.append(failures_section(rows))
+    return "".join(p for p in parts if p)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--csv", type=Path, default=HERE / "results" / "h200.csv", help="rows to read")
+    ap.add_argument("--out", type=Path, default=HERE / "RESULTS.md", help="markdown file to write")
+    ap.add_argument("--all-runs", action="store_true", help="use every run in the CSV, not only the latest per shape")
+    args = ap.parse_args(argv)
+    rows = read_csv(args.csv)
+    if not rows:
+        print(f"make_tables: no rows in {args.csv}", file=sys.stderr)
+        return 1
+    if not args.all_runs:
+        rows = latest_runs(rows)
+    try:
+        source = str(args.csv.resolve().relative_to(HERE.parent))
+    except ValueError:
+        source = str(args.csv)
+    args.out.write_text(build_results(rows, source=source))
+    print(f"wrote {args.out} from {len(rows)} rows")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
