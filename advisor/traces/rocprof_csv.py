@@ -34,6 +34,7 @@ info...) are recognised and refused with a one-line error saying which file to p
 from __future__ import annotations
 
 import csv
+import io
 import re
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ import pandas as pd
 from ..errors import TraceError
 from ..model import Trace
 from ._amd import gfx_name, workgroups
-from ._jsonio import to_int
+from ._jsonio import read_bytes, to_int
 from ._names import short_names, strip_kd
 
 FORMAT = "rocprof-csv"
@@ -124,19 +125,20 @@ def sniff(path: Path, head: bytes) -> bool:
 
 
 def read(path: Path, *, rank: int, cache_dir: Path | None = None) -> Trace:
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(64 << 10)
-    except OSError as exc:
-        raise TraceError(f"{path.name}: cannot read ({exc.strerror or exc})") from None
-    cols = set(_header(head) or [])
+    data = read_bytes(path)  # gunzipped when gzip, whatever the name
+    cols = set(_header(data[: 64 << 10]) or [])
     variant = _variant(cols)
     if variant is None:
         what = _companion(cols) or "a CSV without rocprof kernel columns"
         hint = "results.csv" if "stats" in what else "the *_kernel_trace.csv (rocprofv3) or results.csv (rocprof v1)"
         raise TraceError(f"{path.name}: this is {what}, not a kernel trace; pass {hint} instead")
-    df = _read_frame(path)
+    df = _read_frame(path, data)
     notes: list[str] = []
+    if len(df) and not data.rstrip(b" \t").endswith((b"\n", b"\r")):
+        # The tools end every row with a newline: a last row without one was cut short, and
+        # its last field may be a cut number. Drop it rather than trust it.
+        df = df.iloc[:-1]
+        notes.append("the file ends mid-row (truncated?): its last row was skipped")
     col = {key: _find(df, names) for key, names in _ALIASES.items()}
     if col["start"] is None or col["end"] is None:
         raise TraceError(
@@ -162,14 +164,14 @@ def read(path: Path, *, rank: int, cache_dir: Path | None = None) -> Trace:
 # ---------------------------------------------------------------------------------------------
 
 
-def _read_frame(path: Path) -> pd.DataFrame:
+def _read_frame(path: Path, data: bytes) -> pd.DataFrame:
     try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True, encoding_errors="replace")
+        df = pd.read_csv(
+            io.BytesIO(data), dtype=str, keep_default_na=False, skipinitialspace=True, encoding_errors="replace"
+        )
     except (pd.errors.ParserError, pd.errors.EmptyDataError, csv.Error, ValueError) as exc:
         msg = " ".join(str(exc).split())
         raise TraceError(f"{path.name}: corrupt or truncated CSV ({msg})") from None
-    except OSError as exc:
-        raise TraceError(f"{path.name}: cannot read ({exc.strerror or exc})") from None
     df.columns = [c.strip() for c in df.columns]
     return df
 

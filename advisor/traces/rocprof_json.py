@@ -36,7 +36,7 @@ from ..errors import TraceError
 from ..model import Trace
 from ._amd import agent_device_row, workgroups
 from ._jsonio import handle, load_json, to_int
-from ._names import short_names, strip_kd
+from ._names import short_name, strip_kd
 
 FORMAT = "rocprofv3-json"
 DESCRIPTION = "rocprofv3 JSON (results.json)"
@@ -124,14 +124,21 @@ def _symbols(proc: dict) -> dict[Any, dict]:
     return out
 
 
-def _symbol_name(s: dict | None) -> str | None:
-    if not s:
-        return None
+def _describe(s: dict) -> tuple[str | None, str | None]:
+    """(name, short name) of a kernel symbol: the demangled name without `[clone .kd]`, and
+    rocprofiler's `truncated_kernel_name` (else our own cut of the name)."""
+    name = None
     for key in ("formatted_kernel_name", "demangled_kernel_name", "kernel_name"):
         v = s.get(key)
         if isinstance(v, str) and v:
-            return strip_kd(v)
-    return None
+            name = strip_kd(v)
+            break
+    t = s.get("truncated_kernel_name")
+    if isinstance(t, str) and t:
+        short = strip_kd(t)
+    else:
+        short = short_name(name) if name else None
+    return name, short
 
 
 def _xyz(values: list, axis: str) -> list:
@@ -143,21 +150,21 @@ def _kernels(proc: dict, records: list, gpu_ids: dict, rank: int, notes: list[st
     info = [r.get("dispatch_info") if isinstance(r.get("dispatch_info"), dict) else {} for r in recs]
     syms = _symbols(proc)
     sym = [syms.get(i.get("kernel_id")) for i in info]
+    described = {id(s): _describe(s) for s in syms.values()}
+    none = (None, None)
     start = to_int([r.get("start_timestamp") for r in recs])
     end = to_int([r.get("end_timestamp") for r in recs])
     bad = (start.isna() | end.isna() | (end < start)).to_numpy(dtype=bool)
     if bad.any():
         notes.append(f"{int(bad.sum())} kernel dispatch(es) without valid timestamps were skipped")
-    names = [_symbol_name(s) for s in sym]
+    names, short = [], []
+    for s in sym:
+        n, sn = described.get(id(s), none) if s is not None else none
+        names.append(n)
+        short.append(sn)
     missing = sum(1 for n in names if n is None)
     if missing:
         notes.append(f"{missing} dispatch(es) name a kernel_id missing from kernel_symbols")
-    short = []
-    for s, n in zip(sym, names):
-        t = s.get("truncated_kernel_name") if s else None
-        short.append(strip_kd(t) if isinstance(t, str) and t else None)
-    fallback = short_names(names)
-    short = [s if s else f for s, f in zip(short, fallback)]
     wg = [to_int(_xyz([i.get("workgroup_size") for i in info], a)) for a in "xyz"]
     items = [to_int(_xyz([i.get("grid_size") for i in info], a)) for a in "xyz"]
     grid = [workgroups(g, w) for g, w in zip(items, wg)]
