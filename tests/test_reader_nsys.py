@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import sqlite3
-import stat
 import time
 from pathlib import Path
 
@@ -204,7 +203,7 @@ def test_corpus_file_against_raw_queries(name):
     got = k.sort_values(["start_ns", "end_ns", "name"])
     cols = ["start_ns", "end_ns", "name", "short_name", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
             "block_z", "static_smem_bytes", "dynamic_smem_bytes", "device_id", "stream_id"]
-    assert [tuple(None if v is None else v for v in r) for r in got[cols].astype(object).itertuples(index=False)] == expected
+    assert [tuple(r) for r in got[cols].astype(object).itertuples(index=False)] == expected
 
     # Devices: the GPUs that ran kernels, described as TARGET_INFO_GPU says.
     gpus = raw(
@@ -242,9 +241,8 @@ def test_corpus_nvfuser_h100_details():
     trace = load_trace(path)
     # 8 GPUs are listed; only device 0 ran kernels, and only it is a device here.
     assert raw(path, "SELECT count(*) FROM TARGET_INFO_GPU")[0][0] == 8
-    assert trace.devices[["device_id", "name", "sm_count", "arch", "max_warps_per_sm"]].astype(object).values.tolist() == [
-        [0, "NVIDIA H100 80GB HBM3", 132, "9.0", 64]
-    ]
+    dev = trace.devices[["device_id", "name", "sm_count", "arch", "max_warps_per_sm"]]
+    assert dev.astype(object).values.tolist() == [[0, "NVIDIA H100 80GB HBM3", 132, "9.0", 64]]
     assert trace.kernels["name"].str.contains("nvjet").any()
     # NVTX text is inline here; every push/pop range comes through with its text.
     texts = raw(path, "SELECT text FROM NVTX_EVENTS WHERE eventType = 59 ORDER BY start, rowid")
@@ -264,9 +262,11 @@ def test_corpus_2021_schema():
     assert "mangledName" not in [r[1] for r in raw(path, "PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")]
     trace = load_trace(path)
     assert len(trace.kernels) == raw(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0][0] == 12
-    assert set(trace.kernels["short_name"]) == {"build_GPU2"} | set(
-        v for (v,) in raw(path, "SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName")
+    shorts = raw(
+        path, "SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName"
     )
+    assert set(trace.kernels["short_name"]) == {v for (v,) in shorts}
+    assert "build_GPU2" in set(trace.kernels["short_name"])
     d = trace.devices.iloc[0]
     assert (d["name"], int(d["sm_count"]), d["arch"]) == ("Quadro RTX 6000", 72, "7.5")
     # No ENUM_CUDA_MEMCPY_OPER in 2021: copyKind 1 is host-to-device by CUPTI's numbering.
@@ -300,8 +300,12 @@ def test_full_schema_values(tmp_path):
     assert k["correlation_id"].isna().tolist() == [False, True, False]
     assert k["graph_node_id"].tolist()[1] == 77 and k["graph_node_id"].isna().sum() == 2
     d = trace.devices.iloc[0]
-    assert (d["name"], d["sm_count"], d["cc_major"], d["cc_minor"], d["arch"]) == ("NVIDIA H100 80GB HBM3", 132, 9, 0, "9.0")
-    assert (d["smem_per_block_optin_bytes"], d["l2_bytes"], d["mem_bandwidth_bytes_per_s"]) == (232448, 52428800, 3.35232e12)
+    assert (d["name"], d["sm_count"], d["cc_major"], d["cc_minor"], d["arch"]) == (
+        "NVIDIA H100 80GB HBM3", 132, 9, 0, "9.0"
+    )
+    assert (d["smem_per_block_optin_bytes"], d["l2_bytes"], d["mem_bandwidth_bytes_per_s"]) == (
+        232448, 52428800, 3.35232e12
+    )
 
 
 def test_old_kernel_columns_without_short_or_mangled_name(tmp_path):
@@ -348,7 +352,11 @@ def test_runtime_names_threads_and_memcpy_kinds(tmp_path):
                "globalTid INTEGER", "correlationId INTEGER", "nameId INTEGER NOT NULL",
                "returnValue INTEGER NOT NULL", "callchainId INTEGER"]
     tid = (77 << 24) | 99
-    runtime = [(900, 950, 1, tid, 100, 10, 0, None), (960, 970, 1, tid, 101, 11, 0, None), (980, 990, 1, tid, 102, 12, 0, None)]
+    runtime = [
+        (900, 950, 1, tid, 100, 10, 0, None),
+        (960, 970, 1, tid, 101, 11, 0, None),
+        (980, 990, 1, tid, 102, 12, 0, None),
+    ]
     copy_cols = ["start", "end", "deviceId", "contextId", "streamId", "correlationId", "globalPid", "bytes", "copyKind"]
     copies = [(100, 200, 0, 1, 7, 5, 0, 4096, 1), (300, 350, 0, 1, 7, 6, 0, 64, 2), (400, 410, 0, 1, 7, 7, 0, 8, 8),
               (420, 430, 0, 1, 7, 8, 0, 16, 10), (440, 450, 0, 1, 7, 9, 0, 32, 3)]
@@ -371,14 +379,18 @@ def test_runtime_names_threads_and_memcpy_kinds(tmp_path):
     # With ENUM_CUDA_MEMCPY_OPER present its names win, whatever the numbering.
     path2 = basic_export(tmp_path / "enum.sqlite", extra={
         "CUPTI_ACTIVITY_KIND_MEMCPY": (copy_cols, copies[:2]),
-        "ENUM_CUDA_MEMCPY_OPER": (["id", "name", "label"], [(1, "CUDA_MEMCPY_KIND_DTOH", "x"), (2, "CUDA_MEMCPY_KIND_PTOP", "y")]),
+        "ENUM_CUDA_MEMCPY_OPER": (
+            ["id", "name", "label"], [(1, "CUDA_MEMCPY_KIND_DTOH", "x"), (2, "CUDA_MEMCPY_KIND_PTOP", "y")]
+        ),
     })
     assert load_trace(path2).memcpy["kind"].tolist() == ["DtoH", "PtoP"]
 
 
 def test_sm_count_from_cuda_device_table_when_no_gpu_table(tmp_path):
     path = basic_export(tmp_path / "dev.sqlite", gpu=False, extra={
-        "TARGET_INFO_CUDA_DEVICE": (["gpuId", "cudaId", "pid", "uuid", "numMultiprocessors"], [(0, 0, 1, None, 114), (1, 1, 1, None, 114)]),
+        "TARGET_INFO_CUDA_DEVICE": (
+            ["gpuId", "cudaId", "pid", "uuid", "numMultiprocessors"], [(0, 0, 1, None, 114), (1, 1, 1, None, 114)]
+        ),
     })
     trace = load_trace(path)
     d = trace.devices
@@ -426,8 +438,11 @@ def test_chunked_threaded_read_matches_raw(tmp_path, monkeypatch):
                       correlationId=None if i % 5 == 0 else i) for i in range(5000)]
     path = basic_export(tmp_path / "many.sqlite", kernels=kernels)
     k = load_trace(path).kernels
-    expected = raw(path, 'SELECT start, "end" - start, gridX, correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid')
-    got = list(zip(k["start_ns"], k["dur_ns"], k["grid_x"], k["correlation_id"].astype(object).where(k["correlation_id"].notna(), None)))
+    expected = raw(
+        path, 'SELECT start, "end" - start, gridX, correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid'
+    )
+    corr = k["correlation_id"].astype(object).where(k["correlation_id"].notna(), None)
+    got = list(zip(k["start_ns"], k["dur_ns"], k["grid_x"], corr))
     assert got == expected
 
 
@@ -548,18 +563,23 @@ def check_summary_json(path: Path) -> dict:
 
 def test_summary_json_synthetic(tmp_path):
     info = check_summary_json(basic_export(tmp_path / "s.sqlite"))
-    assert info["devices"] == [d | {"name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "compute_capability": "9.0"} for d in info["devices"]]
+    assert [(d["name"], d["sm_count"], d["compute_capability"]) for d in info["devices"]] == [
+        ("NVIDIA H100 80GB HBM3", 132, "9.0")
+    ]
     assert info["top_kernels"][0]["grid"] == [4, 2, 1] and info["top_kernels"][0]["block"] == [128, 1, 1]
 
 
 def test_summary_json_corpus():
     path = corpus_file("nvfuser_h100_nvjet.sqlite")
     info = check_summary_json(path)
-    assert [(d["name"], d["sm_count"], d["compute_capability"]) for d in info["devices"]] == [("NVIDIA H100 80GB HBM3", 132, "9.0")]
+    assert [(d["name"], d["sm_count"], d["compute_capability"]) for d in info["devices"]] == [
+        ("NVIDIA H100 80GB HBM3", 132, "9.0")
+    ]
     grid = raw(
         path,
-        "SELECT k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ, count(*) AS n FROM CUPTI_ACTIVITY_KIND_KERNEL k "
-        "JOIN StringIds s ON s.id = k.demangledName WHERE s.value = ? GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY n DESC",
+        "SELECT k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ, count(*) AS n "
+        "FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName "
+        "WHERE s.value = ? GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY n DESC",
         (info["top_kernels"][0]["name"],),
     )[0]
     assert info["top_kernels"][0]["grid"] + info["top_kernels"][0]["block"] == list(grid[:6])

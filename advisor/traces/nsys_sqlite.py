@@ -240,10 +240,8 @@ class _Reader:
         sql = f"SELECT {', '.join(_sqlite.ident(c) for c in cols)} FROM {_sqlite.ident(table)}"
         return pd.DataFrame.from_records(self.conn.execute(sql).fetchall(), columns=cols)
 
-    def _drop_bad_times(self, df: pd.DataFrame, what: str, *, open_ok: bool = False) -> pd.DataFrame:
-        bad = df["start_ns"].isna() | df["end_ns"].isna()
-        if not open_ok:
-            bad |= (df["end_ns"] < df["start_ns"]).fillna(False)
+    def _drop_bad_times(self, df: pd.DataFrame, what: str) -> pd.DataFrame:
+        bad = df["start_ns"].isna() | df["end_ns"].isna() | (df["end_ns"] < df["start_ns"]).fillna(False)
         if bad.any():
             self.notes.append(f"{int(bad.sum())} {what} without a valid start/end time were left out")
             df = df[~bad]
@@ -382,9 +380,8 @@ class _Reader:
         types = self._nvtx_type_ids()
         kinds = [types["NvtxPushPopRange"], types["NvtxStartEndRange"], types["NvtxMark"]]
         where = f"{_sqlite.ident('eventType')} IN (?, ?, ?)"
-        raw = self.ints(
-            NVTX, ["start", "end", "eventType", "globalTid", "textId", "domainId"], where=where, params=kinds, rowid=True
-        )
+        wanted = ["start", "end", "eventType", "globalTid", "textId", "domainId"]
+        raw = self.ints(NVTX, wanted, where=where, params=kinds, rowid=True)
         df = pd.DataFrame({"start_ns": raw["start"]})
         is_mark = (raw["eventType"] == types["NvtxMark"]).fillna(False).to_numpy()
         end = raw["end"] if "end" in raw else pd.Series(pd.NA, index=raw.index, dtype="Int64")
@@ -464,20 +461,24 @@ class _Reader:
         if {"cc_major", "cc_minor"} <= set(gpu.columns):
             known = gpu["cc_major"].notna()
             gpu["arch"] = None
-            gpu.loc[known, "arch"] = [
-                f"{int(a)}.{0 if pd.isna(b) else int(b)}" for a, b in zip(gpu.loc[known, "cc_major"], gpu.loc[known, "cc_minor"])
-            ]
+            majors, minors = gpu.loc[known, "cc_major"], gpu.loc[known, "cc_minor"]
+            gpu.loc[known, "arch"] = [f"{int(a)}.{0 if pd.isna(b) else int(b)}" for a, b in zip(majors, minors)]
         if "sm_count" in gpu:
             gpu["sm_count_source"] = np.where(gpu["sm_count"].notna(), "trace", None)
         return gpu.reset_index(drop=True)
 
     @staticmethod
     def _pick_key(df: pd.DataFrame, candidates: tuple[str, ...], used: set[int]) -> str | None:
-        """The id column that names the devices the activity tables use (first wins ties)."""
-        present = [c for c in candidates if c in df.columns]
-        if not present:
-            return None
-        return max(present, key=lambda c: (len(used & set(pd.to_numeric(df[c], errors="coerce").dropna().astype(int))), -present.index(c)))
+        """Of the id columns `candidates` in `df`, the one holding most of the device ids the
+        activity tables use (the first one on a tie, and when nothing ran)."""
+        best, best_hits = None, -1
+        for col in candidates:
+            if col in df.columns:
+                ids = set(pd.to_numeric(df[col], errors="coerce").dropna().astype("int64"))
+                hits = len(used & ids)
+                if hits > best_hits:
+                    best, best_hits = col, hits
+        return best
 
     def _fill_sm_counts(self, gpu: pd.DataFrame, key: str | None, used: set[int]) -> pd.DataFrame:
         """SM counts from TARGET_INFO_CUDA_DEVICE / CONTEXT_INFO where the GPU table has none
@@ -486,9 +487,9 @@ class _Reader:
         if CUDA_DEVICE in self.tables:
             dev = self.small_rows(CUDA_DEVICE, ["gpuId", "cudaId", "numMultiprocessors"])
             if "numMultiprocessors" in dev:
-                # gpuId is TARGET_INFO_GPU.id, cudaId the CUDA ordinal (TARGET_INFO_GPU.cuDevice).
-                pairs = (("gpuId", "cudaId") if key != "cuDevice" else ("cudaId", "gpuId"))
-                dev_key = self._pick_key(dev, pairs, used) if key is None else next((c for c in pairs if c in dev), None)
+                # gpuId is TARGET_INFO_GPU.id and cudaId its cuDevice: follow the GPU table's key.
+                order = ("cudaId", "gpuId") if key == "cuDevice" else ("gpuId", "cudaId")
+                dev_key = self._pick_key(dev, order, used)
                 if dev_key is not None:
                     sources.append(dev[[dev_key, "numMultiprocessors"]].set_axis(["device_id", "sms"], axis=1))
         if CONTEXT_INFO in self.tables:
