@@ -430,6 +430,15 @@ def test_only_busy_devices_are_kept_and_ids_follow_gpu_id(tmp_path):
     ]
 
 
+def test_two_exports_load_as_two_ranks(tmp_path):
+    a = basic_export(tmp_path / "rank0.sqlite")
+    b = basic_export(tmp_path / "rank1.sqlite", kernels=[kernel(5000, 250, 3, 4)])
+    trace = load_trace([a, b])
+    assert trace.kernels.groupby("rank")["dur_ns"].sum().to_dict() == {0: 1300, 1: 250}
+    assert sorted(trace.devices["rank"]) == [0, 1]
+    assert trace.meta["format"] == ["nsys-sqlite", "nsys-sqlite"]
+
+
 def test_chunked_threaded_read_matches_raw(tmp_path, monkeypatch):
     # Small chunks force several row ranges, read on worker threads and put back in order.
     monkeypatch.setattr(_sqlite, "_CHUNK_ROWS", 700)
