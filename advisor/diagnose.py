@@ -84,7 +84,7 @@ def diagnose(
         "kernels": int(len(k)),
         "gpu_time_ns": int(k["dur_ns"].sum()) if len(k) else 0,
         "gemm_kernels": int(ctx.kernels["is_gemm"].sum()) if len(k) else 0,
-        "gemm_shapes_known": int(ctx.kernels["M"].notna().sum()) if len(k) else 0,
+        "gemm_shapes_known": int((ctx.kernels["is_gemm"] & ctx.kernels["M"].notna()).sum()) if len(k) else 0,
     }
     return Diagnosis(
         findings=findings,

@@ -224,11 +224,23 @@ def test_overlapped_comm_is_clean():
 
 
 def test_gate_gpu_idle_and_sync():
+    # Each step: a 100 us kernel, a synchronise that returns when it ends (+2 us), then 898 us
+    # of host work before the next launch: the GPU idles 898 us after each of 9 syncs.
     ks = [kernel(i * 1_000_000, 100_000, name="matmul_kernel", grid=(12, 11, 1)) for i in range(10)]
-    rt = [launch(i + 1, i * 1_000_000 + 100_000, dur=880_000, name="cudaDeviceSynchronize") for i in range(10)]
+    rt = [launch(i + 1, i * 1_000_000 + 5_000, dur=97_000, name="cudaDeviceSynchronize") for i in range(10)]
     d = diagnose(make_trace(ks, runtime=rt))
     checks = {g.check for g in d.gates}
     assert {"gpu_idle", "sync_calls"} <= checks and d.premature
+    (g,) = [g for g in d.gates if g.check == "sync_calls"]
+    assert g.value == pytest.approx(9 * 898_000 / 9_100_000, abs=1e-3)
+
+
+def test_final_synchronise_is_free():
+    # Work enqueued back to back, one synchronise at the end: no stall.
+    ks = [kernel(i * 100_000, 100_000, name="matmul_kernel", grid=(12, 11, 1)) for i in range(10)]
+    rt = [launch(99, 10_000, dur=990_000, name="cudaDeviceSynchronize")]
+    d = diagnose(make_trace(ks, runtime=rt))
+    assert not [g for g in d.gates if g.check == "sync_calls"]
 
 
 def test_gate_gemm_far_below_roofline():

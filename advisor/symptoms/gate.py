@@ -4,8 +4,8 @@ Checks, per rank (and device):
 * gpu_idle: the GPU is busy (kernels or copies) for too little of the span of its own
   activity; gaps inside launch-bound runs of tiny kernels are not counted as idle here,
   since launch_overhead reports them with a remedy.
-* sync_calls: the launching host thread spends a large share of its time in synchronising
-  calls (device/stream/event synchronise, blocking memcpy).
+* sync_calls: the GPU idles after synchronising calls (device/stream/event synchronise,
+  blocking memcpy) until the host launches again; a final synchronise costs nothing.
 * host_copies: host<->device copies take a large share of device busy time.
 * gemm_below_roofline: a big GEMM in whole waves runs far below its roofline
   (min(peak, bandwidth x arithmetic intensity)): the kernel itself needs work first.
@@ -58,20 +58,47 @@ def _idle(ctx: Context, rule: Rule) -> list[dict]:
 
 
 def _sync(ctx: Context) -> list[dict]:
-    rt = ctx.trace.runtime
+    """GPU time lost restarting after synchronising calls.
+
+    A synchronising call drains the GPU; if the host then has to launch again, the GPU idles
+    from the call's return until its next activity. That idle time, summed over the calls of
+    the launching thread, is the cost. A final synchronise after all work is enqueued costs
+    nothing (no GPU activity follows it) and is not counted.
+    """
+    t = ctx.trace
+    rt = t.runtime
     if rt.empty:
         return []
     rows = []
     for rank, g in rt.groupby("rank", sort=False):
+        gpu = pd.concat([t.kernels[t.kernels["rank"] == rank][["start_ns", "end_ns"]], t.memcpy[t.memcpy["rank"] == rank][["start_ns", "end_ns"]]])
+        if gpu.empty:
+            continue
+        ms, me = intervals.merge(gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy())
+        span = int(me[-1] - ms[0])
         # The thread that launches most is the one whose stalls delay the GPU.
         tid = g["thread_id"].value_counts(dropna=False).index[0]
         th = g[g["thread_id"] == tid] if not pd.isna(tid) else g
-        span = int(th["end_ns"].max() - th["start_ns"].min())
         sync = th[th["name"].fillna("").str.contains(_SYNC)]
-        sync_ns = intervals.total(sync["start_ns"].to_numpy(), sync["end_ns"].to_numpy())
-        top = sync.groupby("name")["dur_ns"].sum().sort_values(ascending=False)
+        if sync.empty:
+            rows.append({"rank": int(rank), "span_ns": span, "stall_ns": 0, "sync_calls": 0, "stall_fraction": 0.0, "top_call": None})
+            continue
+        ends = sync["end_ns"].to_numpy(dtype=np.int64)
+        nxt = np.searchsorted(ms, ends, side="left")  # first busy interval starting at/after the return
+        covered = intervals.covered_before(ms, me, ends + 1) - intervals.covered_before(ms, me, ends)
+        has_next = nxt < len(ms)
+        idle = np.where(has_next & (covered == 0), ms[np.clip(nxt, 0, len(ms) - 1)] - ends, 0)
+        stall = int(idle.clip(min=0).sum())
+        by_call = pd.Series(idle, index=sync["name"].to_numpy()).groupby(level=0).sum().sort_values(ascending=False)
         rows.append(
-            {"rank": int(rank), "span_ns": span, "sync_ns": sync_ns, "sync_fraction": sync_ns / span if span else 0.0, "top_call": None if top.empty else str(top.index[0])}
+            {
+                "rank": int(rank),
+                "span_ns": span,
+                "stall_ns": stall,
+                "sync_calls": int(has_next.sum()),
+                "stall_fraction": stall / span if span else 0.0,
+                "top_call": str(by_call.index[0]) if stall else None,
+            }
         )
     return rows
 
@@ -139,14 +166,15 @@ def judge(ev: dict[str, list[dict]], rule: Rule, ctx: Context) -> list[Gate]:
                 )
             )
     for r in ev["sync_calls"]:
-        if r["sync_fraction"] > rule["max_sync_fraction"]:
+        if r["stall_fraction"] > rule["max_sync_stall_fraction"]:
             gates.append(
                 Gate(
                     "sync_calls",
-                    f"the launching thread of rank {r['rank']} spends {r['sync_fraction']:.0%} of its time in synchronising calls"
-                    + (f" (mostly {safe_text(r['top_call'], 60)})" if r["top_call"] else ""),
-                    round(r["sync_fraction"], 3),
-                    rule["max_sync_fraction"],
+                    f"on rank {r['rank']} the GPU sits idle for {r['stall_fraction']:.0%} of its span after {r['sync_calls']} "
+                    "synchronising calls, waiting for the host to launch again"
+                    + (f" (mostly after {safe_text(r['top_call'], 60)})" if r["top_call"] else ""),
+                    round(r["stall_fraction"], 3),
+                    rule["max_sync_stall_fraction"],
                     rank=r["rank"],
                 )
             )

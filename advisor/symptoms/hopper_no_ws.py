@@ -16,9 +16,10 @@ import pandas as pd
 from ..findings import Finding
 from ..rules import Rule
 from .context import Context, as_int, dims, gemm_bytes, gemm_flop, group_launches, shape_of
+from .tail_wave import work_units
 
 SYMPTOM = "hopper_no_ws"
-REQUIRES = (("devices", "cc_major", "Does the trace say which GPU architecture ran the kernels?"),)
+REQUIRES = (("devices", "arch", "Does the trace say which GPU architecture ran the kernels?"),)
 
 
 def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
@@ -30,8 +31,11 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     if not hopper:
         return group_launches(k.iloc[0:0], [])
     on = [(int(r), -1 if pd.isna(d) else int(d)) in hopper for r, d in zip(k["rank"], k["device_id"])]
-    g = k[pd.Series(on, index=k.index) & k["is_gemm"] & ~k["is_ws"]]
-    return group_launches(g, [])
+    g = k[pd.Series(on, index=k.index) & k["is_gemm"] & ~k["is_ws"] & k["sm_count"].notna() & k["grid_blocks"].notna()]
+    if g.empty:
+        return group_launches(g, [])
+    g = pd.concat([g, work_units(g)], axis=1)
+    return group_launches(g, ["waves_units"])
 
 
 def _bandwidth_bound(row: dict, rule: Rule, ctx: Context) -> bool:
@@ -50,7 +54,14 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
     out = []
     if ev.empty:
         return out
-    keep = [not _bandwidth_bound(r, rule, ctx) for r in ev.to_dict("records")]
+    # Under a wave of tiles the grid, not the pipeline, is the limit (small_grid_long_k's
+    # case); tiny GEMMs are latency-bound; bandwidth-bound ones wait on memory.
+    keep = [
+        r["waves_units"] >= rule["min_waves"]
+        and (shape_of(r) is None or gemm_flop(shape_of(r)) >= rule["min_gemm_flop"])
+        and not _bandwidth_bound(r, rule, ctx)
+        for r in ev.to_dict("records")
+    ]
     ev = ev[keep]
     # One finding per kernel name and device: launch shapes of one kernel share the remedy.
     by_name = ev.groupby(["rank", "device_id", "name"], dropna=False, sort=False)
