@@ -75,11 +75,15 @@ def check_size(path: Path) -> None:
 def _connect(path: Path, immutable: bool) -> sqlite3.Connection:
     uri = f"file:{quote(str(path.resolve()))}?mode=ro" + ("&immutable=1" if immutable else "")
     conn = sqlite3.connect(uri, uri=True)
-    conn.execute("PRAGMA query_only = ON")
-    # A database file can carry views and triggers; do not let them call functions with
-    # side effects (SQLite >= 3.31; older versions ignore an unknown pragma).
-    conn.execute("PRAGMA trusted_schema = OFF")
-    conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    try:
+        conn.execute("PRAGMA query_only = ON")
+        # A database file can carry views and triggers; do not let them call functions with
+        # side effects (SQLite >= 3.31; older versions ignore an unknown pragma).
+        conn.execute("PRAGMA trusted_schema = OFF")
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except BaseException:
+        conn.close()
+        raise
     return conn
 
 
@@ -134,8 +138,10 @@ def table_names(path: str | os.PathLike) -> set[str]:
 # column is aggregated inside SQLite into one comma-separated string (group_concat, which
 # runs in sqlite3_step with the GIL released) and parsed by numpy; row ranges are read on
 # a few threads, each with its own read-only connection. NULL becomes a sentinel first
-# (group_concat skips NULLs, which would misalign the columns) and NA afterwards. Rows come
-# back ordered by rowid, whatever order SQLite visited them in.
+# (group_concat skips NULLs, which would misalign the columns) and NA afterwards. Chunks
+# are rowid ranges, concatenated in order; within a chunk an unfiltered read walks the
+# rowid range in order, and a filtered one (which may go through an index) also reads the
+# rowid and is sorted by it.
 
 _NULL = np.iinfo(np.int64).min
 _NULL_SQL = "-9223372036854775807 - 1"  # the literal 9223372036854775808 would be a REAL
