@@ -58,6 +58,36 @@ def detect(path: Path) -> str:
     raise TraceError(f"{path.name}: unknown trace format (advisor reads: {known})")
 
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def gunzip_sqlite(path: Path, cache_dir: Path | None) -> Path:
+    """A gzip-compressed SQLite trace (`trace.sqlite.gz`) decompressed into the cache
+    (named by content hash, reused), since SQLite cannot read through gzip."""
+    from .nsys_rep import content_hash, default_cache_dir
+
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    stem = path.name[: -len(".gz")] if path.name.endswith(".gz") else path.name
+    target = cache / f"{Path(stem).stem}-{content_hash(path)}.sqlite"
+    if target.is_file():
+        return target
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(f".tmp{os.getpid()}")
+        with gzip.open(path, "rb") as src, open(tmp, "wb") as dst:
+            while chunk := src.read(1 << 20):
+                dst.write(chunk)
+        os.replace(tmp, target)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise TraceError(f"{path.name}: cannot decompress gzip SQLite trace ({exc})") from None
+    return target
+
+
+def _is_gzip(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(2) == b"\x1f\x8b"
+
+
 def _check_path(path: Path) -> None:
     if not path.exists():
         raise TraceError(f"{path}: no such file")
@@ -124,6 +154,9 @@ def load_trace(
     traces = []
     for rank, path in enumerate(paths):
         _check_path(path)
+        source = path
+        if _is_gzip(path) and read_head(path).startswith(SQLITE_MAGIC):
+            path = gunzip_sqlite(path, cache)
         fmt = detect(path)
         try:
             t = FORMATS[fmt].read(path, rank=rank, cache_dir=cache)
@@ -132,7 +165,7 @@ def load_trace(
         except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
             raise TraceError(f"{path.name}: cannot read {fmt} trace ({exc})") from None
         t.meta.setdefault("format", fmt)
-        t.meta.setdefault("sources", [path.name])
+        t.meta["sources"] = [source.name]  # the file the user named, not a cache copy
         traces.append(t)
     trace = merge(traces)
     complete_devices(trace, sm_count=sm_count)
