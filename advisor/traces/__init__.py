@@ -51,9 +51,15 @@ def detect(path: Path) -> str:
     head = read_head(path)
     if not head.strip():
         raise TraceError(f"{path.name}: file is empty")
+    first_error: TraceError | None = None
     for reader in READERS:
-        if reader.sniff(path, head):
-            return reader.FORMAT
+        try:
+            if reader.sniff(path, head):
+                return reader.FORMAT
+        except TraceError as exc:  # e.g. a corrupt SQLite file: say so if nothing else fits
+            first_error = first_error or exc
+    if first_error is not None:
+        raise first_error
     known = ", ".join(r.DESCRIPTION for r in READERS)
     raise TraceError(f"{path.name}: unknown trace format (advisor reads: {known})")
 
@@ -174,7 +180,7 @@ def load_trace(
         extra = " ".join(trace.meta.get("notes", [])[:1])
         raise NoKernelsError(
             f"{names}: no GPU kernel activity in the trace (was GPU tracing on? "
-            f"nsys: -t cuda; torch.profiler: ProfilerActivity.CUDA){' ' + extra if extra else ''}"
+            f"nsys: -t cuda; torch.profiler: ProfilerActivity.CUDA){'; ' + extra if extra else ''}"
         )
     return trace
 
