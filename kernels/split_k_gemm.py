@@ -1,0 +1,412 @@
+"""Split-K GEMM: cut the K dimension into SPLIT_K chunks so that few output tiles fill the GPU.
+
+What
+    C = A @ B for problems whose output has few tiles but a long K (M, N in 16..512, K in the
+    tens of thousands: LLM decode/prefill projections, weight-gradient GEMMs). A data-parallel
+    grid launches one program per output tile; with, say, 4 tiles on 132 SMs, 128 SMs idle
+    while four programs walk K=131072. Split-K launches tiles x SPLIT_K programs instead:
+    program (split, tile) accumulates its tile over K-steps [split*ips, (split+1)*ips) of
+    BLOCK_K each (ips = iterations per split, so every chunk is a whole number of BLOCK_K
+    steps and only the very last step of K can be ragged). The partial fp32 tiles are then
+    summed, by one of three reductions (the `reduction` knob):
+
+    "atomic"     each program `atomic_add`s its fp32 partial into a per-tile fp32 buffer, then
+                 bumps the tile's arrival counter; the program that arrives last reads the
+                 sum, casts it to C's dtype, stores it, and puts zeros back in the buffer and
+                 the counter, so the next launch needs no memset. One launch. NOT
+                 deterministic: fp32 additions happen in arrival order, so the last bits can
+                 differ from run to run.
+    "two_phase"  each program stores its partial into a workspace [SPLIT_K, M, N]; a second,
+                 small kernel sums the SPLIT_K partials of each element in split order and
+                 casts. Deterministic. Two launches; the partials make a round trip through
+                 memory (2 x SPLIT_K x M x N x 4 bytes), spread over many programs.
+    "fixup"      each program stores its partial into its own slot, bumps the tile's arrival
+                 counter (acq_rel), and the last arriver sums all slots of the tile in split
+                 order ("last arriver does the fixup", as in Stream-K). Deterministic, one
+                 launch, but one program reads SPLIT_K partial tiles, so it only pays when
+                 SPLIT_K x BLOCK_M x BLOCK_N is small (skinny tiles, modest split).
+
+    Nothing ever waits for another program (no spin-waits): the order in which programs run
+    cannot deadlock the GPU, and the CPU interpreter, which runs programs one at a time in
+    pid order, runs the same code.
+
+When it wins
+    Memory-bound skinny GEMMs. Their floor is the bytes: (MK + KN + MN) x element size at
+    ~4.3 TB/s on an H200; e.g. 16x4096x16384 in bf16 is 134 MB, 31 us, and 97% of it is B.
+    With BLOCK_M >= M every B element belongs to exactly one program, which streams its B
+    chunk once with 16-byte coalesced loads (BLOCK_N or BLOCK_K contiguous, whichever B's
+    layout makes contiguous) and a deep pipeline (num_stages 4-6) to keep ~100 KB in flight
+    per SM; A (small) is re-read from L2 by each column tile. default_config picks
+    SPLIT_K so that tiles x SPLIT_K ~ one wave of SMs with each chunk a whole number of
+    BLOCK_K steps.
+
+Caveats
+    - Extra traffic: the partials (tiles x SPLIT_K x BLOCK_M x BLOCK_N x 4 bytes). At
+      512x512x65536 with 128 programs that is 16 MB written and read again; keep SPLIT_K as
+      low as fills the GPU.
+    - "atomic" and "fixup" keep a per-tile counter (and, for "atomic", a zeroed fp32 sum
+      buffer) in kernels/common.py's ZeroedScratch pool, per device and stream; the kernel
+      leaves them zeroed. A launch killed mid-flight leaves them dirty (SCRATCH.clear()).
+    - The effective split is the number of non-empty chunks: SPLIT_K=6 over 10 K-steps runs
+      5 chunks of 2 (see `effective_split`).
+    - SPLIT_K=1 (or a K that fits one chunk) stores the tile directly: no reduction.
+
+Source of the idea
+    Split-K as in CUTLASS (serial and parallel split-K reductions) and tritonbench's
+    `operators/gemm` split-K variants; the last-arriver fixup from the Stream-K paper (Osama
+    et al. 2023, arXiv 2301.03598). The inner loop is dp_gemm's `mac_loop`, so the only
+    difference from the data-parallel baseline is the schedule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .common import (
+    SCRATCH,
+    SMEM_PER_BLOCK_SM90,
+    cdiv,
+    check_matmul_inputs,
+    gemm_launch_metadata,
+    needs_int64_offsets,
+    num_sms,
+    pipeline_smem_bytes,
+    prepare_output,
+    self_check,
+)
+from .dp_gemm import check_block_config, check_smem, fits_shape, for_dtype, mac_loop, store_tile, tile_coords
+
+REDUCTIONS = ("atomic", "two_phase", "fixup")
+
+
+# --------------------------------------------------------------------------------------------
+# Knobs
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every knob of the Split-K schedule."""
+
+    BLOCK_M: int = 16  # output tile rows (small for skinny M: no wasted rows of B traffic)
+    BLOCK_N: int = 128  # output tile columns
+    BLOCK_K: int = 128  # K step; a split is a whole number of these
+    GROUP_M: int = 8  # grouped tile order (as dp_gemm)
+    num_warps: int = 4
+    num_stages: int = 4  # pipeline depth: memory-bound, so deep
+    SPLIT_K: int = 4  # requested number of K chunks (see effective_split)
+    reduction: str = "two_phase"  # "atomic" | "two_phase" | "fixup" (module docstring)
+    REDUCE_BLOCK: int = 512  # two_phase: output elements per program of the reduction kernel
+
+    def __post_init__(self):
+        check_block_config(self)
+        if not isinstance(self.SPLIT_K, int) or self.SPLIT_K < 1:
+            raise ValueError(f"SPLIT_K={self.SPLIT_K!r}: must be a positive integer")
+        if self.reduction not in REDUCTIONS:
+            raise ValueError(f"reduction={self.reduction!r}: must be one of {REDUCTIONS}")
+        if self.REDUCE_BLOCK < 16 or self.REDUCE_BLOCK & (self.REDUCE_BLOCK - 1):
+            raise ValueError(f"REDUCE_BLOCK={self.REDUCE_BLOCK!r}: must be a power of two >= 16")
+
+    def smem_bytes(self, dtype: torch.dtype) -> int:
+        elt = torch.empty((), dtype=dtype).element_size()
+        return pipeline_smem_bytes(self.BLOCK_M, self.BLOCK_N, self.BLOCK_K, self.num_stages, elt)
+
+    def describe(self) -> str:
+        return (f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_M} w{self.num_warps} "
+                f"s{self.num_stages} split{self.SPLIT_K} {self.reduction}")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def effective_split(K: int, block_k: int, split_k: int) -> tuple[int, int]:
+    """(chunks, K-steps per chunk): SPLIT_K chunks of whole BLOCK_K steps, dropping the empty
+    ones (10 steps split 6 ways -> 5 chunks of 2)."""
+    k_iters = cdiv(K, block_k)
+    per_split = cdiv(k_iters, max(1, min(split_k, k_iters)))
+    return cdiv(k_iters, per_split), per_split
+
+
+def fixup_chunk(block_m: int, block_n: int, split: int) -> int:
+    """Partial tiles the "fixup" program loads at once: up to 4096 fp32 values (32 registers a
+    thread at 4 warps; 8192 spilled in the sm_90 compile check), so several loads are in
+    flight instead of one per split."""
+    chunk = 1
+    while chunk < split and 2 * chunk * block_m * block_n <= 4096:
+        chunk *= 2
+    return chunk
+
+
+def _pick_split(tiles: int, k_iters: int, target_programs: int, min_iters: int) -> int:
+    """A split that brings tiles x split close to `target_programs` (not above), preferring a
+    divisor of k_iters (equal chunks) within 25% below the target, and keeping at least
+    `min_iters` K-steps per chunk."""
+    want = max(1, min(target_programs // max(tiles, 1), k_iters // max(min_iters, 1)))
+    for s in range(want, max(1, (3 * want) // 4) - 1, -1):
+        if k_iters % s == 0:
+            return s
+    return want
+
+
+def _tile_for(M: int, N: int) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps) for a skinny 16-bit problem: BLOCK_M just covers
+    M (up to 128) so B is streamed once; BLOCK_K 128 while the tile is small (bigger loads per
+    stage), 64 for 128-row tiles (wgmma-bound)."""
+    bm = min(128, max(16, 1 << max(0, (M - 1).bit_length())))
+    bn = min(128, max(16, 1 << max(0, (N - 1).bit_length())))
+    bk = 64 if bm >= 128 else 128
+    return bm, bn, bk, 4
+
+
+def _stages(bm: int, bn: int, bk: int, elt: int, budget: int = 160 * 1024) -> int:
+    """Deepest pipeline (2..6 stages) within ~160 KB of shared memory."""
+    per_stage = (bm * bk + bk * bn) * elt
+    return max(2, min(6, budget // per_stage))
+
+
+def _reduction_for(bm: int, bn: int, split: int) -> str:
+    """Deterministic default: the one-launch fixup while the last arriver's read is small
+    (<= 256 KB of partials), else the two-phase reduction spread over many programs."""
+    if split * bm * bn * 4 <= 256 * 1024:
+        return "fixup"
+    return "two_phase"
+
+
+def default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> Config:
+    """Tile from the shape (`_tile_for`), split so that tiles x split fills about one wave of
+    SMs with chunks of at least 8 K-steps, a deep pipeline, and a deterministic reduction."""
+    elt = torch.empty((), dtype=dtype).element_size()
+    bm, bn, bk, warps = _tile_for(M, N)
+    base = for_dtype(Config(bm, bn, bk, 8, warps, 2, 1, "two_phase"), dtype)
+    tiles = cdiv(M, bm) * cdiv(N, bn)
+    split = _pick_split(tiles, cdiv(K, base.BLOCK_K), num_sms, 8)
+    stages = _stages(bm, bn, base.BLOCK_K, elt)
+    return Config(bm, bn, base.BLOCK_K, 8, base.num_warps, stages, split, _reduction_for(bm, bn, split))
+
+
+def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> list[Config]:
+    """At most 12 candidates: the default; then, for the default tile and two neighbours
+    (wider BLOCK_N, or 64-row tiles for M > 64), a split filling one wave under each
+    reduction that makes sense; then two waves with the atomic reduction."""
+    elt = torch.empty((), dtype=dtype).element_size()
+    bm, bn, bk, warps = _tile_for(M, N)
+    tiles_to_try = [(bm, bn, bk, warps)]
+    if N >= 256:
+        tiles_to_try.append((bm, 256, 64, 8 if bm >= 128 else 4))
+    if bm == 128:
+        tiles_to_try.append((64, bn, 128, 4))
+    elif bm >= 32 and bn >= 64:
+        tiles_to_try.append((bm, bn // 2, bk, 4))
+    out: list[Config] = [default_config(M, N, K, dtype, num_sms)]
+
+    def add(tile, target, reductions):
+        tbm, tbn, tbk, tw = tile
+        if not fits_shape(tbm, tbn, M, N):
+            return
+        base = for_dtype(Config(tbm, tbn, tbk, 8, tw, 2, 1), dtype)
+        tiles = cdiv(M, tbm) * cdiv(N, tbn)
+        split = _pick_split(tiles, cdiv(K, base.BLOCK_K), target, 4)
+        stages = _stages(tbm, tbn, base.BLOCK_K, elt)
+        for red in reductions:
+            if split == 1 and red != reductions[0]:
+                continue  # no reduction runs: the variants would be identical
+            if red == "fixup" and split * tbm * tbn * 4 > 512 * 1024:
+                continue  # one program would read megabytes of partials
+            cfg = Config(tbm, tbn, base.BLOCK_K, 8, base.num_warps, stages, split, red)
+            if cfg.smem_bytes(dtype) <= SMEM_PER_BLOCK_SM90 and cfg not in out:
+                out.append(cfg)
+
+    for tile in tiles_to_try:
+        add(tile, num_sms, ("atomic", "two_phase", "fixup"))
+    for tile in tiles_to_try:
+        add(tile, 2 * num_sms, ("atomic",))
+    return out[:12]
+
+
+# --------------------------------------------------------------------------------------------
+# Kernels
+# --------------------------------------------------------------------------------------------
+
+
+@triton.jit(launch_metadata=gemm_launch_metadata("split_k_gemm"))
+def split_k_gemm_kernel(
+    # pointers: A (M, K), B (K, N), C (M, N)
+    a_ptr, b_ptr, c_ptr,
+    # reduction state: fp32 workspace (layout per REDUCTION) and int32 per-tile arrival counters
+    ws_ptr, counter_ptr,
+    # problem size
+    M, N, K,
+    # element strides
+    stride_am, stride_ak,
+    stride_bk, stride_bn,
+    stride_cm, stride_cn,
+    # the split: number of chunks, and K-steps (of BLOCK_K) per chunk
+    split_k, iters_per_split,
+    # tile shape and order
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    # "none" (one chunk: store directly), "atomic", "two_phase" or "fixup"
+    REDUCTION: tl.constexpr,
+    FIXUP_CHUNK: tl.constexpr,  # fixup: partial tiles summed per load
+    # shape facts fixed by the host
+    EVEN_K: tl.constexpr, INT64: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = num_pid_m * num_pid_n
+    # split-major: all tiles of chunk 0 first, so programs that run together share K-ranges
+    # of A and B in L2
+    split = pid // num_tiles
+    tile_id = pid % num_tiles
+    pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+
+    k_begin = split * iters_per_split
+    k_end = tl.minimum(k_begin + iters_per_split, tl.cdiv(K, BLOCK_K))
+    acc = mac_loop(a_ptr, b_ptr, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
+                   pid_m, pid_n, k_begin, k_end,
+                   BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64)
+
+    if REDUCTION == "none":
+        store_tile(c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc, BLOCK_M, BLOCK_N, INT64)
+    elif REDUCTION == "two_phase":
+        # partial -> workspace[split, m, n]; split_k_reduce_kernel sums it afterwards
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        base = split * M
+        if INT64:
+            rm = rm.to(tl.int64)
+            rn = rn.to(tl.int64)
+            base = base.to(tl.int64)
+        ws = ws_ptr + ((base + rm)[:, None] * N + rn[None, :])
+        tl.store(ws, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+    else:
+        # Whole tiles, tile-blocked: slot t holds BLOCK_M x BLOCK_N contiguous fp32 values.
+        TILE: tl.constexpr = BLOCK_M * BLOCK_N
+        local = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        tile_off = tile_id
+        if INT64:
+            tile_off = tile_off.to(tl.int64)
+        if REDUCTION == "atomic":
+            sums = ws_ptr + tile_off * TILE + local
+            tl.atomic_add(sums, acc, sem="relaxed")
+        else:  # fixup
+            tl.store(ws_ptr + (tile_off * split_k + split) * TILE + local, acc)
+        # Every thread's partial must be in memory before this program announces itself: the
+        # barrier orders the block, the acq_rel atomic publishes to (and, for the last
+        # arriver, acquires from) the other programs.
+        tl.debug_barrier()
+        arrived = tl.atomic_add(counter_ptr + tile_id, 1, sem="acq_rel")
+        if arrived == split_k - 1:
+            # Last arriver: every partial of this tile is visible. Read them through L2
+            # (.cg: another SM wrote them, L1 is not coherent).
+            if REDUCTION == "atomic":
+                total = tl.load(sums, cache_modifier=".cg")
+                tl.store(sums, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32))  # zeros for next launch
+            else:
+                # fixed split order -> the same bits whatever the arrival order
+                total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                offs_s = tl.arange(0, FIXUP_CHUNK)
+                for s0 in range(0, split_k, FIXUP_CHUNK):
+                    s = s0 + offs_s
+                    slots = ws_ptr + ((tile_off * split_k + s)[:, None, None] * TILE + local[None, :, :])
+                    part = tl.load(slots, mask=(s < split_k)[:, None, None], other=0.0, cache_modifier=".cg")
+                    total += tl.sum(part, axis=0)
+            tl.store(counter_ptr + tile_id, 0)  # counter back to zero for the next launch
+            store_tile(c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, total, BLOCK_M, BLOCK_N, INT64)
+
+
+@triton.jit
+def split_k_reduce_kernel(
+    ws_ptr,  # fp32 [split_k, M, N], contiguous
+    c_ptr, stride_cm, stride_cn,
+    M, N, split_k,
+    BLOCK: tl.constexpr,  # output elements per program
+    CHUNK: tl.constexpr,  # partials loaded at once (several loads in flight)
+    INT64: tl.constexpr,
+):
+    """Second phase of "two_phase": C = sum over splits, in split order, cast to C's dtype."""
+    idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    MN = M * N
+    if INT64:
+        idx = idx.to(tl.int64)
+        MN = MN.to(tl.int64)
+    in_bounds = idx < MN
+    total = tl.zeros((BLOCK,), dtype=tl.float32)
+    offs_s = tl.arange(0, CHUNK)
+    for s0 in range(0, split_k, CHUNK):
+        s = s0 + offs_s
+        if INT64:
+            s = s.to(tl.int64)
+        part = tl.load(ws_ptr + (s[:, None] * MN + idx[None, :]),
+                       mask=(s < split_k)[:, None] & in_bounds[None, :], other=0.0)
+        total += tl.sum(part, axis=0)
+    m = idx // N
+    n = idx % N
+    tl.store(c_ptr + (m * stride_cm + n * stride_cn), total.to(c_ptr.dtype.element_ty), mask=in_bounds)
+
+
+# --------------------------------------------------------------------------------------------
+# Host launcher
+# --------------------------------------------------------------------------------------------
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
+           out: torch.Tensor | None = None) -> torch.Tensor:
+    """C = a @ b with Split-K. a: (M, K), b: (K, N), fp16/bf16/fp32, any strides. Returns `out`
+    (filled) when given, else a new (M, N) tensor in a's dtype. See the module docstring for
+    which reductions are deterministic."""
+    M, N, K = check_matmul_inputs(a, b)
+    if config is None:
+        config = default_config(M, N, K, a.dtype, num_sms(a.device))
+    check_smem(config, a.dtype)
+    c = prepare_output(out, M, N, a)
+    BM, BN, BK = config.BLOCK_M, config.BLOCK_N, config.BLOCK_K
+    tiles = cdiv(M, BM) * cdiv(N, BN)
+    split, per_split = effective_split(K, BK, config.SPLIT_K)
+    reduction = config.reduction if split > 1 else "none"
+
+    ws = counters = c  # placeholders: the "none" kernel never touches them
+    if reduction == "atomic":
+        ws = SCRATCH.get("split_k_sums", tiles * BM * BN, torch.float32, a.device)
+        counters = SCRATCH.get("split_k_counters", tiles, torch.int32, a.device)
+    elif reduction == "fixup":
+        ws = torch.empty(tiles * split * BM * BN, dtype=torch.float32, device=a.device)
+        counters = SCRATCH.get("split_k_counters", tiles, torch.int32, a.device)
+    elif reduction == "two_phase":
+        ws = torch.empty(split * M * N, dtype=torch.float32, device=a.device)
+    int64 = needs_int64_offsets(a, b, c, ws if ws is not c else None)
+
+    split_k_gemm_kernel[(tiles * split,)](
+        a, b, c,
+        ws, counters,
+        M, N, K,
+        a.stride(0), a.stride(1),
+        b.stride(0), b.stride(1),
+        c.stride(0), c.stride(1),
+        split, per_split,
+        BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=config.GROUP_M,
+        REDUCTION=reduction, FIXUP_CHUNK=fixup_chunk(BM, BN, split),
+        EVEN_K=K % BK == 0, INT64=int64,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    if reduction == "two_phase":
+        chunk = min(8, 1 << max(0, (split - 1).bit_length()))
+        split_k_reduce_kernel[(cdiv(M * N, config.REDUCE_BLOCK),)](
+            ws, c, c.stride(0), c.stride(1), M, N, split,
+            BLOCK=config.REDUCE_BLOCK, CHUNK=chunk, INT64=int64, num_warps=4,
+        )
+    return c
+
+
+if __name__ == "__main__":
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        for red in REDUCTIONS:
+            self_check(matmul, [(37, 53, 300)], config=Config(16, 32, 16, 2, 4, 2, SPLIT_K=5, reduction=red))
+    else:
+        self_check(matmul, [(37, 53, 3000), (16, 4096, 16384), (256, 256, 131072)])
