@@ -66,7 +66,8 @@ def build_plan(args, run_id: str) -> dict:
                              "extra_timers": ["events"] if suite == "skinny" and args.timer != "events" else []})
     settings = {"timer": args.timer, "warmup_ms": args.warmup_ms, "rep_ms": args.rep_ms,
                 "variant_timeout_s": args.variant_timeout_s, "max_configs": 1 if args.quick else args.max_configs,
-                "quick": args.quick, "dp_max_configs": 1 if args.quick else 4, "final": True}
+                "quick": args.quick, "dp_max_configs": 1 if args.quick else 4, "final": True,
+                "order": args.order}
     return {"run_id": run_id, "deadline": None, "hbm_gbps": None, "settings": settings, "jobs": jobs}
 
 
@@ -143,12 +144,16 @@ def parse_args(argv=None):
                     help="parallel compile-pass processes (default: CPUs - 2, at most 12; 0 disables the pass)")
     ap.add_argument("--compile-share", type=float, default=DEFAULT_COMPILE_SHARE,
                     help="largest share of --time-limit-s the compile pass may use")
+    ap.add_argument("--order", choices=("model", "space"), default="model",
+                    help="candidate order: advisor.schedule_model's ranking (default config kept first) "
+                         "or the schedule's own search-space order")
     ap.add_argument("--timer", choices=("do_bench", "events", "auto"), default="do_bench")
     ap.add_argument("--warmup-ms", type=float, default=10)
     ap.add_argument("--rep-ms", type=float, default=50)
-    ap.add_argument("--variant-timeout-s", type=float, default=60.0, help="limit for one variant (SIGALRM)")
+    ap.add_argument("--variant-timeout-s", type=float, default=45.0,
+                    help="limit for one variant: compile + checks + timing (SIGALRM)")
     ap.add_argument("--stall-s", type=float, default=None,
-                    help="silence after which a child is killed as hung (default: variant timeout + 60)")
+                    help="silence after which a child is killed as hung (default: variant timeout + 30)")
     ap.add_argument("--shapes", default=None,
                     help="replace suites' shapes: comma list of SUITE:MxNxK (e.g. tail:1536x1536x4096,skinny:64x64x65536)")
     ap.add_argument("--grouped", default=None, help="replace the grouped suite: COUNT:LO:HI[:SEED] (default 64:128:512:0)")
@@ -192,7 +197,7 @@ def parse_args(argv=None):
     if args.compile_procs is None:
         args.compile_procs = max(0, min(12, (os.cpu_count() or 2) - 2))
     if args.stall_s is None:
-        args.stall_s = args.variant_timeout_s + 60
+        args.stall_s = args.variant_timeout_s + 30
     return args
 
 

@@ -1,6 +1,6 @@
 """Derive bench/RESULTS.md from the long-format rows in bench/results/h200.csv.
 
-    python3 bench/make_tables.py [--csv bench/results/h200.csv] [--out bench/RESULTS.md] [--all-runs]
+    python3 bench/make_tables.py [--merge FETCHED.csv] [--csv bench/results/h200.csv] [--out bench/RESULTS.md]
 
 For each suite and dtype: every provider's best verified time per shape, TFLOP/s, speedup
 over torch.matmul (cuBLAS) and over our data-parallel schedule, time over the HBM floor
@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from advisor.bench.rows import read_csv  # noqa: E402
+from advisor.bench.rows import append_csv, read_csv  # noqa: E402
 from advisor.bench.tables import (  # noqa: E402
     latest_runs, markdown_table, speedup_table, suite_geomeans,
 )
@@ -53,6 +53,17 @@ def _runs_line(rows: list[dict]) -> str:
     return "; ".join(parts)
 
 
+def repeatability(rows: list[dict], dtype: str) -> float | None:
+    """Largest relative difference between torch.matmul's two timings of a shape."""
+    by: dict[str, dict[str, float]] = {}
+    for r in rows:
+        if r.get("provider") == "torch.matmul" and r.get("dtype") == dtype and r.get("status") == "ok" \
+                and isinstance(r.get("median_us"), float):
+            by.setdefault(r["shape"], {})[r.get("phase")] = r["median_us"]
+    diffs = [abs(v["search"] - v["final"]) / v["final"] for v in by.values() if "search" in v and "final" in v]
+    return max(diffs) if diffs else None
+
+
 def suite_section(rows: list[dict], suite: str) -> str:
     srows = [r for r in rows if r.get("suite") == suite]
     if not srows:
@@ -71,6 +82,10 @@ def suite_section(rows: list[dict], suite: str) -> str:
         cols += [("rel_err", "rel err", ".1e"), ("config", "config")]
         out.append(f"### {suite}, {dtype}\n")
         out.append(markdown_table(entries, cols))
+        spread = repeatability(srows, dtype)
+        if spread is not None:
+            out.append(f"\nRepeatability: torch.matmul timed twice per shape (search, then final) differed by "
+                       f"at most {spread:.1%}; speedups closer to 1 than that are noise.\n")
         geo = []
         for metric in ("vs_torch.matmul", "vs_cuda_graph" if suite == "grouped" else "vs_dp"):
             for (s, d, p), g in suite_geomeans(entries, metric).items():
@@ -173,12 +188,27 @@ def build_results(rows: list[dict], *, source: str = "bench/results/h200.csv") -
     return "".join(p for p in parts if p)
 
 
+def _ident(r: dict) -> tuple:
+    return tuple(str(r.get(k) or "") for k in ("run_id", "suite", "shape", "dtype", "provider", "config", "phase",
+                                                "timer"))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", type=Path, default=HERE / "results" / "h200.csv", help="rows to read")
     ap.add_argument("--out", type=Path, default=HERE / "RESULTS.md", help="markdown file to write")
     ap.add_argument("--all-runs", action="store_true", help="use every run in the CSV, not only the latest per shape")
+    ap.add_argument("--merge", type=Path, action="append", default=[],
+                    help="first append the rows of this CSV (e.g. one fetched from the GPU machine) to --csv; "
+                         "rows already there (same run_id, suite, shape, dtype, provider, config, phase) are not "
+                         "added twice")
     args = ap.parse_args(argv)
+    for extra in args.merge:
+        have = {_ident(r) for r in read_csv(args.csv, convert=False)}
+        new = [r for r in read_csv(extra, convert=False) if _ident(r) not in have]
+        if new:
+            append_csv(args.csv, new)
+        print(f"merged {len(new)} new rows from {extra} into {args.csv}")
     rows = read_csv(args.csv)
     if not rows:
         print(f"make_tables: no rows in {args.csv}", file=sys.stderr)

@@ -373,7 +373,7 @@ def run_grouped(sizes: Sequence[tuple], dtype, configs: Sequence | None, budget_
 def grouped_default_config(module, sizes, dtype, num_sms):
     """The grouped schedule's default config for a group (its signature varies: try the
     group first, then the largest member as a single shape)."""
-    return _call_group_fn(module.default_config, sizes, dtype, num_sms)
+    return _call_group_fn(module.default_config, sizes, dtype_from_name(dtype), num_sms)
 
 
 def grouped_candidates(module, sizes, dtype, num_sms, *, max_configs=None, quick=False) -> list:
@@ -381,7 +381,7 @@ def grouped_candidates(module, sizes, dtype, num_sms, *, max_configs=None, quick
     if quick or not hasattr(module, "search_space"):
         return [first]
     out, seen = [first], {R.config_json(first)}
-    for c in _call_group_fn(module.search_space, sizes, dtype, num_sms):
+    for c in _call_group_fn(module.search_space, sizes, dtype_from_name(dtype), num_sms):
         t = R.config_json(c)
         if t not in seen:
             seen.add(t)

@@ -16,6 +16,13 @@ Each variant is checked before it is timed (Checker: fresh random inputs, NaN-po
 `out=`, float64 truth) and anything that fails to compile, launch, or match is recorded
 with its status and reason and never timed, so it can never win.
 
+A progress bar in a CLI (click) can follow the budget:
+
+    with click.progressbar(length=1000, label=shape) as bar:
+        def progress(p):
+            bar.update(int(1000 * min(1.0, p.elapsed_s / max(p.budget_s, 1e-9))) - bar.pos)
+        rows = run_shape(M, N, K, "bf16", ordered, budget_s, progress)
+
 Time limits: each variant runs under SIGALRM (main thread only, POSIX only; elsewhere
 without a limit). The alarm interrupts Python code, including Triton's compile loop, but
 not a thread blocked inside a CUDA call: a kernel that never finishes (a spin-wait that
@@ -46,7 +53,7 @@ BASELINE_TORCH = "torch.matmul"
 BASELINE_DP = "dp"
 
 # Default knobs of a run; callers override per call.
-DEFAULT_VARIANT_TIMEOUT_S = 60.0  # one compile (1-5 s on the H200) + checks + timing, with margin
+DEFAULT_VARIANT_TIMEOUT_S = 45.0  # one compile (seconds) + two checks + ~0.1 s of timing, with a wide margin
 DEFAULT_DP_SHARE = 0.25  # share of a shape's budget the dp baseline's short search may use
 DEFAULT_DP_CONFIGS = 4  # dp configs tried at most: default + 3 from its search space
 GRACE_S = 5.0  # a variant started near the end of the budget may overrun it by this much
@@ -121,6 +128,9 @@ def time_limit(seconds: float | None):
         raise VariantTimeout(f"over the {seconds:.0f} s limit for one variant")
 
     old = signal.signal(signal.SIGALRM, handler)
+    # SA_RESTART: a system call inside a C library (the CUDA driver) that the alarm lands in
+    # is restarted rather than failed with EINTR; the handler runs once Python code resumes.
+    signal.siginterrupt(signal.SIGALRM, False)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
@@ -214,6 +224,35 @@ def candidate_configs(module, M: int, N: int, K: int, dtype, num_sms: int, *,
             seen.add(t)
             out.append(c)
     return out[:max_configs] if max_configs else out
+
+
+def model_order(strategy: str, configs: Sequence, M: int, N: int, K: int, dtype, num_sms: int, *,
+                prune_ratio: float = 3.0, keep_at_least: int = 4) -> list:
+    """`configs` reordered by advisor.schedule_model's predicted time, the first one (the
+    schedule's own default) kept first; candidates predicted over `prune_ratio` x the best
+    are dropped (at least `keep_at_least` kept). Falls back to the given order if the model
+    cannot rank them."""
+    configs = list(configs)
+    if len(configs) <= 2:
+        return configs
+    try:
+        import torch
+
+        from advisor import schedule_model
+
+        elt = torch.empty((), dtype=dtype_from_name(dtype)).element_size()
+        dev = schedule_model.Device(sm_count=int(num_sms))
+        preds = schedule_model.rank(strategy, configs[1:], M, N, K, elt, dev, prune_ratio=prune_ratio,
+                                    keep_at_least=keep_at_least)
+        return [configs[0]] + [p.config for p in preds]
+    except Exception:  # noqa: BLE001 - ordering is an optimisation; never lose the candidates
+        return configs
+
+
+def dp_candidates(dp_module, M: int, N: int, K: int, dtype, num_sms: int, max_configs: int) -> list:
+    """The dp baseline's short search: its default config, then the model's best few."""
+    cfgs = candidate_configs(dp_module, M, N, K, dtype, num_sms)
+    return model_order("dp", cfgs, M, N, K, dtype, num_sms)[:max(1, max_configs)]
 
 
 def _accepts_out(fn: Callable) -> bool:
@@ -472,8 +511,8 @@ def run_shape(M: int, N: int, K: int, dtype, strategies: dict[str, Sequence], bu
     if BASELINE_DP in baselines:
         try:
             dp = load_schedule(BASELINE_DP, schedules)
-            cfgs = list(dp_configs) if dp_configs is not None else candidate_configs(
-                dp, sb.M, sb.N, sb.K, dtype, num_sms, max_configs=dp_max_configs)
+            cfgs = list(dp_configs) if dp_configs is not None else dp_candidates(
+                dp, sb.M, sb.N, sb.K, dtype, num_sms, dp_max_configs)
             for i, c in enumerate(cfgs):
                 plan.append((Candidate(BASELINE_DP, c, schedule_call(dp, c), mandatory=(i == 0)),
                              "mandatory" if i == 0 else "dp"))

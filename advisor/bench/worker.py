@@ -115,15 +115,20 @@ def job_budget(job: dict, deadline: float | None, remaining_jobs: int) -> float:
 
 def gemm_candidates(job: dict, schedules: dict, num_sms: int, settings: dict) -> dict:
     """{strategy: ordered configs} for a gemm job (default config first, then the search
-    space, truncated to max_configs); a strategy whose file cannot give configs maps to the
+    space ranked by the analytical model unless settings["order"] == "space", truncated to
+    max_configs); a strategy whose file cannot give configs maps to the
     exception, which run_shape then records."""
-    from .runner import candidate_configs, load_schedule
+    from .runner import candidate_configs, load_schedule, model_order
 
     out = {}
     for name in job.get("strategies", []):
         mod = load_schedule(name, schedules)
-        out[name] = candidate_configs(mod, job["M"], job["N"], job["K"], job["dtype"], num_sms,
-                                      max_configs=settings.get("max_configs"), quick=settings.get("quick", False))
+        cfgs = candidate_configs(mod, job["M"], job["N"], job["K"], job["dtype"], num_sms,
+                                 quick=settings.get("quick", False))
+        if settings.get("order", "model") == "model":
+            cfgs = model_order(name, cfgs, job["M"], job["N"], job["K"], job["dtype"], num_sms)
+        max_configs = settings.get("max_configs")
+        out[name] = cfgs[:max_configs] if max_configs else cfgs
     return out
 
 
@@ -243,9 +248,8 @@ def compile_items(plan: dict, schedules: dict, num_sms: int) -> list[tuple[dict,
                 if runner.BASELINE_DP not in job.get("baselines", (runner.BASELINE_DP,)):
                     raise LookupError("no dp baseline in this job")
                 dp = runner.load_schedule("dp", schedules)
-                lists["dp"] = runner.candidate_configs(dp, job["M"], job["N"], job["K"], job["dtype"], num_sms,
-                                                       max_configs=settings.get("dp_max_configs",
-                                                                                runner.DEFAULT_DP_CONFIGS))
+                lists["dp"] = runner.dp_candidates(dp, job["M"], job["N"], job["K"], job["dtype"], num_sms,
+                                                   settings.get("dp_max_configs", runner.DEFAULT_DP_CONFIGS))
             except Exception:  # noqa: BLE001 - the timed run records it
                 pass
             for name in job.get("strategies", []):
