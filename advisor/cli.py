@@ -125,8 +125,17 @@ rules_opt = click.option(
 )
 
 
+def example_trace() -> Path:
+    """The real trace bundled with advisor (H200, planted symptoms)."""
+    from .resources import examples_dir
+
+    return examples_dir() / "h200_planted_mixed.sqlite.gz"
+
+
 @cli.command("diagnose")
 @click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--example", is_flag=True,
+              help="Diagnose the bundled example: a real H200 trace with planted symptoms (no GPU needed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON (the agents' contract) instead of markdown.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Also write report.md and report.json into this directory.")
@@ -134,7 +143,7 @@ rules_opt = click.option(
 @rules_opt
 @sm_count_opt
 @cache_opt
-def diagnose_command(traces, as_json, out_dir, top, rules_dir, sm_count, cache_dir) -> None:
+def diagnose_command(traces, example, as_json, out_dir, top, rules_dir, sm_count, cache_dir) -> None:
     """Find where work maps badly onto the GPU's SMs and name the strategy to try.
 
     Reads TRACES (one file, or one per rank), computes the symptoms (tail waves, under-filled
@@ -146,6 +155,7 @@ def diagnose_command(traces, as_json, out_dir, top, rules_dir, sm_count, cache_d
 
     \b
     Examples:
+      advisor diagnose --example
       advisor diagnose run.nsys-rep
       advisor diagnose rank0.json.gz rank1.json.gz --json --top 5
       advisor diagnose trace.sqlite --sm-count 132 --out report/
@@ -154,8 +164,12 @@ def diagnose_command(traces, as_json, out_dir, top, rules_dir, sm_count, cache_d
     from .render import render
     from .traces import load_trace
 
+    if example:
+        if traces:
+            raise click.UsageError("give trace files or --example, not both")
+        traces = (example_trace(),)
     if not traces:
-        raise click.UsageError("give at least one trace file")
+        raise click.UsageError("give at least one trace file (or --example for the bundled one)")
     trace = load_trace(traces, sm_count=sm_count, cache_dir=cache_dir)
     result = diagnose(trace, rules=rules_dir, top=top)
     markdown = render("diagnosis.md.j2", d=result)
@@ -238,6 +252,45 @@ def generate_command(strategy, shape, dtype, configs, sm_count, output) -> None:
     click.echo("knobs: " + ", ".join(f"{k}={val}" for k, val in v.knobs.items()))
     click.echo(f"chosen by: {v.chosen_by.get('how')} ({v.chosen_by.get('candidates_from', 'given')})")
     click.echo(f"next: python {output} --check   (then --bench on the GPU)")
+
+
+@cli.command("profile", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("advisor-profile"),
+              show_default=True, help="Directory for the trace and the report.")
+@click.option("--kineto", is_flag=True, help="Use the PyTorch profiler even when nsys is available.")
+@click.option("--top", type=click.IntRange(1, 10000), default=None, help="Keep only the N findings with the most recoverable time.")
+@rules_opt
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
+def profile_command(out_dir, kineto, top, rules_dir, command) -> None:
+    """Run COMMAND under a profiler, then diagnose the trace it wrote.
+
+    Uses Nsight Systems when `nsys` is found (PATH, $NSYS, standard install dirs), else the
+    PyTorch profiler for Python programs. Writes the trace, report.md and report.json into
+    --out and prints the report.
+
+    \b
+    Examples:
+      advisor profile -- python train.py --steps 20
+      advisor profile --kineto --out prof/ -- python -m mypkg.bench
+    """
+    from .diagnose import diagnose
+    from .profile import profile
+    from .render import render
+    from .traces import load_trace
+
+    def log(msg):
+        click.echo(f"advisor: {msg}", err=True)
+
+    result = profile(list(command), out_dir, prefer="kineto" if kineto else "auto", log=log)
+    if result.returncode != 0:
+        log(f"the program exited with code {result.returncode}; diagnosing what was recorded")
+    trace = load_trace([result.trace], cache_dir=out_dir)
+    d = diagnose(trace, rules=rules_dir, top=top)
+    markdown = render("diagnosis.md.j2", d=d)
+    (out_dir / "report.md").write_text(markdown, encoding="utf-8")
+    (out_dir / "report.json").write_text(json.dumps(d.to_dict(), indent=2, default=str), encoding="utf-8")
+    log(f"trace: {result.trace}; report: {out_dir / 'report.md'}")
+    click.echo(markdown, nl=False)
 
 
 def main() -> None:
