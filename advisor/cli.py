@@ -172,10 +172,16 @@ def diagnose_command(traces, example, as_json, out_dir, top, rules_dir, sm_count
         raise click.UsageError("give at least one trace file (or --example for the bundled one)")
     trace = load_trace(traces, sm_count=sm_count, cache_dir=cache_dir)
     result = diagnose(trace, rules=rules_dir, top=top)
-    markdown = render("diagnosis.md.j2", d=result)
     payload = result.to_dict()
+    images = {}
     if out_dir is not None:
+        from .plots import wave_occupancy
+
         out_dir.mkdir(parents=True, exist_ok=True)
+        if wave_occupancy(result.findings, out_dir / "waves.png") is not None:
+            images["waves"] = "waves.png"
+    markdown = render("diagnosis.md.j2", d=result, images=images)
+    if out_dir is not None:
         (out_dir / "report.md").write_text(markdown, encoding="utf-8")
         (out_dir / "report.json").write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
         click.echo(f"wrote {out_dir / 'report.md'} and {out_dir / 'report.json'}", err=True)

@@ -60,6 +60,14 @@ def ident(value: Any) -> MdSafe:
     return MdSafe(md_escape(text))
 
 
+def image(path: Any, alt: str) -> MdSafe:
+    """An image link to a file we wrote next to the report (plain relative names only)."""
+    text = str(path)
+    if not text or not all(c.isalnum() or c in "._-/" for c in text) or ".." in text or text.startswith("/"):
+        raise ValueError(f"refusing image path {text!r}")
+    return MdSafe(f"![{md_escape(alt)}]({text})")
+
+
 def _json(value: Any) -> MdSafe:
     """Compact JSON of numbers/strings, escaped for markdown."""
     return MdSafe(md_escape(json.dumps(value, default=str, separators=(", ", ": ")), limit=600))
@@ -78,6 +86,7 @@ def environment() -> jinja2.Environment:
     env.filters.update(
         code=code,
         ident=ident,
+        image=image,
         ns=lambda v: MdSafe(fmt_ns(v)),
         bytes=lambda v: MdSafe(fmt_bytes(v)),
         pct=lambda v, d=0: MdSafe("-" if v is None else f"{100 * v:.{d}f}%"),
