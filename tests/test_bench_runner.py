@@ -504,17 +504,14 @@ def _plan(fake_path, suite="iso", **job):
     }
 
 
-def test_isolated_run_survives_a_crash_and_a_hang(fake_path, tmp_path):
-    # the fake's search space is replaced through the plan: good, crash, hang, good again
-    src = fake_path.read_text() + (
-        "\n\ndef search_space(M, N, K, dtype, num_sms):\n"
-        "    return [Config('good'), Config('crash'), Config('hang'), Config('good', index=1)]\n")
-    fake_path.write_text(src)
-    plan = _plan(fake_path)
+def test_isolated_run_survives_a_crash_and_a_hang(fake_path, fake, tmp_path):
+    # a caller-ranked list, as advisor bench passes it: good, crash, hang, good again
+    ranked = [fake.Config("good"), fake.Config("crash"), fake.Config("hang"), fake.Config("good", index=1)]
     seen = []
     t0 = time.monotonic()
-    rows = isolate.run_plan(plan, tmp_path / "work", log_path=tmp_path / "log.txt", on_event=seen.append,
-                            stall_s=4.0, startup_s=120.0)
+    rows = isolate.run_shape_isolated(8, 8, 8, torch.float32, {"fake": ranked}, 60, seen.append, suite="iso",
+                                      baselines=("torch.matmul",), workdir=tmp_path / "work",
+                                      variant_timeout_s=2.0, stall_s=4.0, schedule_files={"fake": fake_path})
     assert time.monotonic() - t0 < 120
     by = _by_mode(rows)
     assert by["crash"]["status"] == "launch_error" and "SIGSEGV" in by["crash"]["error"]
@@ -522,13 +519,18 @@ def test_isolated_run_survives_a_crash_and_a_hang(fake_path, tmp_path):
     assert by["good"]["status"] == "ok"
     good1 = [r for r in rows if r["provider"] == "fake" and '"index": 1' in r["config"] and r["phase"] == "search"]
     assert len(good1) == 1 and good1[0]["status"] == "ok"
-    # nothing measured twice across the restarts, and the winners were re-timed
+    # the caller's order was kept, nothing was measured twice across the two restarts,
+    # and the winners were re-timed
+    search = [__import__("json").loads(r["config"]) for r in rows if r["provider"] == "fake" and r["phase"] == "search"]
+    assert [(c["mode"], c["index"]) for c in search] == [("good", 0), ("crash", 0), ("hang", 0), ("good", 1)]
     keys = [(r["phase"], r["provider"], r["config"]) for r in rows]
     assert len(keys) == len(set(keys))
     assert any(k[0] == "final" and k[1] == "torch.matmul" for k in keys)
-    assert sum(1 for e in seen if e.get("type") == "hello") == 3  # two restarts
+    assert (tmp_path / "work" / "worker.log").read_text().count(" start measure") == 3  # two restarts
     for r in rows:
         assert set(R.COLUMNS) <= set(r) and r["shape"] == "8x8x8"
+    # progress saw each variant start (row None) and each row
+    assert sum(1 for p in seen if p.row is None) >= 6 and sum(1 for p in seen if p.row is not None) == len(rows)
 
 
 def test_precompile_pass_reports_crashes_as_known(fake_path, tmp_path):

@@ -378,3 +378,52 @@ def precompile(plan: dict, workdir, *, procs: int, deadline: float, log_dir=None
                 spawn(i)
         time.sleep(POLL_S)
     return known, stats
+
+
+def run_shape_isolated(M: int, N: int, K: int, dtype, strategies: dict, budget_s: float,
+                       progress: Callable | None = None, *, suite: str = "adhoc",
+                       baselines=("torch.matmul", "dp"), workdir=None, log_path=None,
+                       variant_timeout_s: float = 45.0, stall_s: float | None = None, timer: str = "auto",
+                       warmup_ms: float = 10, rep_ms: float = 50, schedule_files: dict | None = None,
+                       hard_deadline: float | None = None) -> list[dict]:
+    """runner.run_shape with the same arguments, run in a child process so that a kernel
+    that faults or hangs costs one variant instead of the caller's process. `strategies`
+    holds Config dataclasses (rebuilt from their JSON in the child) in the order to try;
+    `progress` receives runner.Progress objects as rows arrive. `schedule_files` maps
+    strategy ids to schedule files outside kernels/ (user copies, tests)."""
+    import dataclasses
+    import tempfile
+
+    from .runner import Progress
+
+    dt = str(dtype).replace("torch.", "")
+    dt = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32"}.get(dt, dt)
+    configs = {name: [dataclasses.asdict(c) if dataclasses.is_dataclass(c) else c for c in cfgs]
+               for name, cfgs in strategies.items()}
+    job = {"id": f"{suite}/{M}x{N}x{K}/{dt}", "kind": "gemm", "suite": suite, "M": int(M), "N": int(N),
+           "K": int(K), "dtype": dt, "strategies": list(strategies), "configs": configs, "budget_s": budget_s,
+           "baselines": list(baselines)}
+    plan = {"run_id": R.new_run_id(), "deadline": None, "hbm_gbps": None, "jobs": [job],
+            "settings": {"timer": timer, "warmup_ms": warmup_ms, "rep_ms": rep_ms,
+                         "variant_timeout_s": variant_timeout_s},
+            "schedules": {k: str(v) for k, v in (schedule_files or {}).items()}}
+    workdir = Path(workdir or tempfile.mkdtemp(prefix="advisor-bench-"))
+    t0 = time.monotonic()
+    count = {"n": 0}
+
+    def on_event(ev):
+        if progress is None:
+            return
+        if ev.get("type") == "start":
+            count["n"] += 1
+            key = ev.get("key") or ["", "", "", ""]
+            progress(Progress(R.shape_text(M, N, K), key[2], key[3], key[1], count["n"], 0,
+                              time.monotonic() - t0, budget_s))
+
+    def on_row(r):  # rows from the child and failure rows written here for a dead child
+        if progress is not None:
+            progress(Progress(R.shape_text(M, N, K), r.get("provider", ""), r.get("config", ""),
+                              r.get("phase", ""), count["n"], 0, time.monotonic() - t0, budget_s, r))
+
+    return run_plan(plan, workdir, log_path=log_path or workdir / "worker.log", on_event=on_event, on_row=on_row,
+                    stall_s=stall_s or variant_timeout_s + 30, hard_deadline=hard_deadline)

@@ -17,8 +17,9 @@ everything up to the moment a crash or a hang stops this process:
 Plan (JSON): {"run_id", "deadline" (Unix time or null), "hbm_gbps", "settings": {...},
 "jobs": [...], "skip": {job: [key, ...]}, "known": {job: [[key, status, error], ...]},
 "prior_rows": {job: [row, ...]}, "schedules": {strategy: "path/to/file.py"}}. Job kinds:
-"ceiling", "gemm" (suite, M, N, K, dtype, strategies, budget_s) and "grouped" (suite,
-dtype, count, lo, hi, seed, budget_s). See bench/bench_gemm.py for a full example.
+"ceiling", "gemm" (suite, M, N, K, dtype, strategies, budget_s; optional baselines, and
+configs = {strategy: [Config as a dict, ...]} to use a caller's ranked list instead of the
+schedule's search space) and "grouped" (suite, dtype, count, lo, hi, seed, budget_s). See bench/bench_gemm.py for a full example.
 
 With --compile-slice I/N the worker only warms Triton's on-disk cache: it takes every N-th
 variant of the whole plan, starting at I, in priority order, runs it once on its real
@@ -113,6 +114,16 @@ def job_budget(job: dict, deadline: float | None, remaining_jobs: int) -> float:
     return max(0.0, min(budget, left / max(1, remaining_jobs)))
 
 
+def rebuild_config(module, data):
+    """A schedule's Config from its JSON form (dataclasses.asdict): lists back to tuples."""
+    if data is None or data == "":
+        return None
+    if isinstance(data, str):
+        data = json.loads(data)
+    fixed = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+    return module.Config(**fixed)
+
+
 def gemm_candidates(job: dict, schedules: dict, num_sms: int, settings: dict) -> dict:
     """{strategy: ordered configs} for a gemm job (default config first, then the search
     space ranked by the analytical model unless settings["order"] == "space", truncated to
@@ -121,8 +132,12 @@ def gemm_candidates(job: dict, schedules: dict, num_sms: int, settings: dict) ->
     from .runner import candidate_configs, load_schedule, model_order
 
     out = {}
+    given = job.get("configs")
     for name in job.get("strategies", []):
         mod = load_schedule(name, schedules)
+        if given is not None:  # the caller ranked them already: keep its order
+            out[name] = [rebuild_config(mod, d) for d in given.get(name, [])]
+            continue
         cfgs = candidate_configs(mod, job["M"], job["N"], job["K"], job["dtype"], num_sms,
                                  quick=settings.get("quick", False))
         if settings.get("order", "model") == "model":
