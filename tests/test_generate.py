@@ -1,0 +1,127 @@
+"""Variant generation: the file parses, bundles its kernel, runs --check under the Triton
+interpreter, keeps trace text inside string literals, and the model's choices are sane."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from advisor.cli import cli
+from advisor.codegen import bundle, coerce_knobs, config_fields, dependency_order
+from advisor.errors import AdvisorError
+from advisor.generate import generate, parse_shape
+from advisor.schedule_model import Device, predict, rank, stream_k_policies, suggest_split_k
+
+HOSTILE = 'k"""\'\n__import__("pathlib").Path("PWNED").touch()  # {{ 7*7 }} {% raw %} `x` <script>'
+
+
+def _run(path: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    return subprocess.run([sys.executable, str(path), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_parse_shape():
+    assert parse_shape("256x128x131072") == (256, 128, 131072)
+    for bad in ("256x128", "0x1x1", "ax1x1", "1x1x99999999999"):
+        with pytest.raises(AdvisorError):
+            parse_shape(bad)
+
+
+def test_bundle_renames_colliding_names():
+    order = dependency_order("dp")
+    assert order == ["common", "dp_gemm"]
+    src, renamed = bundle("dp")
+    ast.parse(src)
+    assert "from ." not in src and "__future__" not in src
+    # A schedule bundled with the dp baseline keeps both `matmul`s apart.
+    src2, renamed2 = bundle("dp", extra=("dp",))
+    assert renamed2 == renamed
+
+
+def test_config_fields_and_knob_validation():
+    names = [f.name for f in config_fields("dp")]
+    assert names[:4] == ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"]
+    assert coerce_knobs("dp", {"BLOCK_M": "64", "num_warps": 8}) == {"BLOCK_M": 64, "num_warps": 8}
+    with pytest.raises(AdvisorError, match="unknown knob"):
+        coerce_knobs("dp", {"EVIL": 1})
+    with pytest.raises(AdvisorError, match="expected a int"):
+        coerce_knobs("dp", {"BLOCK_M": "64; import os"})
+
+
+@pytest.mark.interpreter
+def test_generated_dp_variant_checks_under_interpreter(tmp_path):
+    path = tmp_path / "variant_dp.py"
+    v = generate("dp", 100, 90, 200, dtype="fp32", finding={"kernel": HOSTILE, "evidence": {"note": HOSTILE}}, path=path)
+    text = path.read_text()
+    tree = ast.parse(text)
+    # The hostile text exists only inside string constants.
+    consts = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    assert any(HOSTILE == c for c in consts)
+    # ...and nowhere as code: no name or call outside string literals mentions it.
+    assert not any(isinstance(n, ast.Name) and n.id == "__import__" for n in ast.walk(tree))
+    r = _run(path, "--check", "--shape", "37x29x70", "--dtype", "fp32", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert out["check"]["ok"] and out["check"]["rel_err"] < 1e-3
+    assert not (tmp_path / "PWNED").exists()
+    assert v.knobs["BLOCK_M"] in (16, 32, 64, 128, 256)
+
+
+def test_generate_rejects_bad_requests(tmp_path):
+    with pytest.raises(AdvisorError):
+        generate("nope", 1, 1, 1)
+    with pytest.raises(AdvisorError):
+        generate("dp", 0, 1, 1)
+    with pytest.raises(AdvisorError):
+        generate("dp", 64, 64, 64, dtype="int8")
+
+
+def test_generate_cli(tmp_path):
+    out = tmp_path / "v.py"
+    r = CliRunner().invoke(cli, ["generate", "dp", "--shape", "64x64x128", "--dtype", "bf16", "--config", "BLOCK_M=64", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "BLOCK_M=64" in r.output and out.is_file()
+    r = CliRunner().invoke(cli, ["generate", "dp", "--shape", "64x64", "-o", str(out)])
+    assert r.exit_code == 2 and "MxNxK" in r.output
+
+
+# ------------------------------------------------------------------------- the model
+
+
+def test_model_prefers_split_k_for_skinny_long_k():
+    dev = Device()
+    M, N, K = 256, 256, 131072
+    s = suggest_split_k(M, N, K, 128, 128, 64, dev.sm_count)
+    assert s == 32  # 132 // 4 tiles = 33, capped at max_split 32
+    dp = predict("dp", {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}, M, N, K, 2, dev)
+    sk = predict("split_k", {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "SPLIT_K": s}, M, N, K, 2, dev)
+    assert sk.predicted_us < dp.predicted_us / 5
+    # Memory floor: 134 MB at 4.3 TB/s is ~31 us; split-K cannot beat it.
+    assert sk.predicted_us >= 2 * (M * K + K * N + M * N) / dev.bandwidth_bytes_per_s * 1e6
+
+
+def test_model_stream_k_policy_on_tail_and_balanced():
+    dev = Device()
+    cfg = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}
+    # 143 tiles: the hybrid beats plain dp; 132 tiles: only dp is worth timing.
+    assert stream_k_policies(143, 132)[0] == "hybrid1"
+    assert stream_k_policies(132, 132) == ["dp"]
+    assert stream_k_policies(4, 132) == ["sk", "dp"]
+    ranked = rank("stream_k", [dict(cfg, policy=p) for p in ("dp", "hybrid1", "sk")], 1664, 1408, 8192, 2, dev)
+    assert ranked[0].config["policy"] != "dp"
+    dp = predict("stream_k", dict(cfg, policy="dp"), 1664, 1408, 8192, 2, dev)
+    assert ranked[0].predicted_us < 0.8 * dp.predicted_us
+
+
+def test_model_prunes_hopeless():
+    dev = Device()
+    cfgs = [{"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64}, {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}, {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}]
+    ranked = rank("dp", cfgs, 8192, 8192, 8192, 2, dev, keep_at_least=1)
+    assert all(p.config["BLOCK_M"] != 16 for p in ranked)
