@@ -45,7 +45,7 @@ from suites import ALL_SUITES, GROUPED, STRATEGIES, SUITES, evaluate_targets  # 
 # Defaults sized for ~8 minutes of device time in one call (see --help for each).
 DEFAULT_TIME_LIMIT_S = 420
 DEFAULT_BUDGET_S = 40.0
-DEFAULT_MAX_CONFIGS = 10
+DEFAULT_MAX_CONFIGS = 12  # every schedule's search space has at most 12
 DEFAULT_COMPILE_SHARE = 0.4
 HARD_GRACE_S = 30.0  # after the time limit, the timed child gets this long before it is killed
 
@@ -159,6 +159,8 @@ def parse_args(argv=None):
     ap.add_argument("--grouped", default=None, help="replace the grouped suite: COUNT:LO:HI[:SEED] (default 64:128:512:0)")
     ap.add_argument("--out", type=Path, default=None, help="output folder (default: $OUT, else bench/results)")
     ap.add_argument("--csv-name", default="h200.csv")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="list the jobs and the candidates each would try (imports the schedules; no GPU needed)")
     args = ap.parse_args(argv)
     args.suites = [s.strip() for s in args.suites.split(",") if s.strip()]
     bad = [s for s in args.suites if s not in ALL_SUITES]
@@ -201,8 +203,36 @@ def parse_args(argv=None):
     return args
 
 
+def dry_run(plan: dict, num_sms: int) -> None:
+    """Print what the run would try, without a GPU (schedules imported here)."""
+    from advisor.bench import worker
+
+    schedules = worker.load_schedules(plan)
+    items = worker.compile_items(plan, schedules, num_sms)
+    per_job: dict[str, dict[str, int]] = {}
+    for job, name, _, _ in items:
+        per_job.setdefault(job["id"], {}).setdefault(name, 0)
+        per_job[job["id"]][name] += 1
+    for job in plan["jobs"]:
+        counts = per_job.get(job["id"], {})
+        missing = [s for s in job.get("strategies", []) if s not in counts]
+        print(f"{job['id']:<36} " + ", ".join(f"{k} {v}" for k, v in counts.items())
+              + (f"  (no candidates: {', '.join(missing)})" if missing else ""))
+    print(f"{len(items)} variants, {len({(n, json_text(c)) for _, n, c, _ in items})} distinct configs "
+          f"(SM count {num_sms})")
+
+
+def json_text(cfg) -> str:
+    from advisor.bench.rows import config_json
+
+    return config_json(cfg)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.dry_run:
+        dry_run(build_plan(args, "dry-run"), int(os.environ.get("ADVISOR_NUM_SMS", "132")))
+        return 0
     t0 = time.time()
     run_id = new_run_id()
     out = args.out

@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 
 from . import rows as R
 from .runner import (
-    GRACE_S, DEFAULT_VARIANT_TIMEOUT_S, DeviceLost, Progress, VariantTimeout, _error_text, _sync, classify,
+    FINAL_REP_SCALE, GRACE_S, DEFAULT_VARIANT_TIMEOUT_S, DeviceLost, Progress, VariantTimeout, _error_text, _sync, classify,
     default_device, device_healthy, device_sm_count, environment, load_schedule, prepare_interpreter,
     row_variant_key,
     time_limit, variant_key,
@@ -254,7 +254,8 @@ class GroupBench:
                           provider=provider, config=config_text, phase=phase, status=status, error=error,
                           flops=self.flops, bytes_moved=self.bytes, timer=self.timer, env=self.env, **kw)
 
-    def measure(self, cand: GroupCandidate, *, limit_s, phase="search", check_sets=(0, 1)) -> dict:
+    def measure(self, cand: GroupCandidate, *, limit_s, phase="search", check_sets=(0, 1),
+                rep_scale: float = 1.0) -> dict:
         first = {}
 
         def call(As, Bs, outs):
@@ -272,7 +273,7 @@ class GroupBench:
                 rel = self.checker.check(call, sets=check_sets)
                 runs = [cand.setup(As, Bs, outs)[0] for As, Bs, outs in self.timing_sets]
                 timing = time_fn(rotating(runs), method=self.timer, warmup_ms=self.warmup_ms,
-                                 rep_ms=self.rep_ms, cpu_reps=self.cpu_reps)
+                                 rep_ms=self.rep_ms * rep_scale, cpu_reps=self.cpu_reps)
                 _sync(self.device)
         except VariantTimeout as exc:
             status, error = "timeout", str(exc)
@@ -363,7 +364,8 @@ def run_grouped(sizes: Sequence[tuple], dtype, configs: Sequence | None, budget_
             if on_start:
                 on_start(key)
             try:
-                out.append(gb.measure(cand, limit_s=variant_timeout_s, phase="final", check_sets=(2,)))
+                out.append(gb.measure(cand, limit_s=variant_timeout_s, phase="final", check_sets=(2,),
+                                      rep_scale=FINAL_REP_SCALE))
             except DeviceLost as exc:
                 exc.rows = out + exc.rows
                 raise

@@ -57,6 +57,7 @@ DEFAULT_VARIANT_TIMEOUT_S = 45.0  # one compile (seconds) + two checks + ~0.1 s 
 DEFAULT_DP_SHARE = 0.25  # share of a shape's budget the dp baseline's short search may use
 DEFAULT_DP_CONFIGS = 4  # dp configs tried at most: default + 3 from its search space
 GRACE_S = 5.0  # a variant started near the end of the budget may overrun it by this much
+FINAL_REP_SCALE = 2.0  # the final re-timing of each provider's winner repeats twice as long
 
 
 class VariantTimeout(BaseException):
@@ -422,7 +423,8 @@ class ShapeBench:
                           hbm_gbps=self.hbm_gbps, timer=self.timer, env=self.env, **kw)
 
     def measure(self, cand: Candidate, *, limit_s: float | None, phase: str = "search",
-                check_sets: Sequence[int] = (0, 1), timer: str | None = None, suite: str | None = None) -> dict:
+                check_sets: Sequence[int] = (0, 1), timer: str | None = None, suite: str | None = None,
+                rep_scale: float = 1.0) -> dict:
         """Check then time one candidate; always returns a row (status says how it went).
         Raises DeviceLost (with this row) if the failure killed the CUDA context."""
         first = {}
@@ -442,7 +444,7 @@ class ShapeBench:
                 rel = self.checker.check(first_timed, sets=check_sets)
                 calls = [(lambda a=a, b=b, o=o: cand.call(a, b, o)) for a, b, o in self.timing_sets]
                 timing = time_fn(rotating(calls), method=timer, warmup_ms=self.warmup_ms,
-                                 rep_ms=self.rep_ms, cpu_reps=self.cpu_reps)
+                                 rep_ms=self.rep_ms * rep_scale, cpu_reps=self.cpu_reps)
                 _sync(self.device)
         except VariantTimeout as exc:
             status, error = "timeout", str(exc)
@@ -605,7 +607,8 @@ def run_shape(M: int, N: int, K: int, dtype, strategies: dict[str, Sequence], bu
             if on_start:
                 on_start(key)
             try:
-                row = sb.measure(cand, limit_s=variant_timeout_s, phase="final", check_sets=(2,))
+                row = sb.measure(cand, limit_s=variant_timeout_s, phase="final", check_sets=(2,),
+                                 rep_scale=FINAL_REP_SCALE)
             except DeviceLost as exc:
                 exc.rows = out + exc.rows
                 raise
