@@ -533,6 +533,21 @@ def test_isolated_run_survives_a_crash_and_a_hang(fake_path, fake, tmp_path):
     assert sum(1 for p in seen if p.row is None) >= 6 and sum(1 for p in seen if p.row is not None) == len(rows)
 
 
+def test_run_deadline_kills_the_worker_and_reports_what_never_ran(fake_path, tmp_path):
+    plan = _plan(fake_path)
+    plan["settings"]["variant_timeout_s"] = 120.0
+    plan["jobs"][0]["configs"] = {"fake": [{"mode": "good", "delay_s": 60.0, "index": 0}]}
+    plan["jobs"].append(dict(plan["jobs"][0], id="j2", M=16))
+    t0 = time.time()
+    rows = isolate.run_plan(plan, tmp_path / "work", log_path=tmp_path / "log.txt", stall_s=300.0,
+                            startup_s=120.0, hard_deadline=t0 + 15)
+    assert time.time() - t0 < 60
+    slow = [r for r in rows if r["provider"] == "fake"]
+    assert len(slow) == 1 and slow[0]["status"] == "timeout" and "deadline" in slow[0]["error"]
+    j2 = [r for r in rows if r["shape"] == "16x8x8"]
+    assert len(j2) == 1 and j2[0]["status"] == "skipped" and "time limit" in j2[0]["error"]
+
+
 def test_precompile_pass_reports_crashes_as_known(fake_path, tmp_path):
     fake_path.write_text(fake_path.read_text() + (
         "\n\ndef search_space(M, N, K, dtype, num_sms):\n"

@@ -296,6 +296,14 @@ def run_plan(plan: dict, workdir, *, log_path, on_row: Callable[[dict], None] | 
         restarts += 1
         if restarts > max_restarts:
             break
+    from .worker import job_stub
+
+    for j in jobs:  # say what never ran, so a table shows it instead of silently lacking it
+        if j["id"] not in done and not prior.get(j["id"]):
+            stub = job_stub(j, (j.get("suite", j["kind"]), "search", "(job)", ""))
+            why = ("the run's time limit was reached first" if hard_deadline is not None and time.time() >= hard_deadline
+                   else f"the worker was restarted {restarts} times; giving up")
+            add_row(j["id"], _failure_row(stub, "skipped", f"not run: {why}", env_info))
     return rows
 
 
