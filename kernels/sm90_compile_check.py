@@ -1,4 +1,4 @@
-"""Compile every config of a schedule's search space for sm_90, on a machine without a GPU.
+"""Compile every config of a schedule's search space (and its default) for sm_90, without a GPU.
 
 Why
     Device time is scarce; a config that fails to compile or to launch on the H200 ("out of
@@ -130,7 +130,11 @@ def main(argv=None) -> int:
                 for dname in args.dtypes:
                     dtype = getattr(torch, dname)
                     layouts = [(False, False), (True, True)] if args.transposed else [(False, False)]
-                    for cfg in mod.search_space(M, N, K, dtype, 132):
+                    configs = list(mod.search_space(M, N, K, dtype, 132))
+                    default = mod.default_config(M, N, K, dtype, 132)
+                    if default not in configs:
+                        configs.append(default)
+                    for cfg in configs:
                         for ta, tb in layouts:
                             a = torch.empty((K, M) if ta else (M, K), dtype=dtype)
                             b = torch.empty((N, K) if tb else (K, N), dtype=dtype)

@@ -1,0 +1,335 @@
+"""Persistent GEMM: a grid of about one program per SM, each looping over output tiles.
+
+What
+    C = A @ B with grid = min(#SMs x PROGRAMS_PER_SM, tiles). Program p computes tiles p,
+    p + grid, p + 2 grid, ... in dp_gemm's grouped order, so at any moment the resident
+    programs work on a compact band of tiles and share A rows and B columns through L2, as
+    the data-parallel grid does, but without launching (and tearing down) one program per
+    tile. Two ways to feed the tensor cores (`use_tma`):
+
+    - pointer loads (use_tma=False): dp_gemm's `mac_loop`, software-pipelined `cp.async`
+      copies into shared memory, masks at the K edge;
+    - TMA (use_tma=True): host-built tensor descriptors for A, B and C
+      (`triton.tools.tensor_descriptor.TensorDescriptor`); each K step is one bulk-tensor
+      copy per operand issued by a single thread, out-of-bounds boxes come back zero-filled
+      (no masks at any edge) and C goes out through a TMA store that clips at the edges.
+      A or B may be row-major or column-major (a transposed view): the descriptor is built
+      over the contiguous dimension and the tile transposed in registers-free fashion
+      (`.T` of a shared-memory operand, which wgmma reads either way for 16-bit types).
+
+    With `FLATTEN` the tile loop and the K loop are flattened into one loop for Triton's
+    software pipeliner (`tl.range(..., flatten=True)`), so the next tile's first loads are
+    issued while the current tile's epilogue runs. `EPILOGUE_SUBTILE` stores the C tile as
+    two BLOCK_M x BLOCK_N/2 halves, which halves the epilogue's shared-memory buffer and
+    leaves room for one more pipeline stage.
+
+When it wins
+    Large balanced GEMMs (8192^3, 4096x4096x8192) on Hopper, where TMA removes the address
+    arithmetic and masks from the main loop and the persistent grid hides per-tile prologues;
+    and grids of many small tiles, where launch and prologue costs dominate. It does not fix a
+    partial last wave: the tiles are the same, only the programs persist (stream_k_gemm does).
+
+Caveats
+    - TMA needs 16-byte aligned base pointers and leading strides, and a unit stride in the
+      contiguous dimension (Hopper's tensor-map rules). An explicit `use_tma=True` config
+      raises ValueError on inputs that break them; the default config (config=None) falls
+      back to pointer loads instead.
+    - For fp32 (tf32) inputs a transposed operand is legal but slower (wgmma wants tf32
+      operands K-major; Triton reshuffles them).
+    - PROGRAMS_PER_SM=2 only helps when two programs' shared memory fits one SM (228 KB).
+
+Source of the idea
+    Triton tutorial 09-persistent-matmul (persistent tile loop with `tl.range` flattening,
+    host tensor descriptors, epilogue subtiling); grouped order from tutorial
+    03-matrix-multiplication. The pointer path reuses dp_gemm's inner loop unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+import torch
+import triton
+import triton.language as tl
+
+from .common import (
+    SMEM_PER_BLOCK_SM90,
+    cdiv,
+    check_matmul_inputs,
+    gemm_launch_metadata,
+    needs_int64_offsets,
+    num_sms,
+    pipeline_smem_bytes,
+    prepare_output,
+    self_check,
+)
+from .dp_gemm import check_block_config, fits_shape, for_dtype, mac_loop, store_tile, tile_coords
+
+try:  # Triton >= 3.4
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover - older Triton: the pointer path still works
+    TensorDescriptor = None
+
+
+# --------------------------------------------------------------------------------------------
+# Knobs
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every knob of the persistent schedule."""
+
+    BLOCK_M: int = 128
+    BLOCK_N: int = 256
+    BLOCK_K: int = 64
+    GROUP_M: int = 8
+    num_warps: int = 8
+    num_stages: int = 3
+    PROGRAMS_PER_SM: int = 1  # grid = min(SMs x this, tiles)
+    use_tma: bool = True  # tensor-descriptor (TMA) loads and stores instead of pointer loads
+    EPILOGUE_SUBTILE: bool = False  # TMA only: store C as two BLOCK_N/2-wide halves
+    FLATTEN: bool = True  # flatten tile and K loops for the software pipeliner
+
+    def __post_init__(self):
+        check_block_config(self)
+        if self.PROGRAMS_PER_SM not in (1, 2, 3, 4):
+            raise ValueError(f"PROGRAMS_PER_SM={self.PROGRAMS_PER_SM!r}: must be 1..4")
+        if self.EPILOGUE_SUBTILE and not self.use_tma:
+            raise ValueError("EPILOGUE_SUBTILE splits the TMA store: it needs use_tma=True")
+
+    def smem_bytes(self, dtype: torch.dtype) -> int:
+        """Pipeline buffers plus the epilogue's staging buffer for C: the TMA store's source
+        tile, or the layout-conversion scratch of the pointer store. In a persistent loop the
+        pipeline buffers stay live across tiles, so the two cannot share memory (sm_90 compile
+        check: 128x256x32 fp32 with pointer stores took 272 KB = 144 KB + the full fp32 tile)."""
+        elt = torch.empty((), dtype=dtype).element_size()
+        pipe = pipeline_smem_bytes(self.BLOCK_M, self.BLOCK_N, self.BLOCK_K, self.num_stages, elt)
+        epilogue = self.BLOCK_M * self.BLOCK_N * elt // (2 if self.EPILOGUE_SUBTILE else 1)
+        return pipe + epilogue
+
+    def describe(self) -> str:
+        return (f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_M} w{self.num_warps} "
+                f"s{self.num_stages} pps{self.PROGRAMS_PER_SM}{' tma' if self.use_tma else ''}"
+                f"{' subtile' if self.EPILOGUE_SUBTILE else ''}{'' if self.FLATTEN else ' noflat'}")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _check_smem(cfg: Config, dtype: torch.dtype) -> None:
+    need = cfg.smem_bytes(dtype)
+    if need * cfg.PROGRAMS_PER_SM > 228 * 1024 or need > SMEM_PER_BLOCK_SM90:
+        raise ValueError(
+            f"config {cfg.describe()} needs ~{need // 1024} KB of shared memory per program for {dtype} "
+            f"(x{cfg.PROGRAMS_PER_SM} programs per SM): over what an sm_90 SM has")
+
+
+def _fits_sm(cfg: Config, dtype: torch.dtype) -> bool:
+    try:
+        _check_smem(cfg, dtype)
+    except ValueError:
+        return False
+    return True
+
+
+def tma_layout(t: torch.Tensor) -> str | None:
+    """"row" or "col" when a 2-D tensor can be read through a TMA descriptor (16-byte aligned
+    base and leading stride, unit stride in the other dimension), else None."""
+    elt = t.element_size()
+    if t.data_ptr() % 16:
+        return None
+    if t.stride(1) == 1 and (t.stride(0) * elt) % 16 == 0:
+        return "row"
+    if t.stride(0) == 1 and (t.stride(1) * elt) % 16 == 0:
+        return "col"
+    return None
+
+
+def _tma_aligned_shape(M: int, N: int, K: int, dtype: torch.dtype) -> bool:
+    """Contiguous inputs of this shape, in either layout, meet the TMA stride rule."""
+    elt = torch.empty((), dtype=dtype).element_size()
+    return all((d * elt) % 16 == 0 for d in (M, N, K))
+
+
+def default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> Config:
+    """128x256x64 tiles, 8 warps, 3 stages with TMA (Triton's known-good Hopper point: 144 KB
+    of pipeline + 64 KB of C staging) when the problem has at least a wave of such tiles;
+    otherwise 128x128x64, 4 warps, 4 stages. TMA whenever the shape allows it (see caveats);
+    fp32 through dp_gemm's `for_dtype`."""
+    tma = TensorDescriptor is not None and _tma_aligned_shape(M, N, K, dtype)
+    small = for_dtype(Config(128, 128, 64, 8, num_warps=4, num_stages=4, use_tma=tma), dtype)
+    if not (M >= 128 and N >= 256 and cdiv(M, 128) * cdiv(N, 256) >= num_sms):
+        return small
+    cfg = for_dtype(Config(128, 256, 64, 8, num_warps=8, num_stages=3, use_tma=tma), dtype)
+    if not _fits_sm(cfg, dtype) and tma:  # fp32: a 128x256 fp32 C tile is 128 KB; store it in halves
+        cfg = replace(cfg, EPILOGUE_SUBTILE=True)
+    return cfg if _fits_sm(cfg, dtype) else small
+
+
+def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> list[Config]:
+    """At most 12 candidates around the Hopper sweet spot: 128x256 / 256x128 tiles with 8
+    warps and 3-4 stages (4 only with a subtiled epilogue, to fit 227 KB), 128x128 tiles, a
+    64x128 tile with two programs per SM, and pointer-load twins of the two main points, all
+    pruned by the shape (tile no larger than the problem, TMA only when strides allow it)."""
+    tma = TensorDescriptor is not None and _tma_aligned_shape(M, N, K, dtype)
+    candidates = [
+        Config(128, 256, 64, 8, 8, 3, 1, tma, False, True),
+        Config(128, 256, 64, 8, 8, 4, 1, tma, tma, True),
+        Config(128, 256, 64, 8, 8, 3, 1, tma, tma, True),
+        Config(256, 128, 64, 8, 8, 3, 1, tma, False, True),
+        Config(128, 256, 64, 8, 8, 3, 1, tma, False, False),
+        Config(128, 128, 64, 8, 4, 4, 1, tma, False, True),
+        Config(128, 128, 64, 8, 8, 4, 1, tma, False, True),
+        Config(128, 128, 128, 8, 8, 3, 1, tma, tma, True),
+        Config(64, 128, 64, 8, 4, 4, 2, tma, False, True),
+        Config(128, 256, 64, 8, 8, 3, 1, False, False, True),
+        Config(128, 128, 64, 8, 4, 4, 1, False, False, True),
+        Config(64, 64, 64, 8, 4, 4, 2, False, False, True),
+    ]
+    out: list[Config] = []
+    for cfg in (for_dtype(c, dtype) for c in candidates):
+        if fits_shape(cfg.BLOCK_M, cfg.BLOCK_N, M, N) and _fits_sm(cfg, dtype) and cfg not in out:
+            out.append(cfg)
+    if not out:
+        out.append(default_config(M, N, K, dtype, num_sms))
+    return out[:12]
+
+
+# --------------------------------------------------------------------------------------------
+# The kernel
+# --------------------------------------------------------------------------------------------
+
+
+@triton.jit(launch_metadata=gemm_launch_metadata("persistent_gemm"))
+def persistent_gemm_kernel(
+    # A (M, K), B (K, N), C (M, N): element pointers, or host TensorDescriptors when USE_TMA
+    a_ptr, b_ptr, c_ptr,
+    # problem size
+    M, N, K,
+    # element strides (pointer path only)
+    stride_am, stride_ak,
+    stride_bk, stride_bn,
+    stride_cm, stride_cn,
+    # tile shape and order
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    # schedule options
+    USE_TMA: tl.constexpr,
+    A_COL_MAJOR: tl.constexpr,  # TMA: A's descriptor is over A^T (K, M), blocks BLOCK_K x BLOCK_M
+    B_COL_MAJOR: tl.constexpr,  # TMA: B's descriptor is over B^T (N, K), blocks BLOCK_N x BLOCK_K
+    EPILOGUE_SUBTILE: tl.constexpr,
+    FLATTEN: tl.constexpr,
+    # shape facts fixed by the host
+    EVEN_K: tl.constexpr, INT64: tl.constexpr,
+):
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = num_pid_m * num_pid_n
+    k_iters = tl.cdiv(K, BLOCK_K)
+    for tile_id in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), flatten=FLATTEN):
+        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        if USE_TMA:
+            off_m = pid_m * BLOCK_M
+            off_n = pid_n * BLOCK_N
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for ki in range(k_iters):
+                off_k = ki * BLOCK_K
+                if A_COL_MAJOR:
+                    a = a_ptr.load([off_k, off_m]).T
+                else:
+                    a = a_ptr.load([off_m, off_k])
+                if B_COL_MAJOR:
+                    b = b_ptr.load([off_n, off_k]).T
+                else:
+                    b = b_ptr.load([off_k, off_n])
+                acc = tl.dot(a, b, acc)
+            if EPILOGUE_SUBTILE:
+                halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+                left, right = tl.split(halves)
+                c_ptr.store([off_m, off_n], left.to(c_ptr.dtype))
+                c_ptr.store([off_m, off_n + BLOCK_N // 2], right.to(c_ptr.dtype))
+            else:
+                c_ptr.store([off_m, off_n], acc.to(c_ptr.dtype))
+        else:
+            acc = mac_loop(a_ptr, b_ptr, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
+                           pid_m, pid_n, 0, k_iters,
+                           BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64)
+            store_tile(c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc, BLOCK_M, BLOCK_N, INT64)
+
+
+# --------------------------------------------------------------------------------------------
+# Host launcher
+# --------------------------------------------------------------------------------------------
+
+
+def _descriptors(a, b, c, M, N, K, cfg: Config):
+    """Host tensor descriptors for A, B, C, plus the layout flags; raises ValueError naming
+    the tensor that TMA cannot read."""
+    if TensorDescriptor is None:
+        raise ValueError("use_tma needs triton.tools.tensor_descriptor (Triton >= 3.4)")
+    BM, BN, BK = cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K
+    la, lb, lc = tma_layout(a), tma_layout(b), tma_layout(c)
+    for name, layout, t in (("a", la, a), ("b", lb, b)):
+        if layout is None:
+            raise ValueError(
+                f"use_tma: {name} (shape {tuple(t.shape)}, strides {t.stride()}, {t.dtype}) is not "
+                f"TMA-readable: it needs a unit stride in one dimension, the other stride a multiple "
+                f"of 16 bytes and a 16-byte aligned start; use a use_tma=False config")
+    if lc != "row":
+        raise ValueError(
+            f"use_tma: out (strides {c.stride()}) must be row-major with a 16-byte aligned row "
+            f"stride for the TMA store; use a use_tma=False config")
+    if la == "row":
+        a_desc = TensorDescriptor(a, [M, K], [a.stride(0), 1], [BM, BK])
+    else:
+        a_desc = TensorDescriptor(a, [K, M], [a.stride(1), 1], [BK, BM])
+    if lb == "row":
+        b_desc = TensorDescriptor(b, [K, N], [b.stride(0), 1], [BK, BN])
+    else:
+        b_desc = TensorDescriptor(b, [N, K], [b.stride(1), 1], [BN, BK])
+    c_desc = TensorDescriptor(c, [M, N], [c.stride(0), 1], [BM, BN // 2 if cfg.EPILOGUE_SUBTILE else BN])
+    return a_desc, b_desc, c_desc, la == "col", lb == "col"
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
+           out: torch.Tensor | None = None) -> torch.Tensor:
+    """C = a @ b with the persistent schedule. a: (M, K), b: (K, N), fp16/bf16/fp32. Returns
+    `out` (filled) when given, else a new (M, N) tensor in a's dtype. With config=None the
+    default config is used and TMA is dropped when the tensors do not allow it; an explicit
+    use_tma=True config raises ValueError instead."""
+    M, N, K = check_matmul_inputs(a, b)
+    c = prepare_output(out, M, N, a)
+    if config is None:
+        config = default_config(M, N, K, a.dtype, num_sms(a.device))
+        if config.use_tma and not (tma_layout(a) and tma_layout(b) and tma_layout(c) == "row"):
+            config = replace(config, use_tma=False, EPILOGUE_SUBTILE=False)
+    _check_smem(config, a.dtype)
+    tiles = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N)
+    grid = (max(1, min(num_sms(a.device) * config.PROGRAMS_PER_SM, tiles)),)
+    if config.use_tma:
+        a_arg, b_arg, c_arg, a_col, b_col = _descriptors(a, b, c, M, N, K, config)
+    else:
+        a_arg, b_arg, c_arg, a_col, b_col = a, b, c, False, False
+    persistent_gemm_kernel[grid](
+        a_arg, b_arg, c_arg,
+        M, N, K,
+        a.stride(0), a.stride(1),
+        b.stride(0), b.stride(1),
+        c.stride(0), c.stride(1),
+        BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
+        USE_TMA=config.use_tma, A_COL_MAJOR=a_col, B_COL_MAJOR=b_col,
+        EPILOGUE_SUBTILE=config.EPILOGUE_SUBTILE, FLATTEN=config.FLATTEN,
+        EVEN_K=K % config.BLOCK_K == 0, INT64=needs_int64_offsets(a, b, c),
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    return c
+
+
+if __name__ == "__main__":
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        self_check(matmul, [(37, 53, 97)], config=Config(16, 16, 16, 2, 4, 1, use_tma=False))
+        self_check(matmul, [(40, 48, 80)], config=Config(16, 32, 16, 2, 4, 1, use_tma=True, EPILOGUE_SUBTILE=True))
+    else:
+        self_check(matmul, [(37, 53, 97), (4096, 4096, 8192), (8192, 8192, 8192)])

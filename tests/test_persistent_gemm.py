@@ -1,0 +1,113 @@
+"""kernels/persistent_gemm.py under the Triton interpreter (ADVISOR_NUM_SMS=3, so each program
+loops over several tiles): pointer and TMA paths, every dtype and layout, TMA refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from advisor.kernel_lib import load
+from gemm_checks import DTYPES, LAYOUTS, check_search_space, check_validation, common, layout_id, run_checked
+
+ps = load("persistent_gemm")
+pytestmark = pytest.mark.interpreter
+
+
+def ptr_cfg(bm=32, bn=32, bk=32, pps=1, flatten=True):
+    return ps.Config(bm, bn, bk, 2, 4, 2, PROGRAMS_PER_SM=pps, use_tma=False, FLATTEN=flatten)
+
+
+def tma_cfg(bm=16, bn=32, bk=16, subtile=False, pps=1):
+    return ps.Config(bm, bn, bk, 2, 4, 2, PROGRAMS_PER_SM=pps, use_tma=True, EPILOGUE_SUBTILE=subtile)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS, ids=layout_id)
+def test_pointer_path(layout, dtype):
+    # 37x53x97 in 16x16 tiles: 12 tiles over 3 programs, ragged M, N and K
+    run_checked(ps, 37, 53, 97, dtype, ptr_cfg(16, 16, 32), layout=layout)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS, ids=layout_id)
+def test_tma_path(layout, dtype):
+    # TMA-legal strides (multiples of 16 bytes) but ragged tiles: 40 = 2.5 x 16 rows, K = 72 =
+    # 4.5 x 16 (zero-filled boxes); column-major A/B go through the transposed descriptors
+    run_checked(ps, 40, 48, 72, dtype, tma_cfg(), layout=layout)
+
+
+@pytest.mark.parametrize("layout", [LAYOUTS[0], LAYOUTS[3]], ids=layout_id)
+def test_tma_epilogue_subtile(layout):
+    run_checked(ps, 40, 48, 72, torch.bfloat16, tma_cfg(subtile=True), layout=layout)
+
+
+@pytest.mark.parametrize("use_tma", [False, True])
+def test_two_programs_per_sm_and_no_flatten(use_tma):
+    # grid = 6 programs over 3x3 tiles; FLATTEN=False compiles the plain nested loops
+    cfg = ps.Config(16, 16, 16, 1, 4, 2, PROGRAMS_PER_SM=2, use_tma=use_tma, FLATTEN=False)
+    run_checked(ps, 48, 40, 32, torch.float16, cfg)
+
+
+def test_fewer_tiles_than_programs():
+    run_checked(ps, 1, 1, 1, torch.float16, ptr_cfg())
+    run_checked(ps, 8, 8, 8, torch.float16, tma_cfg())
+
+
+def test_column_major_output_pointer_path():
+    run_checked(ps, 37, 53, 97, torch.float16, ptr_cfg(), out_layout="col")
+
+
+def test_int64_offsets_path(monkeypatch):
+    monkeypatch.setattr(ps, "needs_int64_offsets", lambda *t: True)
+    run_checked(ps, 37, 53, 97, torch.float16, ptr_cfg(), layout=(True, False))
+
+
+def test_tma_refuses_unaligned_inputs():
+    a, b = common.random_inputs(37, 53, 97, torch.float16, "cpu", seed=0)
+    with pytest.raises(ValueError, match="TMA"):
+        ps.matmul(a, b, tma_cfg())
+    # aligned shape, but A starts 2 bytes into its storage
+    base = torch.randn(40, 80, dtype=torch.float16)
+    a_off = base[:, 1:73]  # (40, 72) view, row stride 80 (160 bytes), start 2 bytes in
+    b2 = torch.randn(72, 48, dtype=torch.float16)
+    with pytest.raises(ValueError, match="TMA"):
+        ps.matmul(a_off, b2, tma_cfg())
+    a2 = torch.randn(40, 72, dtype=torch.float16)
+    with pytest.raises(ValueError, match="row-major"):
+        ps.matmul(a2, b2, tma_cfg(), out=torch.empty(48, 40, dtype=torch.float16).t())
+
+
+def test_default_config_falls_back_from_tma():
+    # default config (TMA where the shape allows) on inputs TMA cannot read: pointer loads
+    base = torch.randn(40, 80, dtype=torch.float16)
+    a = base[:, 1:73]
+    b = torch.randn(72, 48, dtype=torch.float16)
+    assert ps.default_config(40, 48, 72, torch.float16, 3).use_tma
+    c = ps.matmul(a, b)
+    assert common.rel_error(c, common.reference(a, b)) <= common.TOLERANCE[torch.float16]
+
+
+def test_search_space_configs_run():
+    M, N, K = 40, 72, 128
+    space = ps.search_space(M, N, K, torch.float16, 3)
+    assert any(c.use_tma for c in space) and any(not c.use_tma for c in space)
+    for cfg in space:
+        run_checked(ps, M, N, K, torch.float16, cfg, layout=(False, True))
+
+
+def test_search_space_shapes():
+    check_search_space(ps)
+    space = ps.search_space(8192, 8192, 8192, torch.bfloat16, 132)
+    assert ps.Config(128, 256, 64, 8, 8, 3, 1, True, False, True) in space
+    # no TMA configs where contiguous strides cannot be 16-byte multiples
+    assert not any(c.use_tma for c in ps.search_space(37, 53, 97, torch.bfloat16, 132))
+
+
+def test_validation():
+    check_validation(ps, ptr_cfg())
+    with pytest.raises(ValueError, match="EPILOGUE_SUBTILE"):
+        ps.Config(32, 32, 32, use_tma=False, EPILOGUE_SUBTILE=True)
+    with pytest.raises(ValueError, match="PROGRAMS_PER_SM"):
+        ps.Config(32, 32, 32, PROGRAMS_PER_SM=0)
+    with pytest.raises(ValueError, match="shared memory"):
+        ps.matmul(torch.randn(8, 8), torch.randn(8, 8), ps.Config(128, 256, 64, 8, 8, 4, use_tma=False))
