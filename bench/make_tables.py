@@ -71,6 +71,10 @@ def suite_section(rows: list[dict], suite: str) -> str:
     baselines = ("torch.matmul", "dp", "cuda_graph") if suite == "grouped" else ("torch.matmul", "dp")
     table = speedup_table(srows, baselines=baselines)
     out = [f"## {suite}\n", f"Measured on {_runs_line(srows)}.\n"]
+    if suite == "grouped":
+        out.append("\nHere `torch.matmul` is a Python loop of one torch.matmul per GEMM, `cuda_graph` that loop "
+                   "captured once and replayed, `torch._grouped_mm[padded]` every GEMM zero-padded to the "
+                   "group's largest K and N (its TFLOP/s count the useful work only).\n")
     for dtype in sorted({e["dtype"] for e in table}):
         entries = sorted((e for e in table if e["dtype"] == dtype),
                          key=lambda e: (_shape_order(e["shape"]), _porder(e["provider"])))

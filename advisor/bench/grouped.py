@@ -119,13 +119,23 @@ def graph_setup(As, Bs, outs):
     return run, _identity
 
 
+def _grouped_mm_applicable(As) -> None:
+    """NotImplementedError (recorded as skipped) where torch._grouped_mm cannot run at all:
+    missing from this torch, or inputs other than bf16 (its only unscaled dtype)."""
+    import torch
+
+    if not hasattr(torch, "_grouped_mm"):
+        raise NotImplementedError("torch._grouped_mm does not exist in this torch")
+    if As[0].dtype != torch.bfloat16:
+        raise NotImplementedError(f"torch._grouped_mm takes bf16 only, not {As[0].dtype}")
+
+
 def grouped_mm_setup(As, Bs, outs):
     """torch._grouped_mm in its 2-D x 3-D form (shared K and N, ragged M) when the group
     allows it; NotImplementedError (recorded as skipped) when it cannot express the group."""
     import torch
 
-    if not hasattr(torch, "_grouped_mm"):
-        raise NotImplementedError("torch._grouped_mm does not exist in this torch")
+    _grouped_mm_applicable(As)
     Ks = {a.shape[1] for a in As}
     Ns = {b.shape[1] for b in Bs}
     if len(Ks) != 1 or len(Ns) != 1:
@@ -151,8 +161,7 @@ def grouped_mm_padded_setup(As, Bs, outs, align: int = 16):
     then one torch._grouped_mm over the ragged M. The padding copies are setup, not timed."""
     import torch
 
-    if not hasattr(torch, "_grouped_mm"):
-        raise NotImplementedError("torch._grouped_mm does not exist in this torch")
+    _grouped_mm_applicable(As)
     kmax = -(-max(a.shape[1] for a in As) // align) * align
     nmax = -(-max(b.shape[1] for b in Bs) // align) * align
     dev, dt = As[0].device, As[0].dtype
@@ -330,7 +339,7 @@ def run_grouped(sizes: Sequence[tuple], dtype, configs: Sequence | None, budget_
         if key in skip:
             continue
         left = deadline - time.monotonic()
-        if not cand.mandatory and left <= 0:
+        if not cand.mandatory and left <= 0 and key not in known:
             continue
         limit = variant_timeout_s if cand.mandatory else min(variant_timeout_s, left + GRACE_S)
         if progress:

@@ -558,10 +558,11 @@ def run_shape(M: int, N: int, K: int, dtype, strategies: dict[str, Sequence], bu
             continue
         now = time.monotonic()
         left = deadline - now
-        if group == "dp" and now - start > dp_share * budget_s:
-            continue
-        if group != "mandatory" and left <= 0:
-            continue
+        if key not in known:  # known outcomes cost nothing: always recorded
+            if group == "dp" and now - start > dp_share * budget_s:
+                continue
+            if group != "mandatory" and left <= 0:
+                continue
         limit = variant_timeout_s if group == "mandatory" else min(variant_timeout_s, left + GRACE_S)
         if progress:
             progress(Progress(sb.shape, cand.provider, cand.config_text, "search", index, len(plan),
