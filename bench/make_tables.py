@@ -70,7 +70,7 @@ def suite_section(rows: list[dict], suite: str) -> str:
         return ""
     baselines = ("torch.matmul", "dp", "cuda_graph") if suite == "grouped" else ("torch.matmul", "dp")
     table = speedup_table(srows, baselines=baselines)
-    out = [f"## {suite}\n", f"Measured on {_runs_line(srows)}.\n"]
+    out = [f"## {suite}\n\n", f"Measured on {_runs_line(srows)}.\n"]
     if suite == "grouped":
         out.append("\nHere `torch.matmul` is a Python loop of one torch.matmul per GEMM, `cuda_graph` that loop "
                    "captured once and replayed, `torch._grouped_mm[padded]` every GEMM zero-padded to the "
@@ -84,7 +84,7 @@ def suite_section(rows: list[dict], suite: str) -> str:
         if any(e.get("x_floor") for e in entries):
             cols.append(("x_floor", "x HBM floor", ".2f"))
         cols += [("rel_err", "rel err", ".1e"), ("config", "config")]
-        out.append(f"### {suite}, {dtype}\n")
+        out.append(f"\n### {suite}, {dtype}\n\n")
         out.append(markdown_table(entries, cols))
         spread = repeatability(srows, dtype)
         if spread is not None:
