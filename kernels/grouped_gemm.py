@@ -1,0 +1,772 @@
+"""Grouped GEMM: many independent small products C_i = A_i @ B_i in one persistent launch.
+
+What it does
+------------
+A list of G unrelated GEMMs (mixed M_i, N_i, K_i, e.g. the experts of a mixture-of-experts
+layer or the 64 mixed 128..512 products of issue 4) run as ONE kernel launch. The host
+writes two small tables once and copies them to the device in a single transfer:
+
+* a per-group table (int64): where A_i, B_i and C_i start, as element offsets from one
+  typed base pointer (group 0's A; see the caveat on alignment for why not raw addresses),
+  M_i, N_i, K_i, the element strides of A_i and B_i and the row stride of C_i;
+* a per-tile schedule (int32): for every output tile of every group, which group, which
+  tile row and which tile column.
+
+The grid is one program per SM; program p takes tiles p, p + P, p + 2P, ... of the schedule
+(a global tile index across groups), looks up its group's row and computes the tile with
+pipelined masked loads and `tl.dot`. Because the host orders the schedule by decreasing
+cost (K_i, i.e. k-steps per tile), the round-robin hand-out is a longest-processing-time-
+first assignment: the long tiles start first and the short ones fill in at the end, so the
+programs finish close together instead of one SM chewing a late K=512 tile alone.
+
+`prepare(As, Bs)` does all of that host work (validation, tables, one output buffer holding
+every C_i) and returns a `GroupedPlan`; `plan.launch()` (or `grouped_matmul(As, Bs, plan=plan)`)
+is then a single kernel launch with no host-side tensor work at all, which is what a caller
+that runs the same group repeatedly (an MoE layer every step) should time and use.
+`grouped_matmul(As, Bs)` without a plan builds one and launches it.
+
+When it wins
+------------
+The matrix's "streams of tiny back-to-back kernels with launch gaps" symptom: a Python loop
+of small cuBLAS calls pays a launch per GEMM and leaves most SMs idle in each small kernel.
+Measured on the H200 for 64 products of 128..512: 672 us as a loop of torch.matmul (about
+10 us per GEMM), 226 us as that loop captured in a CUDA graph (about 17 TFLOP/s), for about
+4 GFLOP of work that the tensor cores could do in well under 10 us. One persistent
+launch removes both the launch gaps and the idle SMs. It stops paying when the group is a
+handful of large GEMMs (each already fills the GPU: call them one by one) or when all
+members share K and N (then `torch._grouped_mm` / a batched GEMM is the tuned library path).
+
+Caveats
+-------
+* Pointer loads, not TMA, by default: mixed odd sizes (K = 129 in bf16 gives a 258-byte row)
+  break TMA's 16-byte stride rule, and building per-group descriptors costs a descriptor write
+  per tile. `use_tma=True` (device-side `tl.make_tensor_descriptor` per tile, needs every
+  operand row-major and 16-byte aligned, and `triton.set_allocator`) is in the search space
+  when the group allows it, so the benchmark can decide.
+* Sizes, strides and addresses reach the kernel from memory, so the compiler knows nothing
+  about them and would emit 2-byte loads without cp.async (no software pipeline). Two
+  host-checked promises, compiled in as constexprs, give it back what it needs:
+  the layout (every A_i row-major, or every A_i a transposed view: the unit stride becomes
+  a compile-time fact; a mix takes the general-stride path, correct and slower; same for
+  B), and ALIGN, the largest power of two (up to 16 bytes' worth) dividing every element
+  offset, leading stride, M, N and K. With ALIGN = 16 bytes the loads are 16-byte cp.async
+  into a `num_stages` ring and the stores 16-byte vectors (checked in the sm_90 PTX by
+  `--compile-sm90`); even sizes give 4-byte cp.async; odd sizes (K = 129 in bf16) give
+  2-byte synchronous loads and run several times slower. Pad leading dimensions to
+  multiples of 8 (16-bit) where you can, as `torch._grouped_mm` requires anyway. Operands
+  are addressed as one typed base pointer plus offsets because Triton's alignment analysis
+  does not follow an integer converted to a pointer.
+* Outputs share one allocation (each C_i is a contiguous view into it); pass `out=` to
+  prepare()/grouped_matmul() to write into your own tensors (unit column stride needed).
+* A plan pins its tensors: launching it reads the current contents of the same A_i/B_i and
+  overwrites the same C_i. `grouped_matmul(As, Bs, plan=plan)` checks that the lists hold the
+  very tensors the plan was built for.
+* fp32 inputs run as tf32 on tensor cores (see common.TOLERANCE).
+
+Where the idea comes from
+-------------------------
+Triton tutorial 08-grouped-gemm (device arrays of pointers, sizes and leading dimensions;
+a fixed number of programs walking a global tile index across groups; its TMA variant
+with device-side descriptors), CUTLASS's grouped GEMM (`GemmGrouped`, a persistent
+problem visitor with precomputed tile counts), and longest-processing-time-first list
+scheduling (Graham, 1969) for the tile order.
+
+Run `python -m kernels.grouped_gemm` on a GPU (or with TRITON_INTERPRET=1 on the CPU) for
+the self-check; `python -m kernels.grouped_gemm --compile-sm90` compiles every search-space
+entry for sm_90 without a GPU (shared memory, cp.async width, TMA).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from .common import SUPPORTED_DTYPES, TOLERANCE, cdiv, fix_interpreter_bf16_dot, poison_, reference, rel_error
+from .common import num_sms as _num_sms
+
+# Per-group int64 table row: offsets of A, B, C (elements from the base pointer), M, N, K,
+# stride_am, stride_ak, stride_bk, stride_bn, stride_cm; padded to 16 columns = 128 bytes,
+# so a row is one cache line. Per-tile int32 row: group, tile row, tile column, padding.
+GROUP_COLS = 16
+TILE_COLS = 4
+
+# Operand layouts shared by every group of a launch (compiled in as constexprs).
+ROW_MAJOR, COL_MAJOR, STRIDED = 0, 1, 2
+
+ALIGN_BYTES = 16
+SMEM_LIMIT_BYTES = 227 * 1024  # per block (opt-in maximum on sm_90)
+SMEM_PER_SM_BYTES = 228 * 1024  # per SM, shared by its resident blocks
+
+_TL_NAME = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+
+
+# --------------------------------------------------------------------------------------
+# Knobs
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every knob of the grouped schedule."""
+
+    block_m: int = 128  # tile rows
+    block_n: int = 128  # tile columns
+    block_k: int = 64  # k-step; block_k * element size >= 32 bytes
+    num_warps: int = 4  # warps per program
+    num_stages: int = 3  # software-pipeline depth of the k loop (cp.async ring)
+    use_tma: bool = False  # device-side TMA descriptors per tile instead of pointer loads
+    lpt_order: bool = True  # schedule tiles by decreasing K (else group order)
+    programs_per_sm: int = 2  # resident programs per SM (grid = this x #SMs): one's loads
+    # and epilogue overlap another's MMAs, which matters when each tile has only a few k-steps
+
+    def validate(self, dtype: torch.dtype | None = None) -> None:
+        for name in ("block_m", "block_n", "block_k"):
+            v = getattr(self, name)
+            if v < 16 or v & (v - 1) or v > 256:
+                raise ValueError(f"{name}={v} must be a power of two in 16..256")
+        if self.num_warps not in (1, 2, 4, 8):
+            raise ValueError("num_warps must be 1, 2, 4 or 8")
+        if self.num_stages < 1:
+            raise ValueError("num_stages must be >= 1")
+        if self.programs_per_sm not in (1, 2, 3, 4):
+            raise ValueError("programs_per_sm must be 1..4")
+        if dtype is not None:
+            elt = torch.empty((), dtype=dtype).element_size()
+            if self.block_k * elt < 32:
+                raise ValueError(f"block_k={self.block_k} too small for {dtype} (needs >= 32 bytes)")
+            if self.smem_bytes(dtype) > SMEM_LIMIT_BYTES:
+                raise ValueError(f"config needs ~{self.smem_bytes(dtype)} B of shared memory")
+            per_sm = self.programs_per_sm * (self.smem_bytes(dtype) + 1024)  # + per-block reserve
+            if per_sm > SMEM_PER_SM_BYTES:
+                raise ValueError(f"{self.programs_per_sm} programs per SM need ~{per_sm} B of shared "
+                                 f"memory, over the SM's {SMEM_PER_SM_BYTES}")
+
+    def smem_bytes(self, dtype: torch.dtype) -> int:
+        """Operand ring (num_stages tiles of A and B) or, if larger, the epilogue's layout-
+        conversion scratch (the compiler reuses the ring for it), plus barriers. Checked to
+        be >= the compiler's number for every search-space entry (`--compile-sm90`)."""
+        elt = torch.empty((), dtype=dtype).element_size()
+        ring = self.num_stages * (self.block_m + self.block_n) * self.block_k * elt
+        return max(ring, self.block_m * self.block_n * elt // 2) + 1024
+
+    def label(self) -> str:
+        return (f"{self.block_m}x{self.block_n}x{self.block_k}_w{self.num_warps}_s{self.num_stages}"
+                f"_p{self.programs_per_sm}{'_tma' if self.use_tma else ''}{'' if self.lpt_order else '_grouporder'}")
+
+
+# --------------------------------------------------------------------------------------
+# Kernel
+# --------------------------------------------------------------------------------------
+
+
+def _launch_metadata(grid, kernel, args):
+    """Name, flops and bytes of the whole group, so profiles of advisor's own output are
+    diagnosable; the plan attaches the totals to its group table."""
+    stats = getattr(args["groups_ptr"], "launch_stats", None) or {}
+    return {
+        "name": f"grouped_gemm [G={stats.get('groups', '?')}, tiles={args['num_tiles']}]",
+        "flops": stats.get("flops", 0.0),
+        "bytes": stats.get("bytes", 0.0),
+    }
+
+
+@triton.jit
+def _load_operand_tile(base, rows, cols, stride_r, stride_c, mask, LAYOUT: tl.constexpr):
+    """Masked load of a (rows x cols) tile. ROW_MAJOR promises stride_c == 1, COL_MAJOR
+    promises stride_r == 1: the unit stride becomes a compile-time fact (vector loads)."""
+    if LAYOUT == 0:
+        ptrs = base + rows[:, None] * stride_r + cols[None, :]
+    elif LAYOUT == 1:
+        ptrs = base + rows[:, None] + cols[None, :] * stride_c
+    else:
+        ptrs = base + rows[:, None] * stride_r + cols[None, :] * stride_c
+    return tl.load(ptrs, mask=mask, other=0.0)
+
+
+@triton.jit(launch_metadata=_launch_metadata, do_not_specialize=["num_tiles"])
+def grouped_gemm_kernel(
+    # every operand is addressed as base_ptr + an element offset from the group table, so
+    # the compiler sees one typed, 16-byte aligned pointer (it cannot see through an integer
+    # converted to a pointer, and would fall back to 2-byte loads)
+    base_ptr,
+    # per-group table, int64, GROUP_COLS per row: A/B/C element offsets from base_ptr, M, N, K, strides
+    groups_ptr,
+    # per-tile schedule, int32, TILE_COLS per tile: group, tile row, tile column
+    tiles_ptr, num_tiles,
+    # tile shape
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    # promises shared by all groups: operand layouts; ALIGN (a power of two) divides every
+    # offset, leading stride, M, N and K, in elements
+    A_LAYOUT: tl.constexpr, B_LAYOUT: tl.constexpr, ALIGN: tl.constexpr,
+    # schedule: programs in the grid, TMA descriptors instead of pointer loads
+    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr,
+    GROUP_COLS: tl.constexpr = 16, TILE_COLS: tl.constexpr = 4,
+):
+    pid = tl.program_id(axis=0)
+
+    for t in tl.range(pid, num_tiles, NUM_PROGRAMS):
+        # which tile of which GEMM (the host ordered this table, see tile_schedule())
+        g = tl.load(tiles_ptr + t * TILE_COLS).to(tl.int64)
+        pid_m = tl.load(tiles_ptr + t * TILE_COLS + 1)
+        pid_n = tl.load(tiles_ptr + t * TILE_COLS + 2)
+        row = groups_ptr + g * GROUP_COLS
+        a_off = tl.load(row + 0)
+        b_off = tl.load(row + 1)
+        c_off = tl.load(row + 2)
+        M = tl.load(row + 3).to(tl.int32)
+        N = tl.load(row + 4).to(tl.int32)
+        K = tl.load(row + 5).to(tl.int32)
+        s_am = tl.load(row + 6)
+        s_ak = tl.load(row + 7)
+        s_bk = tl.load(row + 8)
+        s_bn = tl.load(row + 9)
+        s_cm = tl.load(row + 10)
+        if ALIGN > 1:
+            # Host-checked promise (see _common_alignment). Sizes and offsets arrive from
+            # memory, so without it the compiler must assume 1-element granularity and
+            # issues 2-byte loads without cp.async; with ALIGN * element size = 16 bytes
+            # the masked loads become 16-byte cp.async and the stores 16-byte vectors.
+            a_off = tl.multiple_of(a_off, ALIGN)
+            b_off = tl.multiple_of(b_off, ALIGN)
+            c_off = tl.multiple_of(c_off, ALIGN)
+            M = tl.multiple_of(M, ALIGN)
+            N = tl.multiple_of(N, ALIGN)
+            K = tl.multiple_of(K, ALIGN)
+            s_cm = tl.multiple_of(s_cm, ALIGN)
+            if A_LAYOUT == 0:
+                s_am = tl.multiple_of(s_am, ALIGN)
+            if A_LAYOUT == 1:
+                s_ak = tl.multiple_of(s_ak, ALIGN)
+            if B_LAYOUT == 0:
+                s_bk = tl.multiple_of(s_bk, ALIGN)
+            if B_LAYOUT == 1:
+                s_bn = tl.multiple_of(s_bn, ALIGN)
+        a_base = base_ptr + a_off
+        b_base = base_ptr + b_off
+        c_base = base_ptr + c_off
+
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        rm = off_m + tl.arange(0, BLOCK_M)
+        rn = off_n + tl.arange(0, BLOCK_N)
+        rk = tl.arange(0, BLOCK_K)
+        k_tiles = tl.cdiv(K, BLOCK_K)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+
+        if USE_TMA:
+            # device-side descriptors for this tile's group (row-major, aligned: host-checked);
+            # TMA zero-fills out-of-bounds rows, columns and k
+            a_desc = tl.make_tensor_descriptor(a_base, shape=[M, K], strides=[s_am, 1],
+                                               block_shape=[BLOCK_M, BLOCK_K])
+            b_desc = tl.make_tensor_descriptor(b_base, shape=[K, N], strides=[s_bk, 1],
+                                               block_shape=[BLOCK_K, BLOCK_N])
+            for ki in range(k_tiles):
+                a = a_desc.load([off_m, ki * BLOCK_K])
+                b = b_desc.load([ki * BLOCK_K, off_n])
+                acc = tl.dot(a, b, acc)
+        else:
+            for ki in range(k_tiles):
+                kk = ki * BLOCK_K + rk
+                a = _load_operand_tile(a_base, rm, kk, s_am, s_ak, (rm[:, None] < M) & (kk[None, :] < K), A_LAYOUT)
+                b = _load_operand_tile(b_base, kk, rn, s_bk, s_bn, (kk[:, None] < K) & (rn[None, :] < N), B_LAYOUT)
+                acc = tl.dot(a, b, acc)
+
+        c_ptrs = c_base + rm[:, None] * s_cm + rn[None, :]
+        tl.store(c_ptrs, acc.to(base_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+# --------------------------------------------------------------------------------------
+# Host side
+# --------------------------------------------------------------------------------------
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _ensure_allocator() -> None:
+    """Device-side descriptors need a global scratch allocator; install a torch-backed one
+    unless the current context already has one."""
+    try:
+        from triton.runtime import _allocation
+
+        if not isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+            return
+    except (ImportError, AttributeError):  # pragma: no cover - Triton internals moved
+        pass
+
+    def alloc(size: int, alignment: int, stream):
+        return torch.empty(size, device="cuda", dtype=torch.int8)
+
+    triton.set_allocator(alloc)
+
+
+def check_group(As: Sequence[torch.Tensor], Bs: Sequence[torch.Tensor]) -> list[tuple[int, int, int]]:
+    """Validate every pair and return [(M, N, K)]. All pairs share dtype and device."""
+    As, Bs = list(As), list(Bs)
+    if len(As) != len(Bs):
+        raise ValueError(f"{len(As)} A matrices but {len(Bs)} B matrices")
+    if not As:
+        raise ValueError("empty group: nothing to multiply")
+    first = As[0]
+    if not isinstance(first, torch.Tensor):
+        raise TypeError("group 0: A must be a torch tensor")
+    if first.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"dtype {first.dtype} not supported (fp16, bf16, fp32)")
+    if not first.is_cuda and not _interpreting():
+        raise ValueError("tensors must be on a CUDA device (or set TRITON_INTERPRET=1 for the CPU interpreter)")
+    sizes = []
+    for i, (a, b) in enumerate(zip(As, Bs)):
+        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+            raise TypeError(f"group {i}: A and B must be torch tensors")
+        if a.dim() != 2 or b.dim() != 2:
+            raise ValueError(f"group {i}: A and B must be 2-D, got {a.dim()}-D and {b.dim()}-D")
+        if a.shape[1] != b.shape[0]:
+            raise ValueError(f"group {i}: inner dimensions differ: A is {tuple(a.shape)}, B is {tuple(b.shape)}")
+        if a.dtype != first.dtype or b.dtype != first.dtype:
+            raise TypeError(f"group {i}: dtypes {a.dtype}/{b.dtype} differ from group 0's {first.dtype}")
+        if a.device != first.device or b.device != first.device:
+            raise ValueError(f"group {i}: on {a.device}/{b.device}, group 0 on {first.device}")
+        M, K = a.shape
+        N = b.shape[1]
+        if min(M, N, K) < 1:
+            raise ValueError(f"group {i}: empty problem M={M}, N={N}, K={K}")
+        sizes.append((M, N, K))
+    return sizes
+
+
+def _layout(ts: Sequence[torch.Tensor], inner: int) -> int:
+    """ROW_MAJOR when every tensor has unit stride along dim 1, COL_MAJOR when every one has
+    unit stride along dim 0, else STRIDED. A size-1 dimension's stride is irrelevant."""
+    def unit(t, d):
+        return t.shape[d] == 1 or t.stride(d) == 1
+
+    if all(unit(t, inner) for t in ts):
+        return ROW_MAJOR
+    if all(unit(t, 1 - inner) for t in ts):
+        return COL_MAJOR
+    return STRIDED
+
+
+def _pow2_divisor(x: int, cap: int) -> int:
+    """Largest power of two <= cap dividing x (cap itself for x == 0)."""
+    x = abs(int(x))
+    d = 1
+    while d < cap and x % (2 * d) == 0:
+        d *= 2
+    return d
+
+
+def _common_alignment(sizes, offsets, As, Bs, outs, a_layout: int, b_layout: int, elt: int) -> int:
+    """ALIGN for the kernel: the largest power of two (at most 16 bytes' worth of elements)
+    dividing every element offset, every leading stride, and every M, N and K."""
+    cap = ALIGN_BYTES // elt
+    vals = [v for s in sizes for v in s] + list(offsets)
+    for t in outs:
+        vals.append(t.stride(0) if t.shape[0] > 1 else 0)
+    for ts, layout in ((As, a_layout), (Bs, b_layout)):
+        if layout == STRIDED:
+            return 1
+        d = 0 if layout == ROW_MAJOR else 1  # the dimension whose stride is not 1
+        vals += [t.stride(d) if t.shape[d] > 1 else 0 for t in ts]
+    align = cap
+    for v in vals:
+        align = min(align, _pow2_divisor(v, cap))
+        if align == 1:
+            break
+    return align
+
+
+class GroupedPlan:
+    """Everything a launch needs, built once by `prepare`: the pinned inputs and outputs,
+    the device tables (one H2D copy), the compile-time promises and the grid."""
+
+    def __init__(self, As, Bs, outs, sizes, config: Config, groups_dev, tiles_dev, num_tiles,
+                 a_layout, b_layout, align, grid):
+        self.As, self.Bs, self.outs, self.sizes = As, Bs, outs, sizes
+        self.config = config
+        self.groups_dev, self.tiles_dev, self.num_tiles = groups_dev, tiles_dev, num_tiles
+        self.a_layout, self.b_layout, self.align, self.grid = a_layout, b_layout, align, grid
+        self.dtype = As[0].dtype
+
+    def __repr__(self) -> str:
+        return (f"GroupedPlan(groups={len(self.sizes)}, tiles={self.num_tiles}, grid={self.grid}, "
+                f"config={self.config.label()}, a_layout={self.a_layout}, b_layout={self.b_layout}, "
+                f"align={self.align})")
+
+    def launch(self) -> list[torch.Tensor]:
+        """One kernel launch; returns the output list (the same tensors every time)."""
+        c = self.config
+        if c.use_tma and not _interpreting():
+            _ensure_allocator()
+        grouped_gemm_kernel[(self.grid,)](
+            self.As[0], self.groups_dev, self.tiles_dev, self.num_tiles,
+            BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
+            A_LAYOUT=self.a_layout, B_LAYOUT=self.b_layout, ALIGN=self.align,
+            NUM_PROGRAMS=self.grid, USE_TMA=c.use_tma,
+            num_warps=c.num_warps, num_stages=c.num_stages,
+        )
+        return self.outs
+
+
+def tile_schedule(sizes: Sequence[tuple[int, int, int]], block_m: int, block_n: int, lpt: bool = True) -> np.ndarray:
+    """(tiles, TILE_COLS) int32: group, tile row, tile column for every output tile. With
+    `lpt`, ordered by decreasing k-steps (stable, so a group's tiles stay together and in
+    row-major order): handed out round-robin, that is longest-processing-time-first."""
+    parts, keys = [], []
+    for g, (M, N, K) in enumerate(sizes):
+        tm, tn = cdiv(M, block_m), cdiv(N, block_n)
+        rows = np.empty((tm * tn, TILE_COLS), dtype=np.int32)
+        rows[:, 0] = g
+        rows[:, 1] = np.repeat(np.arange(tm, dtype=np.int32), tn)
+        rows[:, 2] = np.tile(np.arange(tn, dtype=np.int32), tm)
+        rows[:, 3] = 0
+        parts.append(rows)
+        keys.append(np.full(tm * tn, -K, dtype=np.int64))
+    table = np.concatenate(parts)
+    if lpt:
+        table = table[np.argsort(np.concatenate(keys), kind="stable")]
+    return table
+
+
+def prepare(As: Sequence[torch.Tensor], Bs: Sequence[torch.Tensor], config: Config | None = None, *,
+            out: Sequence[torch.Tensor] | None = None, num_sms: int | None = None) -> GroupedPlan:
+    """Validate the group, allocate the outputs (one buffer) unless `out` is given, build the
+    tables and copy them to the device in one transfer. Returns a reusable GroupedPlan."""
+    As, Bs = list(As), list(Bs)
+    sizes = check_group(As, Bs)
+    dtype, device = As[0].dtype, As[0].device
+    config = config or default_config(sizes, dtype, num_sms)
+    config.validate(dtype)
+
+    elt = As[0].element_size()
+    if out is None:
+        # one allocation, each C_i a contiguous view starting on a 128-byte boundary
+        per = 128 // elt
+        starts, total = [], 0
+        for M, N, _ in sizes:
+            starts.append(total)
+            total += cdiv(M * N, per) * per
+        flat = torch.empty(total, dtype=dtype, device=device)
+        outs = [flat[s:s + M * N].view(M, N) for s, (M, N, _) in zip(starts, sizes)]
+    else:
+        outs = list(out)
+        if len(outs) != len(sizes):
+            raise ValueError(f"out has {len(outs)} tensors for {len(sizes)} groups")
+        for i, (c, (M, N, _)) in enumerate(zip(outs, sizes)):
+            if not isinstance(c, torch.Tensor) or tuple(c.shape) != (M, N) or c.dtype != dtype or c.device != device:
+                raise ValueError(f"out[{i}] must be ({M}, {N}) {dtype} on {device}")
+            if N > 1 and c.stride(1) != 1:
+                raise ValueError(f"out[{i}] needs unit column stride, has strides {tuple(c.stride())}")
+
+    a_layout = _layout(As, inner=1)
+    b_layout = _layout(Bs, inner=1)
+    G = len(sizes)
+    groups = np.zeros((G, GROUP_COLS), dtype=np.int64)
+    base = As[0].data_ptr()
+    offsets = []
+    for i, (a, b, c, (M, N, K)) in enumerate(zip(As, Bs, outs, sizes)):
+        offs = []
+        for t in (a, b, c):
+            delta = t.data_ptr() - base
+            if delta % elt:  # cannot happen for tensors of one dtype, but never guess
+                raise ValueError(f"group {i}: address not a whole number of elements from group 0's A")
+            offs.append(delta // elt)
+        offsets += offs
+        groups[i, :11] = (*offs, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0))
+    # group 0's A is the base pointer the kernel sees; its own alignment joins the promise
+    align = _common_alignment(sizes, offsets + [base // elt if base % elt == 0 else 1],
+                              As, Bs, outs, a_layout, b_layout, elt)
+    if config.use_tma and not (a_layout == ROW_MAJOR and b_layout == ROW_MAJOR and align * elt >= ALIGN_BYTES):
+        raise ValueError("use_tma needs every A_i and B_i row-major, with 16-byte aligned addresses, row "
+                         "strides and sizes; use the pointer path (use_tma=False)")
+    tiles = tile_schedule(sizes, config.block_m, config.block_n, config.lpt_order)
+    num_tiles = int(tiles.shape[0])
+    # one host-to-device copy: both tables in one int64 buffer, the tile table reinterpreted
+    packed = np.concatenate([groups.reshape(-1), tiles.reshape(-1).view(np.int64)])
+    blob = torch.from_numpy(packed).to(device)
+    groups_dev = blob[: groups.size]
+    tiles_dev = blob[groups.size:].view(torch.int32)
+    groups_dev.launch_stats = {  # read by _launch_metadata
+        "groups": G,
+        "flops": float(sum(2 * M * N * K for M, N, K in sizes)),
+        "bytes": float(sum(elt * (M * K + K * N + M * N) for M, N, K in sizes)),
+    }
+    grid = max(1, min(config.programs_per_sm * (num_sms or _num_sms(device)), num_tiles))
+    return GroupedPlan(As, Bs, outs, sizes, config, groups_dev, tiles_dev, num_tiles,
+                       a_layout, b_layout, align, grid)
+
+
+def grouped_matmul(As: Sequence[torch.Tensor], Bs: Sequence[torch.Tensor], config: Config | None = None, *,
+                   out: Sequence[torch.Tensor] | None = None, plan: GroupedPlan | None = None) -> list[torch.Tensor]:
+    """[A_i @ B_i for each i] in one persistent launch.
+
+    With `plan` (from `prepare`), only launches: As/Bs must be the tensors the plan was
+    built for, `config` must be None or the plan's, and `out` is not accepted (the plan
+    owns its outputs). Without a plan, builds one (see `prepare`) and launches it."""
+    if plan is None:
+        return prepare(As, Bs, config, out=out).launch()
+    if out is not None:
+        raise ValueError("a plan owns its outputs: pass out= to prepare()")
+    if config is not None and config != plan.config:
+        raise ValueError(f"config {config.label()} differs from the plan's {plan.config.label()}")
+    if (As is not plan.As and (len(As) != len(plan.As) or any(x is not y for x, y in zip(As, plan.As)))) or \
+       (Bs is not plan.Bs and (len(Bs) != len(plan.Bs) or any(x is not y for x, y in zip(Bs, plan.Bs)))):
+        raise ValueError("As/Bs are not the tensors this plan was prepared for")
+    return plan.launch()
+
+
+# --------------------------------------------------------------------------------------
+# Search space
+# --------------------------------------------------------------------------------------
+
+# Candidates, best guess first for the 64 x (128..512) mix (about 500 tiles of 128x128, a
+# few k-steps each). Every entry compiles for sm_90 in every layout/alignment variant and
+# fits its programs_per_sm in the SM's shared memory (`--compile-sm90` prints the numbers).
+_C16 = [
+    Config(128, 128, 64, 4, 3, programs_per_sm=2),  # 96 KiB ring: two programs per SM
+    Config(128, 128, 64, 4, 3, programs_per_sm=1),  # one program: measures the overlap
+    Config(128, 128, 64, 8, 3, programs_per_sm=1),  # two warp groups share the tile
+    Config(64, 128, 64, 4, 3, programs_per_sm=2),  # twice the tiles: balance over latency
+    Config(128, 64, 64, 4, 3, programs_per_sm=2),
+    Config(64, 64, 64, 4, 4, programs_per_sm=3),  # many small tiles, three per SM
+    Config(128, 128, 32, 4, 4, programs_per_sm=2),  # shorter k-steps, deeper ring
+    Config(128, 256, 64, 8, 3, programs_per_sm=1),  # for groups of larger members
+    Config(128, 128, 64, 4, 3, programs_per_sm=2, lpt_order=False),  # what LPT order buys
+    Config(128, 128, 64, 4, 3, programs_per_sm=2, use_tma=True),  # TMA vs cp.async
+    Config(64, 128, 64, 4, 3, programs_per_sm=2, use_tma=True),
+    Config(64, 64, 64, 4, 4, programs_per_sm=3, use_tma=True),
+]
+_C32 = [
+    Config(128, 128, 32, 4, 3, programs_per_sm=2),
+    Config(128, 128, 32, 4, 3, programs_per_sm=1),
+    Config(128, 128, 32, 8, 3, programs_per_sm=1),
+    Config(64, 128, 32, 4, 3, programs_per_sm=2),
+    Config(128, 64, 32, 4, 3, programs_per_sm=2),
+    Config(64, 64, 32, 4, 4, programs_per_sm=3),
+    Config(64, 64, 16, 4, 4, programs_per_sm=3),
+    Config(128, 128, 32, 4, 3, programs_per_sm=2, lpt_order=False),
+    Config(128, 128, 32, 4, 3, programs_per_sm=2, use_tma=True),
+    Config(64, 64, 32, 4, 4, programs_per_sm=3, use_tma=True),
+]
+
+
+def search_space(sizes: Sequence[tuple[int, int, int]], dtype: torch.dtype = torch.bfloat16,
+                 num_sms: int | None = None, *, tma_ok: bool = True) -> list[Config]:
+    """At most 12 configs for this group, best guess first. Tiles wider than twice the
+    group's largest dimension are dropped; so are TMA configs unless `tma_ok` (the caller
+    knows every operand is row-major and 16-byte aligned; `prepare` re-checks). By default
+    TMA is assumed possible when every M, N, K is a multiple of 16 bytes' worth of
+    elements (the bench's aligned groups, and what `prepare` requires for use_tma)."""
+    sizes = [tuple(int(x) for x in s) for s in sizes]
+    elt = torch.empty((), dtype=dtype).element_size()
+    per = ALIGN_BYTES // elt
+    tma_ok = tma_ok and all(M % per == 0 and N % per == 0 and K % per == 0 for M, N, K in sizes)
+    max_m = max(s[0] for s in sizes)
+    max_n = max(s[1] for s in sizes)
+    out = []
+    for c in (_C32 if dtype == torch.float32 else _C16):
+        if c.use_tma and not tma_ok:
+            continue
+        if c.block_m > 2 * max(max_m, 32) or c.block_n > 2 * max(max_n, 32):
+            continue
+        c.validate(dtype)
+        out.append(c)
+    if not out:
+        out = [(_C32 if dtype == torch.float32 else _C16)[4]]
+    # best guess first: the first (largest-tile) pointer-load config that still gives every
+    # program it launches at least one tile
+    sms = num_sms or _num_sms()
+    tiles = {c: sum(cdiv(M, c.block_m) * cdiv(N, c.block_n) for M, N, _ in sizes) for c in out}
+    enough = [c for c in out if not c.use_tma and c.lpt_order and tiles[c] >= c.programs_per_sm * sms]
+    if enough:
+        out.remove(enough[0])
+        out.insert(0, enough[0])
+    else:  # small group: the config with the most tiles goes first
+        best = max(out, key=lambda c: (tiles[c], not c.use_tma))
+        out.remove(best)
+        out.insert(0, best)
+    return out[:12]
+
+
+def default_config(sizes: Sequence[tuple[int, int, int]], dtype: torch.dtype = torch.bfloat16,
+                   num_sms: int | None = None) -> Config:
+    return search_space(sizes, dtype, num_sms)[0]
+
+
+# --------------------------------------------------------------------------------------
+# Baselines for the benchmark (zero-argument callables; setup stays out of the timed call)
+# --------------------------------------------------------------------------------------
+
+
+def torch_loop(As, Bs, outs) -> Callable[[], list[torch.Tensor]]:
+    """A Python loop of torch.matmul(a, b, out=c): what the trace symptom usually shows."""
+    def run():
+        for a, b, c in zip(As, Bs, outs):
+            torch.matmul(a, b, out=c)
+        return outs
+
+    return run
+
+
+def torch_grouped_mm(As, Bs) -> Callable[[], torch.Tensor] | None:
+    """`torch._grouped_mm` for this group, or None where it cannot run it.
+
+    Its constraints (PyTorch 2.8-2.11): CUDA sm_90+, bf16 inputs, and one of the forms
+    2-D x 3-D (ragged M over `offs`, shared K and N), 3-D x 2-D, 2-D x 2-D (ragged K), or
+    3-D x 3-D (a plain batch); row strides 16-byte aligned. A group with mixed M, N and K
+    fits none of them, so this helper zero-pads every member to the group's largest K and N
+    (rounded up to 16 elements) and uses the 2-D x 3-D form over ragged M: one launch, more
+    arithmetic (the extra FLOPs are counted against it, not for it). The padding copies are
+    done here, outside the returned callable; the result is the stacked (sum M, N_pad)
+    output, `[res[offs_i:offs_i + M_i, :N_i]]` slices it."""
+    fn = getattr(torch, "_grouped_mm", None)
+    if fn is None or not As or not As[0].is_cuda or As[0].dtype != torch.bfloat16:
+        return None
+    if torch.cuda.get_device_capability(As[0].device)[0] < 9:
+        return None
+    pad = 16
+    kmax = cdiv(max(a.shape[1] for a in As), pad) * pad
+    nmax = cdiv(max(b.shape[1] for b in Bs), pad) * pad
+    dev = As[0].device
+    a_cat = torch.zeros((sum(a.shape[0] for a in As), kmax), dtype=torch.bfloat16, device=dev)
+    b_stack = torch.zeros((len(Bs), kmax, nmax), dtype=torch.bfloat16, device=dev)
+    row = 0
+    for i, (a, b) in enumerate(zip(As, Bs)):
+        a_cat[row:row + a.shape[0], : a.shape[1]] = a
+        b_stack[i, : b.shape[0], : b.shape[1]] = b
+        row += a.shape[0]
+    offs = torch.tensor([a.shape[0] for a in As], device=dev).cumsum(0).to(torch.int32)
+    return lambda: fn(a_cat, b_stack, offs=offs)
+
+
+# --------------------------------------------------------------------------------------
+# Compile check for sm_90 without a GPU
+# --------------------------------------------------------------------------------------
+
+
+def compile_for_sm90(config: Config, dtype: torch.dtype = torch.bfloat16, *, a_layout: int = ROW_MAJOR,
+                     b_layout: int = ROW_MAJOR, align: int | None = None, num_programs: int = 132):
+    """Compile the kernel for sm_90 on any machine (Triton ships ptxas) and return the
+    CompiledKernel (`metadata.shared`, `asm["ptx"]`): used to check that every search-space
+    entry compiles and fits, and that the aligned path really issues 16-byte cp.async."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    if _interpreting():
+        raise RuntimeError("compile_for_sm90 needs TRITON_INTERPRET unset")
+    config.validate(dtype)
+    if align is None:
+        align = ALIGN_BYTES // torch.empty((), dtype=dtype).element_size()
+    constexprs = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+                      A_LAYOUT=a_layout, B_LAYOUT=b_layout, ALIGN=align,
+                      NUM_PROGRAMS=num_programs, USE_TMA=config.use_tma, GROUP_COLS=GROUP_COLS, TILE_COLS=TILE_COLS)
+    signature = {"base_ptr": "*" + _TL_NAME[dtype], "groups_ptr": "*i64", "tiles_ptr": "*i32", "num_tiles": "i32"}
+    signature.update({k: "constexpr" for k in constexprs})
+    attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2)}
+    src = ASTSource(grouped_gemm_kernel, signature, constexprs, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=config.num_warps, num_stages=config.num_stages))
+
+
+def compile_report(dtypes=(torch.bfloat16, torch.float16, torch.float32)) -> list[str]:
+    """Compile every candidate for sm_90 (row-major aligned, plus the transposed and
+    unaligned pointer paths for the pointer configs); return the problems found."""
+    problems = []
+    for dtype in dtypes:
+        for c in (_C32 if dtype == torch.float32 else _C16):
+            vec = ALIGN_BYTES // torch.empty((), dtype=dtype).element_size()
+            variants = [(ROW_MAJOR, ROW_MAJOR, vec)]
+            if not c.use_tma:
+                variants += [(COL_MAJOR, COL_MAJOR, vec), (ROW_MAJOR, COL_MAJOR, 2), (ROW_MAJOR, ROW_MAJOR, 1),
+                             (STRIDED, STRIDED, 1)]
+            for al, bl, align in variants:
+                where = f"{str(dtype)[6:]:9} {c.label():28} A={al} B={bl} align={align}"
+                try:
+                    k = compile_for_sm90(c, dtype, a_layout=al, b_layout=bl, align=align)
+                except Exception as e:  # noqa: BLE001 - report every failure, then fail
+                    problems.append(f"{where} does not compile: {type(e).__name__}: {str(e)[:200]}")
+                    print(problems[-1], flush=True)
+                    continue
+                ptx = k.asm["ptx"]
+                print(f"{where} shared={k.metadata.shared:6d} (est {c.smem_bytes(dtype):6d}) "
+                      f"wgmma={'wgmma' in ptx} cp.async16={'cp.async.cg.shared.global' in ptx} "
+                      f"tma={'cp.async.bulk.tensor' in ptx}", flush=True)
+                if k.metadata.shared > min(SMEM_LIMIT_BYTES, c.smem_bytes(dtype)):
+                    problems.append(f"{where}: shared {k.metadata.shared} over estimate/limit")
+                if align == vec and not c.use_tma and "cp.async.cg.shared.global" not in ptx:
+                    problems.append(f"{where}: aligned path without 16-byte cp.async")
+                if c.use_tma and "cp.async.bulk.tensor" not in ptx:
+                    problems.append(f"{where}: use_tma without TMA loads")
+    return problems
+
+
+# --------------------------------------------------------------------------------------
+# Self-check
+# --------------------------------------------------------------------------------------
+
+
+def random_group(sizes, dtype, device, seed: int = 0, transpose_a: bool = False, transpose_b: bool = False):
+    """Fresh normal A_i, B_i (never zeros) for `sizes`, optionally as transposed views."""
+    g = torch.Generator(device="cpu")
+    g.manual_seed(seed)
+    As, Bs = [], []
+    for M, N, K in sizes:
+        a = torch.randn((K, M) if transpose_a else (M, K), generator=g).to(dtype).to(device)
+        b = torch.randn((N, K) if transpose_b else (K, N), generator=g).to(dtype).to(device)
+        As.append(a.t() if transpose_a else a)
+        Bs.append(b.t() if transpose_b else b)
+    return As, Bs
+
+
+def check_outputs(As, Bs, outs) -> float:
+    """Worst relative error over the group against the float64 reference; asserts it is
+    under the dtype's tolerance (NaN left in any output fails)."""
+    worst = 0.0
+    tol = TOLERANCE[As[0].dtype]
+    for i, (a, b, c) in enumerate(zip(As, Bs, outs)):
+        err = rel_error(c, reference(a, b))
+        assert err <= tol, f"group {i} {tuple(a.shape)}x{tuple(b.shape)}: rel err {err:.3e} > {tol:.0e}"
+        worst = max(worst, err)
+    return worst
+
+
+def _main() -> None:
+    import random
+    import sys
+
+    if "--compile-sm90" in sys.argv:
+        problems = compile_report()
+        print("\n".join(["", f"{len(problems)} problem(s)"] + problems))
+        sys.exit(1 if problems else 0)
+
+    fix_interpreter_bf16_dot()
+    gpu = torch.cuda.is_available() and not _interpreting()
+    device = "cuda" if gpu else "cpu"
+    rng = random.Random(0)
+    if gpu:
+        groups = [[(rng.randint(128, 512), rng.randint(128, 512), rng.randint(128, 512)) for _ in range(64)],
+                  [(rng.choice(range(128, 513, 8)),) * 3 for _ in range(16)]]
+    else:
+        groups = [[(rng.randint(1, 70), rng.randint(1, 70), rng.randint(1, 70)) for _ in range(7)]]
+    for sizes in groups:
+        for dtype in (torch.float16, torch.bfloat16, torch.float32):
+            for ta, tb in ((False, False), (True, False), (False, True)):
+                As, Bs = random_group(sizes, dtype, device, seed=len(sizes), transpose_a=ta, transpose_b=tb)
+                cfg = None if gpu else Config(32, 32, 16, 4, 2)
+                plan = prepare(As, Bs, cfg)
+                for c in plan.outs:
+                    poison_(c)
+                outs = grouped_matmul(As, Bs, plan=plan)
+                err = check_outputs(As, Bs, outs)
+                print(f"ok  {len(sizes)} GEMMs  {str(dtype):<15} ta={ta:d} tb={tb:d}  {plan!r}  worst rel_err={err:.2e}")
+
+
+if __name__ == "__main__":
+    _main()
