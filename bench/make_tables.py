@@ -20,27 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from advisor.bench.rows import append_csv, read_csv  # noqa: E402
-from advisor.bench.tables import (  # noqa: E402
-    latest_runs, markdown_table, speedup_table, suite_geomeans,
-)
+from advisor.bench.tables import latest_runs, markdown_table, suite_markdown  # noqa: E402
 from suites import ALL_SUITES, evaluate_targets  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-
-PROVIDER_ORDER = ["torch.matmul", "cuda_graph", "torch._grouped_mm", "torch._grouped_mm[padded]", "dp",
-                  "split_k", "persistent", "stream_k", "warp_specialization", "grouped"]
-
-
-def _porder(p: str) -> tuple:
-    return (PROVIDER_ORDER.index(p) if p in PROVIDER_ORDER else len(PROVIDER_ORDER), p)
-
-
-def _shape_order(shape: str) -> tuple:
-    try:
-        return tuple(int(x) for x in shape.split("x"))
-    except ValueError:
-        return (0, 0, 0, shape)
-
 
 def _runs_line(rows: list[dict]) -> str:
     seen = {}
@@ -53,54 +36,16 @@ def _runs_line(rows: list[dict]) -> str:
     return "; ".join(parts)
 
 
-def repeatability(rows: list[dict], dtype: str) -> float | None:
-    """Largest relative difference between torch.matmul's two timings of a shape."""
-    by: dict[str, dict[str, float]] = {}
-    for r in rows:
-        if r.get("provider") == "torch.matmul" and r.get("dtype") == dtype and r.get("status") == "ok" \
-                and isinstance(r.get("median_us"), float):
-            by.setdefault(r["shape"], {})[r.get("phase")] = r["median_us"]
-    diffs = [abs(v["search"] - v["final"]) / v["final"] for v in by.values() if "search" in v and "final" in v]
-    return max(diffs) if diffs else None
-
-
 def suite_section(rows: list[dict], suite: str) -> str:
     srows = [r for r in rows if r.get("suite") == suite]
     if not srows:
         return ""
-    baselines = ("torch.matmul", "dp", "cuda_graph") if suite == "grouped" else ("torch.matmul", "dp")
-    table = speedup_table(srows, baselines=baselines)
     out = [f"## {suite}\n\n", f"Measured on {_runs_line(srows)}.\n"]
     if suite == "grouped":
         out.append("\nHere `torch.matmul` is a Python loop of one torch.matmul per GEMM, `cuda_graph` that loop "
                    "captured once and replayed, `torch._grouped_mm[padded]` every GEMM zero-padded to the "
                    "group's largest K and N (its TFLOP/s count the useful work only).\n")
-    for dtype in sorted({e["dtype"] for e in table}):
-        entries = sorted((e for e in table if e["dtype"] == dtype),
-                         key=lambda e: (_shape_order(e["shape"]), _porder(e["provider"])))
-        cols = [("shape", "shape"), ("provider", "provider"), ("median_us", "median us", ".1f"),
-                ("tflops", "TFLOP/s", ".1f"), ("vs_torch.matmul", "vs torch.matmul", ".2f")]
-        cols += [("vs_cuda_graph", "vs CUDA graph", ".2f")] if suite == "grouped" else [("vs_dp", "vs dp", ".2f")]
-        if any(e.get("x_floor") for e in entries):
-            cols.append(("x_floor", "x HBM floor", ".2f"))
-        cols += [("rel_err", "rel err", ".1e"), ("config", "config")]
-        out.append(f"\n### {suite}, {dtype}\n\n")
-        out.append(markdown_table(entries, cols))
-        spread = repeatability(srows, dtype)
-        if spread is not None:
-            out.append(f"\nRepeatability: torch.matmul timed twice per shape (search, then final) differed by "
-                       f"at most {spread:.1%}; speedups closer to 1 than that are noise.\n")
-        geo = []
-        for metric in ("vs_torch.matmul", "vs_cuda_graph" if suite == "grouped" else "vs_dp"):
-            for (s, d, p), g in suite_geomeans(entries, metric).items():
-                geo.append({"provider": p, "metric": metric.replace("vs_", "vs "), "geomean": g["geomean"],
-                            "n": g["n"]})
-        geo.sort(key=lambda g: (g["metric"], _porder(g["provider"])))
-        if geo:
-            out.append("\nGeometric means over the shapes where both were measured:\n\n")
-            out.append(markdown_table(geo, [("provider", "provider"), ("metric", "speedup"),
-                                            ("geomean", "geomean", ".3f"), ("n", "shapes")]))
-        out.append("\n")
+    out.append(suite_markdown(srows, suite))
     return "".join(out)
 
 

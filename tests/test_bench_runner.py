@@ -441,6 +441,9 @@ def test_table_math_on_hand_made_rows():
     assert tables.geomean([]) is None and tables.geomean([0, -1, float("nan")]) is None
     ours = tables.best_of(tables.speedup_table(rows), ["stream_k", "warp_specialization"], label="ours")
     assert {e["shape"]: e["winner"] for e in ours} == {"A": "stream_k", "B": "stream_k"}
+    summary = tables.summary_markdown(rows)
+    assert "| stream_k | vs dp | 2.000 | 2 |" in summary and "| stream_k | vs torch.matmul | 1.000 | 2 |" in summary
+    assert "| A | stream_k | 80.0 |" in summary and "persistent" not in summary
     md = tables.markdown_table([{"x": "a|b", "y": 1.23456}], [("x", "X"), ("y", "Y", ".2f")])
     assert md.splitlines()[2] == "| a\\|b | 1.23 |"
 

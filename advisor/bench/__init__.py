@@ -22,12 +22,14 @@ Importing this package needs neither torch nor triton; running anything does.
 from __future__ import annotations
 
 from .rows import COLUMNS, STATUSES, append_csv, append_jsonl, make_row, read_csv, write_json
-from .tables import best_of, best_per_provider, geomean, latest_runs, markdown_table, speedup_table, suite_geomeans
+from .tables import (
+    best_of, best_per_provider, geomean, latest_runs, markdown_table, speedup_table, suite_geomeans, summary_markdown,
+)
 
 __all__ = [
     "COLUMNS", "STATUSES", "append_csv", "append_jsonl", "best_of", "best_per_provider", "geomean",
     "latest_runs", "make_row", "markdown_table", "read_csv", "run_grouped", "run_shape", "speedup_table",
-    "suite_geomeans", "write_json",
+    "suite_geomeans", "summary_markdown", "write_json",
 ]
 
 

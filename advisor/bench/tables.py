@@ -154,6 +154,76 @@ def markdown_table(entries: Sequence[dict], columns: Sequence[tuple]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Display order of providers in tables: baselines first, then ours.
+PROVIDER_ORDER = ["torch.matmul", "cuda_graph", "torch._grouped_mm", "torch._grouped_mm[padded]", "dp",
+                  "split_k", "persistent", "stream_k", "warp_specialization", "grouped"]
+
+
+def provider_order(p: str) -> tuple:
+    return (PROVIDER_ORDER.index(p) if p in PROVIDER_ORDER else len(PROVIDER_ORDER), p)
+
+
+def shape_order(shape: str) -> tuple:
+    """Sort "MxNxK" numerically; other labels after, alphabetically."""
+    try:
+        return (0,) + tuple(int(x) for x in str(shape).split("x"))
+    except ValueError:
+        return (1, str(shape))
+
+
+def repeatability(rows: Sequence[dict], dtype: str) -> float | None:
+    """Largest relative difference between torch.matmul's two timings (search, final) of a
+    shape: a difference between providers smaller than this is noise."""
+    by: dict[str, dict[str, float]] = {}
+    for r in rows:
+        if r.get("provider") == "torch.matmul" and r.get("dtype") == dtype and _ok(r):
+            by.setdefault(r["shape"], {})[r.get("phase")] = r["median_us"]
+    diffs = [abs(v["search"] - v["final"]) / v["final"] for v in by.values() if "search" in v and "final" in v]
+    return max(diffs) if diffs else None
+
+
+def suite_markdown(rows: Sequence[dict], suite: str) -> str:
+    """Per dtype: every provider's best verified time per shape with TFLOP/s, speedups over
+    torch.matmul and dp (grouped: over the CUDA-graph loop), time over the HBM floor where
+    measured, error and config; then the geometric means per provider."""
+    srows = [r for r in rows if r.get("suite") == suite]
+    second = "cuda_graph" if suite == "grouped" else "dp"
+    table = speedup_table(srows, baselines=("torch.matmul", second))
+    out = []
+    for dtype in sorted({e["dtype"] for e in table}):
+        entries = sorted((e for e in table if e["dtype"] == dtype),
+                         key=lambda e: (shape_order(e["shape"]), provider_order(e["provider"])))
+        cols = [("shape", "shape"), ("provider", "provider"), ("median_us", "median us", ".1f"),
+                ("tflops", "TFLOP/s", ".1f"), ("vs_torch.matmul", "vs torch.matmul", ".2f"),
+                (f"vs_{second}", "vs CUDA graph" if second == "cuda_graph" else "vs dp", ".2f")]
+        if any(e.get("x_floor") for e in entries):
+            cols.append(("x_floor", "x HBM floor", ".2f"))
+        cols += [("rel_err", "rel err", ".1e"), ("config", "config")]
+        out.append(f"\n### {suite}, {dtype}\n\n")
+        out.append(markdown_table(entries, cols))
+        spread = repeatability(srows, dtype)
+        if spread is not None:
+            out.append(f"\nRepeatability: torch.matmul timed twice per shape (search, then final) differed by "
+                       f"at most {spread:.1%}; speedups closer to 1 than that are noise.\n")
+        geo = []
+        for metric in ("vs_torch.matmul", f"vs_{second}"):
+            for (_, _, p), g in suite_geomeans(entries, metric).items():
+                geo.append({"provider": p, "metric": metric.replace("vs_", "vs "), "geomean": g["geomean"],
+                            "n": g["n"]})
+        geo.sort(key=lambda g: (g["metric"], provider_order(g["provider"])))
+        if geo:
+            out.append("\nGeometric means over the shapes where both were measured:\n\n")
+            out.append(markdown_table(geo, [("provider", "provider"), ("metric", "speedup"),
+                                            ("geomean", "geomean", ".3f"), ("n", "shapes")]))
+    return "".join(out) + "\n"
+
+
+def summary_markdown(rows: Sequence[dict]) -> str:
+    """suite_markdown for every suite in `rows` (ceiling and timer-check rows left out)."""
+    suites = sorted({r.get("suite") for r in rows} - {"ceiling", "timer_check", None})
+    return "".join(f"## {s}\n" + suite_markdown(rows, s) for s in suites)
+
+
 def text_table(entries: Sequence[dict], columns: Sequence[tuple]) -> str:
     """The same table as fixed-width text, for a terminal."""
     heads = [c[1] for c in columns]
