@@ -4,11 +4,12 @@ Three timers, recorded in each row's `timer` column:
 
 * "do_bench" (CUDA, the default): `triton.testing.do_bench(fn, warmup, rep,
   quantiles=[0.5, 0.2, 0.8])`, device events around each call. Note that do_bench itself
-  zeroes a 256 MB buffer before every timed call to flush the L2. Those zeros are dirty
-  lines in the L2 that the timed kernel has to write back as it evicts them, so a
-  memory-bound kernel of a few tens of microseconds pays for up to one L2 (60 MB on the
-  H200, ~14 us at 4.3 TB/s) of extra traffic. Ratios between providers stay fair (all pay
-  it); ratios to an HBM floor are pessimistic. The "events" timer measures without it.
+  zeroes a 256 MB buffer before every timed call to flush the L2. If the L2 keeps those
+  zeros as dirty lines, the timed kernel writes them back as it evicts them, and a
+  memory-bound kernel of a few tens of microseconds may pay for up to one L2 (60 MB on
+  the H200, ~14 us at 4.3 TB/s) of extra traffic: ratios between providers stay fair (all
+  pay it), ratios to an HBM floor would be pessimistic. Not measured yet: bench_gemm.py
+  times torch.matmul on the skinny shapes with both timers (suite "timer_check") to see.
 * "events" (CUDA): the same structure (estimate, warm-up, one event pair per call,
   quantiles) but no flush: a short `torch.cuda._sleep` before each call keeps the host
   ahead of the GPU so that launch overhead stays out of the events, and the L2 is defeated
