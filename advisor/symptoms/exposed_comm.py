@@ -1,86 +1,167 @@
-"""exposed_comm: collective communication not hidden behind compute, per rank.
+"""exposed_comm: collective communication not hidden behind compute, per rank, across ranks.
 
-What it detects: NCCL/RCCL kernels whose time is not covered by compute kernels running at the
-same moment on the same device (other streams). Per rank: communication time, overlapped
-time, exposed time, and its share of the device's busy time. Why it matters: exposed
-communication is time every rank waits; in tensor/pipeline parallel steps it is the bubble.
-What to do: chunk the collective and the GEMM so chunk i+1's collective runs while GEMM i
-computes. Estimated recoverable time: the exposed communication, bounded by the compute time
-available to hide it.
+What it detects
+    NCCL/RCCL (and custom all-reduce) kernels whose time is not covered by compute kernels
+    running at the same moment on the same device. With several ranks (one trace file per
+    rank), the ranks' clocks are first aligned on the ends of their common collectives
+    (advisor.symptoms.ranks), which splits each rank's exposed communication into time spent
+    waiting for the last rank to arrive (load imbalance) and the transfer itself, names the
+    slowest rank and walks the critical path of the window.
+
+Why it matters
+    Exposed communication is time the GPU does nothing else; in tensor/sequence-parallel
+    layers it sits between every pair of GEMMs, in pipeline parallelism it is the bubble.
+
+What to do
+    Decompose the collective and the GEMM that consumes or produces it into chunks, so that
+    chunk i+1's all-gather (or chunk i's reduce-scatter) runs on its own stream while a GEMM
+    computes: kernels/comm_overlap.py. Waiting for a slow rank is not fixed by overlap: it
+    is reported (wait_ns) but not counted as recoverable.
+
+Evidence (one row per rank and device)
+    comm_ns, overlapped_ns, exposed_ns, exposed_fraction (of device busy time), compute_ns,
+    wait_ns / exposed_wait_ns, recoverable_ns (exposed transfer time), idle_ns and bubbles,
+    per collective kind (all_reduce, all_gather, reduce_scatter, all_to_all, send_recv, ...)
+    counts, times and message sizes when the trace records them; the frame's `attrs` hold
+    the alignment, the slowest rank and a digest of the critical path.
+
+Estimated recoverable time: the exposed transfer time (exposed minus exposed waiting),
+bounded by the compute time available to hide it.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import math
+
 import pandas as pd
 
 from ..findings import Finding
 from ..rules import Rule
-from . import intervals
-from .context import Context, as_int
+from . import ranks as rk
+from .context import Context
 
 SYMPTOM = "exposed_comm"
 REQUIRES = ()
 
+# Which overlapped schedule fits the collective that is exposed (kernels/comm_overlap.py).
+_SCHEDULES = {
+    "all_gather": "all_gather_matmul",
+    "reduce_scatter": "matmul_reduce_scatter",
+    # an all-reduce after a row-parallel GEMM is a reduce-scatter + all-gather (sequence
+    # parallelism): overlap the first half with the GEMM that produces it
+    "all_reduce": "matmul_reduce_scatter",
+}
+
+
+def analysis(ctx: Context, rule: Rule) -> rk.RankAnalysis:
+    """The cross-rank analysis, computed once per context."""
+    key = ("ranks", int(rule["min_aligned_collectives"]), int(rule["min_bubble_ns"]))
+    if key not in ctx.cache:
+        ctx.cache[key] = rk.analyze(
+            ctx.kernels, min_matches=int(rule["min_aligned_collectives"]), min_bubble_ns=int(rule["min_bubble_ns"])
+        )
+    return ctx.cache[key]
+
 
 def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     k = ctx.kernels
-    rows = []
     if k.empty or not k["is_comm"].any():
-        return pd.DataFrame(rows)
-    dev = k["device_id"].fillna(-1).astype("int64")
-    for (rank, device_id), g in k.groupby([k["rank"], dev], sort=False):
-        comm = g[g["is_comm"]]
-        if comm.empty:
-            continue
-        compute = g[~g["is_comm"]]
-        ms, me = intervals.merge(compute["start_ns"].to_numpy(), compute["end_ns"].to_numpy())
-        ov = intervals.overlap(comm["start_ns"].to_numpy(), comm["end_ns"].to_numpy(), ms, me)
-        # Communication kernels can overlap each other (several streams): count wall time once.
-        cs, ce = intervals.merge(comm["start_ns"].to_numpy(), comm["end_ns"].to_numpy())
-        comm_wall = int((ce - cs).sum())
-        comm_overlapped = int((intervals.overlap(cs, ce, ms, me)).sum())
-        exposed = comm_wall - comm_overlapped
-        busy = intervals.total(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
-        per_name = (
-            comm.assign(exposed_ns=comm["dur_ns"].to_numpy() - ov)
-            .groupby("name")[["dur_ns", "exposed_ns"]]
-            .sum()
-            .sort_values("exposed_ns", ascending=False)
-        )
-        rows.append(
-            {
-                "rank": int(rank),
-                "device_id": int(device_id),
-                "comm_kernels": int(len(comm)),
-                "comm_ns": comm_wall,
-                "overlapped_ns": comm_overlapped,
-                "exposed_ns": int(exposed),
-                "compute_ns": int((me - ms).sum()),
-                "busy_ns": int(busy),
-                "exposed_fraction": exposed / busy if busy else np.nan,
-                "top_kernel": str(per_name.index[0]),
-                "collectives": {str(n): {"count": int((comm["name"] == n).sum()), "total_ns": int(v["dur_ns"]), "exposed_ns": int(v["exposed_ns"])} for n, v in per_name.head(5).iterrows()},
-            }
-        )
-    return pd.DataFrame(rows)
+        return pd.DataFrame()
+    a = analysis(ctx, rule)
+    ev = a.stats[a.stats["comm_kernels"] > 0].reset_index(drop=True)
+    al = a.alignment
+    multi = len(ctx.trace.ranks) > 1
+    cross = multi and al.comparable
+    # Waiting for the last rank is imbalance, not something overlap hides.
+    ev["recoverable_ns"] = ev["exposed_ns"] - (ev["exposed_wait_ns"] if cross else 0)
+    ev["recoverable_fraction"] = ev["recoverable_ns"] / ev["busy_ns"].where(ev["busy_ns"] > 0)
+    ev["offset_ns"] = [al.offset(r) for r in ev["rank"]]
+    ev["aligned"] = [al.aligned(r) for r in ev["rank"]]
+    ev["alignment_spread_ns"] = [al.spread_ns.get(int(r), 0) for r in ev["rank"]]
+    ev.attrs = {
+        "ranks": len(ctx.trace.ranks),
+        "alignment": {
+            "status": al.status,
+            "reason": al.reason,
+            "reference_rank": al.reference_rank,
+            "offsets_ns": {str(r): int(v) for r, v in al.offsets_ns.items()},
+            "notes": list(al.notes),
+        },
+        "slowest_rank": a.slowest_rank,
+        "critical_path": a.path_summary,
+    }
+    return ev
+
+
+def _num(v):
+    """JSON-safe number (NaN -> None)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    return round(float(v), 3) if isinstance(v, float) else int(v)
 
 
 def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
     out = []
-    for row in ev.to_dict("records") if len(ev) else []:
-        if row["exposed_fraction"] < rule["min_exposed_fraction"] or row["exposed_ns"] < rule["min_exposed_ns"]:
+    if ev is None or ev.empty:
+        return out
+    info = ev.attrs
+    n_ranks = int(info.get("ranks", 1))
+    al = info.get("alignment", {})
+    for row in ev.to_dict("records"):
+        recoverable = int(row["recoverable_ns"])
+        frac = row["recoverable_fraction"]
+        if not (frac >= rule["min_exposed_fraction"]) or recoverable < rule["min_exposed_ns"]:
             continue
-        savings = min(row["exposed_ns"], row["compute_ns"])
+        savings = min(recoverable, int(row["compute_ns"]))
         if savings < rule["min_savings_ns"]:
             continue
+        kinds = row["kinds"] or {}
+        top_kind = next(iter(kinds), None)
+        top_kernel = kinds[top_kind]["top_kernel"] if top_kind else ""
+        confidence = "medium"
+        if n_ranks > 1 and (al.get("status") not in ("aligned",) or row["alignment_spread_ns"] > rule["max_alignment_spread_ns"]):
+            confidence = "low"  # waits unknown or doubtful: part of the exposure may be imbalance
+        evidence = {
+            "comm_ns": int(row["comm_ns"]),
+            "overlapped_ns": int(row["overlapped_ns"]),
+            "exposed_ns": int(row["exposed_ns"]),
+            "exposed_fraction": _num(row["exposed_fraction"]),
+            "recoverable_ns": recoverable,
+            "compute_ns": int(row["compute_ns"]),
+            "busy_ns": int(row["busy_ns"]),
+            "wait_ns": int(row["wait_ns"]),
+            "exposed_wait_ns": int(row["exposed_wait_ns"]),
+            "idle_ns": int(row["idle_ns"]),
+            "bubbles": int(row["bubbles"]),
+            "bubble_ns": int(row["bubble_ns"]),
+            "collectives": kinds,
+        }
+        if n_ranks > 1:
+            evidence.update(
+                {
+                    "ranks": n_ranks,
+                    "slowest_rank": info.get("slowest_rank"),
+                    "last_arrivals": int(row["last_arrivals"]),
+                    "alignment": {
+                        "status": al.get("status"),
+                        "offset_ns": int(row["offset_ns"]),
+                        "spread_ns": int(row["alignment_spread_ns"]),
+                        "reason": al.get("reason"),
+                    },
+                }
+            )
+        if info.get("critical_path"):
+            evidence["critical_path"] = info["critical_path"]
+        suggestion = {"pattern": "chunked collective + GEMM on separate streams", "collective": top_kind}
+        if top_kind in _SCHEDULES:
+            suggestion.update(schedule=_SCHEDULES[top_kind], chunks=int(rule["suggested_chunks"]))
         out.append(
             Finding(
                 symptom=SYMPTOM,
                 strategy=rule.strategy,
                 title=rule.title,
-                kernel=row["top_kernel"],
-                rank=as_int(row["rank"]),
+                kernel=top_kernel,
+                rank=int(row["rank"]),
                 device_id=None if row["device_id"] < 0 else int(row["device_id"]),
                 shape=None,
                 grid=None,
@@ -88,17 +169,10 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                 launches=int(row["comm_kernels"]),
                 total_ns=int(row["comm_ns"]),
                 est_savings_ns=int(savings),
-                confidence="medium",
+                confidence=confidence,
                 watch_for=rule.watch_for,
-                evidence={
-                    "comm_ns": int(row["comm_ns"]),
-                    "overlapped_ns": int(row["overlapped_ns"]),
-                    "exposed_ns": int(row["exposed_ns"]),
-                    "exposed_fraction": round(float(row["exposed_fraction"]), 3),
-                    "compute_ns": int(row["compute_ns"]),
-                    "collectives": row["collectives"],
-                },
-                suggestion={"pattern": "chunked collective + GEMM on separate streams"},
+                evidence=evidence,
+                suggestion=suggestion,
             )
         )
     return out
