@@ -297,7 +297,13 @@ def main(argv=None) -> int:
     except Exception as exc:  # noqa: BLE001 - the CSV is what matters; report and go on
         print(f"summary markdown failed: {type(exc).__name__}: {exc}", flush=True)
     print(f"\ndone in {time.time() - t0:.0f} s: {len(rows)} rows -> {csv_path}\n", flush=True)
-    print(short_summary(rows), flush=True)
+    try:
+        print(short_summary(rows), flush=True)
+    except Exception:  # noqa: BLE001 - the rows are safe in the CSV; never end without a word
+        import traceback
+
+        traceback.print_exc()
+        print(f"summary failed; rows are in {csv_path}", flush=True)
     return 0
 
 

@@ -543,8 +543,8 @@ def test_run_deadline_kills_the_worker_and_reports_what_never_ran(fake_path, tmp
     plan["jobs"].append(dict(plan["jobs"][0], id="j2", M=16))
     t0 = time.time()
     rows = isolate.run_plan(plan, tmp_path / "work", log_path=tmp_path / "log.txt", stall_s=300.0,
-                            startup_s=120.0, hard_deadline=t0 + 15)
-    assert time.time() - t0 < 60
+                            startup_s=120.0, hard_deadline=t0 + 30)
+    assert time.time() - t0 < 90
     slow = [r for r in rows if r["provider"] == "fake"]
     assert len(slow) == 1 and slow[0]["status"] == "timeout" and "deadline" in slow[0]["error"]
     j2 = [r for r in rows if r["shape"] == "16x8x8"]
