@@ -140,10 +140,15 @@ def example_trace() -> Path:
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Also write report.md and report.json into this directory.")
 @click.option("--top", type=click.IntRange(1, 10000), default=None, help="Keep only the N findings with the most recoverable time.")
+@click.option("--run", "run_variants", is_flag=True,
+              help="Then, for each finding with a GEMM shape, generate, verify and time the candidate schedules on this GPU "
+                   "(without a GPU: only generate the files) and write a before/after report into --out.")
+@click.option("--budget-s", type=click.FloatRange(5, 3600), default=60, show_default=True,
+              help="With --run: seconds of GPU time per shape (compile time counts).")
 @rules_opt
 @sm_count_opt
 @cache_opt
-def diagnose_command(traces, example, as_json, out_dir, top, rules_dir, sm_count, cache_dir) -> None:
+def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budget_s, rules_dir, sm_count, cache_dir) -> None:
     """Find where work maps badly onto the GPU's SMs and name the strategy to try.
 
     Reads TRACES (one file, or one per rank), computes the symptoms (tail waves, under-filled
@@ -189,6 +194,110 @@ def diagnose_command(traces, example, as_json, out_dir, top, rules_dir, sm_count
         _echo_json(payload)
     else:
         click.echo(markdown, nl=False)
+    if run_variants:
+        from .loop import loop_findings
+
+        run_dir = out_dir or Path("advisor-run")
+        results = loop_findings(result, budget_s=budget_s, out_dir=run_dir, progress_for=_progress_bar)
+        if not results:
+            click.echo("advisor: --run: no finding with a GEMM shape and a GEMM strategy to run", err=True)
+            return
+        _write_run_report(results, run_dir, rules=result.rules)
+
+
+def _progress_bar(label: str):
+    """A progress callback that draws a click bar over the shape's time budget."""
+    state = {"bar": None}
+
+    def update(p) -> None:
+        if state["bar"] is None:
+            state["bar"] = click.progressbar(length=1000, label=f"{label}", file=sys.stderr, show_eta=False)
+            state["bar"].__enter__()
+        bar = state["bar"]
+        done = int(1000 * min(1.0, p.elapsed_s / max(p.budget_s, 1e-9)))
+        if done > bar.pos:
+            bar.update(done - bar.pos)
+
+    def close() -> None:
+        if state["bar"] is not None:
+            state["bar"].__exit__(None, None, None)
+
+    update.close = close  # type: ignore[attr-defined]
+    return update
+
+
+def _write_run_report(results, out_dir: Path, rules=None) -> None:
+    from .bench import append_csv, write_json
+    from .loop import gpu_present
+    from .plots import before_after
+    from .render import render
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = [row for r in results for row in r.rows]
+    device, versions = None, {}
+    if gpu_present() and any(r.ran_on_gpu for r in results):
+        from .loop import device_spec
+
+        device = device_spec()[1]
+        first = next((row for row in rows), {})
+        versions = {"torch": first.get("torch", "?"), "triton": first.get("triton", "?")}
+    images = {}
+    if rows:
+        append_csv(out_dir / "rows.csv", rows)
+        write_json(out_dir / "rows.json", rows)
+        table_rows = [dict(t, shape=r.shape) for r in results for t in r.table() if t["median_us"]]
+        if before_after([dict(t, status="ok") for t in table_rows], out_dir / "before_after.png") is not None:
+            images["bars"] = "before_after.png"
+    import datetime as _dt
+
+    md = render("run_report.md.j2", results=results, device=device, versions=versions, rules=rules or {}, images=images,
+                date=_dt.date.today().isoformat())
+    (out_dir / "run_report.md").write_text(md, encoding="utf-8")
+    (out_dir / "run_report.json").write_text(json.dumps({"device": device, "results": [r.to_dict() for r in results]}, indent=2, default=str), encoding="utf-8")
+    click.echo(md, nl=False)
+    click.echo(f"advisor: wrote {out_dir / 'run_report.md'} and run_report.json", err=True)
+
+
+@cli.command("bench")
+@click.option("--shape", "shapes", required=True, multiple=True, help="GEMM MxNxK to benchmark (repeatable).")
+@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
+@click.option("--strategies", default="split_k,stream_k,persistent,warp_specialization", show_default=True,
+              help="Comma-separated strategies to time against torch.matmul and our data-parallel baseline.")
+@click.option("--budget-s", type=click.FloatRange(5, 3600), default=60, show_default=True,
+              help="Seconds of GPU time per shape, compile time included.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("advisor-bench"),
+              show_default=True, help="Directory for rows.csv/json, run_report.md/json and the winning variants.")
+def bench_command(shapes, dtype, strategies, budget_s, out_dir) -> None:
+    """Time and verify GEMM schedules on this GPU for one or more shapes.
+
+    For each shape: torch.matmul (cuBLAS) and our data-parallel baseline, then each strategy's
+    candidates in the analytical model's order until the budget runs out. Every candidate is
+    checked (fresh random inputs, NaN-poisoned output, float64 reference) before it is timed;
+    one that fails to compile, crashes, hangs or is wrong is reported and never wins. The
+    winner's variant file is written to --out with its knobs baked in. Without a GPU it only
+    generates the files and says how to run them.
+
+    \b
+    Example:
+      advisor bench --shape 1664x1408x8192 --strategies stream_k,persistent --budget-s 90
+    """
+    from .generate import GEMM_STRATEGIES, parse_shape
+    from .loop import run_shape_loop
+
+    chosen = [s.strip() for s in strategies.split(",") if s.strip()]
+    bad = [s for s in chosen if s not in GEMM_STRATEGIES or s == "dp"]
+    if bad or not chosen:
+        raise click.BadParameter(f"unknown strategies {bad}; choose from split_k, stream_k, persistent, warp_specialization",
+                                 param_hint="--strategies")
+    results = []
+    for text in shapes:
+        M, N, K = parse_shape(text)
+        bar = _progress_bar(f"{M}x{N}x{K}")
+        try:
+            results.append(run_shape_loop(M, N, K, dtype, chosen, budget_s=budget_s, out_dir=out_dir, progress=bar))
+        finally:
+            bar.close()
+    _write_run_report(results, out_dir)
 
 
 @cli.command("rules")

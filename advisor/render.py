@@ -60,6 +60,15 @@ def ident(value: Any) -> MdSafe:
     return MdSafe(md_escape(text))
 
 
+def plain(value: Any) -> MdSafe:
+    """Our own ids and file names inside code blocks (where escapes would show): allowed only
+    when they hold nothing but letters, digits and ._,x/- characters."""
+    text = str(value)
+    if not text or not all(c.isalnum() or c in "._,/-" for c in text) or not text.isascii():
+        raise ValueError(f"refusing to print {text!r} in a code block")
+    return MdSafe(text)
+
+
 def image(path: Any, alt: str) -> MdSafe:
     """An image link to a file we wrote next to the report (plain relative names only)."""
     text = str(path)
@@ -87,6 +96,7 @@ def environment() -> jinja2.Environment:
         code=code,
         ident=ident,
         image=image,
+        plain=plain,
         ns=lambda v: MdSafe(fmt_ns(v)),
         bytes=lambda v: MdSafe(fmt_bytes(v)),
         pct=lambda v, d=0: MdSafe("-" if v is None else f"{100 * v:.{d}f}%"),
