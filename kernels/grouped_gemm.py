@@ -155,6 +155,9 @@ class Config:
         ring = self.num_stages * (self.block_m + self.block_n) * self.block_k * elt
         return max(ring, self.block_m * self.block_n * elt // 2) + 1024
 
+    def describe(self) -> str:  # the name kernels/sm90_compile_check.py prints
+        return self.label()
+
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n}x{self.block_k}_w{self.num_warps}_s{self.num_stages}"
                 f"_p{self.programs_per_sm}{'_tma' if self.use_tma else ''}{'' if self.lpt_order else '_grouporder'}")
@@ -618,9 +621,11 @@ def torch_loop(As, Bs, outs) -> Callable[[], list[torch.Tensor]]:
 def torch_grouped_mm(As, Bs) -> Callable[[], torch.Tensor] | None:
     """`torch._grouped_mm` for this group, or None where it cannot run it.
 
-    Its constraints (PyTorch 2.8-2.11): CUDA sm_90+, bf16 inputs, and one of the forms
-    2-D x 3-D (ragged M over `offs`, shared K and N), 3-D x 2-D, 2-D x 2-D (ragged K), or
-    3-D x 3-D (a plain batch); row strides 16-byte aligned. A group with mixed M, N and K
+    Its constraints (PyTorch 2.8-2.11): bf16 only; the fast CUTLASS path needs sm_90 (since
+    2.9 other CUDA GPUs take a loop fallback, which is no comparison, so this helper returns
+    None there); one of the forms 2-D x 3-D (ragged M over `offs`, shared K and N), 3-D x 2-D,
+    2-D x 2-D (ragged K) or 3-D x 3-D (a plain batch); strides multiples of 16 bytes (TMA).
+    A group with mixed M, N and K
     fits none of them, so this helper zero-pads every member to the group's largest K and N
     (rounded up to 16 elements) and uses the 2-D x 3-D form over ragged M: one launch, more
     arithmetic (the extra FLOPs are counted against it, not for it). The padding copies are

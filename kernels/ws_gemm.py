@@ -181,6 +181,9 @@ class Config:
             staging = self.block_m * self.block_n * elt // 2
         return ring + staging + SMEM_SLACK_BYTES
 
+    def describe(self) -> str:  # the name kernels/sm90_compile_check.py prints
+        return self.label()
+
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n}x{self.block_k}_g{self.group_m}_w{self.num_warps}"
                 f"_s{self.num_stages}{'_ws' if self.warp_specialize else ''}{'_flat' if self.flatten else ''}"
