@@ -99,7 +99,7 @@ try:  # host-side TMA descriptors (Triton >= 3.3)
 except ImportError:  # pragma: no cover - older Triton
     TensorDescriptor = None
 
-# Hopper (and every NVIDIA part since) allows 227 KiB of dynamic shared memory per block.
+# H100/H200 (sm_90) allow at most 227 KiB of dynamic shared memory per block.
 SMEM_LIMIT_BYTES = 227 * 1024
 # What we budget per config: operand ring + epilogue staging + ~1 KiB of mbarriers and
 # alignment slack, so that the estimate stays conservative against the compiler's number.
