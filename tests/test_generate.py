@@ -74,6 +74,16 @@ def test_generated_dp_variant_checks_under_interpreter(tmp_path):
     assert v.knobs["BLOCK_M"] in (16, 32, 64, 128, 256)
 
 
+@pytest.mark.interpreter
+def test_generated_split_k_variant_bf16_under_interpreter(tmp_path):
+    path = tmp_path / "variant_sk.py"
+    generate("split_k", 64, 48, 4096, dtype="bf16", knobs={"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32}, path=path)
+    r = _run(path, "--check", "--shape", "19x33x300", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert out["check"]["ok"] and out["check"]["rel_err"] < 1e-2  # bf16 output rounding
+
+
 def test_generate_rejects_bad_requests(tmp_path):
     with pytest.raises(AdvisorError):
         generate("nope", 1, 1, 1)
