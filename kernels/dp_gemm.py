@@ -25,8 +25,8 @@ Caveats
       K loop, so the loop needs no M/N masks; their results are dropped by the masked store.
       The wrap keeps Triton's contiguity facts when M and N are multiples of 16, which is what
       lets loads vectorize.
-    - A K that is not a multiple of BLOCK_K masks every K step (EVEN_K=False); a multiple
-      compiles a mask-free loop.
+    - Only the last BLOCK_K step of K can be ragged: it is peeled off the main loop and runs
+      masked after it (EVEN_K=False), so the pipelined loop never carries masks.
     - Element offsets are int32 unless some tensor spans 2**31 elements, then int64 (INT64).
     - Inputs may be any strided views (row-major, transposed); nothing is copied.
 
@@ -234,18 +234,40 @@ def mac_loop(
     a_ptrs = a_ptr + (rm[:, None] * stride_am + rk[None, :] * stride_ak)
     b_ptrs = b_ptr + (rk[:, None] * stride_bk + rn[None, :] * stride_bn)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for ki in range(k_begin, k_end):
-        if EVEN_K:
-            a = tl.load(a_ptrs)
-            b = tl.load(b_ptrs)
-        else:
-            k_left = K - ki * BLOCK_K
-            a = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_K)[None, :] < k_left, other=0.0)
-            b = tl.load(b_ptrs, mask=tl.arange(0, BLOCK_K)[:, None] < k_left, other=0.0)
+    # Full BLOCK_K steps need no mask. Only the last step of K can be ragged; it is peeled
+    # off the pipelined loop (a mask in every step costs registers and spilled at 128x128).
+    k_full = k_end
+    if not EVEN_K:
+        k_full = tl.minimum(k_end, K // BLOCK_K)
+    for ki in range(k_begin, k_full):
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
         acc = tl.dot(a, b, acc)
         a_ptrs += step_a
         b_ptrs += step_b
+    if not EVEN_K:
+        if k_full < k_end:
+            k_left = K - k_full * BLOCK_K
+            a = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_K)[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=tl.arange(0, BLOCK_K)[:, None] < k_left, other=0.0)
+            acc = tl.dot(a, b, acc)
     return acc
+
+
+@triton.jit
+def store_block(
+    c_ptr, stride_cm, stride_cn, M, N, row0, col0, vals,
+    ROWS: tl.constexpr, COLS: tl.constexpr, INT64: tl.constexpr,
+):
+    """Cast a ROWS x COLS fp32 block to C's dtype and store its in-bounds part at (row0, col0)."""
+    rm = row0 + tl.arange(0, ROWS)
+    rn = col0 + tl.arange(0, COLS)
+    if INT64:
+        rm = rm.to(tl.int64)
+        rn = rn.to(tl.int64)
+    c_ptrs = c_ptr + (rm[:, None] * stride_cm + rn[None, :] * stride_cn)
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    tl.store(c_ptrs, vals.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -253,15 +275,9 @@ def store_tile(
     c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr,
 ):
-    """Cast the fp32 tile to C's dtype and store the in-bounds part."""
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    if INT64:
-        rm = rm.to(tl.int64)
-        rn = rn.to(tl.int64)
-    c_ptrs = c_ptr + (rm[:, None] * stride_cm + rn[None, :] * stride_cn)
-    mask = (rm[:, None] < M) & (rn[None, :] < N)
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+    """Cast the fp32 tile (pid_m, pid_n) to C's dtype and store the in-bounds part."""
+    store_block(c_ptr, stride_cm, stride_cn, M, N, pid_m * BLOCK_M, pid_n * BLOCK_N, acc,
+                BLOCK_M, BLOCK_N, INT64)
 
 
 # --------------------------------------------------------------------------------------------

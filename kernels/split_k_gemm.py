@@ -78,7 +78,16 @@ from .common import (
     prepare_output,
     self_check,
 )
-from .dp_gemm import check_block_config, check_smem, fits_shape, for_dtype, mac_loop, store_tile, tile_coords
+from .dp_gemm import (
+    check_block_config,
+    check_smem,
+    fits_shape,
+    for_dtype,
+    mac_loop,
+    store_block,
+    store_tile,
+    tile_coords,
+)
 
 REDUCTIONS = ("atomic", "two_phase", "fixup")
 
@@ -131,12 +140,18 @@ def effective_split(K: int, block_k: int, split_k: int) -> tuple[int, int]:
     return cdiv(k_iters, per_split), per_split
 
 
+def fixup_rows(block_m: int, block_n: int) -> int:
+    """Rows of a tile the last arriver reduces at a time: at most 4096 fp32 values."""
+    return max(1, min(block_m, 4096 // block_n))
+
+
 def fixup_chunk(block_m: int, block_n: int, split: int) -> int:
-    """Partial tiles the "fixup" program loads at once: up to 4096 fp32 values (32 registers a
-    thread at 4 warps; 8192 spilled in the sm_90 compile check), so several loads are in
-    flight instead of one per split."""
+    """Partials the "fixup" program loads at once for one row block: up to 4096 fp32 values
+    (32 registers a thread at 4 warps; 8192 spilled in the sm_90 compile check), so several
+    loads are in flight instead of one per split."""
+    rows = fixup_rows(block_m, block_n)
     chunk = 1
-    while chunk < split and 2 * chunk * block_m * block_n <= 4096:
+    while chunk < split and 2 * chunk * rows * block_n <= 4096:
         chunk *= 2
     return chunk
 
@@ -250,7 +265,8 @@ def split_k_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     # "none" (one chunk: store directly), "atomic", "two_phase" or "fixup"
     REDUCTION: tl.constexpr,
-    FIXUP_CHUNK: tl.constexpr,  # fixup: partial tiles summed per load
+    FIXUP_ROWS: tl.constexpr,  # last arriver: tile rows reduced at a time
+    FIXUP_CHUNK: tl.constexpr,  # fixup: partials summed per load
     # shape facts fixed by the host
     EVEN_K: tl.constexpr, INT64: tl.constexpr,
 ):
@@ -291,8 +307,7 @@ def split_k_gemm_kernel(
         if INT64:
             tile_off = tile_off.to(tl.int64)
         if REDUCTION == "atomic":
-            sums = ws_ptr + tile_off * TILE + local
-            tl.atomic_add(sums, acc, sem="relaxed")
+            tl.atomic_add(ws_ptr + (tile_off * TILE + local), acc, sem="relaxed")
         else:  # fixup
             tl.store(ws_ptr + (tile_off * split_k + split) * TILE + local, acc)
         # Every thread's partial must be in memory before this program announces itself: the
@@ -302,21 +317,29 @@ def split_k_gemm_kernel(
         arrived = tl.atomic_add(counter_ptr + tile_id, 1, sem="acq_rel")
         if arrived == split_k - 1:
             # Last arriver: every partial of this tile is visible. Read them through L2
-            # (.cg: another SM wrote them, L1 is not coherent).
-            if REDUCTION == "atomic":
-                total = tl.load(sums, cache_modifier=".cg")
-                tl.store(sums, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32))  # zeros for next launch
-            else:
-                # fixed split order -> the same bits whatever the arrival order
-                total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                offs_s = tl.arange(0, FIXUP_CHUNK)
-                for s0 in range(0, split_k, FIXUP_CHUNK):
-                    s = s0 + offs_s
-                    slots = ws_ptr + ((tile_off * split_k + s)[:, None, None] * TILE + local[None, :, :])
-                    part = tl.load(slots, mask=(s < split_k)[:, None, None], other=0.0, cache_modifier=".cg")
-                    total += tl.sum(part, axis=0)
+            # (.cg: another SM wrote them, L1 is not coherent), FIXUP_ROWS rows at a time so
+            # the sum and the loaded partials fit in registers beside each other.
+            for r0 in tl.static_range(0, BLOCK_M, FIXUP_ROWS):
+                rows = (r0 + tl.arange(0, FIXUP_ROWS))[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+                if INT64:
+                    rows = rows.to(tl.int64)
+                if REDUCTION == "atomic":
+                    total = tl.load(ws_ptr + (tile_off * TILE + rows), cache_modifier=".cg")
+                    tl.store(ws_ptr + (tile_off * TILE + rows),  # zeros for the next launch
+                             tl.zeros((FIXUP_ROWS, BLOCK_N), dtype=tl.float32))
+                else:
+                    # fixed split order -> the same bits whatever the arrival order;
+                    # FIXUP_CHUNK partials per load keep several loads in flight
+                    total = tl.zeros((FIXUP_ROWS, BLOCK_N), dtype=tl.float32)
+                    offs_s = tl.arange(0, FIXUP_CHUNK)
+                    for s0 in range(0, split_k, FIXUP_CHUNK):
+                        s = s0 + offs_s
+                        slots = ws_ptr + ((tile_off * split_k + s)[:, None, None] * TILE + rows[None, :, :])
+                        part = tl.load(slots, mask=(s < split_k)[:, None, None], other=0.0, cache_modifier=".cg")
+                        total += tl.sum(part, axis=0)
+                store_block(c_ptr, stride_cm, stride_cn, M, N, pid_m * BLOCK_M + r0, pid_n * BLOCK_N,
+                            total, FIXUP_ROWS, BLOCK_N, INT64)
             tl.store(counter_ptr + tile_id, 0)  # counter back to zero for the next launch
-            store_tile(c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, total, BLOCK_M, BLOCK_N, INT64)
 
 
 @triton.jit
@@ -389,7 +412,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         c.stride(0), c.stride(1),
         split, per_split,
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=config.GROUP_M,
-        REDUCTION=reduction, FIXUP_CHUNK=fixup_chunk(BM, BN, split),
+        REDUCTION=reduction, FIXUP_ROWS=fixup_rows(BM, BN), FIXUP_CHUNK=fixup_chunk(BM, BN, split),
         EVEN_K=K % BK == 0, INT64=int64,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )

@@ -1,0 +1,157 @@
+"""kernels/stream_k_gemm.py under the Triton interpreter (ADVISOR_NUM_SMS=3 or 5): every policy,
+both fixups, tiles split over 2 and 3 programs, programs spanning whole tiles, determinism,
+workspace reuse, and the schedule arithmetic on the H200's 132 SMs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from advisor.kernel_lib import load
+from gemm_checks import DTYPES, LAYOUTS, check_search_space, check_validation, common, layout_id, run_checked
+
+sk = load("stream_k_gemm")
+pytestmark = pytest.mark.interpreter
+
+
+def cfg(policy, deterministic=True, bm=16, bn=16, bk=16):
+    return sk.Config(bm, bn, bk, 2, 4, 1, policy=policy, deterministic=deterministic)
+
+
+# 70x50 in 16x16 tiles = 5 x 4 = 20 tiles, K=80 = 5 iterations a tile; on 3 SMs 20 % 3 = 2.
+SHAPE = (70, 50, 80)
+
+
+@pytest.mark.parametrize("deterministic", [True, False], ids=["fixup", "atomic"])
+@pytest.mark.parametrize("policy", sk.POLICIES)
+def test_policies(policy, deterministic):
+    run_checked(sk, *SHAPE, torch.float16, cfg(policy, deterministic))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS, ids=layout_id)
+def test_dtypes_and_layouts(layout, dtype):
+    # hybrid1 with ragged M, N and K (K=75: the last iteration is masked), 32x32 tiles: 3x2=6
+    # tiles, 6 % 3 == 0 would be pure dp, so 5 SMs: 1 Stream-K tile over 3 programs
+    config = sk.Config(32, 32, 32, 2, 4, 1, policy="hybrid1")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ADVISOR_NUM_SMS", "5")
+        plan = sk.plan_schedule(70, 50, 75, config, 5)
+        assert (plan.sk_tiles, plan.sk_programs) == (1, 3)
+        run_checked(sk, 70, 50, 75, dtype, config, layout=layout)
+
+
+def test_plan_small():
+    # the plan the policy tests above run on 3 SMs
+    plans = {p: sk.plan_schedule(*SHAPE, cfg(p), 3) for p in sk.POLICIES}
+    assert [plans[p].sk_tiles for p in sk.POLICIES] == [0, 20, 2, 5, 8, 11]
+    h1 = plans["hybrid1"]
+    assert (h1.sk_programs, h1.sk_iters_per_program, h1.sk_extra, h1.grid) == (3, 3, 1, 21)
+    assert [h1.sk_range(p) for p in range(3)] == [(0, 4), (4, 7), (7, 10)]
+    assert [h1.contributors(t) for t in range(3)] == [2, 2, 1]  # tile 2 is data-parallel
+    s = plans["sk"]  # 100 iterations over 3 programs: 34, 33, 33 -> whole tiles inside ranges
+    assert [s.sk_range(p) for p in range(3)] == [(0, 34), (34, 67), (67, 100)]
+    assert s.contributors(0) == 1 and s.contributors(6) == 2
+
+
+def test_tile_split_over_three_programs():
+    # 7 tiles on 3 SMs: hybrid1 puts 1 tile (5 iterations) over 3 programs (2, 2, 1)
+    config = cfg("hybrid1")
+    plan = sk.plan_schedule(112, 16, 80, config, 3)
+    assert plan.sk_tiles == 1 and plan.contributors(0) == 3
+    for deterministic in (True, False):
+        run_checked(sk, 112, 16, 80, torch.bfloat16, cfg("hybrid1", deterministic))
+
+
+def test_fewer_iterations_than_sms():
+    # one tile, 2 iterations, 3 SMs: 2 Stream-K programs of one iteration each
+    config = cfg("sk")
+    assert sk.plan_schedule(10, 10, 20, config, 3).sk_programs == 2
+    run_checked(sk, 10, 10, 20, torch.float32, config)
+    run_checked(sk, 1, 1, 1, torch.float32, config)
+
+
+def test_column_major_output():
+    run_checked(sk, *SHAPE, torch.float16, cfg("hybrid2"), out_layout="col")
+
+
+@pytest.mark.parametrize("deterministic", [True, False], ids=["fixup", "atomic"])
+def test_int64_offsets_path(deterministic, monkeypatch):
+    monkeypatch.setattr(sk, "needs_int64_offsets", lambda *t: True)
+    run_checked(sk, *SHAPE, torch.float16, cfg("hybrid1", deterministic), layout=(True, True))
+
+
+def test_fixup_in_row_blocks():
+    # 32x64 tiles with 16 fixup rows when the row budget is tiny: the last arriver sums and
+    # stores the split tile in two row blocks
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sk, "fixup_rows", lambda bm, bn: 16)
+        for deterministic in (True, False):
+            run_checked(sk, 70, 130, 64, torch.float16, sk.Config(32, 64, 16, 2, 4, 1, "sk", deterministic))
+
+
+def test_deterministic_is_bit_identical():
+    config = cfg("hybrid2", True)
+    first, a, b = run_checked(sk, *SHAPE, torch.float32, config, seed=7)
+    second = sk.matmul(a, b, config)
+    assert torch.equal(first, second)
+
+
+def test_repeated_launches_reuse_clean_workspace():
+    for deterministic in (True, False):
+        config = cfg("hybrid1", deterministic)
+        run_checked(sk, *SHAPE, torch.float16, config, seed=1)
+        run_checked(sk, *SHAPE, torch.float16, config, seed=2)
+        run_checked(sk, 40, 60, 48, torch.float16, config, seed=3)
+    for (name, *_), buf in common.SCRATCH._buffers.items():
+        if name.startswith("stream_k"):
+            assert not buf.any(), f"{name} left dirty"
+
+
+def test_default_config_runs():
+    a, b = common.random_inputs(*SHAPE, torch.float16, "cpu", seed=5)
+    c = sk.matmul(a, b)
+    assert common.rel_error(c, common.reference(a, b)) <= common.TOLERANCE[torch.float16]
+
+
+def test_policy_rules_on_132_sms():
+    P = 132
+    # the tail-heavy suite with 128x128 tiles
+    assert sk.default_policy(143, P) == "sk"  # 1664x1408: hybrid2 would already cover all 143
+    assert sk.default_policy(289, P) == "hybrid2"  # 2176^2: 25-tile tail < half a wave
+    assert sk.default_policy(324, P) == "hybrid2"  # 2304^2: 60-tile tail
+    assert sk.default_policy(1089, P) == "hybrid2"  # 4224^2: 33-tile tail
+    assert sk.default_policy(132 + 70, P) == "hybrid1"  # a tail over half a wave
+    assert sk.default_policy(132, P) == "dp"  # 1536x1408: full waves
+    assert sk.default_policy(4096, P) == "hybrid2"  # 8192^2
+    assert sk.plausible_policies(132, P) == ["dp"]
+    assert sk.plausible_policies(78, P) == ["sk"]
+    assert sk.plausible_policies(1089, P) == ["hybrid1", "hybrid2", "hybrid3", "hybrid4", "sk"]
+    plan = sk.plan_schedule(1664, 1408, 8192, sk.Config(policy="hybrid1"), P)
+    assert (plan.tiles, plan.sk_tiles, plan.dp_tiles, plan.sk_programs) == (143, 11, 132, 132)
+    assert plan.grid == 264
+
+
+def test_search_space_configs_run():
+    M, N, K = 500, 200, 64  # 128x128: 8 tiles, 128x256: 4 tiles; neither a multiple of 3 SMs
+    space = sk.search_space(M, N, K, torch.float16, 3)
+    assert {c.policy for c in space} >= {"hybrid1", "sk"}
+    for config in space:
+        run_checked(sk, M, N, K, torch.float16, config)
+
+
+def test_search_space_shapes():
+    check_search_space(sk)
+    for (M, N, K) in [(1664, 1408, 8192), (2176, 2176, 8192), (2304, 2304, 4096), (3072, 3072, 4096),
+                      (4224, 4224, 8192)]:
+        space = sk.search_space(M, N, K, torch.bfloat16, 132)
+        assert len({c.policy for c in space}) >= 2
+        assert any(not c.deterministic for c in space)
+
+
+def test_validation():
+    check_validation(sk, cfg("hybrid1"))
+    with pytest.raises(ValueError, match="policy"):
+        sk.Config(policy="hybrid5")
+    with pytest.raises(ValueError, match="deterministic"):
+        sk.Config(deterministic="yes")
