@@ -63,7 +63,14 @@ from .common import (
     prepare_output,
     self_check,
 )
-from .dp_gemm import check_block_config, fits_shape, for_dtype, mac_loop, store_tile, tile_coords
+from .dp_gemm import (
+    check_block_config,
+    fits_shape,
+    for_dtype,
+    mac_loop,
+    store_tile,
+    tile_coords,
+)
 
 try:  # Triton >= 3.4
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -332,4 +339,15 @@ if __name__ == "__main__":
         self_check(matmul, [(37, 53, 97)], config=Config(16, 16, 16, 2, 4, 1, use_tma=False))
         self_check(matmul, [(40, 48, 80)], config=Config(16, 32, 16, 2, 4, 1, use_tma=True, EPILOGUE_SUBTILE=True))
     else:
-        self_check(matmul, [(37, 53, 97), (4096, 4096, 8192), (8192, 8192, 8192)])
+        self_check(matmul, [(37, 53, 97), (1536, 2048, 1024), (4096, 4096, 512)])
+
+        def pointer_loads(a, b):
+            cfg = default_config(a.shape[0], b.shape[1], a.shape[1], a.dtype, num_sms(a.device))
+            return matmul(a, b, replace(cfg, use_tma=False, EPILOGUE_SUBTILE=False))
+
+        def tma_subtiled(a, b):
+            cfg = default_config(a.shape[0], b.shape[1], a.shape[1], a.dtype, num_sms(a.device))
+            return matmul(a, b, replace(cfg, use_tma=True, EPILOGUE_SUBTILE=True))
+
+        self_check(pointer_loads, [(1536, 2048, 1024)])
+        self_check(tma_subtiled, [(1536, 2048, 1024)])

@@ -77,7 +77,8 @@ def _resource_usage(cubin: bytes) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        text = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+        text = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True, text=True,
+                              check=True).stdout
     regs = re.search(r"REG:(\d+)", text)
     stack = re.search(r"STACK:(\d+)", text)
     return {"regs": int(regs.group(1)) if regs else -1, "stack": int(stack.group(1)) if stack else -1}
@@ -96,7 +97,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     import torch
-    import triton
     from triton.runtime import driver
     from triton.runtime.jit import JITFunction
 
@@ -110,7 +110,6 @@ def main(argv=None) -> int:
     from advisor.kernel_lib import load
 
     modules = {name: load(name) for name in schedules}
-    common = importlib.import_module("advisor_kernels.common")
 
     driver.set_active(_Sm90Driver())
     compiled: list = []
@@ -144,7 +143,7 @@ def main(argv=None) -> int:
                             compiled.clear()
                             try:
                                 mod.matmul(a, b, cfg)
-                            except Exception as exc:  # report and continue: we want the full list
+                            except Exception as exc:  # noqa: BLE001  (report every failing config, then exit 1)
                                 failures += 1
                                 print(f"FAIL {name} {M}x{N}x{K} {dname} {cfg.describe()}: {type(exc).__name__}: {exc}")
                                 continue

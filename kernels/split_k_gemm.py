@@ -60,7 +60,7 @@ Source of the idea
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 import triton
@@ -432,4 +432,10 @@ if __name__ == "__main__":
         for red in REDUCTIONS:
             self_check(matmul, [(37, 53, 300)], config=Config(16, 32, 16, 2, 4, 2, SPLIT_K=5, reduction=red))
     else:
-        self_check(matmul, [(37, 53, 3000), (16, 4096, 16384), (256, 256, 131072)])
+        for red in REDUCTIONS:
+            def run(a, b, red=red):
+                cfg = default_config(a.shape[0], b.shape[1], a.shape[1], a.dtype, num_sms(a.device))
+                return matmul(a, b, replace(cfg, reduction=red))
+
+            print(f"reduction={red}")
+            self_check(run, [(37, 53, 3000), (16, 4096, 16384), (256, 256, 131072)])

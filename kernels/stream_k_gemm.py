@@ -62,7 +62,7 @@ Source of the idea
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 import triton
@@ -117,7 +117,7 @@ class Config:
         if self.policy not in POLICIES:
             raise ValueError(f"policy={self.policy!r}: must be one of {POLICIES}")
         if not isinstance(self.deterministic, bool):
-            raise ValueError(f"deterministic={self.deterministic!r}: must be a bool")
+            raise TypeError(f"deterministic={self.deterministic!r}: must be a bool")
 
     def smem_bytes(self, dtype: torch.dtype) -> int:
         elt = torch.empty((), dtype=dtype).element_size()
@@ -421,4 +421,12 @@ if __name__ == "__main__":
             self_check(matmul, [(70, 50, 80)], config=Config(16, 16, 16, 2, 4, 1, policy, True))
         self_check(matmul, [(70, 50, 80)], config=Config(16, 16, 16, 2, 4, 1, "hybrid1", False))
     else:
-        self_check(matmul, [(37, 53, 97), (1664, 1408, 8192), (2176, 2176, 8192)])
+        self_check(matmul, [(37, 53, 97), (1664, 1408, 1024), (2176, 2176, 512)])
+        for policy in POLICIES:
+            for deterministic in (True, False):
+                def run(a, b, policy=policy, deterministic=deterministic):
+                    cfg = default_config(a.shape[0], b.shape[1], a.shape[1], a.dtype, num_sms(a.device))
+                    return matmul(a, b, replace(cfg, policy=policy, deterministic=deterministic))
+
+                print(f"policy={policy} deterministic={deterministic}")
+                self_check(run, [(1664, 1408, 1024)])

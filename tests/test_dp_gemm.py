@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+from gemm_checks import (
+    DTYPES,
+    LAYOUTS,
+    check_search_space,
+    check_validation,
+    layout_id,
+    run_checked,
+)
 
 from advisor.kernel_lib import load
-from gemm_checks import DTYPES, LAYOUTS, check_search_space, check_validation, layout_id, run_checked
 
 dp = load("dp_gemm")
 pytestmark = pytest.mark.interpreter

@@ -5,9 +5,17 @@ from __future__ import annotations
 
 import pytest
 import torch
+from gemm_checks import (
+    DTYPES,
+    LAYOUTS,
+    check_search_space,
+    check_validation,
+    common,
+    layout_id,
+    run_checked,
+)
 
 from advisor.kernel_lib import load
-from gemm_checks import DTYPES, LAYOUTS, check_search_space, check_validation, common, layout_id, run_checked
 
 ps = load("persistent_gemm")
 pytestmark = pytest.mark.interpreter

@@ -5,9 +5,17 @@ from __future__ import annotations
 
 import pytest
 import torch
+from gemm_checks import (
+    DTYPES,
+    LAYOUTS,
+    check_search_space,
+    check_validation,
+    common,
+    layout_id,
+    run_checked,
+)
 
 from advisor.kernel_lib import load
-from gemm_checks import DTYPES, LAYOUTS, check_search_space, check_validation, common, layout_id, run_checked
 
 sk = load("split_k_gemm")
 pytestmark = pytest.mark.interpreter
