@@ -277,13 +277,14 @@ def test_message_sizes_when_the_trace_has_them():
     k["comm_in_nelems"] = pd.array([(1 << 20 if n == AG else 3 << 20) if c else None for n, c in zip(k["name"], comm)], dtype="Int64")
     k["comm_out_nelems"] = pd.array([(2 << 20 if n == AG else 3 << 20) if c else None for n, c in zip(k["name"], comm)], dtype="Int64")
     k["comm_dtype"] = pd.array(["BFloat16" if c else None for c in comm], dtype="string")
+    k["comm_group_size"] = pd.array([8 if c else None for c in comm], dtype="Int64")
     ev = evidence_frames(t)["exposed_comm"]
     kinds = ev.loc[0, "kinds"]
     ag, a2a = kinds["all_gather"], kinds["all_to_all"]
     assert (ag["count"], ag["median_in_bytes"], ag["median_out_bytes"]) == (3, 2 << 20, 4 << 20)
     assert ag["total_bytes"] == 3 * (4 << 20)
     assert ag["algbw_gbps"] == pytest.approx(3 * (4 << 20) / 1_200_000, abs=0.01)
-    assert (a2a["count"], a2a["median_in_bytes"]) == (2, 6 << 20)
+    assert (a2a["count"], a2a["median_in_bytes"], a2a["group_size"]) == (2, 6 << 20, 8)
     assert "send_recv" not in kinds
 
 

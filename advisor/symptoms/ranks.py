@@ -238,6 +238,10 @@ def align_clocks(comm: pd.DataFrame, ranks: list[int] | None = None, min_matches
 # --------------------------------------------------------------------------- instances
 
 
+def _offsets(ranks: pd.Series, alignment: Alignment) -> pd.Series:
+    return ranks.map(alignment.offsets_ns).fillna(0).astype("int64")
+
+
 def collective_instances(comm: pd.DataFrame, alignment: Alignment) -> pd.DataFrame:
     """One row per (collective instance, rank) on the aligned clock, index = the kernel's.
 
@@ -251,7 +255,7 @@ def collective_instances(comm: pd.DataFrame, alignment: Alignment) -> pd.DataFra
         return pd.DataFrame(columns=cols)
     kind = comm["kind"] if "kind" in comm.columns else collective_kinds(comm)
     c = instance_keys(comm.assign(kind=kind))
-    off = c["rank"].map(lambda r: alignment.offset(r)).astype("int64")
+    off = _offsets(c["rank"], alignment)
     c["local_start_ns"] = c["start_ns"]
     c["start_ns"] = c["start_ns"] + off
     c["end_ns"] = c["end_ns"] + off
@@ -285,7 +289,9 @@ def _kind_table(comm: pd.DataFrame, ms: np.ndarray, me: np.ndarray) -> dict[str,
     t = pd.DataFrame(
         {"kind": comm["kind"].to_numpy(), "name": comm["name"].fillna("").astype(str).to_numpy(),
          "dur_ns": comm["dur_ns"].to_numpy(), "exposed_ns": comm["dur_ns"].to_numpy() - cov,
-         "in_bytes": inb.to_numpy(), "out_bytes": outb.to_numpy()}
+         "in_bytes": inb.to_numpy(), "out_bytes": outb.to_numpy(),
+         "group": (pd.to_numeric(comm["comm_group_size"], errors="coerce").to_numpy()
+                   if "comm_group_size" in comm.columns else np.full(len(comm), np.nan))}
     )
     out = {}
     for kind, g in t.groupby("kind", sort=False):
@@ -305,6 +311,9 @@ def _kind_table(comm: pd.DataFrame, ms: np.ndarray, me: np.ndarray) -> dict[str,
             dur = int(sized["dur_ns"].sum())
             # algorithm bandwidth: the larger of input/output over kernel time (NCCL's algbw)
             row["algbw_gbps"] = round(float(msg.sum()) / dur, 2) if dur > 0 else None
+        groups = pd.to_numeric(g["group"], errors="coerce").dropna()
+        if len(groups):
+            row["group_size"] = int(groups.median())
         out[str(kind)] = row
     return dict(sorted(out.items(), key=lambda kv: -kv[1]["exposed_ns"]))
 
@@ -385,50 +394,64 @@ def critical_path(kernels: pd.DataFrame, instances: pd.DataFrame, alignment: Ali
     cols = ["kind", "rank", "start_ns", "end_ns", "dur_ns", "busy_ns", "collective", "name", "last_rank"]
     if kernels.empty or not alignment.comparable:
         return pd.DataFrame(columns=cols)
-    off = kernels["rank"].map(lambda r: alignment.offset(r)).astype("int64")
+    off = _offsets(kernels["rank"], alignment)
     k = kernels.assign(a_start=kernels["start_ns"] + off, a_end=kernels["end_ns"] + off)
     compute = {}
     for rank, g in k[~k["is_comm"]].groupby("rank"):
-        compute[int(rank)] = intervals.merge(g["a_start"].to_numpy(), g["a_end"].to_numpy())
+        ms, me = intervals.merge(g["a_start"].to_numpy(), g["a_end"].to_numpy())
+        compute[int(rank)] = (ms, me, np.concatenate([[0], np.cumsum(me - ms)]))
     first = k.groupby("rank")["a_start"].min()
     last = k.groupby("rank")["a_end"].max()
-    empty = (np.empty(0, np.int64), np.empty(0, np.int64))
+
+    def covered(rank: int, t: int) -> int:
+        ms, me, cum = compute[rank]
+        i = int(np.searchsorted(ms, t, side="right")) - 1
+        return 0 if i < 0 else int(cum[i] + min(t, me[i]) - ms[i])
 
     def busy(rank: int, a: int, b: int) -> int:
-        ms, me = compute.get(rank, empty)
-        if b <= a or ms.size == 0:
+        """Compute busy time of `rank` inside [a, b) (one binary search per end)."""
+        if b <= a or rank not in compute or compute[rank][0].size == 0:
             return 0
-        return int(intervals.overlap([a], [b], ms, me)[0])
+        return covered(rank, b) - covered(rank, a)
 
-    inst = instances.sort_values(["end_ns", "group_end_ns"], kind="stable") if len(instances) else instances
-    by_rank = {int(r): g for r, g in inst.groupby("rank")} if len(inst) else {}
+    # Per rank, its instances as arrays sorted by (aligned) end: each step of the walk is a
+    # binary search, so long traces with many collectives stay O(n log n).
+    by_rank = {}
+    if len(instances):
+        inst = instances.sort_values(["end_ns", "group_end_ns"], kind="stable")
+        for r, g in inst.groupby("rank", sort=False):
+            by_rank[int(r)] = {
+                "end": g["end_ns"].to_numpy(dtype=np.int64),
+                "g0": g["group_start_ns"].to_numpy(dtype=np.int64),
+                "g1": g["group_end_ns"].to_numpy(dtype=np.int64),
+                "last": g["last_rank"].to_numpy(dtype=np.int64),
+                "kind": g["kind"].astype(str).to_numpy(),
+                "name": g["key_name"].astype(str).to_numpy(),
+            }
     rank = int(last.sort_values(ascending=False, kind="stable").index[0])
     t = int(last[rank])
     segs = []
-    seen = 0
-    while True:
+    for _ in range(len(instances) + 1):  # t strictly decreases: at most one step per instance
         mine = by_rank.get(rank)
-        prev = None
-        if mine is not None and len(mine):
-            cand = mine[(mine["end_ns"] <= t) & (mine["group_start_ns"] < t)]
-            if len(cand):
-                prev = cand.iloc[-1]
-        if prev is None:
+        i = -1
+        if mine is not None:
+            # latest collective of this rank that ended by t and whose last rank arrived before t
+            i = int(np.searchsorted(mine["end"], t, side="right")) - 1
+            while i >= 0 and mine["g0"][i] >= t:
+                i -= 1
+        if i < 0:
             a = int(min(first[rank], t))
             segs.append(("compute", rank, a, t, busy(rank, a, t), None, None, None))
             break
-        g0, g1 = int(prev["group_start_ns"]), int(prev["group_end_ns"])
+        g0, g1 = int(mine["g0"][i]), int(mine["g1"][i])
         # the collective is over at the last rank's end (clamped: alignment noise may put
         # another rank's end a little after this rank's next work started)
-        done = max(min(max(g1, int(prev["end_ns"])), t), g0)
+        done = max(min(max(g1, int(mine["end"][i])), t), g0)
         if t > done:
             segs.append(("compute", rank, done, t, busy(rank, done, t), None, None, None))
-        nxt = int(prev["last_rank"])
-        segs.append(("comm", nxt, g0, done, None, str(prev["kind"]), str(prev["key_name"]), nxt))
+        nxt = int(mine["last"][i])
+        segs.append(("comm", nxt, g0, done, None, str(mine["kind"][i]), str(mine["name"][i]), nxt))
         rank, t = nxt, g0
-        seen += 1
-        if seen > len(inst) + 1:  # cannot happen (t strictly decreases); a guard all the same
-            break
     rows = []
     for kind, r, a, b, bz, coll, name, lr in reversed(segs):
         rows.append({"kind": kind, "rank": r, "start_ns": a, "end_ns": b, "dur_ns": b - a,
