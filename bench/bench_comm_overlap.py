@@ -17,8 +17,9 @@ width F (F = H: an attention projection, comm-heavy; F = 4H: an MLP, compute-hea
 Providers per suite and shape:
   plain           the unoverlapped sequence (collective, then GEMM; or GEMM, then collective)
   chunked_serial  the same chunks on one stream: the decomposition's cost without overlap
-  overlap         kernels/comm_overlap.py, one row per --chunks value, plus chunks=4 without
-                  local-first (ag_gemm) to show what hiding chunk 0 behind the own shard gives
+  overlap         kernels/comm_overlap.py, one row per --chunks value (batched GEMM per chunk),
+                  plus chunks=4 without local-first (ag_gemm: what hiding chunk 0 behind the own
+                  shard gives) and chunks=4 with one contiguous GEMM per rank block (gemm=mm)
   symm_mem        torch.ops.symm_mem fused op (when this torch has it; --no-symm-mem skips)
   comm_only, gemm_only   the two halves alone: comm_fraction = comm / (comm + gemm)
 
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import datetime
 import gzip
 import json
 import math
@@ -130,6 +132,7 @@ def providers(suite: str, rows: int, chunks: list[int], symm_mem: bool) -> list[
             out.append(("overlap", co.Config(chunks=c)))
     if suite == "ag_gemm":
         out.append(("overlap", co.Config(chunks=min(4, rows), local_first=False)))
+    out.append(("overlap", co.Config(chunks=min(4, rows), gemm="mm")))
     if symm_mem:
         out.append(("symm_mem", co.Config(use_symm_mem=True)))
     return out
@@ -263,7 +266,8 @@ def _short_config(text: str) -> str:
         return str(text)
     if c.get("use_symm_mem"):
         return "symm_mem"
-    return f"chunks={c.get('chunks')}" + ("" if c.get("local_first", True) else " no-local-first")
+    return (f"chunks={c.get('chunks')}" + ("" if c.get("local_first", True) else " no-local-first")
+            + (" mm" if c.get("gemm", "bmm") == "mm" else ""))
 
 
 def parse_args(argv=None):
@@ -285,6 +289,8 @@ def parse_args(argv=None):
     ap.add_argument("--csv-name", default="comm_overlap.csv")
     ap.add_argument("--dry-run", action="store_true", help="print the plan for --world-size ranks and exit (no GPU)")
     ap.add_argument("--world-size", type=int, default=None, help="ranks assumed by --dry-run (default $WORLD_SIZE or 2)")
+    ap.add_argument("--pg-timeout-s", type=float, default=180.0,
+                    help="process-group timeout: a hung collective fails after this long (default 180)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                     help="cpu: gloo and wall-clock timing, to test this script without GPUs (numbers mean nothing)")
     args = ap.parse_args(argv)
@@ -330,13 +336,13 @@ def _sync(device) -> None:
 def _inputs(p, dtype, device, seed):
     import torch
 
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)  # generated where used: no host copies
     out = {}
     for name, shape in p["inputs"].items():
-        t = torch.randn(shape, generator=g, dtype=torch.float32)
+        t = torch.randn(shape, generator=g, dtype=torch.float32, device=device)
         if name == "w":
             t = t / math.sqrt(shape[0])  # unit-variance outputs
-        out[name] = t.to(dtype).to(device)
+        out[name] = t.to(dtype)
     return out
 
 
@@ -563,16 +569,19 @@ def main(argv=None) -> int:
     import torch.distributed as dist
 
     local = int(os.environ.get("LOCAL_RANK", 0))
+    # A collective that never completes (a rank failed elsewhere) raises after this long
+    # instead of holding the GPUs until the launcher's limit.
+    timeout = datetime.timedelta(seconds=args.pg_timeout_s)
     if cuda:
         torch.cuda.set_device(local)
         dev = torch.device("cuda", local)
         try:
-            dist.init_process_group("nccl", device_id=dev)
+            dist.init_process_group("nccl", device_id=dev, timeout=timeout)
         except TypeError:  # torch without device_id
-            dist.init_process_group("nccl")
+            dist.init_process_group("nccl", timeout=timeout)
     else:
         dev = torch.device("cpu")
-        dist.init_process_group("gloo")
+        dist.init_process_group("gloo", timeout=timeout)
     group = dist.group.WORLD
     rank, world = dist.get_rank(), dist.get_world_size()
     ok, why = co.symm_mem_status(dev, group)

@@ -24,7 +24,9 @@ What
         stream. With `local_first`, the GEMM of the rank's own shard (which needs no
         communication) runs first and hides chunk 0's all-gather; each chunk's GEMM then
         covers the other W-1 ranks' rows. One batched GEMM per rank range writes straight
-        into the strided rows of Y (no copies).
+        into the strided rows of Y (cuBLAS strided-batched, weights broadcast with batch
+        stride 0: no copies); `gemm="mm"` runs one GEMM per rank block instead, every
+        operand contiguous, should a batched GEMM be slower for a shape.
     matmul_reduce_scatter: chunk c's GEMM produces rows [o_c, o_c + r_c) of every rank's
         output block (a batched GEMM over a strided view of A, no copies) into a fresh
         partial buffer; chunk c's reduce-scatter then runs on the communication stream
@@ -142,6 +144,9 @@ class Config:
     comm_stream: bool = True  # collectives on a side stream (False: same chunks, serialized: the ablation)
     local_first: bool = True  # all-gather + GEMM: GEMM the own shard first, hiding chunk 0's gather
     use_symm_mem: bool = False  # torch.ops.symm_mem fused ops instead of the NCCL decomposition
+    gemm: str = "bmm"  # "bmm": one batched GEMM per chunk over the ranks' row blocks (strided
+    #                    views, weights broadcast with batch stride 0); "mm": one GEMM per rank
+    #                    block, every operand and output contiguous (more launches, no layout risk)
 
     def __post_init__(self):
         if not isinstance(self.chunks, int) or isinstance(self.chunks, bool) or self.chunks < 1:
@@ -149,6 +154,8 @@ class Config:
         for name in ("comm_stream", "local_first", "use_symm_mem"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.gemm not in ("bmm", "mm"):
+            raise ValueError(f"gemm must be 'bmm' or 'mm', got {self.gemm!r}")
 
 
 def default_config(rows: int) -> Config:
@@ -165,6 +172,7 @@ def search_space(rows: int, symm_mem: bool = False) -> list[Config]:
         if c <= rows:
             out.append(Config(chunks=c))
     out.append(Config(chunks=min(4, rows), local_first=False))
+    out.append(Config(chunks=min(4, rows), gemm="mm"))
     if symm_mem:
         out.append(Config(use_symm_mem=True))
     return out
@@ -334,8 +342,13 @@ def all_gather_matmul(x: torch.Tensor, w: torch.Tensor, config: Config | None = 
         b3 = buf.view(world, r, K)
         spans = ((0, rank), (rank + 1, world)) if config.local_first else ((0, world),)
         for lo, hi in spans:
-            if hi > lo:
+            if hi <= lo:
+                continue
+            if config.gemm == "bmm":
                 torch.bmm(b3[lo:hi], w.expand(hi - lo, K, N), out=y3[lo:hi, o:o + r])
+            else:
+                for q in range(lo, hi):  # rows o..o+r of rank q's block: contiguous in y
+                    torch.mm(b3[q], w, out=y[q * m + o:q * m + o + r])
     return y
 
 
@@ -380,7 +393,11 @@ def matmul_reduce_scatter(a: torch.Tensor, w: torch.Tensor, config: Config | Non
         comm.wait_stream(cur)  # y is ready before the side stream writes it
     for o, r in chunk_bounds(mo, config.chunks):
         part = torch.empty((world, r, N), dtype=a.dtype, device=a.device)
-        torch.bmm(a3[:, o:o + r], w.expand(world, K, N), out=part)  # rows o..o+r of every rank's block
+        if config.gemm == "bmm":  # rows o..o+r of every rank's block, one batched GEMM
+            torch.bmm(a3[:, o:o + r], w.expand(world, K, N), out=part)
+        else:
+            for q in range(world):
+                torch.mm(a3[q, o:o + r], w, out=part[q])
         ev = cur.record_event() if side else None
         with _on(comm):
             if ev is not None:
@@ -414,12 +431,13 @@ def check_rank(rows: int = 6, K: int = 16, N: int = 8, dtype=torch.float32, devi
     ref_ag = all_gather_matmul_reference(x, w, group=g)
     ref_rs = matmul_reduce_scatter_reference(a, w, group=g)
     for chunks in sorted({1, 2, 3, 4, rows, rows + 1}):
-        for local_first in (True, False):
-            cfg = Config(chunks=chunks, local_first=local_first)
-            got = all_gather_matmul(x, w, cfg, group=g)
-            assert torch.equal(got, ref_ag), f"rank {rank}: all_gather_matmul {cfg} differs from the reference"
-        got = matmul_reduce_scatter(a, w, Config(chunks=chunks), group=g)
-        assert torch.equal(got, ref_rs), f"rank {rank}: matmul_reduce_scatter chunks={chunks} differs from the reference"
+        for gemm in ("bmm", "mm"):
+            for local_first in (True, False):
+                cfg = Config(chunks=chunks, local_first=local_first, gemm=gemm)
+                got = all_gather_matmul(x, w, cfg, group=g)
+                assert torch.equal(got, ref_ag), f"rank {rank}: all_gather_matmul {cfg} differs from the reference"
+            got = matmul_reduce_scatter(a, w, Config(chunks=chunks, gemm=gemm), group=g)
+            assert torch.equal(got, ref_rs), f"rank {rank}: matmul_reduce_scatter chunks={chunks} gemm={gemm} differs"
         lines.append(f"rank {rank}/{world}: chunks={chunks} ok")
     return lines
 

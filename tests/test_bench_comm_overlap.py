@@ -63,12 +63,15 @@ def test_problem_shapes():
 def test_providers_and_plan():
     names = [(p, c.chunks if c else None) for p, c in bench.providers("ag_gemm", 6, [2, 4, 8], symm_mem=True)]
     assert names == [("plain", None), ("comm_only", None), ("gemm_only", None), ("chunked_serial", 4),
-                     ("overlap", 2), ("overlap", 4), ("overlap", 4), ("symm_mem", 4)]
+                     ("overlap", 2), ("overlap", 4), ("overlap", 4), ("overlap", 4), ("symm_mem", 4)]
+    cfgs = [c for p, c in bench.providers("ag_gemm", 6, [4], symm_mem=False) if p == "overlap"]
+    assert [(c.local_first, c.gemm) for c in cfgs] == [(True, "bmm"), (False, "bmm"), (True, "mm")]
     rs = bench.providers("gemm_rs", 3, [2, 4], symm_mem=False)
-    assert [p for p, _ in rs] == ["plain", "comm_only", "gemm_only", "chunked_serial", "overlap"]
+    assert [p for p, _ in rs] == ["plain", "comm_only", "gemm_only", "chunked_serial", "overlap", "overlap"]
+    assert rs[-1][1] == bench.co.Config(chunks=3, gemm="mm")
     args = bench.parse_args(["--quick", "--no-symm-mem"])
     jobs = bench.plan(args, 8)
-    assert len(jobs) == 2 * 2 * 6 - 2  # gemm_rs has no no-local-first row
+    assert len(jobs) == 2 * 2 * 7 - 2  # gemm_rs has no no-local-first row
     assert {j["shape"] for j in jobs} == {"8192x4096x4096", "16384x8192x8192"}
 
 
@@ -189,7 +192,8 @@ def test_end_to_end_on_two_cpu_ranks(tmp_path):
         for shape in ("64x32x32", "32x16x64"):
             grp = [r for r in rows if r["suite"] == suite and r["shape"] == shape]
             provs = sorted(r["provider"] for r in grp)
-            want = ["chunked_serial", "comm_only", "gemm_only", "overlap", "overlap", "plain"] + (["overlap"] if suite == "ag_gemm" else [])
+            want = ["chunked_serial", "comm_only", "gemm_only", "overlap", "overlap", "overlap", "plain"]
+            want += ["overlap"] if suite == "ag_gemm" else []
             assert provs == sorted(want), (suite, shape, provs)
             frac = {float(r["comm_fraction"]) for r in grp}
             assert len(frac) == 1 and 0 < frac.pop() < 1

@@ -70,15 +70,17 @@ def _equivalence_worker(rank, world, store, out_dir, m, mo, K, N):
         for chunks in (1, 2, 3, 4, m, m + 3):
             for local_first in (True, False):
                 for side in (True, False):
-                    cfg = co.Config(chunks=chunks, local_first=local_first, comm_stream=side)
-                    got = co.all_gather_matmul(x, w, cfg)
-                    assert torch.equal(got, ref_ag), f"rank {rank}: all_gather_matmul {cfg}"
-                    checks += 1
+                    for gemm in ("bmm", "mm"):
+                        cfg = co.Config(chunks=chunks, local_first=local_first, comm_stream=side, gemm=gemm)
+                        got = co.all_gather_matmul(x, w, cfg)
+                        assert torch.equal(got, ref_ag), f"rank {rank}: all_gather_matmul {cfg}"
+                        checks += 1
         for chunks in (1, 2, 3, 4, mo, mo + 2):
-            cfg = co.Config(chunks=chunks)
-            got = co.matmul_reduce_scatter(a, w, cfg)
-            assert torch.equal(got, ref_rs), f"rank {rank}: matmul_reduce_scatter {cfg}"
-            checks += 1
+            for gemm in ("bmm", "mm"):
+                cfg = co.Config(chunks=chunks, gemm=gemm)
+                got = co.matmul_reduce_scatter(a, w, cfg)
+                assert torch.equal(got, ref_rs), f"rank {rank}: matmul_reduce_scatter {cfg}"
+                checks += 1
 
         # Random normal data against float64 truth built from every rank's shard (each rank
         # regenerates all shards from their seeds).
@@ -88,7 +90,7 @@ def _equivalence_worker(rank, world, store, out_dir, m, mo, K, N):
         As = [torch.randn(mo * world, K, generator=s) for s in shards]
         truth_ag = torch.cat(xs).double() @ ws[rank].double()
         truth_rs = sum(A.double() @ W.double() for A, W in zip(As, ws))[rank * mo:(rank + 1) * mo]
-        for cfg in (co.Config(chunks=3), co.Config(chunks=2, local_first=False)):
+        for cfg in (co.Config(chunks=3), co.Config(chunks=2, local_first=False), co.Config(chunks=4, gemm="mm")):
             assert _rel(co.all_gather_matmul(xs[rank], ws[rank], cfg), truth_ag) <= FP32_REL_TOL
             assert _rel(co.matmul_reduce_scatter(As[rank], ws[rank], cfg), truth_rs) <= FP32_REL_TOL
             checks += 2
@@ -116,7 +118,7 @@ def test_decomposed_equals_plain(world, tmp_path):
     # m=6 rows per rank (chunks 4 and 9 do not divide it, 9 > rows), reduce-scatter blocks of
     # 5 rows (chunks 2, 3, 4 do not divide them)
     results = run_ranks(world, _equivalence_worker, tmp_path, 6, 5, 16, 8)
-    per_rank = 6 * 2 * 2 + 6 + 4 + 2
+    per_rank = 6 * 2 * 2 * 2 + 6 * 2 + 6 + 2
     assert [r["checks"] for r in results] == [per_rank] * world
 
 
@@ -187,13 +189,16 @@ def test_config_validation_and_search_space():
         co.Config(chunks=True)
     with pytest.raises(TypeError):
         co.Config(comm_stream=1)
+    with pytest.raises(ValueError):
+        co.Config(gemm="cutlass")
     assert co.default_config(2) == co.Config(chunks=2)
     assert co.default_config(4096) == co.Config(chunks=4)
     space = co.search_space(4096)
-    assert [c.chunks for c in space] == [2, 4, 8, 4] and space[-1].local_first is False
+    assert [(c.chunks, c.local_first, c.gemm) for c in space] == [(2, True, "bmm"), (4, True, "bmm"), (8, True, "bmm"),
+                                                                  (4, False, "bmm"), (4, True, "mm")]
     assert not any(c.use_symm_mem for c in space)
     assert co.search_space(4096, symm_mem=True)[-1] == co.Config(use_symm_mem=True)
-    assert [c.chunks for c in co.search_space(3)] == [2, 3]
+    assert [c.chunks for c in co.search_space(3)] == [2, 3, 3]
 
 
 def test_no_multicast_environment(monkeypatch):
