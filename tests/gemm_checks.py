@@ -1,12 +1,15 @@
 """Shared checks for the GEMM schedule tests (tests/test_*_gemm.py).
 
 Each check runs a schedule's host `matmul` under the Triton interpreter (tests/conftest.py
-sets TRITON_INTERPRET=1 and a small ADVISOR_NUM_SMS before Triton is imported) on fresh
+sets TRITON_INTERPRET=1 and a small ADVISOR_NUM_SMS before Triton is imported; with
+ADVISOR_TEST_GPU=1 the same checks run on the GPU at the device's SM count) on fresh
 random inputs, into an output poisoned with NaN, and compares with the float64 reference under
 the per-dtype tolerance of kernels/common.py.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -14,6 +17,9 @@ from advisor.kernel_lib import load
 
 common = load("common")
 common.fix_interpreter_bf16_dot()
+
+# ADVISOR_TEST_GPU=1 (see conftest.py) runs the same checks on the GPU
+DEVICE = "cuda" if os.environ.get("ADVISOR_TEST_GPU") == "1" else "cpu"
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # (transpose_a, transpose_b): row-major, A as a transposed view, B as a transposed view, both
@@ -28,7 +34,7 @@ def run_checked(mod, M, N, K, dtype, config, *, layout=(False, False), seed=0, o
     """Run mod.matmul(a, b, config, out=poisoned) and assert shape, dtype, identity of the
     returned tensor and the error bound. Returns (out, a, b)."""
     ta, tb = layout
-    a, b = common.random_inputs(M, N, K, dtype, "cpu", transpose_a=ta, transpose_b=tb, seed=seed)
+    a, b = common.random_inputs(M, N, K, dtype, DEVICE, transpose_a=ta, transpose_b=tb, seed=seed)
     if out_layout == "row":
         out = torch.empty((M, N), dtype=dtype)
     else:  # a column-major output: the kernels must honour C's strides too
@@ -49,14 +55,14 @@ def check_validation(mod, config) -> None:
     import pytest
 
     f16 = torch.float16
-    a = torch.randn(8, 16, dtype=f16)
-    b = torch.randn(16, 8, dtype=f16)
+    a = torch.randn(8, 16, dtype=f16, device=DEVICE)
+    b = torch.randn(16, 8, dtype=f16, device=DEVICE)
     with pytest.raises(ValueError, match="2-D"):
         mod.matmul(a[0], b, config)
     with pytest.raises(ValueError, match="2-D"):
         mod.matmul(a, b.unsqueeze(0), config)
     with pytest.raises(ValueError, match="inner dimensions"):
-        mod.matmul(a, torch.randn(15, 8, dtype=f16), config)
+        mod.matmul(a, torch.randn(15, 8, dtype=f16, device=DEVICE), config)
     with pytest.raises(TypeError, match="share a dtype"):
         mod.matmul(a, b.to(torch.bfloat16), config)
     with pytest.raises(TypeError, match="not supported"):
@@ -64,11 +70,11 @@ def check_validation(mod, config) -> None:
     with pytest.raises(TypeError, match="not supported"):
         mod.matmul(a.to(torch.int32), b.to(torch.int32), config)
     with pytest.raises(ValueError, match="empty"):
-        mod.matmul(torch.empty(0, 16, dtype=f16), b, config)
+        mod.matmul(torch.empty(0, 16, dtype=f16, device=DEVICE), b, config)
     with pytest.raises(ValueError, match="shape"):
-        mod.matmul(a, b, config, out=torch.empty(8, 9, dtype=f16))
+        mod.matmul(a, b, config, out=torch.empty(8, 9, dtype=f16, device=DEVICE))
     with pytest.raises(TypeError, match="dtype"):
-        mod.matmul(a, b, config, out=torch.empty(8, 8, dtype=torch.float32))
+        mod.matmul(a, b, config, out=torch.empty(8, 8, dtype=torch.float32, device=DEVICE))
     with pytest.raises(TypeError, match="torch tensors"):
         mod.matmul(a.tolist(), b, config)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from gemm_checks import (
+    DEVICE,
     DTYPES,
     LAYOUTS,
     check_search_space,
@@ -54,8 +55,8 @@ def test_int64_offsets_path(monkeypatch):
 
 
 def test_default_config_and_new_output():
-    a = torch.randn(40, 24, dtype=torch.float16)
-    b = torch.randn(24, 30, dtype=torch.float16)
+    a = torch.randn(40, 24, dtype=torch.float16, device=DEVICE)
+    b = torch.randn(24, 30, dtype=torch.float16, device=DEVICE)
     c = dp.matmul(a, b)  # default config, freshly allocated output
     assert c.shape == (40, 30) and c.dtype == torch.float16
     ref = a.double() @ b.double()
@@ -84,4 +85,5 @@ def test_validation():
     with pytest.raises(ValueError, match="GROUP_M"):
         dp.Config(32, 32, 32, GROUP_M=0)
     with pytest.raises(ValueError, match="shared memory"):
-        dp.matmul(torch.randn(8, 8), torch.randn(8, 8), dp.Config(256, 256, 128, num_warps=8, num_stages=4))
+        dp.matmul(torch.randn(8, 8, device=DEVICE), torch.randn(8, 8, device=DEVICE),
+                  dp.Config(256, 256, 128, num_warps=8, num_stages=4))

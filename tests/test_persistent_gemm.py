@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from gemm_checks import (
+    DEVICE,
     DTYPES,
     LAYOUTS,
     check_search_space,
@@ -71,25 +72,25 @@ def test_int64_offsets_path(monkeypatch):
 
 
 def test_tma_refuses_unaligned_inputs():
-    a, b = common.random_inputs(37, 53, 97, torch.float16, "cpu", seed=0)
+    a, b = common.random_inputs(37, 53, 97, torch.float16, DEVICE, seed=0)
     with pytest.raises(ValueError, match="TMA"):
         ps.matmul(a, b, tma_cfg())
     # aligned shape, but A starts 2 bytes into its storage
-    base = torch.randn(40, 80, dtype=torch.float16)
+    base = torch.randn(40, 80, dtype=torch.float16, device=DEVICE)
     a_off = base[:, 1:73]  # (40, 72) view, row stride 80 (160 bytes), start 2 bytes in
-    b2 = torch.randn(72, 48, dtype=torch.float16)
+    b2 = torch.randn(72, 48, dtype=torch.float16, device=DEVICE)
     with pytest.raises(ValueError, match="TMA"):
         ps.matmul(a_off, b2, tma_cfg())
-    a2 = torch.randn(40, 72, dtype=torch.float16)
+    a2 = torch.randn(40, 72, dtype=torch.float16, device=DEVICE)
     with pytest.raises(ValueError, match="row-major"):
-        ps.matmul(a2, b2, tma_cfg(), out=torch.empty(48, 40, dtype=torch.float16).t())
+        ps.matmul(a2, b2, tma_cfg(), out=torch.empty(48, 40, dtype=torch.float16, device=DEVICE).t())
 
 
 def test_default_config_falls_back_from_tma():
     # default config (TMA where the shape allows) on inputs TMA cannot read: pointer loads
-    base = torch.randn(40, 80, dtype=torch.float16)
+    base = torch.randn(40, 80, dtype=torch.float16, device=DEVICE)
     a = base[:, 1:73]
-    b = torch.randn(72, 48, dtype=torch.float16)
+    b = torch.randn(72, 48, dtype=torch.float16, device=DEVICE)
     assert ps.default_config(40, 48, 72, torch.float16, 3).use_tma
     c = ps.matmul(a, b)
     assert common.rel_error(c, common.reference(a, b)) <= common.TOLERANCE[torch.float16]
@@ -118,4 +119,5 @@ def test_validation():
     with pytest.raises(ValueError, match="PROGRAMS_PER_SM"):
         ps.Config(32, 32, 32, PROGRAMS_PER_SM=0)
     with pytest.raises(ValueError, match="shared memory"):
-        ps.matmul(torch.randn(8, 8), torch.randn(8, 8), ps.Config(128, 256, 64, 8, 8, 4, use_tma=False))
+        ps.matmul(torch.randn(8, 8, device=DEVICE), torch.randn(8, 8, device=DEVICE),
+                  ps.Config(128, 256, 64, 8, 8, 4, use_tma=False))

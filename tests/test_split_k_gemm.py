@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from gemm_checks import (
+    DEVICE,
     DTYPES,
     LAYOUTS,
     check_search_space,
@@ -100,7 +101,7 @@ def test_repeated_launches_reuse_clean_workspace(reduction):
 
 
 def test_default_config_runs():
-    a, b = common.random_inputs(24, 40, 2000, torch.float16, "cpu", seed=5)
+    a, b = common.random_inputs(24, 40, 2000, torch.float16, DEVICE, seed=5)
     config = sk.default_config(24, 40, 2000, torch.float16, sk.num_sms())
     assert config.SPLIT_K > 1  # 1 tile, 16 K-steps, 3 SMs: the default must split
     c = sk.matmul(a, b)

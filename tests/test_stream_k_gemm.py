@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from gemm_checks import (
+    DEVICE,
     DTYPES,
     LAYOUTS,
     check_search_space,
@@ -117,7 +118,7 @@ def test_repeated_launches_reuse_clean_workspace():
 
 
 def test_default_config_runs():
-    a, b = common.random_inputs(*SHAPE, torch.float16, "cpu", seed=5)
+    a, b = common.random_inputs(*SHAPE, torch.float16, DEVICE, seed=5)
     c = sk.matmul(a, b)
     assert common.rel_error(c, common.reference(a, b)) <= common.TOLERANCE[torch.float16]
 
