@@ -126,7 +126,7 @@ class Config:
     warp_specialize: bool = True  # producer/consumer warp groups on the tile loop
     flatten: bool = False  # fuse tile and k loops (prefetch next tile during the epilogue)
     epilogue_subtile: int = 1  # TMA store of C in 1, 2 or 4 column slices (less staging smem)
-    host_descriptors: bool = True  # TensorDescriptor on the host vs tl.make_tensor_descriptor
+    host_descriptors: bool = False  # TensorDescriptor on the host vs tl.make_tensor_descriptor (WS needs False)
     tma_store: bool = False  # C through TMA (smem staging) vs masked pointer stores
 
     def validate(self, dtype: torch.dtype | None = None) -> None:
@@ -157,6 +157,10 @@ class Config:
                 raise ValueError("flatten=True adds runtime branches that make the Hopper pass drop WS")
             if self.block_m < 128:
                 raise ValueError("WS splits block_m over two consumer warp groups: needs block_m >= 128")
+            if self.host_descriptors:
+                raise ValueError("WS with host-side TensorDescriptors hung on the H200 (Triton 3.6, "
+                                 "2026-11-29: every such config timed out in compile-and-run, while the "
+                                 "same configs with device-side descriptors ran); use host_descriptors=False")
             if self.tma_store and (self.host_descriptors or self.epilogue_subtile != 1):
                 raise ValueError("with WS the TMA store only compiles with device-side descriptors and "
                                  "epilogue_subtile=1 (the pass halves the store but not a host descriptor)")
@@ -438,12 +442,10 @@ def default_config(M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16,
 _C16 = [
     # 1. Flagship: 128x256 tile, WS (producer + two 64x256 wgmma consumers), 4-deep ring
     #    (192 KiB) and a pointer-store epilogue, which needs no C staging tile: 229,608 B of
-    #    shared memory, the only way a 4-deep 128x256 WS ring fits under 227 KiB.
+    #    shared memory, the only way a 4-deep 128x256 WS ring fits under 227 KiB. Device-side
+    #    descriptors: every WS config with host descriptors hung on the H200 (2026-11-29).
     Config(128, 256, 64, 8, 4, 4, warp_specialize=True),
-    # 2. Same with device-side descriptors (costs a descriptor write per CTA, saves nothing
-    #    else; measures whether __grid_constant__ descriptors matter).
-    Config(128, 256, 64, 8, 4, 4, warp_specialize=True, host_descriptors=False),
-    # 3. WS with a TMA-store epilogue: only compiles with device descriptors and C in one
+    # 2. WS with a TMA-store epilogue: only compiles with device descriptors and C in one
     #    piece, so the ring drops to 3 stages (213,464 B).
     Config(128, 256, 64, 8, 4, 3, warp_specialize=True, host_descriptors=False, tma_store=True),
     # 4. 256x128 WS: each consumer owns a 128x128 half (same smem as 1, other wgmma shape).
@@ -455,26 +457,26 @@ _C16 = [
     Config(128, 256, 64, 16, 4, 4, warp_specialize=True),
     # 7. Non-WS twin: two cooperating wgmma warp groups, software pipelined, TMA store in
     #    halves (229,408 B). DESIGN.md measured this family at 548 TFLOP/s on 8192^3.
-    Config(128, 256, 64, 8, 8, 4, warp_specialize=False, epilogue_subtile=2, tma_store=True),
+    Config(128, 256, 64, 8, 8, 4, warp_specialize=False, host_descriptors=True, epilogue_subtile=2, tma_store=True),
     # 8. Non-WS with flatten: the pipeliner fetches the next tile's first k-steps while the
     #    epilogue of this one runs (quarters: 213,024 B).
-    Config(128, 256, 64, 8, 8, 4, warp_specialize=False, flatten=True, epilogue_subtile=4, tma_store=True),
+    Config(128, 256, 64, 8, 8, 4, warp_specialize=False, host_descriptors=True, flatten=True, epilogue_subtile=4, tma_store=True),
     # 9. 128x128 WS, 5 stages: twice the tiles, better balance for mid-size problems.
     Config(128, 128, 64, 8, 4, 5, warp_specialize=True),
     # 10. 128x128 non-WS, flatten, two warp groups.
-    Config(128, 128, 64, 8, 8, 4, warp_specialize=False, flatten=True, tma_store=True),
+    Config(128, 128, 64, 8, 8, 4, warp_specialize=False, host_descriptors=True, flatten=True, tma_store=True),
     # 11./12. Small problems: tiles that still give most SMs work.
-    Config(64, 128, 64, 8, 4, 4, warp_specialize=False, tma_store=True),
-    Config(64, 64, 64, 8, 4, 4, warp_specialize=False, tma_store=True),
+    Config(64, 128, 64, 8, 4, 4, warp_specialize=False, host_descriptors=True, tma_store=True),
+    Config(64, 64, 64, 8, 4, 4, warp_specialize=False, host_descriptors=True, tma_store=True),
 ]
 # tf32: WS does not compile for row-major B, so these are the pipelined TMA variants.
 _C32 = [
-    Config(128, 128, 32, 8, 8, 4, warp_specialize=False, tma_store=True),
-    Config(128, 128, 32, 8, 8, 4, warp_specialize=False, flatten=True, tma_store=True),
-    Config(128, 256, 32, 8, 8, 3, warp_specialize=False, epilogue_subtile=2, tma_store=True),
-    Config(128, 64, 32, 8, 4, 4, warp_specialize=False, tma_store=True),
-    Config(64, 128, 32, 8, 4, 4, warp_specialize=False, tma_store=True),
-    Config(64, 64, 32, 8, 4, 3, warp_specialize=False, tma_store=True),
+    Config(128, 128, 32, 8, 8, 4, warp_specialize=False, host_descriptors=True, tma_store=True),
+    Config(128, 128, 32, 8, 8, 4, warp_specialize=False, host_descriptors=True, flatten=True, tma_store=True),
+    Config(128, 256, 32, 8, 8, 3, warp_specialize=False, host_descriptors=True, epilogue_subtile=2, tma_store=True),
+    Config(128, 64, 32, 8, 4, 4, warp_specialize=False, host_descriptors=True, tma_store=True),
+    Config(64, 128, 32, 8, 4, 4, warp_specialize=False, host_descriptors=True, tma_store=True),
+    Config(64, 64, 32, 8, 4, 3, warp_specialize=False, host_descriptors=True, tma_store=True),
 ]
 
 

@@ -32,10 +32,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WS_PTR = Config(128, 32, 16, 4, 4, 2, warp_specialize=True)
 WS_PTR_DEV = replace(WS_PTR, host_descriptors=False)
 WS_TMA_DEV = Config(128, 32, 16, 4, 4, 2, warp_specialize=True, host_descriptors=False, tma_store=True)
-PIPE_TMA2 = Config(32, 32, 16, 2, 4, 2, warp_specialize=False, tma_store=True, epilogue_subtile=2)
+PIPE_TMA2 = Config(32, 32, 16, 2, 4, 2, warp_specialize=False, tma_store=True, epilogue_subtile=2, host_descriptors=True)
 PIPE_TMA4_DEV = Config(16, 64, 16, 2, 4, 2, warp_specialize=False, tma_store=True, epilogue_subtile=4,
                        host_descriptors=False)
-PIPE_FLAT = Config(32, 16, 16, 3, 8, 3, warp_specialize=False, flatten=True)
+PIPE_FLAT = Config(32, 16, 16, 3, 8, 3, warp_specialize=False, flatten=True, host_descriptors=True)
 
 LAYOUTS = [(False, False), (True, False), (False, True), (True, True)]
 
@@ -53,6 +53,13 @@ def run_checked(M, N, K, dtype, cfg, ta=False, tb=False, seed=0, **kw):
     err = common.rel_error(out, common.reference(a, b))
     assert err <= common.TOLERANCE[dtype], f"{cfg.label()} {dtype} ta={ta} tb={tb}: rel err {err:.2e}"
     return a, b, out
+
+
+def test_ws_with_host_descriptors_is_refused():
+    # Every such config hung on the H200 (2026-11-29); the schedule must not offer it.
+    with pytest.raises(ValueError, match="hung on the H200"):
+        replace(WS_PTR, host_descriptors=True).validate()
+    assert not any(c.warp_specialize and c.host_descriptors for c in ws.search_space(4096, 4096, 4096, torch.bfloat16, 132))
 
 
 def test_setup_makes_the_persistent_loop_iterate():
@@ -150,7 +157,7 @@ def test_bad_inputs_are_rejected():
     (replace(WS_PTR, block_m=64), torch.float16, "block_m >= 128"),
     (replace(WS_PTR, flatten=True), torch.float16, "flatten"),
     (replace(WS_PTR, num_stages=1), torch.float16, "num_stages >= 2"),
-    (replace(WS_PTR, tma_store=True), torch.float16, "device-side descriptors"),
+    (replace(WS_PTR, tma_store=True, epilogue_subtile=2), torch.float16, "device-side descriptors"),
     (replace(WS_TMA_DEV, epilogue_subtile=2), torch.float16, "epilogue_subtile=1"),
     (WS_PTR, torch.float32, "tf32"),
     (replace(PIPE_TMA2, epilogue_subtile=3), torch.float16, "epilogue_subtile"),
