@@ -106,7 +106,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                 suggestion={
                     "split_k": split,
                     "k_per_split": None if shape is None else math.ceil(shape["K"] / split),
-                    "reduction": "atomic",
+                    "reduction": "two_phase",
                 },
             )
         )
