@@ -111,7 +111,7 @@ class ShapeResult:
             "baseline": _clean(self.baseline),
             "recommended": self.recommended,
             "verdict": self.verdict,
-            "variant": str(self.variant_path) if self.variant_path else None,
+            "variant": self.variant_path.name if self.variant_path else None,  # beside the report
             "variant_knobs": self.variant_knobs,
             "model": self.model,
         }
