@@ -336,16 +336,18 @@ def _parse_knobs(pairs) -> dict:
 
 
 @cli.command("generate")
-@click.argument("strategy", type=click.Choice(["dp", "split_k", "persistent", "stream_k", "warp_specialization"]))
+@click.argument("strategy", type=click.Choice(["dp", "split_k", "persistent", "stream_k", "warp_specialization", "comm_overlap"]))
 @click.option("--shape", required=True, help="Problem size MxNxK, e.g. 256x256x131072.")
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
 @click.option("--config", "configs", multiple=True, metavar="KEY=VALUE",
               help="Override one knob of the schedule's Config (repeatable), e.g. --config SPLIT_K=8.")
 @click.option("--sm-count", type=click.IntRange(1, 4096), default=132, show_default=True,
               help="SMs of the target GPU, for the model that picks the knobs (132 = H100/H200 SXM).")
+@click.option("--pattern", type=click.Choice(["all_gather_matmul", "matmul_reduce_scatter"]), default="all_gather_matmul",
+              show_default=True, help="comm_overlap only: which tensor-parallel GEMM pattern to overlap.")
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True,
               help="Where to write the variant (a standalone .py file).")
-def generate_command(strategy, shape, dtype, configs, sm_count, output) -> None:
+def generate_command(strategy, shape, dtype, configs, sm_count, pattern, output) -> None:
     """Write a standalone Triton variant of STRATEGY for one GEMM shape.
 
     The file holds the schedule's kernel (inlined from advisor's kernels/), its knobs baked in
@@ -355,13 +357,21 @@ def generate_command(strategy, shape, dtype, configs, sm_count, output) -> None:
 
     \b
     Strategies: dp (data-parallel baseline), split_k, persistent, stream_k,
-    warp_specialization (Hopper TMA + warp specialization).
+    warp_specialization (Hopper TMA + warp specialization), comm_overlap (a torchrun
+    script overlapping the collective of a tensor-parallel GEMM with its compute;
+    --pattern picks all-gather + GEMM or GEMM + reduce-scatter; knobs: chunks, ...).
     """
-    from .generate import generate, parse_shape
+    from .generate import generate, generate_comm_overlap, parse_shape
     from .schedule_model import Device
 
     M, N, K = parse_shape(shape)
     knobs = _parse_knobs(configs)
+    if strategy == "comm_overlap":
+        v = generate_comm_overlap(pattern, M, N, K, dtype=dtype, knobs=knobs, path=output)
+        click.echo(f"wrote {output} (comm_overlap {pattern}, {M}x{N}x{K} {dtype})")
+        click.echo("knobs: " + ", ".join(f"{k}={val}" for k, val in v.knobs.items()))
+        click.echo(f"next: torchrun --nproc-per-node <GPUs> {output} --check --bench")
+        return
     v = generate(strategy, M, N, K, dtype=dtype, knobs=knobs, device=Device(sm_count=sm_count), path=output)
     click.echo(f"wrote {output} ({strategy}, {M}x{N}x{K} {dtype})")
     click.echo("knobs: " + ", ".join(f"{k}={val}" for k, val in v.knobs.items()))

@@ -195,3 +195,58 @@ def finding_summary(f: Any) -> dict[str, Any]:
     d = f.to_dict() if hasattr(f, "to_dict") else dict(f)
     keep = ("symptom", "strategy", "kernel", "rank", "device_id", "shape", "grid", "launches", "total_ns", "est_savings_ns", "confidence", "evidence", "suggestion")
     return {k: d.get(k) for k in keep}
+
+
+COMM_PATTERNS = ("all_gather_matmul", "matmul_reduce_scatter")
+
+
+def generate_comm_overlap(
+    pattern: str,
+    M: int,
+    N: int,
+    K: int,
+    dtype: str = "bf16",
+    knobs: dict[str, Any] | None = None,
+    *,
+    finding: dict[str, Any] | None = None,
+    path: str | Path | None = None,
+) -> Variant:
+    """Render a torchrun-launched variant of the overlapped tensor-parallel schedule
+    (kernels/comm_overlap.py) with a check against the plain sequence and a benchmark."""
+    if pattern not in COMM_PATTERNS:
+        raise AdvisorError(f"pattern {pattern!r}: use one of {', '.join(COMM_PATTERNS)}")
+    if dtype not in DTYPES:
+        raise AdvisorError(f"dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    for name, v in (("M", M), ("N", N), ("K", K)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v < 2**31:
+            raise AdvisorError(f"{name}={v!r}: must be an integer in 1..2^31-1")
+    final = _defaults("comm_overlap")
+    if knobs:
+        final.update(coerce_knobs("comm_overlap", knobs))
+    final = coerce_knobs("comm_overlap", final)
+    source, _ = bundle("comm_overlap")
+    target = Path(path) if path is not None else None
+    filename = target.name if target is not None else "variant.py"
+    text = code_environment().get_template("comm_overlap.py.j2").render(
+        pattern=pattern,
+        pattern_id=_ident(pattern, "pattern"),
+        dtype=dtype,
+        dtype_id=_ident(dtype, "dtype"),
+        M=M,
+        N=N,
+        K=K,
+        knobs=final,
+        finding=finding or {},
+        advisor_version=_ident(__version__, "version"),
+        date_id=_ident(_dt.date.today().isoformat(), "date"),
+        filename_id=_ident(filename if _IDENT.match(filename) else "variant.py", "file name"),
+        kernel_source=PySafe(source),
+    )
+    compile(text, filename, "exec")
+    chosen = {"how": "defaults" if not knobs else "given", "pattern": pattern}
+    variant = Variant("comm_overlap", M, N, K, dtype, final, chosen, text)
+    if target is not None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        variant.path = target
+    return variant

@@ -24,6 +24,7 @@ SCHEDULES = {
     "stream_k": "stream_k_gemm",
     "warp_specialization": "ws_gemm",
     "grouped": "grouped_gemm",
+    "comm_overlap": "comm_overlap",
 }
 
 

@@ -135,3 +135,19 @@ def test_model_prunes_hopeless():
     cfgs = [{"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64}, {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}, {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}]
     ranked = rank("dp", cfgs, 8192, 8192, 8192, 2, dev, keep_at_least=1)
     assert all(p.config["BLOCK_M"] != 16 for p in ranked)
+
+
+@pytest.mark.parametrize("pattern", ["all_gather_matmul", "matmul_reduce_scatter"])
+def test_comm_overlap_variant_runs_under_torchrun_gloo(tmp_path, pattern):
+    path = tmp_path / "overlap.py"
+    r = CliRunner().invoke(cli, ["generate", "comm_overlap", "--shape", "64x24x32", "--dtype", "fp32", "--pattern", pattern,
+                                 "--config", "chunks=3", "-o", str(path)])
+    assert r.exit_code == 0, r.output
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1")
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(path), "--check", "--json"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout[p.stdout.index("{"):])
+    assert out["check"]["ok"] and out["check"]["world_size"] == 2 and out["knobs"]["chunks"] == 3
+    text = path.read_text()
+    assert "NCCL_NVLS_ENABLE" in text and f"PATTERN = '{pattern}'" in text
