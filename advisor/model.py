@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 # dtype shorthands: nullable ints for optional numbers, plain int64 for required times.
@@ -140,13 +141,63 @@ def conform(df: pd.DataFrame | None, frame: str) -> pd.DataFrame:
             if s.isna().any():
                 raise ValueError(f"{frame}.{col} has missing values")
             s = s.astype("int64")
-        elif dtype in (_I, _F):
-            s = pd.to_numeric(s, errors="coerce").astype(dtype)
+        elif dtype == _I:
+            s = _nullable_int(s)
+        elif dtype == _F:
+            s = _numeric(s).astype(dtype)
         else:
-            s = s.astype(dtype)
+            s = _text(s)
         out[col] = s
     res = pd.DataFrame(out, index=df.index).reset_index(drop=True)
     return res
+
+
+def _numeric(s: pd.Series) -> pd.Series:
+    """pd.to_numeric(errors="coerce"), also for integers too large for a float64."""
+    try:
+        return pd.to_numeric(s, errors="coerce")
+    except OverflowError:
+        def one(v: Any) -> float:
+            try:
+                return float(v)
+            except (TypeError, ValueError, OverflowError):
+                return float("nan")
+
+        return pd.Series([one(v) for v in s], index=s.index, dtype="float64")
+
+
+def _nullable_int(s: pd.Series) -> pd.Series:
+    """Int64 of `s`. Readers pass Int64 or int64 already; anything else (floats, numbers as
+    text, values a corrupt file put there) is rounded, and NaN, infinities and values beyond
+    int64 become <NA> rather than an error."""
+    if isinstance(s.dtype, pd.Int64Dtype):
+        return s
+    if s.dtype.kind in "ib":
+        return s.astype("Int64")
+    num = _numeric(s)
+    if num.dtype.kind in "ib":
+        return num.astype("Int64")
+    if num.dtype.kind == "u":  # exact below 2**63, <NA> above
+        raw = num.to_numpy()
+        big = raw > np.uint64(2**63 - 1)
+        return pd.Series(pd.arrays.IntegerArray(np.where(big, 0, raw).astype("int64"), big), index=s.index)
+    if isinstance(num.dtype, pd.Int64Dtype):
+        return num
+    values = num.to_numpy(dtype="float64", na_value=np.nan)
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(values) & (np.abs(values) < 2.0**63)
+    ints = np.round(np.where(ok, values, 0.0)).astype("int64")
+    return pd.Series(pd.arrays.IntegerArray(ints, ~ok), index=s.index)
+
+
+def _text(s: pd.Series) -> pd.Series:
+    """StringDtype of `s`; bytes (a SQLite BLOB where text belongs) are decoded with
+    replacement characters instead of failing on invalid UTF-8."""
+    try:
+        return s.astype(_S)
+    except UnicodeDecodeError:
+        fixed = [v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else v for v in s]
+        return pd.Series(fixed, index=s.index, dtype="object").astype(_S)
 
 
 def empty(frame: str) -> pd.DataFrame:

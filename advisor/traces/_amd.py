@@ -26,7 +26,7 @@ def gfx_name(target_version: Any) -> str | None:
     stepping, the stepping written in hex as in gfx90a); None for 0 or junk."""
     try:
         v = int(target_version)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     if v <= 0:
         return None
@@ -36,11 +36,12 @@ def gfx_name(target_version: Any) -> str | None:
 
 
 def _pos_int(value: Any) -> int | None:
+    """A positive count below 2**31 (device limits), else None: NaN, infinities and junk."""
     try:
         v = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
-    return v if v > 0 else None
+    return v if 0 < v < 2**31 else None
 
 
 def agent_device_row(agent: Mapping[str, Any], device_id: int, rank: int) -> dict[str, Any]:

@@ -37,7 +37,12 @@ def load_json(path: Path, what: str) -> Any:
     TraceError naming `what` (e.g. "PyTorch profiler") and where parsing stopped."""
     data = read_bytes(path)
     try:
-        return json.loads(data)
+        try:
+            return json.loads(data)
+        except UnicodeDecodeError:
+            # Profilers copy kernel names byte for byte; one that is not UTF-8 should not cost
+            # the whole trace: read it with replacement characters.
+            return json.loads(data.decode("utf-8", "replace"))
     except json.JSONDecodeError as exc:
         raise TraceError(
             f"{path.name}: truncated or corrupt {what} JSON ({exc.msg} at line {exc.lineno}, "
@@ -50,11 +55,30 @@ def load_json(path: Path, what: str) -> Any:
 def to_float(values: Sequence[Any]) -> np.ndarray:
     """float64 array of `values` (numbers or numeric strings); anything else becomes NaN."""
     try:
-        return np.asarray(values, dtype="float64")
-    except (TypeError, ValueError):
-        return pd.to_numeric(pd.Series(list(values), dtype="object"), errors="coerce").to_numpy(
-            dtype="float64", na_value=np.nan
-        )
+        arr = np.asarray(values, dtype="float64")
+        if arr.ndim == 1:  # a list of equal-length lists would make a 2-D array
+            return arr
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int beyond float range
+        pass
+    return _numeric(list(values)).to_numpy(dtype="float64", na_value=np.nan)
+
+
+def _float_or_nan(v: Any) -> float:
+    if isinstance(v, bool):
+        return float(v)
+    try:
+        return float(v)
+    except (TypeError, ValueError, OverflowError):
+        return float("nan")
+
+
+def _numeric(values: list) -> pd.Series:
+    """pd.to_numeric(errors="coerce") of `values`, surviving integers too large for a float
+    (a JSON number with 400 digits), which become NaN like any other non-number."""
+    try:
+        return pd.to_numeric(pd.Series(values, dtype="object"), errors="coerce")
+    except OverflowError:
+        return pd.Series([_float_or_nan(v) for v in values], dtype="float64")
 
 
 def us_to_ns(us: np.ndarray) -> np.ndarray:
@@ -78,31 +102,64 @@ def to_int(values: Sequence[Any] | np.ndarray | pd.Series) -> pd.Series:
         index = values.index
         if isinstance(values.dtype, pd.Int64Dtype):
             return values
-        if values.dtype.kind in "iub":
+        if values.dtype.kind in "ib":
             return values.astype("Int64")
-        if values.dtype.kind == "f":
-            return values.round().astype("Int64")
+        if values.dtype.kind in "uf":
+            return pd.Series(_int64_or_na(values.to_numpy(dtype="float64", na_value=np.nan), values.to_numpy()), index=index)
         values = values.tolist()
     elif isinstance(values, np.ndarray):
-        if values.dtype.kind in "iub":
+        if values.dtype.kind in "ib":
             return pd.Series(values.astype("int64")).astype("Int64")
-        if values.dtype.kind == "f":
-            return pd.Series(np.round(values)).astype("Int64")
+        if values.dtype.kind in "uf":
+            return pd.Series(_int64_or_na(values.astype("float64"), values))
         values = values.tolist()
     else:
         values = list(values)
     try:
-        arr = pd.array(values, dtype="Int64")
+        with np.errstate(invalid="ignore", over="ignore"):  # pandas tries a float cast first
+            arr = pd.array(values, dtype="Int64")
     except (TypeError, ValueError, OverflowError):
-        s = pd.to_numeric(pd.Series(values, dtype="object"), errors="coerce")
-        if s.dtype.kind == "f":
-            s = s.round()
-        arr = s.astype("Int64").array
+        s = _numeric(values)
+        if s.dtype.kind in "ib":
+            arr = s.astype("Int64").array
+        else:
+            arr = _int64_or_na(s.to_numpy(dtype="float64", na_value=np.nan), s.to_numpy())
     return pd.Series(arr, index=index)
 
 
+_INT64_LIMIT = 2.0**63
+
+
+def _int64_or_na(as_float: np.ndarray, original: np.ndarray) -> pd.arrays.IntegerArray:
+    """Int64 array of numbers given as floats (or uint64): rounded; NaN, infinities and
+    values outside int64 (a corrupt or hostile file's 1e300 or 2**64) become <NA>."""
+    ok = np.isfinite(as_float) & (np.abs(as_float) < _INT64_LIMIT)
+    if original.dtype.kind == "u":
+        ints = np.where(ok, original, 0).astype("int64")  # exact below 2**63
+    else:
+        ints = np.round(np.where(ok, as_float, 0.0)).astype("int64")
+    return pd.arrays.IntegerArray(ints, ~ok)
+
+
+def key(value: Any) -> Any:
+    """`value` if it can be a dict key (number, string, None), else None: ids read from a
+    file are looked up in dicts, and a corrupt file may hold a list or an object there."""
+    return value if value is None or isinstance(value, (int, float, str)) else None
+
+
 def handle(value: Any) -> Any:
-    """rocprofiler-sdk writes ids either as plain numbers or as {"handle": N}; return N."""
+    """rocprofiler-sdk writes ids either as plain numbers or as {"handle": N}; return N
+    (None when it is neither a number nor a string)."""
     if isinstance(value, dict):
-        return value.get("handle")
-    return value
+        value = value.get("handle")
+    return key(value)
+
+
+def as_dict(value: Any) -> dict:
+    """`value` if it is a JSON object, else {} (for fields a corrupt file fills with junk)."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: Any) -> list:
+    """`value` if it is a JSON array, else []."""
+    return value if isinstance(value, list) else []

@@ -51,7 +51,7 @@ import pandas as pd
 
 from ..errors import TraceError
 from ..model import Trace
-from ._jsonio import load_json, to_float, to_int, us_to_ns
+from ._jsonio import key, load_json, to_float, to_int, us_to_ns
 from ._names import short_names
 
 FORMAT = "kineto"
@@ -114,9 +114,9 @@ def read(path: Path, *, rank: int, cache_dir: Path | None = None) -> Trace:
     dist = doc.get("distributedInfo")
     if isinstance(dist, dict) and dist.get("rank") is not None:
         try:
-            meta["declared_rank"] = int(dist["rank"])
-        except (TypeError, ValueError):
-            notes.append(f"distributedInfo.rank is not a number ({dist['rank']!r}); rank taken from file order")
+            meta["declared_rank"] = _rank(dist["rank"])
+        except (TypeError, ValueError, OverflowError):
+            notes.append(f"distributedInfo.rank is not a rank number ({repr(dist['rank'])[:40]}); rank taken from file order")
         if isinstance(dist.get("world_size"), int):
             meta["world_size"] = dist["world_size"]
     if isinstance(doc.get("traceName"), str):
@@ -130,16 +130,33 @@ def read(path: Path, *, rank: int, cache_dir: Path | None = None) -> Trace:
 # helpers
 
 
+# Nanosecond times must fit int64: a base time, and base + |ts| + dur of every event, must
+# stay below 2**62 ns (146 years), which any real clock does.
+_MAX_NS = 2**62
+
+
 def _base_ns(value: Any) -> int:
+    """baseTimeNanoseconds as an int; 0 when missing, not a number or out of range."""
     if isinstance(value, bool) or value is None:
         return 0
     try:
-        return int(value)
-    except (TypeError, ValueError):
+        ns = int(value)
+    except (TypeError, ValueError, OverflowError):
         try:
-            return int(float(value))
-        except (TypeError, ValueError):
+            ns = int(float(value))
+        except (TypeError, ValueError, OverflowError):
             return 0
+    return ns if 0 <= ns < _MAX_NS else 0
+
+
+def _rank(value: Any) -> int:
+    """distributedInfo.rank as a non-negative int (ValueError for anything else)."""
+    if isinstance(value, bool):
+        raise ValueError(value)
+    rank = int(value)
+    if not 0 <= rank < 2**31 or (isinstance(value, float) and value != rank):
+        raise ValueError(value)
+    return rank
 
 
 def _bucket(events: list) -> dict[str, list[dict]]:
@@ -176,7 +193,10 @@ def _times(events: list[dict], base_ns: int, what: str, notes: list[str]) -> tup
     with a note."""
     ts = to_float([e.get("ts") for e in events])
     dur = to_float([e.get("dur", 0) for e in events])
-    keep = np.isfinite(ts) & np.isfinite(dur) & (dur >= 0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        # start and end in ns must fit int64 (a hostile 1e300 would wrap around silently)
+        span_ns = np.abs(ts) * 1000.0 + dur * 1000.0 + float(base_ns)
+        keep = np.isfinite(ts) & np.isfinite(dur) & (dur >= 0) & (span_ns < float(_MAX_NS))
     bad = int((~keep).sum())
     if bad:
         notes.append(f"{bad} {what} event(s) without a valid ts/dur were skipped")
@@ -226,7 +246,7 @@ def _runtime(events, rank, base_ns, notes):
     events = _pick(events, keep)
     args = _args(events)
     names = _names(events)
-    corr = [a.get("correlation") for a in args]
+    corr = [key(a.get("correlation")) for a in args]  # a list there would be no dict key
     df = pd.DataFrame(
         {
             "rank": rank,
@@ -249,7 +269,7 @@ def _kernels(events, rank, base_ns, launches, notes):
     keep, start, dur = _times(events, base_ns, "kernel", notes)
     events = _pick(events, keep)
     args = _args(events)
-    corr = [a.get("correlation") for a in args]
+    corr = [key(a.get("correlation")) for a in args]
     grid = [a.get("grid") for a in args]
     block = [a.get("block") for a in args]
     smem = [a.get("shared memory") for a in args]
@@ -330,7 +350,7 @@ def _memcpy(copies, sets, rank, base_ns, launches, notes):
         if np.isnan(nbytes).any():
             size = []
             for a in args:
-                launch = launches.get(a.get("correlation"))
+                launch = launches.get(key(a.get("correlation")))
                 size.append(launch[1].get("size") if launch else None)
             nbytes = np.where(np.isnan(nbytes), to_float(size), nbytes)
         parts.append(
@@ -453,7 +473,7 @@ def _devices(doc, kernels, memcpy, rank, notes):
     )
     ids = used or sorted(props)
     # Every listed device the same model? Then an unlisted id (ROCm agent numbering) is that model.
-    models = {(p.get("name"), p.get("numSms"), p.get("computeMajor"), p.get("computeMinor")) for p in props.values()}
+    models = {tuple(key(p.get(k)) for k in ("name", "numSms", "computeMajor", "computeMinor")) for p in props.values()}
     stand_in = next(iter(props.values())) if len(models) == 1 else None
     rows = []
     for d in ids:

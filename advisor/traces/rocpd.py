@@ -171,7 +171,7 @@ def _load(conn: sqlite3.Connection, tables: dict[str, str], family: str) -> pd.D
     if not cols:
         return None
     sql = f"SELECT {', '.join(_sqlite.ident(c) for c in cols)} FROM {_quote(table)}"
-    rows = conn.execute(sql).fetchall()
+    rows = _sqlite.fetchall(conn, sql)
     # object dtype: integer columns with NULLs would otherwise turn float64 and lose ns digits
     return pd.DataFrame(rows, columns=cols, dtype="object")
 
@@ -245,7 +245,8 @@ def _read(conn: sqlite3.Connection, path: Path, rank: int) -> Trace:
         parts["nvtx"].append(nvtx)
         if rows:
             parts["devices"].append(pd.DataFrame(rows))
-    frames = {k: pd.concat(v, ignore_index=True) if v else None for k, v in parts.items()}
+    # A table set without regions gives None for runtime/nvtx; concat refuses a list of Nones.
+    frames = {k: pd.concat(v, ignore_index=True) if any(x is not None for x in v) else None for k, v in parts.items()}
     if frames["devices"] is not None:
         frames["devices"] = frames["devices"].drop_duplicates(subset=["rank", "device_id"])
     return Trace.build(meta={"format": FORMAT, "notes": notes}, **frames)
@@ -260,8 +261,7 @@ def _agents(agents: pd.DataFrame | None, rank: int) -> tuple[dict[tuple, int], d
     gpus = agents[agents["type"].astype(str).str.upper() == "GPU"] if "type" in agents.columns else agents.iloc[0:0]
     for n, rec in enumerate(gpus.to_dict("records")):
         ext = _json(rec.get("extdata"))
-        idx = rec.get("type_index")
-        dev = int(idx) if idx is not None and not pd.isna(idx) else n
+        dev = _index(rec.get("type_index"), n)
         key = (rec.get("guid"), rec.get("id"))
         ids[key] = dev
         ids.setdefault((None, rec.get("id")), dev)  # for tables without a guid column
@@ -273,6 +273,19 @@ def _agents(agents: pd.DataFrame | None, rank: int) -> tuple[dict[tuple, int], d
             info["name"] = rec["name"]
         rows[key] = agent_device_row(info, dev, rank)
     return ids, rows
+
+
+def _index(value: Any, default: int) -> int:
+    """A device ordinal from the agent table (`default` when it is not a small whole number)."""
+    if isinstance(value, bool) or value is None:
+        return default
+    try:
+        idx = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return default
+    if isinstance(value, float) and value != idx:
+        return default
+    return idx if 0 <= idx < 2**31 else default
 
 
 def _device_ids(df: pd.DataFrame, col: str, gpu_ids: dict[tuple, int]) -> list:

@@ -188,13 +188,19 @@ def _find(df: pd.DataFrame, names: tuple[str, ...]) -> str | None:
 
 
 def _int_exact(s: pd.Series) -> pd.Series:
-    """Int64 from text without a float detour (nanosecond timestamps exceed 2**53)."""
+    """Int64 from text without a float detour (nanosecond timestamps exceed 2**53); cells
+    that are not whole numbers within int64 become <NA>."""
     text = s.astype(str).str.strip()
-    ok = text.str.fullmatch(r"-?\d+")
-    out = pd.Series(pd.NA, index=s.index, dtype="Int64")
+    ok = text.str.fullmatch(r"-?\d{1,19}").fillna(False).to_numpy(dtype=bool, copy=True)
+    # 19 digits may exceed int64 (9223372036854775807): same-length digit strings compare
+    # like the numbers they spell, so such values are refused without parsing them.
+    digits = text.str.lstrip("-")
+    too_big = ((digits.str.len() == 19) & (digits > "9223372036854775807")).fillna(False).to_numpy(dtype=bool)
+    ok &= ~too_big
+    values = np.zeros(len(text), dtype="int64")
     if ok.any():
-        out[ok] = text[ok].astype("int64")
-    return out
+        values[ok] = text[ok].astype("int64").to_numpy()
+    return pd.Series(pd.arrays.IntegerArray(values, ~ok), index=s.index)
 
 
 def _num(df: pd.DataFrame, c: str | None) -> pd.Series:

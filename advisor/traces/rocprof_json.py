@@ -35,7 +35,7 @@ import pandas as pd
 from ..errors import TraceError
 from ..model import Trace
 from ._amd import agent_device_row, workgroups
-from ._jsonio import handle, load_json, to_int
+from ._jsonio import as_dict, as_list, handle, key, load_json, to_int
 from ._names import short_name, strip_kd
 
 FORMAT = "rocprofv3-json"
@@ -68,11 +68,11 @@ def read(path: Path, *, rank: int, cache_dir: Path | None = None) -> Trace:
         agents.update(a)
         gpu_ids.update(g)
         ops = _operation_names(proc)
-        buf = proc.get("buffer_records") if isinstance(proc.get("buffer_records"), dict) else {}
-        parts["kernels"].append(_kernels(proc, buf.get("kernel_dispatch") or [], gpu_ids, rank, notes))
-        parts["runtime"].append(_api(buf.get("hip_api") or [], ops, rank))
-        parts["memcpy"].append(_copies(buf.get("memory_copy") or [], ops, agents, gpu_ids, rank))
-        parts["nvtx"].append(_markers(proc, buf.get("marker_api") or [], rank))
+        buf = as_dict(proc.get("buffer_records"))
+        parts["kernels"].append(_kernels(proc, as_list(buf.get("kernel_dispatch")), gpu_ids, rank, notes))
+        parts["runtime"].append(_api(as_list(buf.get("hip_api")), ops, rank))
+        parts["memcpy"].append(_copies(as_list(buf.get("memory_copy")), ops, agents, gpu_ids, rank))
+        parts["nvtx"].append(_markers(proc, as_list(buf.get("marker_api")), rank))
     frames = {k: pd.concat(v, ignore_index=True) if v else None for k, v in parts.items()}
     frames["devices"] = _devices(agents, gpu_ids, frames["kernels"], frames["memcpy"], rank)
     meta = {"format": FORMAT, "notes": notes, "processes": len(procs)}
@@ -86,7 +86,7 @@ def _agents(proc: dict) -> tuple[dict[Any, dict], dict[Any, int]]:
     """{agent handle: agent} and {GPU agent handle: device id}."""
     agents: dict[Any, dict] = {}
     gpus: list[tuple[Any, dict]] = []
-    for a in proc.get("agents") or []:
+    for a in as_list(proc.get("agents")):
         if not isinstance(a, dict):
             continue
         h = handle(a.get("id"))
@@ -105,22 +105,25 @@ def _agents(proc: dict) -> tuple[dict[Any, dict], dict[Any, int]]:
 
 def _operation_names(proc: dict) -> list[list[str]]:
     """strings.buffer_records[kind].operations, indexed by kind id."""
-    kinds = (proc.get("strings") or {}).get("buffer_records") or []
-    return [k.get("operations") or [] if isinstance(k, dict) else [] for k in kinds]
+    kinds = as_list(as_dict(proc.get("strings")).get("buffer_records"))
+    return [as_list(k.get("operations")) if isinstance(k, dict) else [] for k in kinds]
 
 
 def _op_name(ops: list[list[str]], kind: Any, op: Any) -> str | None:
-    try:
-        return ops[kind][op]
-    except (IndexError, TypeError):
+    if not isinstance(kind, int) or not isinstance(op, int) or kind < 0 or op < 0:
         return None
+    try:
+        name = ops[kind][op]
+    except IndexError:
+        return None
+    return name if isinstance(name, str) else None
 
 
 def _symbols(proc: dict) -> dict[Any, dict]:
     out = {}
-    for s in proc.get("kernel_symbols") or []:
+    for s in as_list(proc.get("kernel_symbols")):
         if isinstance(s, dict):
-            out[s.get("kernel_id")] = s
+            out[key(s.get("kernel_id"))] = s
     return out
 
 
@@ -149,7 +152,7 @@ def _kernels(proc: dict, records: list, gpu_ids: dict, rank: int, notes: list[st
     recs = [r for r in records if isinstance(r, dict)]
     info = [r.get("dispatch_info") if isinstance(r.get("dispatch_info"), dict) else {} for r in recs]
     syms = _symbols(proc)
-    sym = [syms.get(i.get("kernel_id")) for i in info]
+    sym = [syms.get(key(i.get("kernel_id"))) for i in info]
     described = {id(s): _describe(s) for s in syms.values()}
     none = (None, None)
     start = to_int([r.get("start_timestamp") for r in recs])
@@ -202,8 +205,8 @@ def _kernels(proc: dict, records: list, gpu_ids: dict, rank: int, notes: list[st
 def _internal(corr: Any) -> Any:
     """correlation_id is {"internal": N, "external": ...} in rocprofv3 JSON."""
     if isinstance(corr, dict):
-        return corr.get("internal")
-    return corr
+        corr = corr.get("internal")
+    return key(corr)
 
 
 def _api(records: list, ops: list[list[str]], rank: int) -> pd.DataFrame:
@@ -254,9 +257,10 @@ def _copies(records: list, ops: list[list[str]], agents: dict, gpu_ids: dict, ra
 def _markers(proc: dict, records: list, rank: int) -> pd.DataFrame:
     """roctx ranges and marks: records whose correlation id has a message."""
     messages = {}
-    for m in (proc.get("strings") or {}).get("marker_api") or []:
-        if isinstance(m, dict) and "key" in m:
-            messages[m["key"]] = m.get("value")
+    for m in as_list(as_dict(proc.get("strings")).get("marker_api")):
+        if isinstance(m, dict) and key(m.get("key")) is not None:
+            value = m.get("value")
+            messages[key(m["key"])] = value if isinstance(value, str) else None
     recs = [r for r in records if isinstance(r, dict) and _internal(r.get("correlation_id")) in messages]
     start = to_int([r.get("start_timestamp") for r in recs])
     end = to_int([r.get("end_timestamp") for r in recs])
