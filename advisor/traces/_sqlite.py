@@ -115,6 +115,36 @@ def columns(conn: sqlite3.Connection, table: str) -> list[str]:
     return [row[0] for row in conn.execute("SELECT name FROM pragma_table_info(?)", (table,))]
 
 
+def text_value(v: object) -> object:
+    """A cell read where text belongs: bytes (a BLOB) decoded with replacement characters,
+    numbers as their text, None kept."""
+    if v is None or isinstance(v, str):
+        return v
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v).decode("utf-8", "replace")
+    return str(v)
+
+
+def _lenient(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+def fetchall(conn: sqlite3.Connection, sql: str, params: Sequence[object] = ()) -> list[tuple]:
+    """conn.execute(sql, params).fetchall(), also when a TEXT cell holds invalid UTF-8
+    (then that query is repeated with replacement characters)."""
+    try:
+        return conn.execute(sql, tuple(params)).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "decode" not in str(exc):
+            raise
+    factory = conn.text_factory
+    conn.text_factory = _lenient
+    try:
+        return conn.execute(sql, tuple(params)).fetchall()
+    finally:
+        conn.text_factory = factory
+
+
 def table_names(path: str | os.PathLike) -> set[str]:
     """Table names of the database at `path` (for sniffers); TraceError if unreadable."""
     path = Path(path)
@@ -181,6 +211,8 @@ def _parse_chunks(rows) -> list[list[np.ndarray]] | None:
     """Parsed columns of each chunk's result row; None if any cell was not an integer."""
     parts = []
     for row in rows:
+        if row is None:
+            return None
         arrays = [_parse_ints(text, row[0]) for text in row[1:]]
         if any(a is None for a in arrays):
             return None
@@ -189,11 +221,18 @@ def _parse_chunks(rows) -> list[list[np.ndarray]] | None:
 
 
 def _fetch_chunk(conn, table, cols, not_null, where, params, lo, hi):
+    """(count, concatenated column texts...) of one rowid range; None when a cell held a
+    BLOB that is not UTF-8 (the slow path then reads the table cell by cell)."""
     sql = (
         f"SELECT count(*), {_int_sql(cols, not_null)} FROM {ident(table)} "
         f"WHERE rowid BETWEEN ? AND ?{' AND (' + where + ')' if where else ''}"
     )
-    return conn.execute(sql, (lo, hi, *params)).fetchone()
+    try:
+        return conn.execute(sql, (lo, hi, *params)).fetchone()
+    except sqlite3.OperationalError as exc:
+        if "decode" in str(exc):
+            return None
+        raise
 
 
 def _fetch_chunk_own_connection(connect, *args):
@@ -209,7 +248,7 @@ def _slow_read(conn, table, names, where, params) -> pd.DataFrame:
     sql = f"SELECT {', '.join(ident(c) for c in names)} FROM {ident(table)}"
     if where:
         sql += f" WHERE {where}"
-    rows = conn.execute(sql + " ORDER BY rowid", tuple(params)).fetchall()
+    rows = fetchall(conn, sql + " ORDER BY rowid", params)
     df = pd.DataFrame.from_records(rows, columns=names)
     out = {}
     for c in names:
@@ -290,11 +329,11 @@ def read_text_column(
     sql = f"SELECT rowid, {ident(col)} FROM {ident(table)}"
     if where:
         sql += f" WHERE {where}"
-    rows = conn.execute(sql + " ORDER BY rowid", tuple(params)).fetchall()
+    rows = fetchall(conn, sql + " ORDER BY rowid", params)
     if not rows:
         return pd.Series([], dtype="object", index=pd.Index([], dtype="int64"))
     ids, values = zip(*rows)
-    return pd.Series(values, index=pd.Index(ids, dtype="int64"), dtype="object")
+    return pd.Series([text_value(v) for v in values], index=pd.Index(ids, dtype="int64"), dtype="object")
 
 
 def lookup_strings(
@@ -310,9 +349,14 @@ def lookup_strings(
     for i in range(0, len(wanted), batch):
         chunk = [int(x) for x in wanted[i : i + batch]]
         marks = ",".join("?" * len(chunk))
-        for k, v in conn.execute(f"{sql_head}({marks})", chunk):
+        for k, v in fetchall(conn, f"{sql_head}({marks})", chunk):
+            if not isinstance(k, int):  # a TEXT id column matched by affinity ('7' = 7)
+                try:
+                    k = int(k)
+                except (TypeError, ValueError, OverflowError):
+                    continue
             keys.append(k)
-            values.append(v)
+            values.append(text_value(v))
     out = pd.Series(values, index=pd.Index(keys, dtype="int64"), dtype="object")
     return out[~out.index.duplicated()]
 

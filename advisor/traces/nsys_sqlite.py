@@ -44,6 +44,7 @@ import pandas as pd
 from ..errors import TraceError
 from ..model import Trace
 from . import _sqlite
+from ._jsonio import to_int
 
 FORMAT = "nsys-sqlite"
 DESCRIPTION = "Nsight Systems SQLite export (nsys export --type sqlite)"
@@ -211,6 +212,7 @@ class _Reader:
         self.rank = rank
         self.tables = _sqlite.tables(conn)
         self.notes: list[str] = []
+        self.kernel_rows = 0  # rows in the kernel table, before dropping invalid ones
         self._columns: dict[str, list[str]] = {}
         self.connect = partial(_sqlite.open_readonly, path)
 
@@ -231,14 +233,22 @@ class _Reader:
         cols = [c for c in wanted if c in have]
         return _sqlite.read_int_columns(self.connect, table, cols, where=where, params=params, rowid=rowid)
 
-    def small_rows(self, table: str, wanted) -> pd.DataFrame:
-        """A small table (device info, enums) read whole, whitelisted columns only."""
+    def small_rows(self, table: str, wanted, text=("name",)) -> pd.DataFrame:
+        """A small table (device info, enums) read whole, whitelisted columns only: `text`
+        columns as str (or None), every other column as Int64 (cells that are not whole
+        numbers become <NA>, whatever a corrupt file holds)."""
         have = set(self.columns(table))
         cols = [c for c in wanted if c in have]
         if not cols:
             return pd.DataFrame()
         sql = f"SELECT {', '.join(_sqlite.ident(c) for c in cols)} FROM {_sqlite.ident(table)}"
-        return pd.DataFrame.from_records(self.conn.execute(sql).fetchall(), columns=cols)
+        df = pd.DataFrame.from_records(_sqlite.fetchall(self.conn, sql), columns=cols)
+        for c in cols:
+            if c in text:
+                df[c] = pd.Series([_sqlite.text_value(v) for v in df[c]], index=df.index, dtype="object")
+            else:
+                df[c] = to_int(df[c].astype("object"))
+        return df
 
     def _drop_bad_times(self, df: pd.DataFrame, what: str) -> pd.DataFrame:
         bad = df["start_ns"].isna() | df["end_ns"].isna() | (df["end_ns"] < df["start_ns"]).fillna(False)
@@ -275,6 +285,8 @@ class _Reader:
             launches = int(runtime["name"].astype("string").str.contains(_LAUNCH_NAMES, na=False).sum())
         if kernels is None:
             where = f"the export has no {KERNEL} table"
+        elif self.kernel_rows:
+            where = f"none of the {self.kernel_rows} rows of the export's {KERNEL} table has a valid start/end time"
         else:
             where = f"the export's {KERNEL} table is empty"
         if launches:
@@ -295,6 +307,7 @@ class _Reader:
         if {"demangledName", "shortName"} <= set(name_cols):
             name_cols = ["demangledName", "shortName"]  # mangled names are then never needed
         raw = self.ints(KERNEL, [*_KERNEL_INTS, *name_cols])
+        self.kernel_rows = len(raw)
         df = pd.DataFrame({dst: raw[src] for src, dst in _KERNEL_INTS.items() if src in raw}, copy=False)
         strings = self.strings(*(raw[c] for c in name_cols))
         names = {c: pd.Series(_sqlite.map_ids(raw[c], strings), dtype="object") for c in name_cols}
@@ -335,6 +348,7 @@ class _Reader:
             return {
                 int(i): _COPY_KIND_BY_NAME.get(str(n).removeprefix("CUDA_MEMCPY_KIND_"), "unknown")
                 for i, n in zip(enum["id"], enum["name"])
+                if not pd.isna(i)
             }
         return {i: _COPY_KIND_BY_NAME[n] for i, n in _COPY_KIND_IDS.items()}
 
@@ -369,7 +383,7 @@ class _Reader:
             enum = self.small_rows(EVENT_TYPE_ENUM, ["id", "name"])
             if {"id", "name"} <= set(enum.columns):
                 for i, n in zip(enum["id"], enum["name"]):
-                    if n in ids:
+                    if n in ids and not pd.isna(i):
                         ids[n] = int(i)
         return ids
 
@@ -417,15 +431,19 @@ class _Reader:
             f"SELECT {', '.join(_sqlite.ident(c) for c in cols)} FROM {_sqlite.ident(NVTX)} "
             f"WHERE {_sqlite.ident('eventType')} = ?"
         )
-        rows = pd.DataFrame.from_records(self.conn.execute(sql, (create_type,)).fetchall(), columns=cols)
+        rows = pd.DataFrame.from_records(_sqlite.fetchall(self.conn, sql, (create_type,)), columns=cols)
         if rows.empty:
             return {}
-        names = rows["text"] if "text" in rows else pd.Series([None] * len(rows), dtype="object")
+        if "text" in rows:
+            names = pd.Series([_sqlite.text_value(v) for v in rows["text"]], index=rows.index, dtype="object")
+        else:
+            names = pd.Series([None] * len(rows), index=rows.index, dtype="object")
         if "textId" in rows:
-            ids = pd.Series(rows["textId"], dtype="Int64")
+            ids = to_int(rows["textId"].astype("object"))
             by_id = pd.Series(_sqlite.map_ids(ids, self.strings(ids)), index=rows.index)
             names = names.where(names.notna(), by_id)
-        return {int(d): str(n) for d, n in zip(rows["domainId"], names) if d is not None and n is not None}
+        domain_ids = to_int(rows["domainId"].astype("object"))
+        return {int(d): str(n) for d, n in zip(domain_ids, names) if not pd.isna(d) and n is not None}
 
     # -- devices --------------------------------------------------------------------------
     def devices(self, used: set[int]) -> pd.DataFrame | None:
