@@ -19,6 +19,7 @@ import zlib
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import numpy as np
 import pandas as pd
 
 from ..devices import complete_devices
@@ -40,9 +41,12 @@ def read_head(path: Path) -> bytes:
     if raw[:2] == b"\x1f\x8b":
         try:
             d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            return d.decompress(raw, HEAD_BYTES)
+            out = d.decompress(raw, HEAD_BYTES)
         except zlib.error as exc:
             raise TraceError(f"{path.name}: corrupt gzip data ({exc})") from None
+        if not out and not d.eof:  # nothing came out and the stream did not end: cut short
+            raise TraceError(f"{path.name}: truncated gzip data (nothing could be decompressed)")
+        return out
     return raw
 
 
@@ -77,14 +81,15 @@ def gunzip_sqlite(path: Path, cache_dir: Path | None) -> Path:
     target = cache / f"{Path(stem).stem}-{content_hash(path)}.sqlite"
     if target.is_file():
         return target
+    tmp = target.with_suffix(f".tmp{os.getpid()}")
     try:
         cache.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(f".tmp{os.getpid()}")
         with gzip.open(path, "rb") as src, open(tmp, "wb") as dst:
             while chunk := src.read(1 << 20):
                 dst.write(chunk)
         os.replace(tmp, target)
     except (OSError, EOFError, zlib.error) as exc:
+        tmp.unlink(missing_ok=True)  # no half-written copy left in the cache
         raise TraceError(f"{path.name}: cannot decompress gzip SQLite trace ({exc})") from None
     return target
 
@@ -99,6 +104,8 @@ def _check_path(path: Path) -> None:
         raise TraceError(f"{path}: no such file")
     if path.is_dir():
         raise TraceError(f"{path}: is a directory, expected a trace file")
+    if not path.is_file():  # a FIFO or device would block or never end
+        raise TraceError(f"{path}: not a regular file, expected a trace file")
     if not os.access(path, os.R_OK):
         raise TraceError(f"{path}: permission denied")
 
@@ -138,6 +145,44 @@ def merge(traces: Sequence[Trace]) -> Trace:
     return Trace.build(meta=meta, **frames)
 
 
+# Launch values no GPU can have (what a corrupt or hand-edited file may hold): CUDA caps each
+# grid dimension at 2**31-1 blocks and a block at 1024 threads (AMD: 1024 work-items), so
+# dimensions outside 1..2**31-1, negative register or shared-memory counts, and products that
+# overflow int64 are made unknown (<NA>) instead of reaching occupancy and wave arithmetic.
+_DIM_COLS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+_MAX_DIM = 2**31 - 1
+
+
+def _mask_impossible(trace: Trace) -> None:
+    k = trace.kernels
+    if k.empty:
+        return
+    bad_rows = np.zeros(len(k), dtype=bool)
+    changed = {"grid": False, "block": False}
+    for col in (*_DIM_COLS, "registers_per_thread", "static_smem_bytes", "dynamic_smem_bytes"):
+        low = 1 if col in _DIM_COLS else 0
+        bad = ((k[col] < low) | (k[col] > _MAX_DIM)).fillna(False).to_numpy(dtype=bool)
+        if bad.any():
+            k[col] = k[col].mask(bad)
+            bad_rows |= bad
+            if col in _DIM_COLS:
+                changed[col.split("_")[0]] = True
+    for prefix, total in (("grid", "grid_blocks"), ("block", "block_threads")):
+        dims = [k[f"{prefix}_{a}"] for a in "xyz"]
+        product = dims[0].astype("Float64") * dims[1].astype("Float64") * dims[2].astype("Float64")
+        over = (product >= 2.0**63).fillna(False).to_numpy(dtype=bool)
+        if over.any() or changed[prefix]:
+            d = [x.mask(over) for x in dims]
+            k[total] = d[0] * d[1] * d[2]
+            bad_rows |= over
+    n = int(bad_rows.sum())
+    if n:
+        trace.note(
+            f"{n} kernel launch(es) had impossible grid/block/register/shared-memory values "
+            "(zero, negative or beyond CUDA's limits); those values are treated as unknown"
+        )
+
+
 def load_trace(
     paths: str | os.PathLike | Iterable[str | os.PathLike],
     *,
@@ -161,19 +206,23 @@ def load_trace(
     for rank, path in enumerate(paths):
         _check_path(path)
         source = path
-        if _is_gzip(path) and read_head(path).startswith(SQLITE_MAGIC):
-            path = gunzip_sqlite(path, cache)
-        fmt = detect(path)
         try:
+            if _is_gzip(path) and read_head(path).startswith(SQLITE_MAGIC):
+                path = gunzip_sqlite(path, cache)
+            fmt = detect(path)
             t = FORMATS[fmt].read(path, rank=rank, cache_dir=cache)
-        except TraceError:
-            raise
+        except TraceError as exc:
+            if path == source:
+                raise
+            # errors about the decompressed copy in the cache name the file the user gave
+            raise TraceError(str(exc).replace(path.name, source.name)) from None
         except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
-            raise TraceError(f"{path.name}: cannot read {fmt} trace ({exc})") from None
+            raise TraceError(f"{source.name}: cannot read trace ({exc})") from None
         t.meta.setdefault("format", fmt)
         t.meta["sources"] = [source.name]  # the file the user named, not a cache copy
         traces.append(t)
     trace = merge(traces)
+    _mask_impossible(trace)
     complete_devices(trace, sm_count=sm_count)
     if require_kernels and trace.kernels.empty:
         names = ", ".join(p.name for p in paths)
