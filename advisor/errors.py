@@ -7,8 +7,12 @@ class AdvisorError(Exception):
     exit_code = 2
 
     def __init__(self, message: str):
-        # Keep it to one line whatever the cause carried (paths, SQL errors with newlines).
-        super().__init__(" ".join(str(message).split()))
+        # Keep it to one line whatever the cause carried (paths, SQL errors with newlines), and
+        # printable: a file name or trace string with ANSI escapes, bidi overrides or bytes
+        # that are not UTF-8 is shown escaped, never sent raw to the user's terminal.
+        from .textutil import safe_text
+
+        super().__init__(safe_text(" ".join(str(message).split()), limit=2000))
 
 
 class TraceError(AdvisorError):

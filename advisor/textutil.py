@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import re
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# C0/C1 controls, line/paragraph separators, bidi embeddings/overrides/isolates (U+202A-E,
+# U+2066-9), the zero-width and bidi marks (U+200B-F, U+061C), BOM, and lone surrogates
+# (file names that are not UTF-8 reach us as U+DC80-DCFF and cannot be written as UTF-8).
+_CONTROL = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff\ud800-\udfff]"
+)
 
 
 def safe_text(s: object, limit: int = 160) -> str:
