@@ -39,10 +39,14 @@ def top_kernels(trace: Trace, top: int = 10) -> list[dict[str, Any]]:
     if k.empty:
         return []
     out = []
-    grouped = k.groupby("name", sort=False, dropna=False)
-    stats = grouped["dur_ns"].agg(["count", "sum", "median"]).sort_values("sum", ascending=False)
-    for name, st in stats.head(top).iterrows():
-        rows = k[k["name"] == name] if not pd.isna(name) else k[k["name"].isna()]
+    # Group by factorized codes, not by comparing names: string equality goes through numpy,
+    # which ignores trailing NUL characters, so a name ending in "\x00" would match no row.
+    codes, names = pd.factorize(k["name"], use_na_sentinel=False)
+    grouped = k["dur_ns"].groupby(codes, sort=False)
+    stats = grouped.agg(["count", "sum", "median"]).sort_values("sum", ascending=False, kind="stable")
+    for code, st in stats.head(top).iterrows():
+        name = names[code]
+        rows = k[codes == code]
         # The most frequent launch configuration stands for the kernel.
         cfg_cols = [f"grid_{a}" for a in "xyz"] + [f"block_{a}" for a in "xyz"]
         cfg = rows[cfg_cols].astype("object").where(rows[cfg_cols].notna(), None)
