@@ -123,9 +123,18 @@ def shape_from_op(op: str, dims: list[Any]) -> dict[str, int] | None:
             return None
     except (ValueError, TypeError):
         return None
-    if k != k2 or min(m, n, k, batch) < 1:
+    if k != k2 or not _plausible(m, n, k, batch):
         return None
     return {"M": int(m), "N": int(n), "K": int(k), "batch": int(batch)}
+
+
+# A GEMM dimension (or batch) is a tensor extent: 1..2**31-1 (what `advisor generate` accepts).
+# Larger values in a trace are corrupt or hostile, and would overflow the int64 tile counts.
+_MAX_EXTENT = 2**31 - 1
+
+
+def _plausible(*extents: int) -> bool:
+    return all(1 <= int(e) <= _MAX_EXTENT for e in extents)
 
 
 def _extract_sizes(text: str) -> list[Any] | None:
@@ -161,7 +170,7 @@ def parse_range_text(text: str) -> dict[str, Any] | None:
             shape = {"M": int(kv["M"]), "N": int(kv["N"]), "K": int(kv["K"]), "batch": int(kv.get("batch", 1))}
         except (KeyError, ValueError):
             return None
-        if min(shape.values()) < 1:
+        if not _plausible(*shape.values()):
             return None
         shape["dtype"] = _DTYPES.get(kv.get("dtype", "").lower())
         shape["op"] = "advisor.gemm"
@@ -331,5 +340,7 @@ def gemm_table(trace: Trace) -> pd.DataFrame:
     tm, tn = out["tile_m"], out["tile_n"]
     b = out["batch"].fillna(1)
     tiles_known = -(-out["M"] // tm) * -(-out["N"] // tn) * b
-    out["tiles"] = tiles_known.astype("Int64")
+    # extents up to 2**31 can multiply past int64 (which wraps silently): unknown instead
+    approx = (out["M"].astype("Float64") / tm) * (out["N"].astype("Float64") / tn) * b.astype("Float64")
+    out["tiles"] = tiles_known.astype("Int64").mask((approx >= 2.0**62).fillna(False))
     return out.drop(columns=["is_gemm_name"])
