@@ -92,6 +92,11 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
+    from .generate import DTYPES, GEMM_STRATEGIES  # here: generate imports this module
+
+    # What `advisor generate` accepts, so a report suggests only commands that run (a code
+    # span shows markdown escapes literally: `stream\_k` would be wrong there).
+    env.globals.update(gemm_strategies=GEMM_STRATEGIES, gemm_dtypes=tuple(DTYPES))
     env.filters.update(
         code=code,
         ident=ident,
@@ -117,26 +122,37 @@ class PySafe(str):
     """Python source text safe to paste into generated code."""
 
 
-_PY_ATOMS = (int, float, bool, str, type(None))
-
-
-def _check_literal(value: Any, depth: int = 0) -> None:
+def _plain_literal(value: Any, depth: int = 0) -> Any:
+    """`value` rebuilt from exact builtin types (str/int/float/bool/None, lists, str-keyed
+    dicts), or ValueError. Subclasses are converted, not trusted: numpy's float64 is a float
+    whose repr is `np.float64(1.0)`, code that would fail (or run) in the generated file; a
+    str subclass could override __repr__. Floats that have no literal (NaN, infinities)
+    become None."""
     if depth > 6:
         raise ValueError("literal nested too deeply")
-    if isinstance(value, _PY_ATOMS):
-        if isinstance(value, float) and value != value:
-            raise ValueError("NaN cannot be written as a literal")
-        return
+    if value is None:
+        return None
+    if isinstance(value, bool):  # before int: bool is an int
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        v = float(value)
+        return v if v == v and v not in (float("inf"), float("-inf")) else None
+    if isinstance(value, str):
+        return str.__str__(value)
+    if type(value).__module__ == "numpy" and hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        return _plain_literal(value.item(), depth)  # numpy bool_/integer/floating scalars
     if isinstance(value, (list, tuple)):
-        for v in value:
-            _check_literal(v, depth + 1)
-        return
+        items = [_plain_literal(v, depth + 1) for v in value]
+        return tuple(items) if isinstance(value, tuple) else items
     if isinstance(value, dict):
+        out = {}
         for k, v in value.items():
             if not isinstance(k, str):
                 raise ValueError(f"dict key {k!r} is not a string")
-            _check_literal(v, depth + 1)
-        return
+            out[str.__str__(k)] = _plain_literal(v, depth + 1)
+        return out
     raise ValueError(f"{type(value).__name__} cannot be written into generated code")
 
 
@@ -144,10 +160,9 @@ def py_literal(value: Any) -> PySafe:
     """repr() of plain data (str/int/float/bool/None and lists/dicts of them): the only way
     trace-derived text enters generated code. repr escapes quotes, newlines and control
     characters, so the text stays inside its string literal."""
-    _check_literal(value)
     import pprint
 
-    return PySafe(pprint.pformat(value, width=96, sort_dicts=False))
+    return PySafe(pprint.pformat(_plain_literal(value), width=96, sort_dicts=False))
 
 
 def _py_finalize(value: Any) -> Any:
