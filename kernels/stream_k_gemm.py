@@ -20,9 +20,11 @@ What
         contributors `atomic_add` their partials into one fp32 buffer per split tile; the last
         arriver reads it, stores the tile and zeroes the buffer and the counter. Less
         traffic, but fp32 additions happen in arrival order: not bit-reproducible.
-        DISABLED: on the H200 (2026-11-29) this path computed wrong tiles (rel. error up to
-        0.46) while passing under the interpreter, which runs programs one at a time and so
-        cannot show a race; Config refuses it until the cause is found.
+        On the H200 (2026-11-29) this path first computed wrong tiles (rel. error up to 0.46;
+        the interpreter, one program at a time, cannot show races): the last arriver loaded
+        the sum and then stored zeros over it with a different thread layout, so some
+        elements were zeroed before being read. It now takes the sum out with one atomic
+        exchange per element. Needs a GPU re-check.
 
     No program ever waits for another (no spin-wait), so the schedule cannot deadlock
     whatever the launch order, and the CPU interpreter (programs one at a time, pid order)
@@ -121,11 +123,6 @@ class Config:
             raise ValueError(f"policy={self.policy!r}: must be one of {POLICIES}")
         if not isinstance(self.deterministic, bool):
             raise TypeError(f"deterministic={self.deterministic!r}: must be a bool")
-        if not self.deterministic:
-            raise ValueError(
-                "deterministic=False (atomic partial sums) computed wrong results on the H200 "
-                "(rel. error 0.27-0.46, Triton 3.6, 2026-11-29) although it passes under the CPU "
-                "interpreter: disabled until the race is found; use the deterministic fixup")
 
     def smem_bytes(self, dtype: torch.dtype) -> int:
         elt = torch.empty((), dtype=dtype).element_size()
@@ -250,7 +247,9 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 
 def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> list[Config]:
     """At most 12 candidates: for 128x128 (4 warps, 4 stages) and 128x256 (8 warps, 3 stages)
-    tiles, every plausible policy with the deterministic fixup; 128x128 first."""
+    tiles, every plausible policy with the deterministic fixup, plus the default policy with
+    atomic partial sums (its fixup reads one tile instead of one per contributor); 128x128
+    first."""
     out: list[Config] = []
     for bm, bn, warps, stages in ((128, 128, 4, 4), (128, 256, 8, 3)):
         base = for_dtype(Config(bm, bn, 64, 8, warps, stages), dtype)
@@ -259,6 +258,9 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
         tiles = cdiv(M, bm) * cdiv(N, bn)
         for policy in plausible_policies(tiles, num_sms):
             out.append(Config(bm, bn, base.BLOCK_K, 8, base.num_warps, stages, policy, True))
+        first_choice = default_policy(tiles, num_sms)
+        if first_choice != "dp":
+            out.append(Config(bm, bn, base.BLOCK_K, 8, base.num_warps, stages, first_choice, False))
     if not out:
         out.append(default_config(M, N, K, dtype, num_sms))
     return out[:12]
@@ -353,13 +355,22 @@ def stream_k_gemm_kernel(
                             rows = rows.to(tl.int64)
                         if DETERMINISTIC:
                             total = tl.zeros((FIXUP_ROWS, BLOCK_N), dtype=tl.float32)
-                            for j in range(first, last + 1):  # contributor order: same bits every run
+                            # contributor order: same bits every run. num_stages makes Triton
+                            # stream the partials through shared memory (cp.async, up to 3 in
+                            # flight; the main loop's buffers are free by now) instead of one
+                            # latency-bound load at a time.
+                            for j in tl.range(first, last + 1, num_stages=4):
                                 j_slot = 2 * j + (_sk_start(j, sk_q, sk_r) < tile_start).to(tl.int32)
                                 total += tl.load(ws_ptr + (j_slot * TILE + rows), cache_modifier=".cg")
                         else:
-                            total = tl.load(ws_ptr + (first * TILE + rows), cache_modifier=".cg")
-                            tl.store(ws_ptr + (first * TILE + rows),  # zeros for the next launch
-                                     tl.zeros((FIXUP_ROWS, BLOCK_N), dtype=tl.float32))
+                            # Take the sum out and leave zeros for the next launch in ONE atomic
+                            # exchange per element (as int32 bits: the interpreter has no float
+                            # exchange). A load then a store of zeros raced on the H200: Triton
+                            # gave them different thread layouts, so an element could be zeroed
+                            # before the thread that reads it had loaded it.
+                            bits = ws_ptr.to(tl.pointer_type(tl.int32)) + (first * TILE + rows)
+                            total = tl.atomic_xchg(bits, tl.zeros((FIXUP_ROWS, BLOCK_N), dtype=tl.int32),
+                                                   sem="relaxed").to(tl.float32, bitcast=True)
                         store_block(c_ptr, stride_cm, stride_cn, M, N, pid_m * BLOCK_M + r0, pid_n * BLOCK_N,
                                     total, FIXUP_ROWS, BLOCK_N, INT64)
                     tl.store(counter_ptr + first, 0)  # ready for the next launch
@@ -423,12 +434,14 @@ if __name__ == "__main__":
     if os.environ.get("TRITON_INTERPRET") == "1":
         for policy in POLICIES:
             self_check(matmul, [(70, 50, 80)], config=Config(16, 16, 16, 2, 4, 1, policy, True))
+        self_check(matmul, [(70, 50, 80)], config=Config(16, 16, 16, 2, 4, 1, "hybrid1", False))
     else:
         self_check(matmul, [(37, 53, 97), (1664, 1408, 1024), (2176, 2176, 512)])
         for policy in POLICIES:
-            def run(a, b, policy=policy):
-                cfg = default_config(a.shape[0], b.shape[1], a.shape[1], a.dtype, num_sms(a.device))
-                return matmul(a, b, replace(cfg, policy=policy))
+            for deterministic in (True, False):
+                def run(a, b, policy=policy, deterministic=deterministic):
+                    cfg = default_config(a.shape[0], b.shape[1], a.shape[1], a.dtype, num_sms(a.device))
+                    return matmul(a, b, replace(cfg, policy=policy, deterministic=deterministic))
 
-            print(f"policy={policy}")
-            self_check(run, [(1664, 1408, 1024)])
+                print(f"policy={policy} deterministic={deterministic}")
+                self_check(run, [(1664, 1408, 1024)])
