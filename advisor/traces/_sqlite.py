@@ -87,6 +87,20 @@ def _connect(path: Path, immutable: bool) -> sqlite3.Connection:
     return conn
 
 
+def _wal_without_log(path: Path) -> bool:
+    """True for a database in WAL mode (header bytes 18-19 = 2) with no write-ahead log
+    beside it: the writer closed it cleanly. A `mode=ro` connection to such a file creates
+    `-wal` and `-shm` files beside it (and, read-only, cannot remove them), so it is opened
+    `immutable=1` instead, which reads the file alone. When a non-empty `-wal` exists the
+    database was not checkpointed and its last writes live there: then `mode=ro` reads both."""
+    with open(path, "rb") as fh:
+        header = fh.read(20)
+    if header[18:20] != b"\x02\x02":
+        return False
+    wal = path.with_name(path.name + "-wal")
+    return not wal.exists() or wal.stat().st_size == 0
+
+
 def open_readonly(path: str | os.PathLike) -> sqlite3.Connection:
     """A read-only connection to the SQLite database at `path`, or a one-line TraceError.
 
@@ -95,7 +109,8 @@ def open_readonly(path: str | os.PathLike) -> sqlite3.Connection:
     path = Path(path)
     check_size(path)
     first_error: sqlite3.Error | None = None
-    for immutable in (False, True):
+    order = (True, False) if _wal_without_log(path) else (False, True)
+    for immutable in order:
         try:
             return _connect(path, immutable)
         except sqlite3.DatabaseError as exc:
