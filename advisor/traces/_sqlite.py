@@ -113,6 +113,9 @@ def open_readonly(path: str | os.PathLike) -> sqlite3.Connection:
     for immutable in order:
         try:
             return _connect(path, immutable)
+        except UnicodeDecodeError:
+            # sqlite3 decodes SQLite's error message, which quotes the damaged schema text
+            raise TraceError(f"{path.name}: corrupt SQLite file (malformed schema)") from None
         except sqlite3.DatabaseError as exc:
             if "not a database" in str(exc) or "malformed" in str(exc):
                 raise TraceError(f"{path.name}: corrupt SQLite file ({exc})") from None
@@ -169,7 +172,7 @@ def table_names(path: str | os.PathLike) -> set[str]:
         raise TraceError(f"{path.name}: cannot read ({exc})") from None
     try:
         return tables(conn)
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         raise TraceError(f"{path.name}: corrupt SQLite file ({exc})") from None
     finally:
         conn.close()

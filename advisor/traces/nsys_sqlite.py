@@ -190,7 +190,7 @@ def read(path: Path, *, rank: int = 0, cache_dir: Path | None = None) -> Trace:
     try:
         with closing(conn):
             return _Reader(path, conn, rank).read()
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # the latter: an undecodable error message
         raise TraceError(f"{path.name}: corrupt SQLite file ({exc})") from None
 
 

@@ -119,7 +119,7 @@ def sniff(path: Path, head: bytes) -> bool:
     conn = _sqlite.open_readonly(path)
     try:
         return _is_rocpd(_object_names(conn))
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # the latter: an undecodable error message
         raise TraceError(f"{path.name}: corrupt SQLite file ({exc})") from None
     finally:
         conn.close()
@@ -129,7 +129,7 @@ def read(path: Path, *, rank: int, cache_dir: Path | None = None) -> Trace:
     conn = _sqlite.open_readonly(path)
     try:
         return _read(conn, path, rank)
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # the latter: an undecodable error message
         raise TraceError(f"{path.name}: corrupt or unreadable rocpd database ({exc})") from None
     finally:
         conn.close()
