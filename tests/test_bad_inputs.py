@@ -144,6 +144,16 @@ def _padded_nsys(tmp: Path) -> bytes:
     return T.write_nsys(tmp / "_padded.sqlite", tables).read_bytes()
 
 
+def _schema_not_utf8(tmp: Path) -> Path:
+    """A byte that is not UTF-8 inside the schema's SQL: SQLite's error message quotes it and
+    Python's sqlite3 raised UnicodeDecodeError while decoding the message (found by fuzzing)."""
+    data = sqlite_bytes(tmp, n=3)
+    old = b'CREATE TABLE "CUPTI_ACTIVITY_KIND_KERNEL" (start INTEGER NOT NULL, '
+    new = b'CREATE TABLE "CUPTI_ACTIVITY_KIND_KERNEL" \x80(start INTEGER NOT NULL,'
+    assert len(old) == len(new) and data.count(old) == 1
+    return write(tmp, "a.sqlite", data.replace(old, new))
+
+
 def _fifo(tmp: Path) -> Path:
     if not hasattr(os, "mkfifo"):
         pytest.skip("no FIFOs on this platform")
@@ -242,6 +252,7 @@ CASES: list[tuple[str, Callable[[Path], Any], Err | Ok]] = [
     ("sqlite-corrupt-pages", lambda t: write(t, "a.sqlite", (lambda d: d[:100] + bytes(range(256)) * ((len(d) - 100) // 256)
                                                            + d[100 + 256 * ((len(d) - 100) // 256):])(_padded_nsys(t))),
      Err(("a.sqlite",))),
+    ("sqlite-schema-not-utf8", lambda t: _schema_not_utf8(t), Err(("a.sqlite", "corrupt SQLite file"))),
     ("sqlite-unrelated-tables", lambda t: T.write_db(t / "a.sqlite", {"users": (["name TEXT"], [("x",)])}),
      Err(("unknown trace format",))),
     ("sqlite-no-tables", lambda t: T.write_db(t / "a.sqlite", {}), Err(("empty",))),
