@@ -149,7 +149,8 @@ def parse_args(argv=None):
     ap.add_argument("--order", choices=("model", "space"), default="model",
                     help="candidate order: advisor.schedule_model's ranking (default config kept first) "
                          "or the schedule's own search-space order")
-    ap.add_argument("--timer", choices=("do_bench", "events", "auto"), default="do_bench")
+    ap.add_argument("--timer", choices=("do_bench", "events", "graph", "auto"), default="do_bench",
+                    help="graph: GPU time per call from CUDA-graph replays (no host launch overhead)")
     ap.add_argument("--warmup-ms", type=float, default=10)
     ap.add_argument("--rep-ms", type=float, default=50)
     ap.add_argument("--variant-timeout-s", type=float, default=45.0,

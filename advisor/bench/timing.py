@@ -152,6 +152,52 @@ def time_events(fn: Callable[[], object], warmup_ms: float = 10, rep_ms: float =
     return _summary([s.elapsed_time(e) for s, e in zip(starts, ends)], "events")
 
 
+def time_graph(fn: Callable[[], object], warmup_ms: float = 10, rep_ms: float = 50,
+               calls_per_graph: int = 20, max_replays: int = 500) -> Timing:
+    """GPU time per call without the host: `calls_per_graph` calls of `fn` captured in one CUDA
+    graph, replays timed with events, per-call time = replay time / calls.
+
+    Why: on the H200 (2026-11-29) a split-K call whose kernels take ~37 us (graph) timed 49-76 us
+    under do_bench and 121 us back to back, because its Python launcher (two Triton launches,
+    a workspace allocation) costs ~100 us of host time that do_bench only partly hides. Kernel
+    schedules are compared on GPU time; host overhead is a separate (launch_overhead) matter.
+    The inputs still rotate (fn), so no call finds its operands in the L2."""
+    import torch
+
+    for _ in range(3):  # compile, allocate workspaces, fill caches outside the capture
+        fn()
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls_per_graph):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    end.synchronize()
+    per_replay = max(start.elapsed_time(end), 1e-3)
+    for _ in range(max(1, int(warmup_ms / per_replay))):
+        graph.replay()
+    n = max(5, min(max_replays, int(rep_ms / per_replay)))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    for i in range(n):
+        starts[i].record()
+        graph.replay()
+        ends[i].record()
+    torch.cuda.synchronize()
+    return _summary([s.elapsed_time(e) / calls_per_graph for s, e in zip(starts, ends)], "graph")
+
+
 def time_fn(fn: Callable[[], object], *, method: str = "auto", warmup_ms: float = 10,
             rep_ms: float = 50, cpu_reps: int = 3) -> Timing:
     """Time `fn` with `method` ("auto": do_bench on a GPU, cpu otherwise)."""
@@ -163,7 +209,9 @@ def time_fn(fn: Callable[[], object], *, method: str = "auto", warmup_ms: float 
         return time_do_bench(fn, warmup_ms, rep_ms)
     if method == "events":
         return time_events(fn, warmup_ms, rep_ms)
-    raise ValueError(f"unknown timer {method!r} (auto, do_bench, events, cpu)")
+    if method == "graph":
+        return time_graph(fn, warmup_ms, rep_ms)
+    raise ValueError(f"unknown timer {method!r} (auto, do_bench, events, graph, cpu)")
 
 
 def rotating(calls: Sequence[Callable[[], object]]) -> Callable[[], object]:
