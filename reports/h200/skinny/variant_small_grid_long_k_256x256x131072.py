@@ -418,9 +418,9 @@ What
     summed, by one of three reductions (the `reduction` knob):
 
     "atomic"     each program `atomic_add`s its fp32 partial into a per-tile fp32 buffer, then
-                 bumps the tile's arrival counter; the program that arrives last reads the
-                 sum, casts it to C's dtype, stores it, and puts zeros back in the buffer and
-                 the counter, so the next launch needs no memset. One launch. NOT
+                 bumps the tile's arrival counter; the program that arrives last takes the
+                 sum out with an atomic exchange against zero (so the next launch needs no
+                 memset), casts it to C's dtype, stores it and resets the counter. One launch. NOT
                  deterministic: fp32 additions happen in arrival order, so the last bits can
                  differ from run to run.
     "two_phase"  each program stores its partial into a workspace [SPLIT_K, M, N]; a second,
@@ -473,11 +473,13 @@ import triton
 import triton.language as tl
 
 
-# "atomic" (fp32 atomic_add of each partial tile) is in the kernel but refused by Config: on
-# the H200 (Triton 3.6, 2026-11-29) it computed wrong outputs (rel. error 0.47-0.58) for
-# 128-row tiles while passing under the CPU interpreter (which cannot show a race), the same
-# failure as Stream-K's atomic partial sums. The two deterministic reductions were right.
-REDUCTIONS = ("two_phase", "fixup")
+# "atomic" computed wrong outputs on the H200 (Triton 3.6, 2026-11-29: rel. error 0.47-0.58
+# for 128-row tiles) while passing under the CPU interpreter, which runs one program at a time
+# and cannot show a race. Cause, read off the sm_90 TTGIR: the last arriver loaded the sums and
+# then stored zeros over them, and Triton gave the load and the store different thread layouts
+# (#blocked1 vs #blocked), so one thread could zero an element before another had read it. The
+# read-and-clear is now one atomic exchange per element. Needs a GPU re-check.
+REDUCTIONS = ("atomic", "two_phase", "fixup")
 
 
 # --------------------------------------------------------------------------------------------
@@ -503,9 +505,6 @@ class Config:
         check_block_config(self)
         if not isinstance(self.SPLIT_K, int) or self.SPLIT_K < 1:
             raise ValueError(f"SPLIT_K={self.SPLIT_K!r}: must be a positive integer")
-        if self.reduction == "atomic":
-            raise ValueError("reduction='atomic' computed wrong results on the H200 (rel. error up to 0.58, "
-                             "2026-11-29): disabled until the cause is found; use 'two_phase' or 'fixup'")
         if self.reduction not in REDUCTIONS:
             raise ValueError(f"reduction={self.reduction!r}: must be one of {REDUCTIONS}")
         if self.REDUCE_BLOCK < 16 or self.REDUCE_BLOCK & (self.REDUCE_BLOCK - 1):
@@ -602,16 +601,23 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
     SM cannot keep enough loads in flight. So after the default, the space splits for about
     4 and 8 programs per SM with pipelines of at most ~56 KB (3-4 programs resident per SM),
     for the default tile, a narrower one and 64x64 tiles, under both deterministic
-    reductions (the one-launch fixup only while its partial reads stay small)."""
+    reductions (the one-launch fixup only while its partial reads stay small); the atomic
+    reduction for the default tile comes right after the default."""
     elt = torch.empty((), dtype=dtype).element_size()
-    bm, bn, bk, warps = _tile_for(M, N)
+    bm, bn, bk, _ = _tile_for(M, N)
     tiles_to_try = [(bm, bn, bk)]
     if bn >= 128:
         tiles_to_try.append((bm, bn // 2, bk))
     if bm >= 64:
         tiles_to_try.append((64, 64, 128))
-    out: list[Config] = [default_config(M, N, K, dtype, num_sms)]
-    for tbm, tbn, tbk in tiles_to_try:
+    default = default_config(M, N, K, dtype, num_sms)
+    out: list[Config] = [default]
+    # the one-launch atomic reduction (read-and-clear fixed 2026-11-29, see REDUCTIONS) for the
+    # default tile, ahead of the rest so that truncation to 12 keeps it
+    atomic: list[Config] = []
+    if effective_split(K, default.BLOCK_K, default.SPLIT_K)[0] > 1:
+        atomic.append(replace(default, reduction="atomic"))
+    for i, (tbm, tbn, tbk) in enumerate(tiles_to_try):
         if not fits_shape(tbm, tbn, M, N):
             continue
         base = for_dtype(Config(tbm, tbn, tbk, 8, 4, 2, 1), dtype)
@@ -625,7 +631,13 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
                 cfg = Config(tbm, tbn, base.BLOCK_K, 8, 4, stages, split, red)
                 if cfg.smem_bytes(dtype) <= SMEM_PER_BLOCK_SM90 and cfg not in out:
                     out.append(cfg)
-    return out[:12]
+            if i == 0 and split > 1:
+                atomic.append(Config(tbm, tbn, base.BLOCK_K, 8, 4, stages, split, "atomic"))
+    merged: list[Config] = []
+    for cfg in out[:1] + atomic + out[1:]:
+        if cfg not in merged and cfg.smem_bytes(dtype) <= SMEM_PER_BLOCK_SM90:
+            merged.append(cfg)
+    return merged[:12]
 
 
 # --------------------------------------------------------------------------------------------
@@ -710,15 +722,21 @@ def split_k_gemm_kernel(
                 if INT64:
                     rows = rows.to(tl.int64)
                 if REDUCTION == "atomic":
-                    total = tl.load(ws_ptr + (tile_off * TILE + rows), cache_modifier=".cg")
-                    tl.store(ws_ptr + (tile_off * TILE + rows),  # zeros for the next launch
-                             tl.zeros((FIXUP_ROWS, BLOCK_N), dtype=tl.float32))
+                    # Read the sum and leave zeros for the next launch in ONE atomic exchange
+                    # per element. A load followed by a store of zeros is a race: Triton may
+                    # give the load and the store different layouts, so another thread can zero
+                    # an element before its reader loaded it (on the H200 that lost about half
+                    # of the sums for 128-row tiles). Exchanged as int32 bits (the interpreter
+                    # has no float exchange); the bits are the fp32 sum.
+                    bits = ws_ptr.to(tl.pointer_type(tl.int32)) + (tile_off * TILE + rows)
+                    total = tl.atomic_xchg(bits, tl.zeros((FIXUP_ROWS, BLOCK_N), dtype=tl.int32),
+                                           sem="relaxed").to(tl.float32, bitcast=True)
                 else:
                     # fixed split order -> the same bits whatever the arrival order;
                     # FIXUP_CHUNK partials per load keep several loads in flight
                     total = tl.zeros((FIXUP_ROWS, BLOCK_N), dtype=tl.float32)
                     offs_s = tl.arange(0, FIXUP_CHUNK)
-                    for s0 in range(0, split_k, FIXUP_CHUNK):
+                    for s0 in tl.range(0, split_k, FIXUP_CHUNK, num_stages=4):  # cp.async, 3 in flight
                         s = s0 + offs_s
                         slots = ws_ptr + ((tile_off * split_k + s)[:, None, None] * TILE + rows[None, :, :])
                         part = tl.load(slots, mask=(s < split_k)[:, None, None], other=0.0, cache_modifier=".cg")
@@ -746,7 +764,7 @@ def split_k_reduce_kernel(
     in_bounds = idx < MN
     total = tl.zeros((BLOCK,), dtype=tl.float32)
     offs_s = tl.arange(0, CHUNK)
-    for s0 in range(0, split_k, CHUNK):
+    for s0 in tl.range(0, split_k, CHUNK, num_stages=4):  # cp.async through shared memory, 3 in flight
         s = s0 + offs_s
         if INT64:
             s = s.to(tl.int64)
@@ -862,10 +880,11 @@ FINDING = {'symptom': 'small_grid_long_k',
  'suggestion': {'split_k': 32, 'k_per_split': 4096, 'reduction': 'two_phase'}}
 CHOSEN_BY = {'how': 'measured',
  'budget_s': 45.0,
- 'median_us': 51.9,
+ 'median_us': 50.21,
  'recommended': False,
- 'verdict': 'no variant beats torch.matmul by more than 3%: keep it (best candidate split_k: '
-            '16.08x the observed kernel, 0.92x torch.matmul, 6.38x our data-parallel baseline)',
+ 'verdict': 'no generated schedule beats torch.matmul by more than 3%; torch.matmul is 17.54x '
+            'the observed kernel: use it (best candidate split_k: 16.62x the observed kernel, '
+            '0.95x torch.matmul, 6.59x our data-parallel baseline)',
  'overridden': ['BLOCK_K',
                 'BLOCK_M',
                 'BLOCK_N',

@@ -737,10 +737,10 @@ KNOBS = {'BLOCK_M': 128,
  'BLOCK_K': 64,
  'GROUP_M': 8,
  'num_warps': 8,
- 'num_stages': 3,
+ 'num_stages': 4,
  'PROGRAMS_PER_SM': 1,
- 'use_tma': False,
- 'EPILOGUE_SUBTILE': False,
+ 'use_tma': True,
+ 'EPILOGUE_SUBTILE': True,
  'FLATTEN': True}
 CONFIG = Config(**KNOBS)
 TUNED_FOR = {'gpu': 'NVIDIA H200',
@@ -772,11 +772,11 @@ FINDING = {'symptom': 'tail_wave',
  'suggestion': {'full_waves': 1, 'tail_tiles': 11, 'sk_programs': 132, 'policy': 'hybrid1'}}
 CHOSEN_BY = {'how': 'measured',
  'budget_s': 45.0,
- 'median_us': 82.94,
+ 'median_us': 133.41,
  'recommended': False,
- 'verdict': 'no variant beats torch.matmul by more than 3%: keep it (best candidate '
-            'persistent: 1.01x the observed kernel, 0.68x torch.matmul, 0.98x our '
-            'data-parallel baseline)',
+ 'verdict': 'no generated schedule beats torch.matmul by more than 3%; torch.matmul is 1.46x '
+            'the observed kernel: use it (best candidate persistent: 0.63x the observed '
+            'kernel, 0.43x torch.matmul, 0.62x our data-parallel baseline)',
  'overridden': ['BLOCK_K',
                 'BLOCK_M',
                 'BLOCK_N',
