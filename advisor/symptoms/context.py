@@ -21,9 +21,17 @@ class Context:
 
     @cached_property
     def kernels(self) -> pd.DataFrame:
-        """trace.kernels + occupancy columns + GEMM columns, same index."""
+        """trace.kernels + occupancy columns + GEMM columns, same index; plus `_name_code`
+        (the name factorized, -1 when missing) and `_launch_group` (one id per GROUP_KEYS
+        combination), computed once here so that each symptom's grouping hashes integers
+        instead of a million strings again (bench/SCALE.md)."""
         k = self.trace.kernels
-        return pd.concat([k, occupancy(self.trace), gemm_table(self.trace)], axis=1)
+        out = pd.concat([k, occupancy(self.trace), gemm_table(self.trace)], axis=1)
+        if "_name_code" not in out.columns:  # gemm_table factorized the names already
+            out["_name_code"] = pd.factorize(out["name"], use_na_sentinel=True)[0]
+        keys = [("_name_code" if c == "name" else c) for c in GROUP_KEYS if c in out.columns]
+        out["_launch_group"] = out.groupby(keys, dropna=False, sort=False).ngroup() if len(out) else 0
+        return out
 
     @cached_property
     def devices(self) -> pd.DataFrame:
@@ -51,17 +59,37 @@ class Context:
 GROUP_KEYS = ["rank", "device_id", "name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "M", "N", "K", "batch", "dtype"]
 
 
+def launch_rows(k: pd.DataFrame, mask, extra: list[str]) -> pd.DataFrame:
+    """The rows of `k` (Context.kernels) where `mask` holds, with only the columns that
+    group_launches and the caller need (GROUP_KEYS, dur_ns, the group id, `extra`): copying
+    all ~50 columns of a million kernels for each symptom was a measurable share of a
+    diagnosis."""
+    cols = list(dict.fromkeys(c for c in [*GROUP_KEYS, "dur_ns", "_launch_group", *extra] if c in k.columns))
+    return k.loc[np.asarray(mask, dtype=bool), cols]
+
+
 def group_launches(df: pd.DataFrame, mean_cols: list[str]) -> pd.DataFrame:
     """Collapse launches of the same kernel, launch shape and problem shape into one row:
     launches, total_ns, median_ns and the mean of `mean_cols`."""
     if df.empty:
         return pd.DataFrame(columns=GROUP_KEYS + ["launches", "total_ns", "median_ns"] + mean_cols)
     keys = [c for c in GROUP_KEYS if c in df.columns]
-    g = df.groupby(keys, dropna=False, sort=False)
-    out = g["dur_ns"].agg(launches="count", total_ns="sum", median_ns="median")
-    if mean_cols:
-        out = out.join(g[mean_cols].mean())
-    out = out.reset_index()
+    if "_launch_group" in df.columns:
+        # Context.kernels numbered the groups once: group by that integer, and take each
+        # group's key values from its first row (groups in order of first appearance, as
+        # groupby(sort=False) orders them).
+        g = df.groupby("_launch_group", sort=False)
+        out = g["dur_ns"].agg(launches="count", total_ns="sum", median_ns="median")
+        if mean_cols:
+            out = out.join(g[mean_cols].mean())
+        first = df.loc[~df["_launch_group"].duplicated().to_numpy(), [*keys, "_launch_group"]].set_index("_launch_group")
+        out = first.join(out).reset_index(drop=True)
+    else:
+        g = df.groupby(keys, dropna=False, sort=False)
+        out = g["dur_ns"].agg(launches="count", total_ns="sum", median_ns="median")
+        if mean_cols:
+            out = out.join(g[mean_cols].mean())
+        out = out.reset_index()
     out["median_ns"] = out["median_ns"].round().astype("int64")
     return out.sort_values("total_ns", ascending=False, kind="stable").reset_index(drop=True)
 

@@ -22,8 +22,9 @@ from ..findings import Gate
 from ..rules import Rule
 from ..textutil import safe_text
 from . import intervals
-from .context import Context, as_int, gemm_bytes, gemm_flop, shape_of
+from .context import Context, as_int, gemm_bytes, gemm_flop, launch_rows, shape_of
 from .launch_overhead import find_runs
+from .strings import contains
 from .tail_wave import work_units
 
 SYMPTOM = "gate"
@@ -79,7 +80,7 @@ def _sync(ctx: Context) -> list[dict]:
         # The thread that launches most is the one whose stalls delay the GPU.
         tid = g["thread_id"].value_counts(dropna=False).index[0]
         th = g[g["thread_id"] == tid] if not pd.isna(tid) else g
-        sync = th[th["name"].fillna("").str.contains(_SYNC)]
+        sync = th[contains(th["name"], _SYNC).to_numpy()]
         if sync.empty:
             rows.append({"rank": int(rank), "span_ns": span, "stall_ns": 0, "sync_calls": 0, "stall_fraction": 0.0, "top_call": None})
             continue
@@ -123,7 +124,8 @@ def _copies(ctx: Context) -> list[dict]:
 
 def _roofline(ctx: Context, rule: Rule) -> list[dict]:
     k = ctx.kernels
-    g = k[k["is_gemm"] & k["M"].notna() & k["dtype"].notna() & k["sm_count"].notna() & k["grid_blocks"].notna()]
+    g = launch_rows(k, k["is_gemm"] & k["M"].notna() & k["dtype"].notna() & k["sm_count"].notna() & k["grid_blocks"].notna(),
+                    ["tiles", "grid_blocks", "sm_count"])
     if g.empty:
         return []
     g = pd.concat([g, work_units(g)], axis=1)

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..model import Trace
+from .strings import contains
 
 _GEMM = re.compile(
     r"gemm|matmul|xmma|nvjet|cijk_|wgmma|tensorop|_mm_|\bmm_|mm_kernel|s16816|h16816|s1688|h1688|"
@@ -217,96 +218,144 @@ def parse_cpu_op(name: str, input_dims: str | None, input_types: str | None) -> 
 
 # --------------------------------------------------------------------------- joining
 
+_RANGE_COLUMNS = ["rank", "thread_id", "start_ns", "end_ns", "M", "N", "K", "batch", "dtype", "op", "source"]
+
+
+def _ranges_with_shapes(rows: pd.DataFrame, codes: np.ndarray, shapes: list[dict | None]) -> pd.DataFrame:
+    """Rows of `rows` whose shape (shapes[code], parsed once per distinct text) is known."""
+    known = np.array([s is not None for s in shapes], dtype=bool)
+    keep = known[codes]
+    codes = codes[keep]
+    sub = rows[keep]
+
+    def col(key: str, dtype=object) -> np.ndarray:
+        missing = 0 if dtype == "int64" else None  # never picked: rows without a shape are dropped
+        return np.array([s[key] if s is not None else missing for s in shapes], dtype=dtype)[codes]
+
+    return pd.DataFrame(
+        {
+            "rank": sub["rank"].to_numpy(),
+            "thread_id": sub["thread_id"].array,
+            "start_ns": sub["start_ns"].to_numpy(),
+            "end_ns": sub["end_ns"].to_numpy(),
+            **{k: col(k, "int64") for k in ("M", "N", "K", "batch")},
+            **{k: col(k) for k in ("dtype", "op", "source")},
+        }
+    )
+
+
 def _shape_ranges(trace: Trace) -> pd.DataFrame:
-    rows = []
+    """Host ranges that name a GEMM shape (NVTX text, Kineto cpu_op Input Dims). Each distinct
+    text is parsed once: a long run repeats the same few shapes millions of times."""
+    parts = []
     nv = trace.nvtx
     if len(nv):
         # Only texts that can be GEMM shapes are parsed: cheap prefilter on the whole column.
-        cand = nv[nv["text"].str.contains(r"advisor\.gemm|sizes = \[", regex=True, na=False)]
-        for r in cand.itertuples(index=False):
-            s = parse_range_text(r.text)
-            if s:
-                rows.append((r.rank, r.thread_id, r.start_ns, r.end_ns, s))
+        cand = nv[contains(nv["text"], r"advisor\.gemm|sizes = \[").to_numpy()]
+        if len(cand):
+            codes, texts = pd.factorize(cand["text"])
+            parts.append(_ranges_with_shapes(cand, codes, [parse_range_text(t) for t in texts]))
     ops = trace.cpu_ops
     if len(ops):
-        cand = ops[ops["input_dims"].notna() & ops["name"].str.contains(r"mm|matmul|linear", regex=True, na=False)]
-        for r in cand.itertuples(index=False):
-            s = parse_cpu_op(r.name, r.input_dims, r.input_types)
-            if s:
-                rows.append((r.rank, r.thread_id, r.start_ns, r.end_ns, s))
-    if not rows:
-        return pd.DataFrame(columns=["rank", "thread_id", "start_ns", "end_ns", "M", "N", "K", "batch", "dtype", "op", "source"])
-    df = pd.DataFrame(
-        [(rk, tid, st, en, s["M"], s["N"], s["K"], s["batch"], s["dtype"], s["op"], s["source"]) for rk, tid, st, en, s in rows],
-        columns=["rank", "thread_id", "start_ns", "end_ns", "M", "N", "K", "batch", "dtype", "op", "source"],
-    )
-    return df
+        cand = ops[ops["input_dims"].notna().to_numpy() & contains(ops["name"], r"mm|matmul|linear").to_numpy()]
+        if len(cand):
+            key = cand[["name", "input_dims", "input_types"]]
+            codes = key.groupby(list(key.columns), dropna=False, sort=False).ngroup().to_numpy()
+            first = key.drop_duplicates()  # same order as ngroup with sort=False: first appearance
+            shapes = [parse_cpu_op(n, d, t) for n, d, t in zip(first["name"], first["input_dims"], first["input_types"])]
+            parts.append(_ranges_with_shapes(cand, codes, shapes))
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return pd.DataFrame(columns=_RANGE_COLUMNS)
+    return pd.concat(parts, ignore_index=True)[_RANGE_COLUMNS]
 
 
 def _launch_points(trace: Trace) -> pd.DataFrame:
-    """Host thread and time of each kernel's launch call (via correlation ids)."""
+    """Host thread and time of each kernel's launch call (via correlation ids); same index
+    as trace.kernels, launch_ns NaN where no launch call matched."""
     k = trace.kernels
     rt = trace.runtime
     base = pd.DataFrame({"rank": k["rank"], "correlation_id": k["correlation_id"]}, index=k.index)
     if rt.empty or k["correlation_id"].isna().all():
         return base.assign(thread_id=pd.NA, launch_ns=np.nan)
     r = rt.dropna(subset=["correlation_id"]).drop_duplicates(["rank", "correlation_id"])
+    if r.empty:
+        return base.assign(thread_id=pd.NA, launch_ns=np.nan)
+    kc, rc = k["correlation_id"], r["correlation_id"]
+    if int(kc.min()) >= 0 and int(rc.min()) >= 0 and max(int(kc.max()), int(rc.max())) < 2**40 and int(k["rank"].max()) < 2**22:
+        # one int64 key per (rank, correlation id): a hash lookup instead of a two-column merge
+        pos = pd.Index(r["rank"].to_numpy(np.int64) << 40 | rc.to_numpy(np.int64)).get_indexer(
+            k["rank"].to_numpy(np.int64) << 40 | kc.fillna(-1).to_numpy(np.int64)
+        )
+        pos = np.where(kc.isna().to_numpy(), -1, pos)
+        found = pos >= 0
+        take = np.where(found, pos, 0)
+        tid = r["thread_id"].array.take(take)
+        tid[~found] = pd.NA
+        launch = np.where(found, r["start_ns"].to_numpy(np.int64)[take].astype(np.float64), np.nan)
+        return base.assign(thread_id=pd.Series(tid, index=k.index), launch_ns=launch)
     r = r[["rank", "correlation_id", "thread_id", "start_ns"]].rename(columns={"start_ns": "launch_ns"})
     merged = base.reset_index().merge(r, on=["rank", "correlation_id"], how="left").set_index("index")
     return merged.reindex(k.index)
 
 
+# Beyond this many (range, launch) pairs the innermost-range search loops range by range
+# rather than expanding every pair at once (memory).
+_MAX_PAIRS = 20_000_000
+
+
 def assign_shapes(trace: Trace) -> pd.DataFrame:
     """Per kernel: M, N, K, batch, dtype, op, shape_source from the innermost enclosing range."""
     k = trace.kernels
-    out = pd.DataFrame(
-        {
-            "M": pd.array([pd.NA] * len(k), dtype="Int64"),
-            "N": pd.array([pd.NA] * len(k), dtype="Int64"),
-            "K": pd.array([pd.NA] * len(k), dtype="Int64"),
-            "batch": pd.array([pd.NA] * len(k), dtype="Int64"),
-            "dtype": pd.array([pd.NA] * len(k), dtype="string"),
-            "op": pd.array([pd.NA] * len(k), dtype="string"),
-            "shape_source": pd.array([pd.NA] * len(k), dtype="string"),
-        },
+    n = len(k)
+    hit = np.full(n, -1, dtype=np.int64)  # row of `ranges` per kernel, by position
+    ranges = _shape_ranges(trace) if n else pd.DataFrame()
+    if len(ranges):
+        # Longest ranges first so that inner (shorter) ranges win: the highest row number.
+        ranges = ranges.assign(_dur=ranges["end_ns"] - ranges["start_ns"]).sort_values("_dur", ascending=False, kind="stable")
+        ranges = ranges.reset_index(drop=True)
+        launches = _launch_points(trace)
+        launches = launches.assign(_pos=np.arange(n)).dropna(subset=["launch_ns"])
+        for (rank, tid), lg in launches.groupby(["rank", "thread_id"], sort=False):
+            rg = ranges[((ranges["rank"] == rank) & (ranges["thread_id"] == tid)).fillna(False).to_numpy(dtype=bool)]
+            if rg.empty:
+                continue
+            lg = lg.sort_values("launch_ns", kind="stable")
+            t = lg["launch_ns"].to_numpy(dtype=np.float64)
+            idx = lg["_pos"].to_numpy()
+            lo = np.searchsorted(t, rg["start_ns"].to_numpy(dtype=np.float64), side="left")
+            hi = np.searchsorted(t, rg["end_ns"].to_numpy(dtype=np.float64), side="right")
+            rows = rg.index.to_numpy()
+            lens = np.maximum(hi - lo, 0)
+            if int(lens.sum()) <= _MAX_PAIRS:
+                keep = lens > 0
+                lens, lo, rows = lens[keep], lo[keep], rows[keep]
+                first = np.repeat(np.cumsum(lens) - lens, lens)
+                launch = np.repeat(lo, lens) + (np.arange(int(lens.sum())) - first)
+                np.maximum.at(hit, idx[launch], np.repeat(rows, lens))
+            else:
+                for ri, a, b in zip(rows, lo, hi):
+                    if b > a:
+                        hit[idx[a:b]] = np.maximum(hit[idx[a:b]], ri)
+    has = hit >= 0
+    take = np.where(has, hit, 0)
+
+    def ints(col: str) -> pd.arrays.IntegerArray:
+        values = ranges[col].to_numpy(dtype=np.int64)[take] if has.any() else np.zeros(n, dtype=np.int64)
+        return pd.arrays.IntegerArray(values, ~has)
+
+    def texts(col: str) -> pd.arrays.StringArray:
+        values = np.full(n, pd.NA, dtype=object)
+        if has.any():
+            picked = ranges[col].to_numpy(dtype=object)[hit[has]]
+            values[has] = np.where(pd.isna(picked), pd.NA, picked)
+        return pd.arrays.StringArray(values)  # validated in C; pd.array(..., "string") is 4x slower
+
+    return pd.DataFrame(
+        {"M": ints("M"), "N": ints("N"), "K": ints("K"), "batch": ints("batch"),
+         "dtype": texts("dtype"), "op": texts("op"), "shape_source": texts("source")},
         index=k.index,
     )
-    if k.empty:
-        return out
-    ranges = _shape_ranges(trace)
-    if ranges.empty:
-        return out
-    launches = _launch_points(trace).dropna(subset=["launch_ns"])
-    if launches.empty:
-        return out
-    hit = np.full(len(k), -1, dtype=np.int64)
-    pos_of = pd.Series(np.arange(len(k)), index=k.index)
-    # Longest ranges first so that inner (shorter) ranges overwrite outer ones.
-    ranges = ranges.assign(_dur=ranges["end_ns"] - ranges["start_ns"]).sort_values("_dur", ascending=False)
-    ranges = ranges.reset_index(drop=True)
-    for (rank, tid), lg in launches.groupby(["rank", "thread_id"], sort=False):
-        rg = ranges[(ranges["rank"] == rank) & (ranges["thread_id"] == tid)]
-        if rg.empty:
-            continue
-        lg = lg.sort_values("launch_ns")
-        t = lg["launch_ns"].to_numpy(dtype=np.float64)
-        idx = pos_of.loc[lg.index].to_numpy()
-        lo = np.searchsorted(t, rg["start_ns"].to_numpy(dtype=np.float64), side="left")
-        hi = np.searchsorted(t, rg["end_ns"].to_numpy(dtype=np.float64), side="right")
-        for ri, a, b in zip(rg.index, lo, hi):
-            if b > a:
-                hit[idx[a:b]] = ri
-    has = hit >= 0
-    if not has.any():
-        return out
-    sel = ranges.loc[hit[has]]
-    rows = k.index[has]
-    for col in ("M", "N", "K", "batch"):
-        out.loc[rows, col] = sel[col].to_numpy()
-    out.loc[rows, "dtype"] = sel["dtype"].astype("string").to_numpy()
-    out.loc[rows, "op"] = sel["op"].astype("string").to_numpy()
-    out.loc[rows, "shape_source"] = sel["source"].astype("string").to_numpy()
-    return out
 
 
 def gemm_table(trace: Trace) -> pd.DataFrame:
@@ -314,13 +363,16 @@ def gemm_table(trace: Trace) -> pd.DataFrame:
     tile_m/n/k, M, N, K, batch, dtype, op, shape_source, tiles (output tiles when both shape
     and tile are known, else NA)."""
     k = trace.kernels
-    names = k["name"].fillna("").astype(str)
-    uniq = pd.Series(names.unique())
+    # Name facts are computed once per distinct name and spread to the kernels by their
+    # factorized code (`_name_code`, -1 for a missing name, which counts as "").
+    name_codes, uniques = pd.factorize(k["name"], use_na_sentinel=True)
+    uniq = pd.Series(np.append(np.asarray(uniques, dtype=object), ""), dtype=object).astype(str)
+    codes = np.where(name_codes >= 0, name_codes, len(uniq) - 1)
+    helper = uniq.str.contains(_NOT_GEMM)
     flags = pd.DataFrame(
         {
-            "name": uniq,
             "is_comm": uniq.str.contains(_COMM),
-            "is_gemm_name": uniq.str.contains(_GEMM) & ~uniq.str.contains(_NOT_GEMM),
+            "is_gemm_name": uniq.str.contains(_GEMM) & ~helper,
             "is_split_k": uniq.str.contains(_SPLIT_K),
             "is_ws": uniq.str.contains(_WS),
         }
@@ -329,14 +381,14 @@ def gemm_table(trace: Trace) -> pd.DataFrame:
     flags["tile_m"] = pd.array([t[0] if t else pd.NA for t in tiles], dtype="Int64")
     flags["tile_n"] = pd.array([t[1] if t else pd.NA for t in tiles], dtype="Int64")
     flags["tile_k"] = pd.array([t[2] if t and t[2] else pd.NA for t in tiles], dtype="Int64")
-    per = flags.set_index("name").reindex(names.to_numpy())
-    per.index = k.index
+    per = flags.iloc[codes].set_axis(k.index)
     shapes = assign_shapes(trace)
     out = pd.concat([per, shapes], axis=1)
     # A kernel launched inside a GEMM operator's range is a GEMM even when its name says
     # nothing (a Triton kernel called "kernel_0"), unless it is communication or a helper.
-    named_helper = names.str.contains(_NOT_GEMM)
+    named_helper = pd.Series(helper.to_numpy(dtype=bool)[codes], index=k.index)
     out["is_gemm"] = (out["is_gemm_name"] | (out["M"].notna() & ~named_helper)) & ~out["is_comm"]
+    out["_name_code"] = name_codes
     tm, tn = out["tile_m"], out["tile_n"]
     b = out["batch"].fillna(1)
     tiles_known = -(-out["M"] // tm) * -(-out["N"] // tn) * b

@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..findings import Finding
 from ..rules import Rule
-from .context import Context, as_int, dims, gemm_bytes, gemm_flop, group_launches, shape_of
+from .context import Context, as_int, dims, gemm_bytes, gemm_flop, group_launches, launch_rows, shape_of
 from .tail_wave import work_units
 
 SYMPTOM = "hopper_no_ws"
@@ -30,8 +30,11 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     hopper = {(int(r), int(d)) for r, d, m in zip(dev["rank"], dev["device_id"], dev["cc_major"]) if not pd.isna(m) and int(m) in majors}
     if not hopper:
         return group_launches(k.iloc[0:0], [])
-    on = [(int(r), -1 if pd.isna(d) else int(d)) in hopper for r, d in zip(k["rank"], k["device_id"])]
-    g = k[pd.Series(on, index=k.index) & k["is_gemm"] & ~k["is_ws"] & k["sm_count"].notna() & k["grid_blocks"].notna()]
+    # vectorised membership of (rank, device) in `hopper` (a Python loop took seconds at 1M kernels)
+    keys = pd.MultiIndex.from_arrays([k["rank"].astype("int64"), k["device_id"].fillna(-1).astype("int64")])
+    on = keys.isin(list(hopper))
+    g = launch_rows(k, on & (k["is_gemm"] & ~k["is_ws"] & k["sm_count"].notna() & k["grid_blocks"].notna()).to_numpy(),
+                    ["tiles", "grid_blocks", "sm_count"])
     if g.empty:
         return group_launches(g, [])
     g = pd.concat([g, work_units(g)], axis=1)

@@ -19,7 +19,7 @@ import pandas as pd
 
 from ..findings import Finding
 from ..rules import Rule
-from .context import Context, as_int, dims, group_launches, shape_of
+from .context import Context, as_int, dims, group_launches, launch_rows, shape_of
 
 SYMPTOM = "launch_overhead"
 REQUIRES = ()  # runs need only kernel times; the big-grid half also needs grids and SM counts
@@ -33,6 +33,9 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
         return ctx.cache[key]
     k = ctx.kernels
     cols = ["rank", "device_id", "stream_id", "start_ns", "end_ns", "dur_ns", "name", "is_gemm", "correlation_id"]
+    name_key = "_name_code" if "_name_code" in k.columns else "name"  # integers hash faster than names
+    if name_key != "name":
+        cols.append(name_key)
     d = k[cols].copy()
     d["device_id"] = d["device_id"].fillna(-1).astype("int64")
     d["stream_id"] = d["stream_id"].fillna(-1).astype("int64")
@@ -66,8 +69,12 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
     )
     runs = runs[runs["kernels"] >= rule["min_run_kernels"]].copy()
     if len(runs):
-        top = d[d["run_id"].isin(runs.index)].groupby(["run_id", "name"], sort=False)["dur_ns"].sum()
+        in_runs = d[d["run_id"].isin(runs.index)]
+        top = in_runs.groupby(["run_id", name_key], sort=False)["dur_ns"].sum()
         top = top.reset_index().sort_values("dur_ns", ascending=False).drop_duplicates("run_id").set_index("run_id")
+        if name_key != "name":
+            names = in_runs.drop_duplicates(name_key).set_index(name_key)["name"]
+            top["name"] = names.reindex(top[name_key].to_numpy()).to_numpy()
         runs["top_kernel"] = top["name"].reindex(runs.index)
         corr = d[d["run_id"].isin(runs.index)][["run_id", "rank", "correlation_id"]].dropna()
         rt = ctx.trace.runtime
@@ -103,7 +110,7 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
         per_stream["kind"] = "run"
         parts.append(per_stream)
     k = ctx.kernels
-    big = k[k["waves"].notna() & ~k["is_comm"]].copy()
+    big = launch_rows(k, k["waves"].notna() & ~k["is_comm"], ["waves", "blocks_per_sm", "sm_count"]).copy()
     if len(big):
         big["wave_ns"] = big["dur_ns"] / np.ceil(big["waves"].astype("float64"))
         big = group_launches(big, ["waves", "wave_ns", "blocks_per_sm", "sm_count"])

@@ -45,11 +45,21 @@ def occupancy(trace: Trace) -> pd.DataFrame:
     k = trace.kernels
     if k.empty:
         return pd.DataFrame(columns=COLUMNS, index=k.index, dtype="float64")
-    dev = trace.devices.drop_duplicates(["rank", "device_id"]).set_index(["rank", "device_id"])
-    key = pd.MultiIndex.from_arrays([k["rank"], k["device_id"].fillna(-1).astype("int64")])
-    d = dev.reindex(key)
+    dev = trace.devices.drop_duplicates(["rank", "device_id"]).reset_index(drop=True)
+    # Each kernel's device limits by position: one int64 key per (rank, device) looked up in
+    # the few device rows, then numpy takes of the columns needed (reindexing the whole
+    # device frame by a million-row MultiIndex took most of this function's time).
+    ranks, devs = k["rank"].to_numpy(np.int64), k["device_id"].fillna(-1).to_numpy(np.int64)
+    dev_keys = dev["rank"].to_numpy(np.int64) * (1 << 32) + dev["device_id"].to_numpy(np.int64) + 1
+    pos = pd.Index(dev_keys).get_indexer(ranks * (1 << 32) + devs + 1) if len(dev) else np.full(len(k), -1)
+    d = {}
+    for name in ("warp_size", "max_warps_per_sm", "regs_per_sm", "cc_major", "smem_per_sm_bytes", "max_blocks_per_sm", "sm_count"):
+        values = np.append(dev[name].astype("float64").to_numpy(na_value=np.nan), np.nan)  # last: unknown device
+        d[name] = values[np.where(pos >= 0, pos, len(dev))]
 
     def col(frame, name):
+        if isinstance(frame, dict):
+            return frame[name]
         return frame[name].astype("float64").to_numpy(na_value=np.nan)
 
     threads = col(k, "block_threads")

@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..findings import Finding
 from ..rules import Rule
-from .context import Context, as_int, dims, gemm_bytes, group_launches, shape_of
+from .context import Context, as_int, dims, gemm_bytes, group_launches, launch_rows, shape_of
 from .tail_wave import work_units
 
 SYMPTOM = "small_grid_long_k"
@@ -29,7 +29,8 @@ REQUIRES = (
 
 def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     k = ctx.kernels
-    g = k[k["is_gemm"] & ~k["is_split_k"] & k["sm_count"].notna() & k["grid_blocks"].notna()]
+    g = launch_rows(k, k["is_gemm"] & ~k["is_split_k"] & k["sm_count"].notna() & k["grid_blocks"].notna(),
+                    ["tiles", "grid_blocks", "sm_count", "tile_k"])
     if g.empty:
         return group_launches(g, [])
     g = pd.concat([g, work_units(g)], axis=1)

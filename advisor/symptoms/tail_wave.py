@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..findings import Finding
 from ..rules import Rule
-from .context import Context, as_int, dims, group_launches, shape_of
+from .context import Context, as_int, dims, group_launches, launch_rows, shape_of
 
 SYMPTOM = "tail_wave"
 REQUIRES = (
@@ -42,7 +42,8 @@ def work_units(k: pd.DataFrame) -> pd.DataFrame:
 
 def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     k = ctx.kernels
-    g = k[k["is_gemm"] & ~k["is_split_k"] & k["sm_count"].notna() & k["grid_blocks"].notna()]
+    g = launch_rows(k, k["is_gemm"] & ~k["is_split_k"] & k["sm_count"].notna() & k["grid_blocks"].notna(),
+                    ["tiles", "grid_blocks", "sm_count", "waves", "tail_efficiency", "blocks_per_sm", "tile_m", "tile_n"])
     if g.empty:
         return group_launches(g, [])
     g = pd.concat([g, work_units(g)], axis=1)
