@@ -479,7 +479,11 @@ def _device_row(doc: dict, p: dict, device_id: int, rank: int) -> dict[str, Any]
 
 def _devices(doc, kernels, memcpy, rank, notes):
     props: dict[int, dict] = {}
-    for p in doc.get("deviceProperties") or []:
+    listed = doc.get("deviceProperties")
+    if listed is not None and not isinstance(listed, list):
+        notes.append("deviceProperties is not a list: ignored")
+        listed = []
+    for p in listed or []:
         if isinstance(p, dict) and isinstance(p.get("id"), int):
             props[p["id"]] = p
     used = sorted(
