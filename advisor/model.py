@@ -46,6 +46,12 @@ SCHEMAS: dict[str, dict[str, str]] = {
         "static_smem_bytes": _I,  # AMD: LDS
         "dynamic_smem_bytes": _I,
         "graph_node_id": _I,  # launched from a CUDA graph when set
+        # Collectives (NCCL/RCCL kernels), when the trace records them (Kineto kernel args):
+        "comm_name": _S,  # "allreduce", "all_gather", ... as the profiler names it
+        "comm_in_nelems": _I,
+        "comm_out_nelems": _I,
+        "comm_dtype": _S,
+        "comm_group_size": _I,
     },
     # Host-side runtime/driver API calls (cudaLaunchKernel, cudaMemcpy, cudaDeviceSynchronize...).
     "runtime": {

@@ -265,6 +265,10 @@ def _runtime(events, rank, base_ns, notes):
     return df, launches
 
 
+def _text_or_none(v):
+    return v if isinstance(v, str) and v else None
+
+
 def _kernels(events, rank, base_ns, launches, notes):
     keep, start, dur = _times(events, base_ns, "kernel", notes)
     events = _pick(events, keep)
@@ -324,6 +328,12 @@ def _kernels(events, rank, base_ns, launches, notes):
             "registers_per_thread": to_int([a.get("registers per thread") for a in args]),
             "static_smem_bytes": to_int(smem),
             "graph_node_id": to_int([a.get("graph node id") for a in args]),
+            # NCCL kernels carry their collective's description (PyTorch >= 2.1 traces)
+            "comm_name": [_text_or_none(a.get("Collective name")) for a in args],
+            "comm_in_nelems": to_int([a.get("In msg nelems") for a in args]),
+            "comm_out_nelems": to_int([a.get("Out msg nelems") for a in args]),
+            "comm_dtype": [_text_or_none(a.get("dtype")) for a in args],
+            "comm_group_size": to_int([a.get("Group size") for a in args]),
         }
     )
 
