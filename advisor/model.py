@@ -138,6 +138,9 @@ def conform(df: pd.DataFrame | None, frame: str) -> pd.DataFrame:
     out = {}
     n = len(df)
     for col, dtype in schema.items():
+        if col not in df.columns and dtype != "int64":
+            out[col] = _missing(dtype, df.index)
+            continue
         if col in df.columns:
             s = df[col]
         else:
@@ -156,6 +159,17 @@ def conform(df: pd.DataFrame | None, frame: str) -> pd.DataFrame:
         out[col] = s
     res = pd.DataFrame(out, index=df.index).reset_index(drop=True)
     return res
+
+
+def _missing(dtype: str, index: pd.Index) -> pd.Series:
+    """An all-NA column of `dtype`, built directly (a column of a million pd.NA objects took
+    0.3 s to convert, per column, on every frame without it)."""
+    n = len(index)
+    if dtype == _I:
+        return pd.Series(pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)), index=index)
+    if dtype == _F:
+        return pd.Series(pd.arrays.FloatingArray(np.zeros(n, dtype=np.float64), np.ones(n, dtype=bool)), index=index)
+    return pd.Series(pd.arrays.StringArray(np.full(n, pd.NA, dtype=object)), index=index)
 
 
 def _numeric(s: pd.Series) -> pd.Series:
