@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
 from functools import partial
 from pathlib import Path
@@ -157,6 +158,10 @@ _CUDA_GPU_2021_COLS = {
     "maxWarpsPerMultiprocessor": "max_warps_per_sm",
 }
 
+_RUNTIME_WANTED = [*_RUNTIME_INTS, "globalTid", "nameId"]
+_NVTX_WANTED = ["start", "end", "eventType", "globalTid", "textId", "domainId"]
+_NVTX_WHERE = f"{_sqlite.ident('eventType')} IN (?, ?, ?)"
+
 _RUNTIME_VERSION_SUFFIX = re.compile(r"_v\d{4,5}$")
 _LAUNCH_NAMES = re.compile(r"^(?:cudaLaunch|cuLaunch|cudaGraphLaunch|cuGraphLaunch)")
 
@@ -215,6 +220,7 @@ class _Reader:
         self.kernel_rows = 0  # rows in the kernel table, before dropping invalid ones
         self._columns: dict[str, list[str]] = {}
         self.connect = partial(_sqlite.open_readonly, path)
+        self._pending: dict[tuple, Future] = {}
 
     # -- helpers --------------------------------------------------------------------------
     def columns(self, table: str) -> list[str]:
@@ -229,9 +235,23 @@ class _Reader:
         return _sqlite.lookup_strings(self.conn, STRINGS, ids)
 
     def ints(self, table: str, wanted, *, where: str = "", params=(), rowid: bool = False) -> pd.DataFrame:
+        pending = self._pending.pop((table, tuple(wanted), where, tuple(params), rowid), None)
+        if pending is not None:
+            return pending.result()
         have = set(self.columns(table))
         cols = [c for c in wanted if c in have]
         return _sqlite.read_int_columns(self.connect, table, cols, where=where, params=params, rowid=rowid)
+
+    def prefetch(self, pool: ThreadPoolExecutor, table: str, wanted, *, where: str = "", params=(), rowid: bool = False) -> None:
+        """Start reading what a later `ints(...)` with the same arguments will ask for, on
+        `pool`: SQLite works (GIL released, own connections) while this thread turns the
+        kernel table into a frame, which kept the second core idle before."""
+        have = set(self.columns(table))
+        cols = [c for c in wanted if c in have]
+        key = (table, tuple(wanted), where, tuple(params), rowid)
+        self._pending[key] = pool.submit(
+            _sqlite.read_int_columns, self.connect, table, cols, where=where, params=params, rowid=rowid
+        )
 
     def small_rows(self, table: str, wanted, text=("name",)) -> pd.DataFrame:
         """A small table (device info, enums) read whole, whitelisted columns only: `text`
@@ -261,10 +281,21 @@ class _Reader:
     def read(self) -> Trace:
         if not is_nsys_schema(self.tables):
             raise TraceError(f"{self.path.name}: SQLite file is not an Nsight Systems export (no nsys tables)")
-        kernels = self.kernels()
-        runtime = self.runtime()
-        memcpy = self.memcpy()
-        nvtx = self.nvtx()
+        with ThreadPoolExecutor(1) as pool:
+            if RUNTIME in self.tables and {"start", "end"} <= set(self.columns(RUNTIME)):
+                self.prefetch(pool, RUNTIME, _RUNTIME_WANTED)
+            if {"start", "eventType"} <= set(self.columns(NVTX)):
+                kinds = self._nvtx_kinds()
+                self.prefetch(pool, NVTX, _NVTX_WANTED, where=_NVTX_WHERE, params=kinds, rowid=True)
+            try:
+                kernels = self.kernels()
+                runtime = self.runtime()
+                memcpy = self.memcpy()
+                nvtx = self.nvtx()
+            finally:
+                for f in self._pending.values():
+                    f.cancel()
+                self._pending.clear()
         if kernels is None or kernels.empty:
             self.notes.insert(0, self._why_no_kernels(kernels, runtime))
         used = set()
@@ -330,7 +361,7 @@ class _Reader:
     def runtime(self) -> pd.DataFrame | None:
         if RUNTIME not in self.tables or not {"start", "end"} <= set(self.columns(RUNTIME)):
             return None
-        raw = self.ints(RUNTIME, [*_RUNTIME_INTS, "globalTid", "nameId"])
+        raw = self.ints(RUNTIME, _RUNTIME_WANTED)
         df = pd.DataFrame({dst: raw[src] for src, dst in _RUNTIME_INTS.items() if src in raw})
         if "globalTid" in raw:
             df["thread_id"] = _thread_ids(raw["globalTid"])
@@ -377,6 +408,10 @@ class _Reader:
         df["dur_ns"] = df["end_ns"] - df["start_ns"]
         return df.sort_values("start_ns", kind="stable").reset_index(drop=True)
 
+    def _nvtx_kinds(self, types: dict[str, int] | None = None) -> list[int]:
+        types = types or self._nvtx_type_ids()
+        return [types["NvtxPushPopRange"], types["NvtxStartEndRange"], types["NvtxMark"]]
+
     def _nvtx_type_ids(self) -> dict[str, int]:
         ids = dict(_NVTX_TYPES)
         if EVENT_TYPE_ENUM in self.tables:
@@ -392,10 +427,9 @@ class _Reader:
         if not {"start", "eventType"} <= cols:
             return None
         types = self._nvtx_type_ids()
-        kinds = [types["NvtxPushPopRange"], types["NvtxStartEndRange"], types["NvtxMark"]]
-        where = f"{_sqlite.ident('eventType')} IN (?, ?, ?)"
-        wanted = ["start", "end", "eventType", "globalTid", "textId", "domainId"]
-        raw = self.ints(NVTX, wanted, where=where, params=kinds, rowid=True)
+        kinds = self._nvtx_kinds(types)
+        where = _NVTX_WHERE
+        raw = self.ints(NVTX, _NVTX_WANTED, where=where, params=kinds, rowid=True)
         df = pd.DataFrame({"start_ns": raw["start"]})
         is_mark = (raw["eventType"] == types["NvtxMark"]).fillna(False).to_numpy()
         end = raw["end"] if "end" in raw else pd.Series(pd.NA, index=raw.index, dtype="Int64")
