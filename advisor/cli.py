@@ -166,7 +166,6 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
       advisor diagnose trace.sqlite --sm-count 132 --out report/
     """
     from .diagnose import diagnose
-    from .render import render
     from .traces import load_trace
 
     if example:
@@ -185,7 +184,11 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
         out_dir.mkdir(parents=True, exist_ok=True)
         if wave_occupancy(result.findings, out_dir / "waves.png") is not None:
             images["waves"] = "waves.png"
-    markdown = render("diagnosis.md.j2", d=result, images=images)
+    markdown = ""
+    if out_dir is not None or not as_json:  # --json alone needs no markdown (nor jinja2)
+        from .render import render
+
+        markdown = render("diagnosis.md.j2", d=result, images=images)
     if out_dir is not None:
         (out_dir / "report.md").write_text(markdown, encoding="utf-8")
         (out_dir / "report.json").write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
