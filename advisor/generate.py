@@ -69,6 +69,25 @@ def _ident(value: Any, what: str) -> PySafe:
     return PySafe(text)
 
 
+def _check_problem(M: int, N: int, K: int, dtype: str) -> None:
+    if dtype not in DTYPES:
+        raise AdvisorError(f"dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    for name, v in (("M", M), ("N", N), ("K", K)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v < 2**31:
+            raise AdvisorError(f"{name}={v!r}: must be an integer in 1..2^31-1")
+
+
+def _finish(variant: Variant, filename: str, target: Path | None) -> Variant:
+    """Compile the rendered text (a template bug must fail here, not on the user's GPU) and
+    write it when a path was given."""
+    compile(variant.source, filename, "exec")
+    if target is not None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(variant.source, encoding="utf-8")
+        variant.path = target
+    return variant
+
+
 def _defaults(strategy: str) -> dict[str, Any]:
     return {f.name: f.default for f in config_fields(strategy)}
 
@@ -133,11 +152,7 @@ def generate(
     when given. `knobs` override the model's choice knob by knob."""
     if strategy not in GEMM_STRATEGIES:
         raise AdvisorError(f"strategy {strategy!r}: generate supports {', '.join(GEMM_STRATEGIES)}")
-    if dtype not in DTYPES:
-        raise AdvisorError(f"dtype {dtype!r}: use one of {', '.join(DTYPES)}")
-    for name, v in (("M", M), ("N", N), ("K", K)):
-        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v < 2**31:
-            raise AdvisorError(f"{name}={v!r}: must be an integer in 1..2^31-1")
+    _check_problem(M, N, K, dtype)
     dev = device or Device()
     model_rows: list[dict] = []
     if chosen_by is None:
@@ -181,13 +196,7 @@ def generate(
         kernel_source=PySafe(source),
         baseline_expr=PySafe(baseline),
     )
-    compile(text, filename, "exec")  # a template bug must fail here, not on the user's GPU
-    variant = Variant(strategy, M, N, K, dtype, final, chosen_by, text, None, model_rows)
-    if target is not None:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
-        variant.path = target
-    return variant
+    return _finish(Variant(strategy, M, N, K, dtype, final, chosen_by, text, None, model_rows), filename, target)
 
 
 def finding_summary(f: Any) -> dict[str, Any]:
@@ -215,11 +224,7 @@ def generate_comm_overlap(
     (kernels/comm_overlap.py) with a check against the plain sequence and a benchmark."""
     if pattern not in COMM_PATTERNS:
         raise AdvisorError(f"pattern {pattern!r}: use one of {', '.join(COMM_PATTERNS)}")
-    if dtype not in DTYPES:
-        raise AdvisorError(f"dtype {dtype!r}: use one of {', '.join(DTYPES)}")
-    for name, v in (("M", M), ("N", N), ("K", K)):
-        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v < 2**31:
-            raise AdvisorError(f"{name}={v!r}: must be an integer in 1..2^31-1")
+    _check_problem(M, N, K, dtype)
     final = _defaults("comm_overlap")
     if knobs:
         final.update(coerce_knobs("comm_overlap", knobs))
@@ -242,11 +247,5 @@ def generate_comm_overlap(
         filename_id=_ident(filename if _IDENT.match(filename) else "variant.py", "file name"),
         kernel_source=PySafe(source),
     )
-    compile(text, filename, "exec")
     chosen = {"how": "defaults" if not knobs else "given", "pattern": pattern}
-    variant = Variant("comm_overlap", M, N, K, dtype, final, chosen, text)
-    if target is not None:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
-        variant.path = target
-    return variant
+    return _finish(Variant("comm_overlap", M, N, K, dtype, final, chosen, text), filename, target)
