@@ -11,6 +11,7 @@ import pandas as pd
 from ..model import Trace
 from .gemm import gemm_table
 from .occupancy import occupancy
+from .strings import factorize
 
 
 class Context:
@@ -28,9 +29,12 @@ class Context:
         k = self.trace.kernels
         out = pd.concat([k, occupancy(self.trace), gemm_table(self.trace)], axis=1)
         if "_name_code" not in out.columns:  # gemm_table factorized the names already
-            out["_name_code"] = pd.factorize(out["name"], use_na_sentinel=True)[0]
-        keys = [("_name_code" if c == "name" else c) for c in GROUP_KEYS if c in out.columns]
-        out["_launch_group"] = out.groupby(keys, dropna=False, sort=False).ngroup() if len(out) else 0
+            out["_name_code"] = factorize(out["name"])[0]
+        # strings grouped as integer codes (-1 for missing, as groupby(dropna=False) keeps NA)
+        coded = out[[c for c in GROUP_KEYS if c in out.columns and c not in ("name", "dtype")]].assign(
+            _name_code=out["_name_code"], _dtype_code=factorize(out["dtype"])[0] if "dtype" in out else 0
+        )
+        out["_launch_group"] = coded.groupby(list(coded.columns), dropna=False, sort=False).ngroup() if len(out) else 0
         return out
 
     @cached_property

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..model import Trace
-from .strings import contains
+from .strings import contains, factorize
 
 _GEMM = re.compile(
     r"gemm|matmul|xmma|nvjet|cijk_|wgmma|tensorop|_mm_|\bmm_|mm_kernel|s16816|h16816|s1688|h1688|"
@@ -375,7 +375,7 @@ def gemm_table(trace: Trace) -> pd.DataFrame:
     k = trace.kernels
     # Name facts are computed once per distinct name and spread to the kernels by their
     # factorized code (`_name_code`, -1 for a missing name, which counts as "").
-    name_codes, uniques = pd.factorize(k["name"], use_na_sentinel=True)
+    name_codes, uniques = factorize(k["name"])
     uniq = pd.Series(np.append(np.asarray(uniques, dtype=object), ""), dtype=object).astype(str)
     codes = np.where(name_codes >= 0, name_codes, len(uniq) - 1)
     helper = uniq.str.contains(_NOT_GEMM)
