@@ -25,6 +25,13 @@ class _Group(click.Group):
         except AdvisorError as exc:
             click.echo(f"advisor: error: {exc}", err=True)
             ctx.exit(exc.exit_code)
+        except OSError as exc:
+            # The file system refused something (an --out or -o path that cannot be created,
+            # a full disk): the user's to fix, so one line and exit 2 like any AdvisorError.
+            where = f"{exc.filename}: " if exc.filename else ""
+            err = AdvisorError(f"cannot write or read {where}{exc.strerror or exc}")
+            click.echo(f"advisor: error: {err}", err=True)
+            ctx.exit(err.exit_code)
 
 
 def _echo_json(obj) -> None:
