@@ -445,6 +445,21 @@ def test_non_utf8_names_are_escaped_in_reports(tmp_path):
     assert json.loads((out / "report.json").read_text(encoding="utf-8"))["trace"]["sources"] == [path.name]
 
 
+def test_outputs_that_cannot_be_written(tmp_path):
+    """--out / -o / --cache-dir under a regular file (NotADirectoryError): one line, exit 2,
+    not a traceback from mkdir or write_text."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    trace = str(T.write_kineto(tmp_path / "t.json"))
+    gz = tmp_path / "t.sqlite.gz"
+    gz.write_bytes(gzip.compress(sqlite_bytes(tmp_path, n=2)))
+    for args in (["diagnose", trace, "--out", str(blocker / "out")],
+                 ["diagnose", trace, "--json", "--out", str(blocker / "out")],
+                 ["generate", "dp", "--shape", "64x64x64", "-o", str(blocker / "v.py")],
+                 ["summary", "--cache-dir", str(blocker / "cache"), str(gz)]):
+        assert_one_line_error(run_cli(*args), ("a-file",))
+
+
 def test_truncated_sqlite_gz_leaves_no_partial_copy(tmp_path):
     """The error names the user's file, and the cache holds no half-written copy."""
     cache = tmp_path / "cache"
