@@ -600,6 +600,42 @@ def test_fuzz_structured_kineto(events, top):
     exercise(json.dumps(doc).encode(), "t.json")
 
 
+# Places in a rocprofv3 document where a corrupt or foreign file can hold any JSON value.
+ROCPROF_PATHS = [
+    ("agents",), ("agents", 0), ("agents", 1, "id"), ("agents", 1, "type"), ("agents", 1, "gpu_index"),
+    ("agents", 1, "cu_count"), ("kernel_symbols",), ("kernel_symbols", 0, "kernel_id"),
+    ("kernel_symbols", 0, "formatted_kernel_name"), ("kernel_symbols", 0, "group_segment_size"),
+    ("buffer_records",), ("buffer_records", "kernel_dispatch"), ("buffer_records", "kernel_dispatch", 0),
+    ("buffer_records", "kernel_dispatch", 0, "start_timestamp"), ("buffer_records", "kernel_dispatch", 0, "end_timestamp"),
+    ("buffer_records", "kernel_dispatch", 0, "correlation_id"), ("buffer_records", "kernel_dispatch", 0, "dispatch_info"),
+    ("buffer_records", "kernel_dispatch", 1, "dispatch_info", "agent_id"),
+    ("buffer_records", "kernel_dispatch", 1, "dispatch_info", "kernel_id"),
+    ("buffer_records", "kernel_dispatch", 1, "dispatch_info", "grid_size"),
+    ("buffer_records", "kernel_dispatch", 1, "dispatch_info", "workgroup_size"),
+    ("buffer_records", "hip_api"), ("buffer_records", "memory_copy"), ("buffer_records", "marker_api"),
+    ("strings",), ("strings", "buffer_records"), ("strings", "marker_api"),
+]
+
+
+def _set(doc: Any, path: tuple, value: Any) -> None:
+    for key in path[:-1]:
+        doc = doc[key]
+    doc[path[-1]] = value
+
+
+@FUZZ_SETTINGS
+@given(edits=st.lists(st.tuples(st.sampled_from(ROCPROF_PATHS), JSON_VALUES), min_size=1, max_size=5))
+def test_fuzz_structured_rocprofv3(edits):
+    doc = T.rocprofv3_doc()
+    proc = doc["rocprofiler-sdk-tool"][0]
+    for path, value in edits:
+        try:
+            _set(proc, path, value)
+        except (KeyError, IndexError, TypeError):
+            pass  # an earlier edit replaced the container: that is a test case too
+    exercise(json.dumps(doc).encode(), "t_results.json")
+
+
 SQL_CELLS = st.one_of(st.none(), st.integers(min_value=-(2**63), max_value=2**63 - 1), st.floats(allow_nan=False),
                       st.text(max_size=8), st.binary(max_size=8))
 
