@@ -139,6 +139,13 @@ def example_trace() -> Path:
     return examples_dir() / "h200_planted_mixed.sqlite.gz"
 
 
+counters_opt = click.option(
+    "--counters", is_flag=True,
+    help="After timing, profile one call of each verified provider under Nsight Compute (ncu) and report the "
+         "counters that explain the result: tensor-pipe activity, SM busy, achieved occupancy, waves per SM, DRAM "
+         "throughput and traffic. Needs ncu (PATH, $NCU or a standard install); skipped with a note otherwise.")
+
+
 @cli.command("diagnose")
 @click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--example", is_flag=True,
@@ -152,10 +159,12 @@ def example_trace() -> Path:
                    "(without a GPU: only generate the files) and write a before/after report into --out.")
 @click.option("--budget-s", type=click.FloatRange(5, 3600), default=60, show_default=True,
               help="With --run: seconds of GPU time per shape (compile time counts).")
+@counters_opt
 @rules_opt
 @sm_count_opt
 @cache_opt
-def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budget_s, rules_dir, sm_count, cache_dir) -> None:
+def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budget_s, counters, rules_dir, sm_count,
+                     cache_dir) -> None:
     """Find where work maps badly onto the GPU's SMs and name the strategy to try.
 
     Reads TRACES (one file, or one per rank), computes the symptoms (tail waves, under-filled
@@ -171,6 +180,7 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
       advisor diagnose run.nsys-rep
       advisor diagnose rank0.json.gz rank1.json.gz --json --top 5
       advisor diagnose trace.sqlite --sm-count 132 --out report/
+      advisor diagnose run.nsys-rep --run --counters --out report/   (on a GPU)
     """
     from .diagnose import diagnose
     from .traces import load_trace
@@ -181,6 +191,8 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
         traces = (example_trace(),)
     if not traces:
         raise click.UsageError("give at least one trace file (or --example for the bundled one)")
+    if counters and not run_variants:
+        raise click.UsageError("--counters profiles the variants that --run measures: add --run")
     trace = load_trace(traces, sm_count=sm_count, cache_dir=cache_dir)
     result = diagnose(trace, rules=rules_dir, top=top)
     payload = result.to_dict()
@@ -208,11 +220,16 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
         from .loop import loop_findings
 
         run_dir = out_dir or Path("advisor-run")
-        results = loop_findings(result, budget_s=budget_s, out_dir=run_dir, progress_for=_progress_bar)
+        results = loop_findings(result, budget_s=budget_s, out_dir=run_dir, progress_for=_progress_bar,
+                                counters=counters, log=_log)
         if not results:
             click.echo("advisor: --run: no finding with a GEMM shape and a GEMM strategy to run", err=True)
             return
         _write_run_report(results, run_dir, rules=result.rules)
+
+
+def _log(msg: str) -> None:
+    click.echo(f"advisor: {msg}", err=True)
 
 
 def _progress_bar(label: str):
@@ -228,9 +245,10 @@ def _progress_bar(label: str):
         if done > bar.pos:
             bar.update(done - bar.pos)
 
-    def close() -> None:
+    def close() -> None:  # idempotent: the loop closes the bar before collecting counters
         if state["bar"] is not None:
             state["bar"].__exit__(None, None, None)
+            state["bar"] = None
 
     update.close = close  # type: ignore[attr-defined]
     return update
@@ -277,7 +295,8 @@ def _write_run_report(results, out_dir: Path, rules=None) -> None:
               help="Seconds of GPU time per shape, compile time included.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("advisor-bench"),
               show_default=True, help="Directory for rows.csv/json, run_report.md/json and the winning variants.")
-def bench_command(shapes, dtype, strategies, budget_s, out_dir) -> None:
+@counters_opt
+def bench_command(shapes, dtype, strategies, budget_s, out_dir, counters) -> None:
     """Time and verify GEMM schedules on this GPU for one or more shapes.
 
     For each shape: torch.matmul (cuBLAS) and our data-parallel baseline, then each strategy's
@@ -290,6 +309,7 @@ def bench_command(shapes, dtype, strategies, budget_s, out_dir) -> None:
     \b
     Example:
       advisor bench --shape 1664x1408x8192 --strategies stream_k,persistent --budget-s 90
+      advisor bench --shape 128x8192x8192 --strategies split_k --counters
     """
     from .generate import GEMM_STRATEGIES, parse_shape
     from .loop import run_shape_loop
@@ -304,7 +324,8 @@ def bench_command(shapes, dtype, strategies, budget_s, out_dir) -> None:
         M, N, K = parse_shape(text)
         bar = _progress_bar(f"{M}x{N}x{K}")
         try:
-            results.append(run_shape_loop(M, N, K, dtype, chosen, budget_s=budget_s, out_dir=out_dir, progress=bar))
+            results.append(run_shape_loop(M, N, K, dtype, chosen, budget_s=budget_s, out_dir=out_dir, progress=bar,
+                                          counters=counters, log=_log))
         finally:
             bar.close()
     _write_run_report(results, out_dir)

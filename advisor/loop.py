@@ -58,6 +58,7 @@ class ShapeResult:
     variant_path: Path | None = None
     variant_knobs: dict | None = None
     ran_on_gpu: bool = False
+    counters: dict | None = None  # --counters: advisor.counters.CounterResult.to_dict()
 
     @property
     def shape(self) -> str:
@@ -114,6 +115,7 @@ class ShapeResult:
             "variant": self.variant_path.name if self.variant_path else None,  # beside the report
             "variant_knobs": self.variant_knobs,
             "model": self.model,
+            "counters": self.counters,
         }
 
 
@@ -231,6 +233,8 @@ def run_shape_loop(
     out_dir: Path | None = None,
     progress: Callable[[Any], None] | None = None,
     suite: str = "advisor",
+    counters: bool = False,
+    log: Callable[[str], None] | None = None,
 ) -> ShapeResult:
     """Time and verify `strategies` on one shape (GPU), or generate model-chosen variants
     (no GPU). Writes the winning variant into `out_dir` when it is recommended."""
@@ -248,6 +252,9 @@ def run_shape_loop(
             res.variant_path, res.variant_knobs = path, v.knobs
             res.model[first] = v.model
         res.verdict = "not run: no CUDA GPU here; run the generated file with --check --bench on one, or `advisor bench` there"
+        if counters:
+            res.counters = {"summaries": [], "reports": [],
+                            "notes": ["--counters: no CUDA GPU here, nothing to profile"]}
         return res
     from .bench.isolate import run_shape_isolated
 
@@ -271,11 +278,30 @@ def run_shape_loop(
         v = generate(res.winner["provider"], M, N, K, dtype=dtype, knobs=knobs, finding=finding, tuned_for=tuned,
                      chosen_by=chosen, path=path)
         res.variant_path, res.variant_knobs = path, v.knobs
+    if counters:
+        close = getattr(progress, "close", None)
+        if close:  # the bar is done: the counters' progress lines follow it
+            close()
+        res.counters = collect_counters(res, out_dir, log=log)
     return res
 
 
+def collect_counters(res: ShapeResult, out_dir: Path | None, *, log: Callable[[str], None] | None = None) -> dict:
+    """Nsight Compute counters for every verified provider of a measured shape (baselines
+    first); rows appended to out_dir/counters.csv, the .ncu-rep files kept beside it."""
+    from . import counters as C
+
+    elt = {"bf16": 2, "fp16": 2, "fp32": 4}[res.dtype]
+    where = out_dir if out_dir is not None else Path("advisor-run")
+    got = C.collect(res.M, res.N, res.K, res.dtype, C.providers_for(res.table()), where / "ncu", element_size=elt,
+                    log=log)
+    C.write_rows(where / "counters.csv", got.rows)
+    return got.to_dict()
+
+
 def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_for: Callable[[str], Callable] | None = None,
-                  dtype_default: str = "bf16") -> list[ShapeResult]:
+                  dtype_default: str = "bf16", counters: bool = False,
+                  log: Callable[[str], None] | None = None) -> list[ShapeResult]:
     """run_shape_loop for every finding with a GEMM shape and a GEMM strategy, once per shape."""
     results, seen = [], set()
     for f in diagnosis.findings:
@@ -292,5 +318,6 @@ def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_
         observed = int(f.evidence.get("median_ns") or (f.total_ns / max(1, f.launches)))
         progress = progress_for(f"{s['M']}x{s['N']}x{s['K']}") if progress_for else None
         results.append(run_shape_loop(s["M"], s["N"], s["K"], dtype, STRATEGIES_FOR[f.symptom], budget_s=budget_s,
-                                      observed_ns=observed, finding=finding_summary(f), out_dir=out_dir, progress=progress))
+                                      observed_ns=observed, finding=finding_summary(f), out_dir=out_dir, progress=progress,
+                                      counters=counters, log=log))
     return results

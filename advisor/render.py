@@ -105,6 +105,7 @@ def environment() -> jinja2.Environment:
         ns=lambda v: MdSafe(fmt_ns(v)),
         bytes=lambda v: MdSafe(fmt_bytes(v)),
         pct=lambda v, d=0: MdSafe("-" if v is None else f"{100 * v:.{d}f}%"),
+        percent=lambda v, d=1: MdSafe("-" if v is None else f"{float(v):.{d}f}%"),  # v already in percent
         num=_num,
         json=_json,
     )
