@@ -14,7 +14,8 @@ What it does, in order, within --time-limit-s (compile time included):
    data-parallel `dp` (short search) and each strategy's candidates (default config first,
    then its search space) until the shape's budget is spent; each variant is verified
    (fresh random inputs, NaN-poisoned output, float64 reference, per-dtype tolerance)
-   before it is timed, and each provider's winner is re-checked and re-timed at the end;
+   before it is timed, and each provider's three fastest configs are re-checked and re-timed at the end in
+   interleaved rounds;
 3. rows are appended to <out>/h200.csv as they arrive (long format, one header), the
    tables of make_tables.py go to <out>/h200_summary.md, child output to <out>/bench.log,
    and a short summary table is printed last.

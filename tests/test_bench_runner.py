@@ -590,3 +590,61 @@ def test_bench_gemm_script_end_to_end(tmp_path):
     assert res2.returncode == 0, res2.stderr
     text = md.read_text()
     assert "## tail" in text and "## Targets (issue 4)" in text and "| 40x24x32 |" in text
+
+
+# --------------------------------------------------------------------------------------
+# The final pass: finalists re-timed in interleaved rounds
+# --------------------------------------------------------------------------------------
+
+
+def test_final_candidates_take_each_providers_fastest_distinct_configs():
+    from advisor.bench.runner import final_candidates
+
+    rows = [{"provider": "a", "config": c, "status": "ok", "median_us": us}
+            for c, us in (("1", 5.0), ("2", 3.0), ("1", 4.0), ("3", 9.0), ("4", 1.0))]
+    rows += [{"provider": "a", "config": "5", "status": "wrong", "median_us": None},
+             {"provider": "b", "config": "", "status": "ok", "median_us": 7.0}]
+    got = [(r["provider"], r["config"], r["median_us"]) for r in final_candidates(rows, top=3)]
+    assert got == [("a", "4", 1.0), ("a", "2", 3.0), ("a", "1", 4.0), ("b", "", 7.0)]
+
+
+def test_combine_rounds_takes_the_median_and_keeps_failures():
+    from advisor.bench.runner import combine_rounds
+
+    base = {"status": "ok", "p20_us": 1.0, "p80_us": 2.0, "tflops": 10.0, "gbps": 100.0, "rel_err": 1e-3}
+    rows = [dict(base, median_us=10.0), dict(base, median_us=30.0, p80_us=40.0, rel_err=2e-3),
+            dict(base, median_us=20.0, p20_us=0.5)]
+    row = combine_rounds(rows)
+    assert row["median_us"] == 20.0 and row["rounds"] == 3
+    assert row["tflops"] == pytest.approx(5.0) and row["gbps"] == pytest.approx(50.0)  # rescaled from round 1
+    assert row["p20_us"] == 0.5 and row["p80_us"] == 40.0 and row["rel_err"] == 2e-3
+    assert combine_rounds(rows + [dict(base, status="wrong", median_us=None)])["status"] == "wrong"
+    assert combine_rounds([]) is None
+
+
+def test_final_pass_interleaves_the_finalists(fake):
+    from advisor.bench import runner
+
+    cfgs = [fake.Config("good", index=i) for i in range(5)]
+    order = []
+    real = runner.ShapeBench.measure
+
+    def spy(self, cand, **kw):
+        if kw.get("phase") == "final":
+            order.append((cand.provider, cand.config_text))
+        return real(self, cand, **kw)
+
+    runner.ShapeBench.measure = spy
+    try:
+        rows = run_shape(8, 8, 8, "fp32", {"fake": cfgs}, budget_s=60, suite="t", baselines=("torch.matmul",),
+                         schedules={"fake": fake}, cpu_reps=1)
+    finally:
+        runner.ShapeBench.measure = real
+    finals = [r for r in rows if r["phase"] == "final"]
+    assert len([r for r in finals if r["provider"] == "fake"]) == runner.FINAL_TOP
+    assert all(r["rounds"] == runner.FINAL_ROUNDS for r in finals)
+    n = len(finals)
+    assert len(order) == n * runner.FINAL_ROUNDS
+    rounds = [order[i * n:(i + 1) * n] for i in range(runner.FINAL_ROUNDS)]
+    assert all(sorted(r) == sorted(rounds[0]) for r in rounds)  # each round times every finalist once
+    assert rounds[1] == rounds[0][1:] + rounds[0][:1]  # in a rotated order

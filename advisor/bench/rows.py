@@ -24,7 +24,7 @@ COLUMNS = [
     "dtype",  # bf16 | fp16 | fp32
     "provider",  # torch.matmul | dp | split_k | persistent | stream_k | warp_specialization | grouped ...
     "config",  # JSON text of the schedule's Config dataclass ("" for library calls)
-    "phase",  # search: one of the candidates tried; final: the provider's winner re-checked and re-timed
+    "phase",  # search: one of the candidates tried; final: one of a provider's best 3 re-checked and re-timed in interleaved rounds
     "status",  # ok | compile_error | launch_error | wrong | timeout | skipped
     "error",  # short reason when status != ok
     "median_us", "p20_us", "p80_us",
