@@ -9,6 +9,13 @@ Default question (H200, 2026-11-29): on 1664x1408x8192 bf16 our all-Stream-K sch
 data-parallel kernel with the same tile (78 SMs busy, 128 iterations each) took 79 us: is
 the Stream-K program's MAC loop slower (tensor pipe), or the fixup, or idle SMs?
 Prints one line per pair and writes counters.csv and the .ncu-rep files into --out.
+
+What it showed (H200, 2026-11-29, ncu times of one cold call): dp 81 us, tensor pipe 95%
+busy but 43% of the SMs idle; all-Stream-K 88-90 us with the SMs 86% busy but the tensor
+pipe only 63-65% busy and 2.7x the compulsory DRAM traffic, with 3 or 4 stages and with the
+SK loop as a while or a for loop alike; split-K 5 with 128x256 tiles (k-major units, 2.95
+waves) 89-104 us (tensor pipe 50-54%: the reductions cost more than the tail); torch.matmul
+54 us with a 128x160 tile that makes exactly 132 tiles.
 """
 
 from __future__ import annotations
