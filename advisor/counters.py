@@ -360,7 +360,11 @@ def collect(M: int, N: int, K: int, dtype: str, providers: list[tuple[str, str |
     """Profile each (provider, config JSON or None) once on this GPU. Never raises for a
     provider that fails: its failure becomes a note and the others go on."""
     res = CounterResult()
-    ncu = find_ncu()
+    try:
+        ncu = find_ncu()
+    except CountersUnavailable as exc:  # a bad $NCU must not cost the timings already made
+        res.notes.append(str(exc))
+        return res
     if ncu is None:
         res.notes.append(not_found_note())
         return res

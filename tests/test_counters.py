@@ -101,6 +101,10 @@ def test_no_ncu_is_a_note_not_an_error(tmp_path, monkeypatch):
     monkeypatch.setattr(C, "find_ncu", lambda: None)
     res = C.collect(64, 64, 64, "bf16", [("torch.matmul", None)], tmp_path)
     assert res.summaries == [] and "not found" in res.notes[0] and "NCU=" in res.notes[0]
+    monkeypatch.undo()
+    monkeypatch.setenv("NCU", str(tmp_path / "nope"))  # after a long timing run: a note, not an exit
+    res = C.collect(64, 64, 64, "bf16", [("torch.matmul", None)], tmp_path)
+    assert res.summaries == [] and "$NCU" in res.notes[0]
 
 
 def test_providers_for_puts_baselines_first_and_skips_the_observed_kernel():
