@@ -24,12 +24,10 @@ Only the standard library is used here; the child process does the GPU work.
 from __future__ import annotations
 
 import csv
-import glob
 import io
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -38,6 +36,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .errors import AdvisorError
+from .executables import find_executable
 
 STANDARD_LOCATIONS = (
     "/usr/local/cuda/bin/ncu",
@@ -80,28 +79,9 @@ class CountersUnavailable(AdvisorError):
 # --------------------------------------------------------------------------------------------
 
 
-def _version_key(path: str) -> tuple:
-    return tuple(int(n) for n in re.findall(r"\d+", path))
-
-
 def find_ncu() -> str | None:
     """Path of the ncu executable: `$NCU` (must be valid when set), PATH, standard installs."""
-    env = os.environ.get("NCU")
-    if env:
-        if os.path.isfile(env) and os.access(env, os.X_OK):
-            return env
-        found = shutil.which(env)
-        if found:
-            return found
-        raise CountersUnavailable(f"$NCU is set to {env!r}, which is not an executable ncu")
-    found = shutil.which("ncu")
-    if found:
-        return found
-    for pattern in STANDARD_LOCATIONS:
-        matches = [m for m in glob.glob(pattern) if os.path.isfile(m) and os.access(m, os.X_OK)]
-        if matches:
-            return max(matches, key=_version_key)
-    return None
+    return find_executable("ncu", "NCU", STANDARD_LOCATIONS, CountersUnavailable)
 
 
 def not_found_note() -> str:

@@ -17,17 +17,16 @@ error messages quote because `nsys export` refuses reports newer than itself).
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 from pathlib import Path
 
 from ..errors import TraceError
+from ..executables import find_executable
 from ..model import Trace
 from . import _sqlite, nsys_sqlite
 
@@ -71,29 +70,9 @@ def default_cache_dir() -> Path:
     return base / "advisor"
 
 
-def _version_key(path: str) -> tuple:
-    """Sort key putting higher version numbers in a path last ("2025.3.1" > "2024.6.2")."""
-    return tuple(int(n) for n in re.findall(r"\d+", path))
-
-
 def find_nsys() -> str | None:
     """Path of the nsys executable to use, or None. `$NSYS` must be valid when set."""
-    env = os.environ.get("NSYS")
-    if env:
-        if os.path.isfile(env) and os.access(env, os.X_OK):
-            return env
-        found = shutil.which(env)
-        if found:
-            return found
-        raise TraceError(f"$NSYS is set to {env!r}, which is not an executable nsys")
-    found = shutil.which("nsys")
-    if found:
-        return found
-    for pattern in STANDARD_LOCATIONS:
-        matches = [m for m in glob.glob(pattern) if os.access(m, os.X_OK)]
-        if matches:
-            return max(matches, key=_version_key)
-    return None
+    return find_executable("nsys", "NSYS", STANDARD_LOCATIONS, TraceError)
 
 
 def report_build(path: Path) -> str | None:
