@@ -291,10 +291,9 @@ def collect_counters(res: ShapeResult, out_dir: Path | None, *, log: Callable[[s
     first); rows appended to out_dir/counters.csv, the .ncu-rep files kept beside it."""
     from . import counters as C
 
-    elt = {"bf16": 2, "fp16": 2, "fp32": 4}[res.dtype]
     where = out_dir if out_dir is not None else Path("advisor-run")
-    got = C.collect(res.M, res.N, res.K, res.dtype, C.providers_for(res.table()), where / "ncu", element_size=elt,
-                    log=log)
+    got = C.collect(res.M, res.N, res.K, res.dtype, C.providers_for(res.table()), where / "ncu",
+                    element_size=DTYPES[res.dtype], log=log)
     C.write_rows(where / "counters.csv", got.rows)
     return got.to_dict()
 

@@ -507,13 +507,15 @@ def combine_rounds(rows: list[dict]) -> dict | None:
     row = dict(rows[0])
     scale = med / row["median_us"]
     row["median_us"] = med
-    row["p20_us"] = min(r["p20_us"] for r in rows if r.get("p20_us") is not None) if any(r.get("p20_us") for r in rows) else None
-    row["p80_us"] = max(r["p80_us"] for r in rows if r.get("p80_us") is not None) if any(r.get("p80_us") for r in rows) else None
+    p20 = [r["p20_us"] for r in rows if r.get("p20_us") is not None]
+    p80 = [r["p80_us"] for r in rows if r.get("p80_us") is not None]
+    errs = [r["rel_err"] for r in rows if r.get("rel_err") is not None]
+    row["p20_us"] = min(p20) if p20 else None
+    row["p80_us"] = max(p80) if p80 else None
+    row["rel_err"] = max(errs) if errs else None
     for k in ("tflops", "gbps"):
         if row.get(k):
             row[k] = row[k] / scale
-    row["rel_err"] = max(r["rel_err"] for r in rows if r.get("rel_err") is not None) if any(
-        r.get("rel_err") is not None for r in rows) else None
     row["rounds"] = len(rows)
     return row
 
@@ -665,10 +667,8 @@ def run_shape(M: int, N: int, K: int, dtype, strategies: dict[str, Sequence], bu
                 except DeviceLost as exc:
                     exc.rows = out + exc.rows
                     raise
-        for key, cand in todo:
+        for key, cand in todo:  # every finalist was measured in round 0 at least
             row = combine_rounds(rounds[key])
-            if row is None:
-                continue
             out.append(row)
             if progress:
                 progress(Progress(sb.shape, cand.provider, cand.config_text, "final", len(plan), len(plan),
