@@ -15,7 +15,8 @@ busy but 43% of the SMs idle; all-Stream-K 88-90 us with the SMs 86% busy but th
 pipe only 63-65% busy and 2.7x the compulsory DRAM traffic, with 3 or 4 stages and with the
 SK loop as a while or a for loop alike; split-K 5 with 128x256 tiles (k-major units, 2.95
 waves) 89-104 us (tensor pipe 50-54%: the reductions cost more than the tail); torch.matmul
-54 us with a 128x160 tile that makes exactly 132 tiles.
+54 us with a 128x160 tile that makes exactly 132 tiles. The summaries are in
+bench/results/probe_counters/h200_2026-11-29_*.json.
 """
 
 from __future__ import annotations
