@@ -269,7 +269,7 @@ def persistent_gemm_kernel(
 # --------------------------------------------------------------------------------------------
 
 
-def _descriptors(a, b, c, M, N, K, cfg: Config):
+def tma_descriptors(a, b, c, M, N, K, cfg: Config):
     """Host tensor descriptors for A, B, C, plus the layout flags; raises ValueError naming
     the tensor that TMA cannot read."""
     if TensorDescriptor is None:
@@ -314,7 +314,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     tiles = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N)
     grid = (max(1, min(num_sms(a.device) * config.PROGRAMS_PER_SM, tiles)),)
     if config.use_tma:
-        a_arg, b_arg, c_arg, a_col, b_col = _descriptors(a, b, c, M, N, K, config)
+        a_arg, b_arg, c_arg, a_col, b_col = tma_descriptors(a, b, c, M, N, K, config)
     else:
         a_arg, b_arg, c_arg, a_col, b_col = a, b, c, False, False
     persistent_gemm_kernel[grid](

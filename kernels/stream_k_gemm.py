@@ -95,6 +95,7 @@ from .dp_gemm import (
     store_tile,
     tile_coords,
 )
+from .persistent_gemm import TensorDescriptor, tma_descriptors, tma_layout
 
 POLICIES = ("dp", "sk", "hybrid1", "hybrid2", "hybrid3", "hybrid4")
 
@@ -116,21 +117,35 @@ class Config:
     num_stages: int = 4
     policy: str = "hybrid2"  # "dp" | "sk" | "hybrid1".."hybrid4" (module docstring)
     deterministic: bool = True  # fixed-order fixup (True) or atomic partial sums (False)
+    aligned: bool = False  # Stream-K region as equal K-chunks a tile (True) or contiguous ranges
+    use_tma: bool = False  # tensor-descriptor (TMA) loads and stores instead of pointer loads
+    EPILOGUE_SUBTILE: bool = False  # TMA only: store C tiles as two BLOCK_N/2-wide halves
+    FLATTEN: bool = False  # flatten the data-parallel tile loop and its K loop for the pipeliner
 
     def __post_init__(self):
         check_block_config(self)
         if self.policy not in POLICIES:
             raise ValueError(f"policy={self.policy!r}: must be one of {POLICIES}")
-        if not isinstance(self.deterministic, bool):
-            raise TypeError(f"deterministic={self.deterministic!r}: must be a bool")
+        for name in ("deterministic", "aligned", "use_tma", "EPILOGUE_SUBTILE", "FLATTEN"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name}={getattr(self, name)!r}: must be a bool")
+        if self.EPILOGUE_SUBTILE and not self.use_tma:
+            raise ValueError("EPILOGUE_SUBTILE splits the TMA store: it needs use_tma=True")
 
     def smem_bytes(self, dtype: torch.dtype) -> int:
+        """Pipeline buffers, plus C's staging tile where it cannot reuse them: the TMA store's
+        source, or with FLATTEN the pointer store's layout-conversion scratch (the pipeline
+        buffers then stay live across tiles; see persistent_gemm)."""
         elt = torch.empty((), dtype=dtype).element_size()
-        return pipeline_smem_bytes(self.BLOCK_M, self.BLOCK_N, self.BLOCK_K, self.num_stages, elt)
+        pipe = pipeline_smem_bytes(self.BLOCK_M, self.BLOCK_N, self.BLOCK_K, self.num_stages, elt)
+        staged = self.use_tma or self.FLATTEN
+        return pipe + (self.BLOCK_M * self.BLOCK_N * elt // (2 if self.EPILOGUE_SUBTILE else 1) if staged else 0)
 
     def describe(self) -> str:
         return (f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_M} w{self.num_warps} "
-                f"s{self.num_stages} {self.policy}{'' if self.deterministic else ' atomic'}")
+                f"s{self.num_stages} {self.policy}{' aligned' if self.aligned else ''}"
+                f"{'' if self.deterministic else ' atomic'}{' tma' if self.use_tma else ''}"
+                f"{' subtile' if self.EPILOGUE_SUBTILE else ''}{' flat' if self.FLATTEN else ''}")
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -144,8 +159,10 @@ class Plan:
     iters_per_tile: int  # MAC-loop iterations (BLOCK_K steps) per tile
     sk_tiles: int  # tiles 0 .. sk_tiles-1 (grouped order) are in the Stream-K region
     sk_programs: int  # Stream-K programs (pids 0 .. sk_programs-1)
-    sk_iters_per_program: int  # q: each gets q iterations, the first r get q + 1
+    sk_iters_per_program: int  # contiguous: q, each gets q iterations, the first r get q + 1
     sk_extra: int  # r
+    chunks: int = 0  # aligned: K-chunks a Stream-K tile is cut into (0: contiguous ranges)
+    num_sms: int = 0  # programs the data-parallel tiles are spread over (persistent loop)
 
     @property
     def dp_tiles(self) -> int:
@@ -153,7 +170,26 @@ class Plan:
 
     @property
     def grid(self) -> int:
-        return self.sk_programs + self.dp_tiles
+        """Persistent grid: the Stream-K programs, and at most one program an SM for the
+        data-parallel tiles (program p takes tiles sk_tiles + p, + grid, ...)."""
+        return max(1, self.sk_programs, min(self.num_sms, self.dp_tiles))
+
+    @property
+    def split_tiles(self) -> bool:
+        """Some tile is shared by several programs (so the fixup state is needed)."""
+        return self.sk_programs > 0 and self.chunks != 1
+
+    @property
+    def fixup_keys(self) -> int:
+        """Arrival counters (and atomic sum tiles) the fixup indexes: one a Stream-K tile
+        (aligned), one a program (contiguous: keyed by the program owning a tile's start)."""
+        return self.sk_tiles if self.chunks else self.sk_programs
+
+    @property
+    def partial_slots(self) -> int:
+        """fp32 tile slots the deterministic fixup needs: one a unit (aligned), two a program
+        (contiguous: where its range starts and where it ends)."""
+        return self.sk_tiles * self.chunks if self.chunks else 2 * self.sk_programs
 
     def sk_range(self, program: int) -> tuple[int, int]:
         """[start, end) of a Stream-K program's iterations in the Stream-K region."""
@@ -165,6 +201,8 @@ class Plan:
         """Stream-K programs that work on `tile` (1 = stored directly, no fixup)."""
         if tile >= self.sk_tiles:
             return 1
+        if self.chunks:
+            return self.chunks
         return self.owner((tile + 1) * self.iters_per_tile - 1) - self.owner(tile * self.iters_per_tile) + 1
 
     def owner(self, it: int) -> int:
@@ -182,21 +220,50 @@ def sk_tile_count(policy: str, tiles: int, num_sms: int) -> int:
     return min(tiles, tiles % num_sms + extra_waves * num_sms)
 
 
+MAX_ALIGNED_CHUNKS = 8  # beyond one round of units: more chunks, more partials, little gain
+
+
+def aligned_chunks(sk_tiles: int, iters: int, num_sms: int) -> int:
+    """K-chunks a Stream-K tile is cut into in the aligned layout. Up to half a wave of tiles:
+    SMs // sk_tiles, so the units fill one round (11 tiles on 132 SMs: 12 chunks, 132 units).
+    More tiles: the chunk count (1..8) whose rounds of units finish soonest, the makespan being
+    ceil(sk_tiles x chunks / SMs) / chunks tiles (78 tiles: 5 chunks, 3 rounds, 0.6 of a tile
+    a program instead of 1); ties go to fewer chunks (fewer partials to reduce). Never more
+    chunks than K iterations."""
+    if 2 * sk_tiles <= num_sms:
+        return max(1, min(iters, num_sms // sk_tiles))
+    best, best_span = 1, float(cdiv(sk_tiles, num_sms))
+    for chunks in range(2, min(iters, MAX_ALIGNED_CHUNKS) + 1):
+        span = cdiv(sk_tiles * chunks, num_sms) / chunks
+        if span < best_span - 1e-9:
+            best, best_span = chunks, span
+    return best
+
+
 def plan_schedule(M: int, N: int, K: int, config: Config, num_sms: int) -> Plan:
+    """Contiguous: the region's sk_tiles x iters iterations split evenly over min(SMs,
+    iterations) programs. Aligned: each region tile cut into `aligned_chunks` equal
+    K-chunks; unit u (chunk u // sk_tiles of tile u % sk_tiles) goes to program u mod SMs."""
     tiles = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N)
     iters = cdiv(K, config.BLOCK_K)
     sk_tiles = sk_tile_count(config.policy, tiles, num_sms)
+    if config.aligned:
+        chunks = aligned_chunks(sk_tiles, iters, num_sms) if sk_tiles else 0
+        return Plan(tiles, iters, sk_tiles, min(num_sms, sk_tiles * chunks), 0, 0, chunks, num_sms)
     total = sk_tiles * iters
     programs = min(num_sms, total)
     q, r = divmod(total, programs) if programs else (0, 0)
-    return Plan(tiles, iters, sk_tiles, programs, q, r)
+    return Plan(tiles, iters, sk_tiles, programs, q, r, 0, num_sms)
+
+
+FIXUP_LOADS = 4  # partials the deterministic fixup loads at once (independent loads in flight)
 
 
 def fixup_rows(block_m: int, block_n: int) -> int:
-    """Rows of a split tile the last arriver sums at a time: 8192 fp32 values (64 registers a
-    thread at 4 warps), so the running sum and one loaded partial fit beside each other (the
+    """Rows of a split tile the last arriver sums at a time: 4096 fp32 values, so FIXUP_LOADS
+    loaded partials and the running sum take at most 160 registers a thread at 4 warps (the
     whole 128x128 tile at once spilled in the sm_90 compile check)."""
-    return max(1, min(block_m, 8192 // block_n))
+    return max(1, min(block_m, 4096 // block_n))
 
 
 def default_policy(tiles: int, num_sms: int) -> str:
@@ -245,23 +312,51 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
     return out
 
 
+# TMA points of the aligned search: (BLOCK_M, BLOCK_N, warps, stages, subtiled epilogue,
+# deterministic). 128x256 with 4 stages only fits (227 KB) when C is staged in halves.
+TMA_POINTS = (
+    (128, 256, 8, 3, False, True), (128, 256, 8, 3, False, False),
+    (128, 128, 4, 4, False, True), (128, 128, 4, 4, False, False),
+    (128, 256, 8, 4, True, True), (128, 256, 8, 4, True, False),
+)
+
+
+def tma_shape_ok(M: int, N: int, K: int, dtype: torch.dtype) -> bool:
+    """Contiguous inputs of this shape, in either layout, meet the TMA stride rule."""
+    elt = torch.empty((), dtype=dtype).element_size()
+    return TensorDescriptor is not None and all((d * elt) % 16 == 0 for d in (M, N, K))
+
+
 def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> list[Config]:
-    """At most 12 candidates: for 128x128 (4 warps, 4 stages) and 128x256 (8 warps, 4 stages)
-    tiles, every plausible policy with the deterministic fixup, plus the default policy with
-    atomic partial sums (its fixup reads one tile instead of one per contributor); 128x128
-    first. 4 stages, not 3, for 128x256 (192 KB of buffers): Stream-K programs start at
-    staggered K offsets, so concurrent programs share fewer operand panels in the L2 than
-    data-parallel tiles do (Nsight Compute on the H200, 1664x1408x8192 all Stream-K: 2.6x
-    the compulsory DRAM traffic), and the deeper pipeline hides more of that latency
-    (4224x4224x8192 hybrid1: 411 us with 4 stages, 464 us with 3, same run)."""
+    """At most 12 candidates. First, where TMA can read the shape, the aligned layout with TMA
+    loads (hybrid1, or "sk" under one wave) at the TMA points above, with both fixups, kept
+    only where the plan really splits tiles (otherwise it is persistent_gemm's schedule). Then pointer loads with
+    contiguous ranges for 128x128 (4 warps, 4 stages) and 128x256 (8 warps, 4 stages) tiles:
+    hybrid1, hybrid2 and "sk" where plausible with the deterministic fixup, and the default
+    policy with atomic partial sums (its fixup reads one tile instead of one per
+    contributor). 4 stages, not 3, for 128x256 pointer loads (192 KB of buffers): staggered
+    programs share fewer operand panels in the L2 and the deeper pipeline hides more of that
+    latency (4224x4224x8192 hybrid1: 411 us with 4 stages, 464 us with 3, same run)."""
     out: list[Config] = []
+    if tma_shape_ok(M, N, K, dtype):
+        for bm, bn, warps, stages, subtile, deterministic in TMA_POINTS:
+            tiles = cdiv(M, bm) * cdiv(N, bn)
+            if not fits_shape(bm, bn, M, N) or tiles % num_sms == 0:
+                continue
+            base = for_dtype(Config(bm, bn, 64, 8, warps, stages), dtype)
+            cfg = Config(bm, bn, base.BLOCK_K, 8, base.num_warps, stages, "hybrid1" if tiles > num_sms else "sk",
+                         deterministic, aligned=True, use_tma=True, EPILOGUE_SUBTILE=subtile)
+            if (cfg.smem_bytes(dtype) <= SMEM_PER_BLOCK_SM90 and cfg not in out
+                    and plan_schedule(M, N, K, cfg, num_sms).split_tiles):
+                out.append(cfg)
     for bm, bn, warps, stages in ((128, 128, 4, 4), (128, 256, 8, 4)):
         base = for_dtype(Config(bm, bn, 64, 8, warps, stages), dtype)
         if not fits_shape(bm, bn, M, N) or base.smem_bytes(dtype) > SMEM_PER_BLOCK_SM90:
             continue
         tiles = cdiv(M, bm) * cdiv(N, bn)
         for policy in plausible_policies(tiles, num_sms):
-            out.append(Config(bm, bn, base.BLOCK_K, 8, base.num_warps, stages, policy, True))
+            if policy in ("dp", "hybrid1", "hybrid2", "sk"):
+                out.append(Config(bm, bn, base.BLOCK_K, 8, base.num_warps, stages, policy, True))
         first_choice = default_policy(tiles, num_sms)
         if first_choice != "dp":
             out.append(Config(bm, bn, base.BLOCK_K, 8, base.num_warps, stages, first_choice, False))
@@ -288,109 +383,220 @@ def _sk_owner(it, q, r):
     return tl.where(it < big, it // (q + 1), r + (it - big) // tl.maximum(q, 1))
 
 
+@triton.jit
+def _slot(j, tile_id, tile_start, sk_tiles, sk_q, sk_r, ALIGNED: tl.constexpr):
+    """Workspace slot of contributor j's partial of a split tile. Aligned: contributor j is
+    chunk j of the tile (unit j * sk_tiles + tile). Contiguous: program j's slot 2j holds the
+    tile where its range starts, 2j + 1 the one where it ends."""
+    if ALIGNED:
+        return j * sk_tiles + tile_id
+    else:
+        return 2 * j + (_sk_start(j, sk_q, sk_r) < tile_start).to(tl.int32)
+
+
+@triton.jit
+def _mac(
+    a_ref, b_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
+    pid_m, pid_n, k_begin, k_end,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr, INT64: tl.constexpr,
+    USE_TMA: tl.constexpr, A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr,
+):
+    """fp32 accumulator of iterations [k_begin, k_end) of tile (pid_m, pid_n): one TMA box per
+    operand and step (edges come back zero-filled), or dp_gemm's pointer loop."""
+    if USE_TMA:
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ki in range(k_begin, k_end):
+            off_k = ki * BLOCK_K
+            if A_COL_MAJOR:
+                a = a_ref.load([off_k, off_m]).T
+            else:
+                a = a_ref.load([off_m, off_k])
+            if B_COL_MAJOR:
+                b = b_ref.load([off_n, off_k]).T
+            else:
+                b = b_ref.load([off_k, off_n])
+            acc = tl.dot(a, b, acc)
+    else:
+        acc = mac_loop(a_ref, b_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
+                       pid_m, pid_n, k_begin, k_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64)
+    return acc
+
+
+@triton.jit
+def _store_whole(
+    c_ref, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr,
+    USE_TMA: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr,
+):
+    """Store a finished tile: a TMA store (clipped at the edges; in two halves with
+    EPILOGUE_SUBTILE) or dp_gemm's masked pointer store."""
+    if USE_TMA:
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        if EPILOGUE_SUBTILE:
+            halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+            left, right = tl.split(halves)
+            c_ref.store([off_m, off_n], left.to(c_ref.dtype))
+            c_ref.store([off_m, off_n + BLOCK_N // 2], right.to(c_ref.dtype))
+        else:
+            c_ref.store([off_m, off_n], acc.to(c_ref.dtype))
+    else:
+        store_tile(c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc, BLOCK_M, BLOCK_N, INT64)
+
+
+@triton.jit
+def _hand_in_partial(
+    acc, ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
+    my_slot, key, j_first, j_last, tile_id, tile_start, sk_tiles, sk_q, sk_r,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ALIGNED: tl.constexpr,
+    DETERMINISTIC: tl.constexpr, FIXUP_ROWS: tl.constexpr, FIXUP_LOADS: tl.constexpr, INT64: tl.constexpr,
+):
+    """Fixup of a split tile whose contributors are j_first..j_last: hand in this program's
+    partial; the last to arrive sums all partials and stores the tile. `key` is unique to the
+    tile: it indexes the tile's arrival counter (and, for atomic sums, its sum buffer)."""
+    TILE: tl.constexpr = BLOCK_M * BLOCK_N
+    local = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    if INT64:
+        local = local.to(tl.int64)
+    if DETERMINISTIC:
+        tl.store(ws_ptr + (my_slot * TILE + local), acc)
+    else:
+        tl.atomic_add(ws_ptr + (key * TILE + local), acc, sem="relaxed")
+    # all threads' partials are written before the block announces itself
+    tl.debug_barrier()
+    arrived = tl.atomic_add(counter_ptr + key, 1, sem="acq_rel")
+    if arrived == j_last - j_first:
+        # Last arriver: every contributor's partial is visible (read via L2, .cg). Summed
+        # FIXUP_ROWS rows at a time, so the sum and the loaded partial need no more
+        # registers than the main loop's accumulator.
+        for r0 in tl.static_range(0, BLOCK_M, FIXUP_ROWS):
+            rows = (r0 + tl.arange(0, FIXUP_ROWS))[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+            if INT64:
+                rows = rows.to(tl.int64)
+            if DETERMINISTIC:
+                total = tl.zeros((FIXUP_ROWS, BLOCK_N), dtype=tl.float32)
+                # Contributor order: same bits every run. FIXUP_LOADS independent loads per
+                # step (past the last contributor: a valid slot, added as zero), so several
+                # partials are in flight at once: one L2 round trip per partial at a time made
+                # the fixup of a 12-way split tile cost ~25 us on the H200 (2026-11-29 probe).
+                for j0 in range(j_first, j_last + 1, FIXUP_LOADS):
+                    for jj in tl.static_range(FIXUP_LOADS):
+                        j = j0 + jj
+                        slot = _slot(tl.minimum(j, j_last), tile_id, tile_start, sk_tiles, sk_q, sk_r, ALIGNED)
+                        part = tl.load(ws_ptr + (slot * TILE + rows), cache_modifier=".cg")
+                        total += tl.where(j <= j_last, part, 0.0)
+            else:
+                # Take the sum out and leave zeros for the next launch in ONE atomic exchange
+                # per element (as int32 bits: the interpreter has no float exchange). A load
+                # then a store of zeros raced on the H200: Triton gave them different thread
+                # layouts, so an element could be zeroed before the thread that reads it had
+                # loaded it.
+                bits = ws_ptr.to(tl.pointer_type(tl.int32)) + (key * TILE + rows)
+                total = tl.atomic_xchg(bits, tl.zeros((FIXUP_ROWS, BLOCK_N), dtype=tl.int32),
+                                       sem="relaxed").to(tl.float32, bitcast=True)
+            store_block(c_ptr, stride_cm, stride_cn, M, N, pid_m * BLOCK_M + r0, pid_n * BLOCK_N,
+                        total, FIXUP_ROWS, BLOCK_N, INT64)
+        tl.store(counter_ptr + key, 0)  # ready for the next launch
+
+
 @triton.jit(launch_metadata=gemm_launch_metadata("stream_k_gemm"))
 def stream_k_gemm_kernel(
-    # pointers: A (M, K), B (K, N), C (M, N)
-    a_ptr, b_ptr, c_ptr,
-    # fixup state: fp32 partials (per-program slots, or per-tile sums) and int32 counters
-    ws_ptr, counter_ptr,
+    # A (M, K), B (K, N), C (M, N): element pointers, or host TensorDescriptors when USE_TMA
+    a_ref, b_ref, c_ref,
+    # C as an element pointer (the fixup stores split tiles through it), fixup state: fp32
+    # partials (per-contributor slots, or per-tile sums) and int32 arrival counters
+    c_ptr, ws_ptr, counter_ptr,
     # problem size
     M, N, K,
     # element strides
     stride_am, stride_ak,
     stride_bk, stride_bn,
     stride_cm, stride_cn,
-    # the plan (see Plan): Stream-K programs, Stream-K tiles, iterations per program (q, r)
-    sk_programs, sk_tiles, sk_q, sk_r,
+    # the plan (see Plan): Stream-K programs and tiles, iterations per program (q, r) for
+    # contiguous ranges, K-chunks per tile for aligned ones
+    sk_programs, sk_tiles, sk_q, sk_r, sk_chunks,
     # tile shape and order
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    DETERMINISTIC: tl.constexpr,
+    # schedule options
+    ALIGNED: tl.constexpr, DETERMINISTIC: tl.constexpr,
     FIXUP_ROWS: tl.constexpr,  # rows of a split tile summed at a time by the last arriver
+    FIXUP_LOADS: tl.constexpr,  # partials it loads at once
+    USE_TMA: tl.constexpr,
+    A_COL_MAJOR: tl.constexpr,  # TMA: A's descriptor is over A^T (K, M)
+    B_COL_MAJOR: tl.constexpr,  # TMA: B's descriptor is over B^T (N, K)
+    EPILOGUE_SUBTILE: tl.constexpr, FLATTEN: tl.constexpr,
     # shape facts fixed by the host
     EVEN_K: tl.constexpr, INT64: tl.constexpr,
 ):
     pid = tl.program_id(0)
+    grid = tl.num_programs(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     iters = tl.cdiv(K, BLOCK_K)
     if pid < sk_programs:
-        # ---- Stream-K program: iterations [it, end) of the Stream-K region, tile by tile ----
-        my_start = _sk_start(pid, sk_q, sk_r)
-        end = _sk_start(pid + 1, sk_q, sk_r)
-        # A counted loop over the tiles the range touches. Nsight Compute on the H200
-        # (2026-11-29, 1664x1408x8192, all Stream-K, 128x256 tiles): the tensor pipe is busy
-        # 64% of the time here against 95% in the data-parallel branch, with 2.7x the
-        # compulsory DRAM traffic. Not a pipelining problem (the while loop this replaced
-        # and 4 stages instead of 3 measured the same): programs start at staggered K
-        # offsets, so concurrent programs rarely share an operand panel in the L2 and the
-        # loads wait on HBM latency. Aligning concurrent programs in K is the open fix.
-        for tile_id in range(my_start // iters, (end + iters - 1) // iters):
-            tile_start = tile_id * iters
-            k0 = tl.maximum(my_start, tile_start) - tile_start
-            k1 = tl.minimum(end, tile_start + iters) - tile_start
-            pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-            acc = mac_loop(a_ptr, b_ptr, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
-                           pid_m, pid_n, k0, k1,
-                           BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64)
-            if k1 - k0 == iters:
-                # the whole tile is ours
-                store_tile(c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc, BLOCK_M, BLOCK_N, INT64)
-            else:
-                # Split tile: contributors are programs first..last. `first` owns the tile's
-                # first iteration and is unique to this tile, so it indexes the counter (and,
-                # for atomic sums, the sum buffer).
-                first = _sk_owner(tile_start, sk_q, sk_r)
-                last = _sk_owner(tile_start + iters - 1, sk_q, sk_r)
-                TILE: tl.constexpr = BLOCK_M * BLOCK_N
-                local = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-                if INT64:
-                    local = local.to(tl.int64)
-                if DETERMINISTIC:
-                    # slot 2p: the tile where program p's range starts; 2p + 1: where it ends
-                    slot = 2 * pid + (my_start < tile_start).to(tl.int32)
-                    tl.store(ws_ptr + (slot * TILE + local), acc)
+        if ALIGNED:
+            # ---- Stream-K region cut into sk_chunks equal K-chunks a tile; unit u is chunk
+            # u // sk_tiles of tile u % sk_tiles, so the programs running at the same time
+            # work at the same K offsets and share operand panels in the L2.
+            for u in range(pid, sk_tiles * sk_chunks, grid):
+                tile_id = u % sk_tiles
+                chunk = u // sk_tiles
+                k0 = chunk * iters // sk_chunks
+                k1 = (chunk + 1) * iters // sk_chunks
+                pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+                acc = _mac(a_ref, b_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
+                           pid_m, pid_n, k0, k1, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64,
+                           USE_TMA, A_COL_MAJOR, B_COL_MAJOR)
+                if sk_chunks == 1:
+                    _store_whole(c_ref, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc,
+                                 BLOCK_M, BLOCK_N, INT64, USE_TMA, EPILOGUE_SUBTILE)
                 else:
-                    tl.atomic_add(ws_ptr + (first * TILE + local), acc, sem="relaxed")
-                # all threads' partials are written before the block announces itself
-                tl.debug_barrier()
-                arrived = tl.atomic_add(counter_ptr + first, 1, sem="acq_rel")
-                if arrived == last - first:
-                    # Last arriver: every contributor's partial is visible (read via L2, .cg).
-                    # Summed FIXUP_ROWS rows at a time, so the sum and the loaded partial need
-                    # no more registers than the main loop's accumulator.
-                    for r0 in tl.static_range(0, BLOCK_M, FIXUP_ROWS):
-                        rows = (r0 + tl.arange(0, FIXUP_ROWS))[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-                        if INT64:
-                            rows = rows.to(tl.int64)
-                        if DETERMINISTIC:
-                            total = tl.zeros((FIXUP_ROWS, BLOCK_N), dtype=tl.float32)
-                            # contributor order: same bits every run. num_stages makes Triton
-                            # stream the partials through shared memory (cp.async, up to 3 in
-                            # flight; the main loop's buffers are free by now) instead of one
-                            # latency-bound load at a time.
-                            for j in tl.range(first, last + 1, num_stages=4):
-                                j_slot = 2 * j + (_sk_start(j, sk_q, sk_r) < tile_start).to(tl.int32)
-                                total += tl.load(ws_ptr + (j_slot * TILE + rows), cache_modifier=".cg")
-                        else:
-                            # Take the sum out and leave zeros for the next launch in ONE atomic
-                            # exchange per element (as int32 bits: the interpreter has no float
-                            # exchange). A load then a store of zeros raced on the H200: Triton
-                            # gave them different thread layouts, so an element could be zeroed
-                            # before the thread that reads it had loaded it.
-                            bits = ws_ptr.to(tl.pointer_type(tl.int32)) + (first * TILE + rows)
-                            total = tl.atomic_xchg(bits, tl.zeros((FIXUP_ROWS, BLOCK_N), dtype=tl.int32),
-                                                   sem="relaxed").to(tl.float32, bitcast=True)
-                        store_block(c_ptr, stride_cm, stride_cn, M, N, pid_m * BLOCK_M + r0, pid_n * BLOCK_N,
-                                    total, FIXUP_ROWS, BLOCK_N, INT64)
-                    tl.store(counter_ptr + first, 0)  # ready for the next launch
-    else:
-        # ---- data-parallel program: one whole tile after the Stream-K region ----
-        tile_id = sk_tiles + (pid - sk_programs)
+                    _hand_in_partial(acc, ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N,
+                                     pid_m, pid_n, u, tile_id, 0, sk_chunks - 1, tile_id, 0,
+                                     sk_tiles, sk_q, sk_r,
+                                     BLOCK_M, BLOCK_N, ALIGNED, DETERMINISTIC, FIXUP_ROWS, FIXUP_LOADS, INT64)
+        else:
+            # ---- Stream-K program: iterations [my_start, end) of the region, tile by tile.
+            # Programs start at staggered K offsets: Nsight Compute on the H200 (2026-11-29,
+            # 1664x1408x8192, all Stream-K, 128x256 tiles) saw the tensor pipe busy 64% of
+            # the time against 95% in data-parallel tiles, with 2.7x the compulsory DRAM
+            # traffic: concurrent programs rarely share an operand panel in the L2 (the
+            # aligned layout above is the answer to that).
+            my_start = _sk_start(pid, sk_q, sk_r)
+            end = _sk_start(pid + 1, sk_q, sk_r)
+            for tile_id in range(my_start // iters, (end + iters - 1) // iters):
+                tile_start = tile_id * iters
+                k0 = tl.maximum(my_start, tile_start) - tile_start
+                k1 = tl.minimum(end, tile_start + iters) - tile_start
+                pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+                acc = _mac(a_ref, b_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
+                           pid_m, pid_n, k0, k1, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64,
+                           USE_TMA, A_COL_MAJOR, B_COL_MAJOR)
+                if k1 - k0 == iters:
+                    # the whole tile is ours
+                    _store_whole(c_ref, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc,
+                                 BLOCK_M, BLOCK_N, INT64, USE_TMA, EPILOGUE_SUBTILE)
+                else:
+                    # Split tile: contributors are programs first..last. `first` owns the
+                    # tile's first iteration and is unique to this tile, so it is the key.
+                    first = _sk_owner(tile_start, sk_q, sk_r)
+                    last = _sk_owner(tile_start + iters - 1, sk_q, sk_r)
+                    my_slot = 2 * pid + (my_start < tile_start).to(tl.int32)
+                    _hand_in_partial(acc, ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N,
+                                     pid_m, pid_n, my_slot, first, first, last, tile_id, tile_start,
+                                     sk_tiles, sk_q, sk_r,
+                                     BLOCK_M, BLOCK_N, ALIGNED, DETERMINISTIC, FIXUP_ROWS, FIXUP_LOADS, INT64)
+    # ---- data-parallel tiles after the Stream-K region, in a persistent loop ----
+    for tile_id in tl.range(sk_tiles + pid, num_pid_m * num_pid_n, grid, flatten=FLATTEN):
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-        acc = mac_loop(a_ptr, b_ptr, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
-                       pid_m, pid_n, 0, iters,
-                       BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64)
-        store_tile(c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc, BLOCK_M, BLOCK_N, INT64)
+        acc = _mac(a_ref, b_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
+                   pid_m, pid_n, 0, iters, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64,
+                   USE_TMA, A_COL_MAJOR, B_COL_MAJOR)
+        _store_whole(c_ref, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc,
+                     BLOCK_M, BLOCK_N, INT64, USE_TMA, EPILOGUE_SUBTILE)
 
 
 # --------------------------------------------------------------------------------------------
@@ -400,35 +606,46 @@ def stream_k_gemm_kernel(
 
 def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
            out: torch.Tensor | None = None) -> torch.Tensor:
-    """C = a @ b with the Stream-K schedule. a: (M, K), b: (K, N), fp16/bf16/fp32, any strides.
-    Returns `out` (filled) when given, else a new (M, N) tensor in a's dtype. Bit-reproducible
-    when config.deterministic (the default)."""
+    """C = a @ b with the Stream-K schedule. a: (M, K), b: (K, N), fp16/bf16/fp32, any strides
+    (TMA configs: see persistent_gemm's caveats). Returns `out` (filled) when given, else a new
+    (M, N) tensor in a's dtype. Bit-reproducible when config.deterministic (the default). With
+    config=None, TMA is dropped when the tensors do not allow it; an explicit use_tma=True
+    config raises ValueError instead."""
     M, N, K = check_matmul_inputs(a, b)
     sms = num_sms(a.device)
+    c = prepare_output(out, M, N, a)
     if config is None:
         config = default_config(M, N, K, a.dtype, sms)
+        if config.use_tma and not (tma_layout(a) and tma_layout(b) and tma_layout(c) == "row"):
+            config = replace(config, use_tma=False, EPILOGUE_SUBTILE=False)
     check_smem(config, a.dtype)
-    c = prepare_output(out, M, N, a)
     plan = plan_schedule(M, N, K, config, sms)
     tile_elems = config.BLOCK_M * config.BLOCK_N
 
     ws = counters = c  # placeholders when there is no Stream-K region
-    if plan.sk_programs:
-        counters = SCRATCH.get("stream_k_counters", plan.sk_programs, torch.int32, a.device)
+    if plan.split_tiles:
+        counters = SCRATCH.get("stream_k_counters", plan.fixup_keys, torch.int32, a.device)
         if config.deterministic:
-            ws = torch.empty(2 * plan.sk_programs * tile_elems, dtype=torch.float32, device=a.device)
+            ws = torch.empty(plan.partial_slots * tile_elems, dtype=torch.float32, device=a.device)
         else:
-            ws = SCRATCH.get("stream_k_sums", plan.sk_programs * tile_elems, torch.float32, a.device)
+            ws = SCRATCH.get("stream_k_sums", plan.fixup_keys * tile_elems, torch.float32, a.device)
+    if config.use_tma:
+        a_arg, b_arg, c_arg, a_col, b_col = tma_descriptors(a, b, c, M, N, K, config)
+    else:
+        a_arg, b_arg, c_arg, a_col, b_col = a, b, c, False, False
     stream_k_gemm_kernel[(plan.grid,)](
-        a, b, c,
-        ws, counters,
+        a_arg, b_arg, c_arg,
+        c, ws, counters,
         M, N, K,
         a.stride(0), a.stride(1),
         b.stride(0), b.stride(1),
         c.stride(0), c.stride(1),
-        plan.sk_programs, plan.sk_tiles, plan.sk_iters_per_program, plan.sk_extra,
+        plan.sk_programs, plan.sk_tiles, plan.sk_iters_per_program, plan.sk_extra, plan.chunks,
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
-        DETERMINISTIC=config.deterministic, FIXUP_ROWS=fixup_rows(config.BLOCK_M, config.BLOCK_N),
+        ALIGNED=config.aligned, DETERMINISTIC=config.deterministic,
+        FIXUP_ROWS=fixup_rows(config.BLOCK_M, config.BLOCK_N), FIXUP_LOADS=FIXUP_LOADS,
+        USE_TMA=config.use_tma, A_COL_MAJOR=a_col, B_COL_MAJOR=b_col,
+        EPILOGUE_SUBTILE=config.EPILOGUE_SUBTILE, FLATTEN=config.FLATTEN,
         EVEN_K=K % config.BLOCK_K == 0,
         INT64=needs_int64_offsets(a, b, c, ws if ws is not c else None),
         num_warps=config.num_warps, num_stages=config.num_stages,

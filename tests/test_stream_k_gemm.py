@@ -55,7 +55,7 @@ def test_plan_small():
     plans = {p: sk.plan_schedule(*SHAPE, cfg(p), 3) for p in sk.POLICIES}
     assert [plans[p].sk_tiles for p in sk.POLICIES] == [0, 20, 2, 5, 8, 11]
     h1 = plans["hybrid1"]
-    assert (h1.sk_programs, h1.sk_iters_per_program, h1.sk_extra, h1.grid) == (3, 3, 1, 21)
+    assert (h1.sk_programs, h1.sk_iters_per_program, h1.sk_extra, h1.grid) == (3, 3, 1, 3)  # persistent
     assert [h1.sk_range(p) for p in range(3)] == [(0, 4), (4, 7), (7, 10)]
     assert [h1.contributors(t) for t in range(3)] == [2, 2, 1]  # tile 2 is data-parallel
     s = plans["sk"]  # 100 iterations over 3 programs: 34, 33, 33 -> whole tiles inside ranges
@@ -140,7 +140,7 @@ def test_policy_rules_on_132_sms():
     assert sk.plausible_policies(1089, P) == ["hybrid1", "hybrid2", "hybrid3", "hybrid4", "sk"]
     plan = sk.plan_schedule(1664, 1408, 8192, sk.Config(policy="hybrid1"), P)
     assert (plan.tiles, plan.sk_tiles, plan.dp_tiles, plan.sk_programs) == (143, 11, 132, 132)
-    assert plan.grid == 264
+    assert plan.grid == 132
 
 
 def test_search_space_configs_run():
@@ -166,3 +166,94 @@ def test_validation():
         sk.Config(policy="hybrid5")
     with pytest.raises(TypeError, match="deterministic"):
         sk.Config(deterministic="yes")
+
+
+# ---- aligned layout (equal K-chunks a tile) and the TMA path --------------------------------
+
+
+def acfg(policy="hybrid1", deterministic=True, use_tma=False, subtile=False, flatten=False, bn=16):
+    return sk.Config(16, bn, 16, 2, 4, 1, policy, deterministic, aligned=True, use_tma=use_tma,
+                     EPILOGUE_SUBTILE=subtile, FLATTEN=flatten)
+
+
+# 72x48 in 16x16 tiles = 5 x 3 = 15 tiles, K=72: 5 iterations (the last half zero/masked);
+# on 7 SMs hybrid1 leaves 15 % 7 = 1 tile, cut into min(5, 7 // 1) = 5 chunks
+TMA_SHAPE = (72, 48, 72)
+
+
+def test_aligned_plan_arithmetic():
+    plan = sk.plan_schedule(*TMA_SHAPE, acfg(), 7)
+    assert (plan.sk_tiles, plan.chunks, plan.sk_programs, plan.grid) == (1, 5, 5, 7)
+    assert plan.contributors(0) == 5 and plan.contributors(1) == 1 and plan.partial_slots == 5
+    # the tail suite on 132 SMs, 128x256 tiles: the K-chunks a tail tile is cut into
+    big = sk.Config(128, 256, 64, 8, 8, 3, "hybrid1", aligned=True)
+    for (M, N, K), (sk_tiles, chunks, programs) in {
+        (4224, 4224, 8192): (33, 4, 132),  # 561 tiles: 4 waves + 33
+        (2176, 2176, 8192): (21, 6, 126),  # 153 tiles: 1 wave + 21
+        (2304, 2304, 4096): (30, 4, 120),  # 162 tiles: 1 wave + 30
+        (3072, 3072, 4096): (24, 5, 120),  # 288 tiles: 2 waves + 24
+    }.items():
+        plan = sk.plan_schedule(M, N, K, big, 132)
+        assert (plan.sk_tiles, plan.chunks, plan.sk_programs, plan.grid) == (sk_tiles, chunks, programs, 132)
+    # more tiles than half a wave: the chunk count whose rounds of units end soonest
+    # 1664x1408 in 128x256 tiles: 78 tiles x 5 chunks = 390 units, 3 rounds, 0.6 of a tile each
+    plan = sk.plan_schedule(1664, 1408, 8192, sk.Config(128, 256, 64, 8, 8, 3, "sk", aligned=True), 132)
+    assert (plan.sk_tiles, plan.chunks, plan.sk_programs, plan.grid, plan.partial_slots) == (78, 5, 132, 132, 390)
+    assert plan.fixup_keys == 78  # a counter a tile, whatever the program count
+    # hybrid2 on 4224^2: 165 tiles x 4 chunks = 660 units = 5 rounds (1.25 tiles, the ideal)
+    plan = sk.plan_schedule(4224, 4224, 8192, sk.Config(128, 256, 64, 8, 8, 3, "hybrid2", aligned=True), 132)
+    assert (plan.sk_tiles, plan.chunks) == (165, 4) and plan.split_tiles
+    assert [sk.aligned_chunks(t, 128, 132) for t in (11, 66, 67, 131, 153)] == [12, 2, 7, 1, 6]
+    # one chunk a tile: nothing split, no fixup state
+    plan = sk.plan_schedule(128 * 263, 128, 8192, sk.Config(policy="hybrid1", aligned=True), 132)
+    assert (plan.sk_tiles, plan.chunks, plan.split_tiles) == (131, 1, False)
+    # more chunks than iterations is capped: 1 tile of 2 iterations on 7 SMs
+    assert sk.plan_schedule(16, 16, 32, acfg("sk"), 7).chunks == 2
+    # the multi-round plans the policy tests below run: 8 and 15 tiles of 5 iterations on 7 SMs
+    assert sk.plan_schedule(*TMA_SHAPE, acfg("hybrid2"), 7).chunks == 5
+    assert sk.plan_schedule(*TMA_SHAPE, acfg("sk"), 7).partial_slots == 75
+
+
+@pytest.mark.parametrize("deterministic", [True, False], ids=["fixup", "atomic"])
+@pytest.mark.parametrize("policy", ["hybrid1", "hybrid2", "sk"])
+@pytest.mark.parametrize("use_tma", [False, True], ids=["ptr", "tma"])
+def test_aligned_policies(policy, deterministic, use_tma, monkeypatch):
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
+    run_checked(sk, *TMA_SHAPE, torch.float16, acfg(policy, deterministic, use_tma))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS, ids=layout_id)
+def test_tma_dtypes_and_layouts(layout, dtype, monkeypatch):
+    # TMA-legal strides, ragged tiles and K; column-major A/B through transposed descriptors;
+    # both layouts of the Stream-K region
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
+    run_checked(sk, *TMA_SHAPE, dtype, acfg(use_tma=True), layout=layout)
+    run_checked(sk, *TMA_SHAPE, dtype, sk.Config(16, 16, 16, 2, 4, 1, "hybrid1", use_tma=True), layout=layout)
+
+
+def test_tma_subtile_and_flatten(monkeypatch):
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
+    run_checked(sk, *TMA_SHAPE, torch.bfloat16, acfg(use_tma=True, subtile=True, flatten=True, bn=32))
+    run_checked(sk, *TMA_SHAPE, torch.bfloat16, acfg(flatten=True))
+
+
+def test_aligned_is_bit_identical_and_leaves_scratch_clean(monkeypatch):
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
+    first, a, b = run_checked(sk, *TMA_SHAPE, torch.float32, acfg(), seed=11)
+    assert torch.equal(first, sk.matmul(a, b, acfg()))
+    run_checked(sk, *TMA_SHAPE, torch.float16, acfg(deterministic=False), seed=12)
+    run_checked(sk, *TMA_SHAPE, torch.float16, acfg(deterministic=False, use_tma=True), seed=13)
+    for (name, *_), buf in common.SCRATCH._buffers.items():
+        if name.startswith("stream_k"):
+            assert not buf.any(), f"{name} left dirty"
+
+
+def test_tma_refuses_unaligned_inputs_and_default_falls_back():
+    a, b = common.random_inputs(37, 53, 97, torch.float16, DEVICE, seed=0)
+    with pytest.raises(ValueError, match="TMA"):
+        sk.matmul(a, b, acfg(use_tma=True))
+    with pytest.raises(ValueError, match="EPILOGUE_SUBTILE"):
+        sk.Config(EPILOGUE_SUBTILE=True)
+    with pytest.raises(TypeError, match="aligned"):
+        sk.Config(aligned=1)
