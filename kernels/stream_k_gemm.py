@@ -256,14 +256,18 @@ def plan_schedule(M: int, N: int, K: int, config: Config, num_sms: int) -> Plan:
     return Plan(tiles, iters, sk_tiles, programs, q, r, 0, num_sms)
 
 
-FIXUP_LOADS = 4  # partials the deterministic fixup loads at once (independent loads in flight)
-
-
 def fixup_rows(block_m: int, block_n: int) -> int:
-    """Rows of a split tile the last arriver sums at a time: 4096 fp32 values, so FIXUP_LOADS
-    loaded partials and the running sum take at most 160 registers a thread at 4 warps (the
+    """Rows of a split tile the last arriver sums at a time: 8192 fp32 values (64 registers a
+    thread at 4 warps), so the running sum and one loaded partial fit beside each other (the
     whole 128x128 tile at once spilled in the sm_90 compile check)."""
-    return max(1, min(block_m, 4096 // block_n))
+    return max(1, min(block_m, 8192 // block_n))
+
+
+def slice_rows(block_m: int, block_n: int, chunks: int) -> int:
+    """Rows the cooperative fixup sums at a time: a power of two covering one of the `chunks`
+    row slices of a tile, at most fixup_rows (registers)."""
+    want = max(1, cdiv(block_m, max(1, chunks)))
+    return min(fixup_rows(block_m, block_n), 1 << (want - 1).bit_length())
 
 
 def default_policy(tiles: int, num_sms: int) -> str:
@@ -384,6 +388,13 @@ def _sk_owner(it, q, r):
 
 
 @triton.jit
+def _now(x):
+    """The GPU's global nanosecond timer (%globaltimer); `x` only gives the asm an operand."""
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [x], dtype=tl.int64,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
 def _slot(j, tile_id, tile_start, sk_tiles, sk_q, sk_r, ALIGNED: tl.constexpr):
     """Workspace slot of contributor j's partial of a split tile. Aligned: contributor j is
     chunk j of the tile (unit j * sk_tiles + tile). Contiguous: program j's slot 2j holds the
@@ -452,7 +463,7 @@ def _hand_in_partial(
     acc, ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
     my_slot, key, j_first, j_last, tile_id, tile_start, sk_tiles, sk_q, sk_r,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ALIGNED: tl.constexpr,
-    DETERMINISTIC: tl.constexpr, FIXUP_ROWS: tl.constexpr, FIXUP_LOADS: tl.constexpr, INT64: tl.constexpr,
+    DETERMINISTIC: tl.constexpr, FIXUP_ROWS: tl.constexpr, INT64: tl.constexpr,
 ):
     """Fixup of a split tile whose contributors are j_first..j_last: hand in this program's
     partial; the last to arrive sums all partials and stores the tile. `key` is unique to the
@@ -478,16 +489,13 @@ def _hand_in_partial(
                 rows = rows.to(tl.int64)
             if DETERMINISTIC:
                 total = tl.zeros((FIXUP_ROWS, BLOCK_N), dtype=tl.float32)
-                # Contributor order: same bits every run. FIXUP_LOADS independent loads per
-                # step (past the last contributor: a valid slot, added as zero), so several
-                # partials are in flight at once: one L2 round trip per partial at a time made
-                # the fixup of a 12-way split tile cost ~25 us on the H200 (2026-11-29 probe).
-                for j0 in range(j_first, j_last + 1, FIXUP_LOADS):
-                    for jj in tl.static_range(FIXUP_LOADS):
-                        j = j0 + jj
-                        slot = _slot(tl.minimum(j, j_last), tile_id, tile_start, sk_tiles, sk_q, sk_r, ALIGNED)
-                        part = tl.load(ws_ptr + (slot * TILE + rows), cache_modifier=".cg")
-                        total += tl.where(j <= j_last, part, 0.0)
+                # Contributor order: same bits every run. num_stages makes Triton stream the
+                # partials through shared memory (cp.async, up to 3 in flight). Measured on the
+                # H200 (2026-11-29): four independent loads a step over smaller row blocks made
+                # the fixup slower (a 12-way split 128x128 tile: 78 -> 86 us for the GEMM).
+                for j in tl.range(j_first, j_last + 1, num_stages=4):
+                    slot = _slot(j, tile_id, tile_start, sk_tiles, sk_q, sk_r, ALIGNED)
+                    total += tl.load(ws_ptr + (slot * TILE + rows), cache_modifier=".cg")
             else:
                 # Take the sum out and leave zeros for the next launch in ONE atomic exchange
                 # per element (as int32 bits: the interpreter has no float exchange). A load
@@ -502,13 +510,38 @@ def _hand_in_partial(
         tl.store(counter_ptr + key, 0)  # ready for the next launch
 
 
+@triton.jit
+def _reduce_slice(
+    ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, tile_id, sk_tiles, chunks, k,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SLICE_ROWS: tl.constexpr, INT64: tl.constexpr,
+):
+    """Cooperative fixup, aligned layout: sum rows [k BLOCK_M / chunks, (k + 1) BLOCK_M /
+    chunks) of a split tile over its `chunks` partials in chunk order (same bits whoever does
+    it) and store them in C."""
+    TILE: tl.constexpr = BLOCK_M * BLOCK_N
+    r_lo = k * BLOCK_M // chunks
+    r_hi = (k + 1) * BLOCK_M // chunks
+    for r0 in range(r_lo, r_hi, SLICE_ROWS):
+        rows = r0 + tl.arange(0, SLICE_ROWS)
+        offs = rows[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        if INT64:
+            offs = offs.to(tl.int64)
+        total = tl.zeros((SLICE_ROWS, BLOCK_N), dtype=tl.float32)
+        for c in tl.range(0, chunks, num_stages=4):
+            total += tl.load(ws_ptr + ((c * sk_tiles + tile_id) * TILE + offs), mask=(rows < r_hi)[:, None],
+                             other=0.0, cache_modifier=".cg")
+        store_block(c_ptr, stride_cm, stride_cn, tl.minimum(M, pid_m * BLOCK_M + r_hi), N,
+                    pid_m * BLOCK_M + r0, pid_n * BLOCK_N, total, SLICE_ROWS, BLOCK_N, INT64)
+
+
 @triton.jit(launch_metadata=gemm_launch_metadata("stream_k_gemm"))
 def stream_k_gemm_kernel(
     # A (M, K), B (K, N), C (M, N): element pointers, or host TensorDescriptors when USE_TMA
     a_ref, b_ref, c_ref,
     # C as an element pointer (the fixup stores split tiles through it), fixup state: fp32
-    # partials (per-contributor slots, or per-tile sums) and int32 arrival counters
-    c_ptr, ws_ptr, counter_ptr,
+    # partials (per-contributor slots, or per-tile sums) and int32 arrival counters; int64
+    # phase timestamps, 4 a program (PHASE_TIMES only)
+    c_ptr, ws_ptr, counter_ptr, times_ptr,
     # problem size
     M, N, K,
     # element strides
@@ -523,19 +556,24 @@ def stream_k_gemm_kernel(
     # schedule options
     ALIGNED: tl.constexpr, DETERMINISTIC: tl.constexpr,
     FIXUP_ROWS: tl.constexpr,  # rows of a split tile summed at a time by the last arriver
-    FIXUP_LOADS: tl.constexpr,  # partials it loads at once
+    SLICE_ROWS: tl.constexpr,  # rows summed at a time in the cooperative fixup (aligned)
     USE_TMA: tl.constexpr,
     A_COL_MAJOR: tl.constexpr,  # TMA: A's descriptor is over A^T (K, M)
     B_COL_MAJOR: tl.constexpr,  # TMA: B's descriptor is over B^T (N, K)
     EPILOGUE_SUBTILE: tl.constexpr, FLATTEN: tl.constexpr,
     # shape facts fixed by the host
     EVEN_K: tl.constexpr, INT64: tl.constexpr,
+    # diagnosis (GPU only): record start, last Stream-K MAC loop done, Stream-K work done, end
+    PHASE_TIMES: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     grid = tl.num_programs(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     iters = tl.cdiv(K, BLOCK_K)
+    if PHASE_TIMES:
+        t_start = _now(pid)
+        t_mac = t_start
     if pid < sk_programs:
         if ALIGNED:
             # ---- Stream-K region cut into sk_chunks equal K-chunks a tile; unit u is chunk
@@ -550,14 +588,32 @@ def stream_k_gemm_kernel(
                 acc = _mac(a_ref, b_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
                            pid_m, pid_n, k0, k1, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64,
                            USE_TMA, A_COL_MAJOR, B_COL_MAJOR)
+                if PHASE_TIMES:
+                    t_mac = _now(pid)
                 if sk_chunks == 1:
                     _store_whole(c_ref, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc,
                                  BLOCK_M, BLOCK_N, INT64, USE_TMA, EPILOGUE_SUBTILE)
+                elif DETERMINISTIC:
+                    # Cooperative fixup, step 1: hand in the partial and count the arrival in
+                    # the tile's word (arrivals in the low 16 bits, claims above; step 2 after
+                    # the data-parallel tiles). The final arrival owes the slices of the
+                    # programs that claimed before it (they found partials missing).
+                    TILE: tl.constexpr = BLOCK_M * BLOCK_N
+                    local = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+                    if INT64:
+                        local = local.to(tl.int64)
+                    tl.store(ws_ptr + (u * TILE + local), acc)
+                    tl.debug_barrier()
+                    word = tl.atomic_add(counter_ptr + tile_id, 1, sem="acq_rel")
+                    if (word & 0xFFFF) == sk_chunks - 1:
+                        for k in range(0, word >> 16):
+                            _reduce_slice(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
+                                          tile_id, sk_tiles, sk_chunks, k, BLOCK_M, BLOCK_N, SLICE_ROWS, INT64)
                 else:
                     _hand_in_partial(acc, ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N,
                                      pid_m, pid_n, u, tile_id, 0, sk_chunks - 1, tile_id, 0,
                                      sk_tiles, sk_q, sk_r,
-                                     BLOCK_M, BLOCK_N, ALIGNED, DETERMINISTIC, FIXUP_ROWS, FIXUP_LOADS, INT64)
+                                     BLOCK_M, BLOCK_N, ALIGNED, DETERMINISTIC, FIXUP_ROWS, INT64)
         else:
             # ---- Stream-K program: iterations [my_start, end) of the region, tile by tile.
             # Programs start at staggered K offsets: Nsight Compute on the H200 (2026-11-29,
@@ -575,6 +631,8 @@ def stream_k_gemm_kernel(
                 acc = _mac(a_ref, b_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
                            pid_m, pid_n, k0, k1, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64,
                            USE_TMA, A_COL_MAJOR, B_COL_MAJOR)
+                if PHASE_TIMES:
+                    t_mac = _now(pid)
                 if k1 - k0 == iters:
                     # the whole tile is ours
                     _store_whole(c_ref, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc,
@@ -588,7 +646,9 @@ def stream_k_gemm_kernel(
                     _hand_in_partial(acc, ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N,
                                      pid_m, pid_n, my_slot, first, first, last, tile_id, tile_start,
                                      sk_tiles, sk_q, sk_r,
-                                     BLOCK_M, BLOCK_N, ALIGNED, DETERMINISTIC, FIXUP_ROWS, FIXUP_LOADS, INT64)
+                                     BLOCK_M, BLOCK_N, ALIGNED, DETERMINISTIC, FIXUP_ROWS, INT64)
+    if PHASE_TIMES:
+        t_sk = _now(pid)
     # ---- data-parallel tiles after the Stream-K region, in a persistent loop ----
     for tile_id in tl.range(sk_tiles + pid, num_pid_m * num_pid_n, grid, flatten=FLATTEN):
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
@@ -597,6 +657,31 @@ def stream_k_gemm_kernel(
                    USE_TMA, A_COL_MAJOR, B_COL_MAJOR)
         _store_whole(c_ref, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc,
                      BLOCK_M, BLOCK_N, INT64, USE_TMA, EPILOGUE_SUBTILE)
+    if ALIGNED and DETERMINISTIC:
+        if pid < sk_programs and sk_chunks > 1:
+            # Cooperative fixup, step 2: claim a slice of each split tile this program worked
+            # on. With every partial in (the usual case by now) the k-th claimer sums slice k,
+            # so S contributors share the reduction instead of one program reading all S
+            # partials (a 12-way split 128x128 tile: ~18 us on one SM, H200 2026-11-29). A
+            # claim that finds partials missing leaves its slice to the final arrival, so no
+            # program ever waits for another (and the interpreter, one program at a time,
+            # gets the last-arriver fixup). The last claimer clears the word.
+            for u in range(pid, sk_tiles * sk_chunks, grid):
+                tile_id = u % sk_tiles
+                pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+                word = tl.atomic_add(counter_ptr + tile_id, 1 << 16, sem="acq_rel")
+                k = word >> 16
+                if (word & 0xFFFF) == sk_chunks:
+                    _reduce_slice(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
+                                  tile_id, sk_tiles, sk_chunks, k, BLOCK_M, BLOCK_N, SLICE_ROWS, INT64)
+                if k == sk_chunks - 1:
+                    tl.atomic_xchg(counter_ptr + tile_id, 0, sem="relaxed")
+    if PHASE_TIMES:
+        t_end = _now(pid)
+        tl.store(times_ptr + 4 * pid, t_start)
+        tl.store(times_ptr + 4 * pid + 1, t_mac)
+        tl.store(times_ptr + 4 * pid + 2, t_sk)
+        tl.store(times_ptr + 4 * pid + 3, t_end)
 
 
 # --------------------------------------------------------------------------------------------
@@ -605,12 +690,14 @@ def stream_k_gemm_kernel(
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
-           out: torch.Tensor | None = None) -> torch.Tensor:
+           out: torch.Tensor | None = None, phase_times: torch.Tensor | None = None) -> torch.Tensor:
     """C = a @ b with the Stream-K schedule. a: (M, K), b: (K, N), fp16/bf16/fp32, any strides
     (TMA configs: see persistent_gemm's caveats). Returns `out` (filled) when given, else a new
     (M, N) tensor in a's dtype. Bit-reproducible when config.deterministic (the default). With
     config=None, TMA is dropped when the tensors do not allow it; an explicit use_tma=True
-    config raises ValueError instead."""
+    config raises ValueError instead. `phase_times` (diagnosis, GPU only): an int64 tensor of
+    at least 4 x grid elements that receives each program's %globaltimer stamps (start, last
+    Stream-K MAC loop done, Stream-K work done incl. fixup, end) in nanoseconds."""
     M, N, K = check_matmul_inputs(a, b)
     sms = num_sms(a.device)
     c = prepare_output(out, M, N, a)
@@ -633,9 +720,12 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         a_arg, b_arg, c_arg, a_col, b_col = tma_descriptors(a, b, c, M, N, K, config)
     else:
         a_arg, b_arg, c_arg, a_col, b_col = a, b, c, False, False
+    if phase_times is not None and (phase_times.dtype != torch.int64 or phase_times.numel() < 4 * plan.grid
+                                    or not phase_times.is_cuda):
+        raise ValueError(f"phase_times must be a CUDA int64 tensor of >= {4 * plan.grid} elements")
     stream_k_gemm_kernel[(plan.grid,)](
         a_arg, b_arg, c_arg,
-        c, ws, counters,
+        c, ws, counters, c if phase_times is None else phase_times,
         M, N, K,
         a.stride(0), a.stride(1),
         b.stride(0), b.stride(1),
@@ -643,11 +733,13 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         plan.sk_programs, plan.sk_tiles, plan.sk_iters_per_program, plan.sk_extra, plan.chunks,
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
         ALIGNED=config.aligned, DETERMINISTIC=config.deterministic,
-        FIXUP_ROWS=fixup_rows(config.BLOCK_M, config.BLOCK_N), FIXUP_LOADS=FIXUP_LOADS,
+        FIXUP_ROWS=fixup_rows(config.BLOCK_M, config.BLOCK_N),
+        SLICE_ROWS=slice_rows(config.BLOCK_M, config.BLOCK_N, plan.chunks),
         USE_TMA=config.use_tma, A_COL_MAJOR=a_col, B_COL_MAJOR=b_col,
         EPILOGUE_SUBTILE=config.EPILOGUE_SUBTILE, FLATTEN=config.FLATTEN,
         EVEN_K=K % config.BLOCK_K == 0,
         INT64=needs_int64_offsets(a, b, c, ws if ws is not c else None),
+        PHASE_TIMES=phase_times is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return c

@@ -257,3 +257,18 @@ def test_tma_refuses_unaligned_inputs_and_default_falls_back():
         sk.Config(EPILOGUE_SUBTILE=True)
     with pytest.raises(TypeError, match="aligned"):
         sk.Config(aligned=1)
+
+
+def test_cooperative_fixup_both_paths(monkeypatch):
+    # 3 tiles x 2 chunks over 2 programs: program 0 hands in (t0,c0), (t2,c0), (t1,c1) and
+    # claims before program 1 arrives, so the final arrivals reduce the slices left to them;
+    # program 1's claims then find every partial in and reduce their own slice
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "2")
+    plan = sk.plan_schedule(48, 16, 64, acfg("sk"), 2)
+    assert (plan.sk_tiles, plan.chunks, plan.grid) == (3, 2, 2)
+    for dtype in (torch.float32, torch.bfloat16):
+        first, a, b = run_checked(sk, 48, 16, 64, dtype, acfg("sk"), seed=21)
+        assert torch.equal(first, sk.matmul(a, b, acfg("sk")))
+    for (name, *_), buf in common.SCRATCH._buffers.items():
+        if name == "stream_k_counters":
+            assert not buf.any(), "tile words left dirty"

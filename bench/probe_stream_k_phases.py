@@ -1,0 +1,85 @@
+"""Probe: where does a Stream-K launch spend its time? Per-program phase timestamps (H200).
+
+    python3 bench/probe_stream_k_phases.py [--shapes 1664x1408x8192,...]
+
+Question (2026-11-29). The aligned Stream-K schedules of bench/probe_stream_k_tail.py ran
+15-30 us slower than "one data-parallel round + the Stream-K share of a tile" predicts,
+for 2-way and 12-way splits alike. stream_k_gemm.matmul(..., phase_times=T) makes every
+program record %globaltimer at its start, when its last Stream-K MAC loop ends, when its
+Stream-K work (fixup included) ends, and at its end. For each config this prints the
+launch span (first start to last end) and, over the programs, the median and max of: the
+start skew, the Stream-K MAC time, the fixup time (last arrivers stand out in the max), the
+data-parallel phase and the end skew. Warm launches (the last of 5) with fresh random bf16
+inputs; each output is compared with torch.matmul first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from advisor.bench.rows import parse_shape
+from advisor.kernel_lib import load
+
+SHAPES = "1664x1408x8192,2304x2304x4096,4224x4224x8192"
+
+
+def configs(sk):
+    t128 = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 4}
+    t256 = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
+    return [
+        sk.Config(**t128, policy="dp", use_tma=True),
+        sk.Config(**t128, policy="hybrid1", aligned=True, use_tma=True),
+        sk.Config(**t128, policy="hybrid1", aligned=True, use_tma=True, deterministic=False),
+        sk.Config(**t256, policy="hybrid1", aligned=True, use_tma=True),
+        sk.Config(**t128, policy="hybrid1"),
+    ]
+
+
+def stats(xs):
+    return f"{statistics.median(xs):7.1f} {max(xs):7.1f}" if xs else f"{'-':>7} {'-':>7}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default=SHAPES)
+    args = ap.parse_args()
+    import torch
+
+    sk = load("stream_k_gemm")
+    print(f"{'shape':>16} {'config':<44} {'span':>6} | med/max us: {'start':>15} {'sk mac':>15} "
+          f"{'fixup':>15} {'dp':>15} {'end skew':>15} | err")
+    for shape in args.shapes.split(","):
+        M, N, K = parse_shape(shape)
+        a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+        ref = torch.matmul(a, b).float()
+        for cfg in configs(sk):
+            plan = sk.plan_schedule(M, N, K, cfg, torch.cuda.get_device_properties(0).multi_processor_count)
+            times = torch.zeros(4 * plan.grid, dtype=torch.int64, device="cuda")
+            try:
+                for _ in range(5):
+                    out = sk.matmul(a, b, cfg, phase_times=times)
+                torch.cuda.synchronize()
+            except Exception as exc:  # noqa: BLE001 - report and go on with the next config
+                print(f"{shape:>16} {cfg.describe():<44} FAILED {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+                continue
+            err = ((out.float() - ref).norm() / ref.norm()).item()
+            t = times.view(-1, 4).cpu().double() / 1e3  # us
+            t0, t_end = t[:, 0].min().item(), t[:, 3].max().item()
+            sk_rows = [i for i in range(plan.grid) if i < plan.sk_programs]
+            start = [(t[i, 0] - t0).item() for i in range(plan.grid)]
+            mac = [(t[i, 1] - t[i, 0]).item() for i in sk_rows]
+            fix = [(t[i, 2] - t[i, 1]).item() for i in sk_rows]
+            dp = [(t[i, 3] - t[i, 2]).item() for i in range(plan.grid)]
+            skew = [(t_end - t[i, 3]).item() for i in range(plan.grid)]
+            print(f"{shape:>16} {cfg.describe():<44} {t_end - t0:6.1f} | {stats(start)} {stats(mac)} {stats(fix)} "
+                  f"{stats(dp)} {stats(skew)} | {err:.1e}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
