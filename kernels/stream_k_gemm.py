@@ -288,14 +288,25 @@ def default_policy(tiles: int, num_sms: int) -> str:
     return "hybrid4"
 
 
+def aligned_policy(tiles: int, num_sms: int) -> str:
+    """Policy for the aligned layout: "dp" for whole waves, "sk" under one wave, else
+    "hybrid1" (the partial wave, cut into K-chunks over all SMs)."""
+    if tiles % num_sms == 0:
+        return "dp"
+    return "sk" if tiles < num_sms else "hybrid1"
+
+
 def default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> Config:
-    """128x128x64 tiles, 4 warps, 4 stages (Triton's standard Hopper tile: 128 KB of pipeline
-    buffers), deterministic fixup, and `default_policy` for the tile count. fp32 through
-    dp_gemm's `for_dtype`."""
+    """128x128x64 tiles, 4 warps, 4 stages (Triton's standard Hopper tile), deterministic
+    fixup. Where TMA can read the shape: the aligned layout with TMA loads and
+    `aligned_policy` (the fastest Stream-K variant on every tail shape, H200 2026-11-29;
+    matmul drops TMA when the tensors' strides do not allow it); otherwise pointer loads,
+    contiguous ranges and `default_policy`. fp32 through dp_gemm's `for_dtype`."""
     base = for_dtype(Config(128, 128, 64, 8, 4, 4), dtype)
     tiles = cdiv(M, base.BLOCK_M) * cdiv(N, base.BLOCK_N)
-    return Config(base.BLOCK_M, base.BLOCK_N, base.BLOCK_K, 8, base.num_warps, 4,
-                  default_policy(tiles, num_sms), True)
+    if tma_shape_ok(M, N, K, dtype):
+        return replace(base, policy=aligned_policy(tiles, num_sms), aligned=True, use_tma=True)
+    return replace(base, policy=default_policy(tiles, num_sms))
 
 
 def plausible_policies(tiles: int, num_sms: int) -> list[str]:
@@ -317,11 +328,14 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 
 
 # TMA points of the aligned search: (BLOCK_M, BLOCK_N, warps, stages, subtiled epilogue,
-# deterministic). 128x256 with 4 stages only fits (227 KB) when C is staged in halves.
+# deterministic, flatten). 128x256 with 4 stages only fits (227 KB) when C is staged in halves.
+# One atomic point: with the cooperative fixup the deterministic one was as fast or faster on
+# every tail shape (H200, 2026-11-29), the atomic one can still win on long-K shapes.
 TMA_POINTS = (
-    (128, 256, 8, 3, False, True), (128, 256, 8, 3, False, False),
-    (128, 128, 4, 4, False, True), (128, 128, 4, 4, False, False),
-    (128, 256, 8, 4, True, True), (128, 256, 8, 4, True, False),
+    (128, 256, 8, 3, False, True, False), (128, 256, 8, 3, False, True, True),
+    (128, 256, 8, 4, True, True, False),
+    (128, 128, 4, 4, False, True, False), (128, 128, 4, 4, False, True, True),
+    (128, 128, 4, 4, False, False, False),
 )
 
 
@@ -333,8 +347,8 @@ def tma_shape_ok(M: int, N: int, K: int, dtype: torch.dtype) -> bool:
 
 def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> list[Config]:
     """At most 12 candidates. First, where TMA can read the shape, the aligned layout with TMA
-    loads (hybrid1, or "sk" under one wave) at the TMA points above, with both fixups, kept
-    only where the plan really splits tiles (otherwise it is persistent_gemm's schedule). Then pointer loads with
+    loads (`aligned_policy`) at the TMA points above, kept only where the plan really splits
+    tiles (otherwise it is persistent_gemm's schedule). Then pointer loads with
     contiguous ranges for 128x128 (4 warps, 4 stages) and 128x256 (8 warps, 4 stages) tiles:
     hybrid1, hybrid2 and "sk" where plausible with the deterministic fixup, and the default
     policy with atomic partial sums (its fixup reads one tile instead of one per
@@ -343,13 +357,13 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
     latency (4224x4224x8192 hybrid1: 411 us with 4 stages, 464 us with 3, same run)."""
     out: list[Config] = []
     if tma_shape_ok(M, N, K, dtype):
-        for bm, bn, warps, stages, subtile, deterministic in TMA_POINTS:
+        for bm, bn, warps, stages, subtile, deterministic, flatten in TMA_POINTS:
             tiles = cdiv(M, bm) * cdiv(N, bn)
             if not fits_shape(bm, bn, M, N) or tiles % num_sms == 0:
                 continue
             base = for_dtype(Config(bm, bn, 64, 8, warps, stages), dtype)
-            cfg = Config(bm, bn, base.BLOCK_K, 8, base.num_warps, stages, "hybrid1" if tiles > num_sms else "sk",
-                         deterministic, aligned=True, use_tma=True, EPILOGUE_SUBTILE=subtile)
+            cfg = Config(bm, bn, base.BLOCK_K, 8, base.num_warps, stages, aligned_policy(tiles, num_sms),
+                         deterministic, aligned=True, use_tma=True, EPILOGUE_SUBTILE=subtile, FLATTEN=flatten)
             if (cfg.smem_bytes(dtype) <= SMEM_PER_BLOCK_SM90 and cfg not in out
                     and plan_schedule(M, N, K, cfg, num_sms).split_tiles):
                 out.append(cfg)
