@@ -121,12 +121,13 @@ class Config:
     use_tma: bool = False  # tensor-descriptor (TMA) loads and stores instead of pointer loads
     EPILOGUE_SUBTILE: bool = False  # TMA only: store C tiles as two BLOCK_N/2-wide halves
     FLATTEN: bool = False  # flatten the data-parallel tile loop and its K loop for the pipeliner
+    dp_first: bool = False  # run the data-parallel tiles before the Stream-K work (else after)
 
     def __post_init__(self):
         check_block_config(self)
         if self.policy not in POLICIES:
             raise ValueError(f"policy={self.policy!r}: must be one of {POLICIES}")
-        for name in ("deterministic", "aligned", "use_tma", "EPILOGUE_SUBTILE", "FLATTEN"):
+        for name in ("deterministic", "aligned", "use_tma", "EPILOGUE_SUBTILE", "FLATTEN", "dp_first"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}={getattr(self, name)!r}: must be a bool")
         if self.EPILOGUE_SUBTILE and not self.use_tma:
@@ -145,7 +146,8 @@ class Config:
         return (f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_M} w{self.num_warps} "
                 f"s{self.num_stages} {self.policy}{' aligned' if self.aligned else ''}"
                 f"{'' if self.deterministic else ' atomic'}{' tma' if self.use_tma else ''}"
-                f"{' subtile' if self.EPILOGUE_SUBTILE else ''}{' flat' if self.FLATTEN else ''}")
+                f"{' subtile' if self.EPILOGUE_SUBTILE else ''}{' flat' if self.FLATTEN else ''}"
+                f"{' dpfirst' if self.dp_first else ''}")
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -328,9 +330,9 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 
 
 # TMA points of the aligned search: (BLOCK_M, BLOCK_N, warps, stages, subtiled epilogue,
-# deterministic, flatten). 128x256 with 4 stages only fits (227 KB) when C is staged in halves.
-# One atomic point: with the cooperative fixup the deterministic one was as fast or faster on
-# every tail shape (H200, 2026-11-29), the atomic one can still win on long-K shapes.
+# deterministic, dp_first). 128x256 with 4 stages only fits (227 KB) when C is staged in
+# halves. One atomic point: with the cooperative fixup the deterministic one was as fast or
+# faster on every tail shape (H200, 2026-11-29); the atomic one can still win on long K.
 TMA_POINTS = (
     (128, 256, 8, 3, False, True, False), (128, 256, 8, 3, False, True, True),
     (128, 256, 8, 4, True, True, False),
@@ -357,13 +359,13 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
     latency (4224x4224x8192 hybrid1: 411 us with 4 stages, 464 us with 3, same run)."""
     out: list[Config] = []
     if tma_shape_ok(M, N, K, dtype):
-        for bm, bn, warps, stages, subtile, deterministic, flatten in TMA_POINTS:
+        for bm, bn, warps, stages, subtile, deterministic, dp_first in TMA_POINTS:
             tiles = cdiv(M, bm) * cdiv(N, bn)
             if not fits_shape(bm, bn, M, N) or tiles % num_sms == 0:
                 continue
             base = for_dtype(Config(bm, bn, 64, 8, warps, stages), dtype)
             cfg = Config(bm, bn, base.BLOCK_K, 8, base.num_warps, stages, aligned_policy(tiles, num_sms),
-                         deterministic, aligned=True, use_tma=True, EPILOGUE_SUBTILE=subtile, FLATTEN=flatten)
+                         deterministic, aligned=True, use_tma=True, EPILOGUE_SUBTILE=subtile, dp_first=dp_first)
             if (cfg.smem_bytes(dtype) <= SMEM_PER_BLOCK_SM90 and cfg not in out
                     and plan_schedule(M, N, K, cfg, num_sms).split_tiles):
                 out.append(cfg)
@@ -525,6 +527,28 @@ def _hand_in_partial(
 
 
 @triton.jit
+def _dp_tiles(
+    a_ref, b_ref, c_ref, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    sk_tiles, pid, grid,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    USE_TMA: tl.constexpr, A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr,
+    EPILOGUE_SUBTILE: tl.constexpr, FLATTEN: tl.constexpr, EVEN_K: tl.constexpr, INT64: tl.constexpr,
+):
+    """The data-parallel tiles after the Stream-K region, in a persistent loop: program p takes
+    tiles sk_tiles + p, + grid, ..."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    iters = tl.cdiv(K, BLOCK_K)
+    for tile_id in tl.range(sk_tiles + pid, num_pid_m * num_pid_n, grid, flatten=FLATTEN):
+        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        acc = _mac(a_ref, b_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
+                   pid_m, pid_n, 0, iters, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64,
+                   USE_TMA, A_COL_MAJOR, B_COL_MAJOR)
+        _store_whole(c_ref, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc,
+                     BLOCK_M, BLOCK_N, INT64, USE_TMA, EPILOGUE_SUBTILE)
+
+
+@triton.jit
 def _reduce_slice(
     ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, tile_id, sk_tiles, chunks, k,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SLICE_ROWS: tl.constexpr, INT64: tl.constexpr,
@@ -577,6 +601,7 @@ def stream_k_gemm_kernel(
     EPILOGUE_SUBTILE: tl.constexpr, FLATTEN: tl.constexpr,
     # shape facts fixed by the host
     EVEN_K: tl.constexpr, INT64: tl.constexpr,
+    DP_FIRST: tl.constexpr,  # data-parallel tiles before the Stream-K work (else after)
     # diagnosis (GPU only): record start, last Stream-K MAC loop done, Stream-K work done, end
     PHASE_TIMES: tl.constexpr = False,
 ):
@@ -588,6 +613,10 @@ def stream_k_gemm_kernel(
     if PHASE_TIMES:
         t_start = _now(pid)
         t_mac = t_start
+    if DP_FIRST:
+        _dp_tiles(a_ref, b_ref, c_ref, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                  stride_cm, stride_cn, sk_tiles, pid, grid, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+                  USE_TMA, A_COL_MAJOR, B_COL_MAJOR, EPILOGUE_SUBTILE, FLATTEN, EVEN_K, INT64)
     if pid < sk_programs:
         if ALIGNED:
             # ---- Stream-K region cut into sk_chunks equal K-chunks a tile; unit u is chunk
@@ -663,14 +692,10 @@ def stream_k_gemm_kernel(
                                      BLOCK_M, BLOCK_N, ALIGNED, DETERMINISTIC, FIXUP_ROWS, INT64)
     if PHASE_TIMES:
         t_sk = _now(pid)
-    # ---- data-parallel tiles after the Stream-K region, in a persistent loop ----
-    for tile_id in tl.range(sk_tiles + pid, num_pid_m * num_pid_n, grid, flatten=FLATTEN):
-        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-        acc = _mac(a_ref, b_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
-                   pid_m, pid_n, 0, iters, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64,
-                   USE_TMA, A_COL_MAJOR, B_COL_MAJOR)
-        _store_whole(c_ref, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc,
-                     BLOCK_M, BLOCK_N, INT64, USE_TMA, EPILOGUE_SUBTILE)
+    if not DP_FIRST:
+        _dp_tiles(a_ref, b_ref, c_ref, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                  stride_cm, stride_cn, sk_tiles, pid, grid, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+                  USE_TMA, A_COL_MAJOR, B_COL_MAJOR, EPILOGUE_SUBTILE, FLATTEN, EVEN_K, INT64)
     if ALIGNED and DETERMINISTIC:
         if pid < sk_programs and sk_chunks > 1:
             # Cooperative fixup, step 2: claim a slice of each split tile this program worked
@@ -753,7 +778,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         EPILOGUE_SUBTILE=config.EPILOGUE_SUBTILE, FLATTEN=config.FLATTEN,
         EVEN_K=K % config.BLOCK_K == 0,
         INT64=needs_int64_offsets(a, b, c, ws if ws is not c else None),
-        PHASE_TIMES=phase_times is not None,
+        DP_FIRST=config.dp_first, PHASE_TIMES=phase_times is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return c

@@ -238,6 +238,16 @@ def test_tma_subtile_and_flatten(monkeypatch):
     run_checked(sk, *TMA_SHAPE, torch.bfloat16, acfg(flatten=True))
 
 
+@pytest.mark.parametrize("aligned", [True, False], ids=["aligned", "contiguous"])
+@pytest.mark.parametrize("deterministic", [True, False], ids=["fixup", "atomic"])
+def test_data_parallel_tiles_first(aligned, deterministic, monkeypatch):
+    # the same schedules with the data-parallel tiles before the Stream-K work
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
+    for policy in ("hybrid1", "hybrid2"):
+        cfg = sk.Config(16, 16, 16, 2, 4, 1, policy, deterministic, aligned=aligned, use_tma=aligned, dp_first=True)
+        run_checked(sk, *TMA_SHAPE, torch.float16, cfg)
+
+
 def test_aligned_is_bit_identical_and_leaves_scratch_clean(monkeypatch):
     monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
     first, a, b = run_checked(sk, *TMA_SHAPE, torch.float32, acfg(), seed=11)
@@ -257,6 +267,8 @@ def test_tma_refuses_unaligned_inputs_and_default_falls_back():
         sk.Config(EPILOGUE_SUBTILE=True)
     with pytest.raises(TypeError, match="aligned"):
         sk.Config(aligned=1)
+    with pytest.raises(TypeError, match="dp_first"):
+        sk.Config(dp_first="yes")
 
 
 def test_cooperative_fixup_both_paths(monkeypatch):
