@@ -10,7 +10,15 @@ Stream-K work (fixup included) ends, and at its end. For each config this prints
 launch span (first start to last end) and, over the programs, the median and max of: the
 start skew, the Stream-K MAC time, the fixup time (last arrivers stand out in the max), the
 data-parallel phase and the end skew. Warm launches (the last of 5) with fresh random bf16
-inputs; each output is compared with torch.matmul first.
+inputs; each output is compared with torch.matmul first. The columns assume the Stream-K
+work comes first (dp_first=False).
+
+What it showed (H200, 2026-11-29): 1664x1408x8192, 128x128 tiles, 11 tail tiles in 12
+chunks: Stream-K MAC 6 us, then the last arrivers' fixup up to 21 us (12 partials read by one
+SM) before their data-parallel tile, span 76 us; with the cooperative fixup the fixup is at
+most 3.5 us and the span 62 us. The data-parallel round also ran ~16% longer after the
+Stream-K phase than in a pure data-parallel launch (50 against 43 us); putting it first
+(dp_first) made the whole launch slower (85 us).
 """
 
 from __future__ import annotations

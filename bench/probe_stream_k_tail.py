@@ -16,6 +16,13 @@ float64 reference, tolerance 1e-2); then each is timed with the CUDA-graph timer
 per call, inputs rotating over more than twice the L2) in --rounds interleaved rounds, and
 the median of the round medians is kept. Long-format rows go to DIR/probe_stream_k_tail.csv
 and a table is printed.
+
+What it showed (H200, 2026-11-29, results/probe_stream_k_tail/): TMA loads plus the aligned
+layout beat the old pointer/contiguous Stream-K on every shape (1664x1408x8192: 77 us with
+128x128 tiles against 85; 4224^2x8192: 444 us with 128x256 against 458), each change alone
+helping little; atomic partial sums then beat the deterministic fixup where tiles were split
+12 ways (68 against 77 us), which bench/probe_stream_k_phases.py traced to the last arriver
+reading every partial alone, and the cooperative fixup fixed (63 us, deterministic).
 """
 
 from __future__ import annotations

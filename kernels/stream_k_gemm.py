@@ -4,65 +4,82 @@ What
     C = A @ B with output tiles of BLOCK_M x BLOCK_N, each needing `iters` = cdiv(K, BLOCK_K)
     MAC-loop iterations. A data-parallel grid runs one program per tile; with T tiles on P
     SMs the last wave holds only T mod P tiles, and 143 tiles on 132 SMs cost two full
-    tile-times for 1.08 tiles' worth of work. Stream-K instead hands out *iterations*: the
-    tiles of a Stream-K region are laid end to end (sk_tiles x iters iterations) and split
-    evenly over P Stream-K programs, so every SM gets the same amount of MAC work (to one
-    iteration) whatever T is. A program whose range covers a whole tile stores it directly;
-    a tile split between programs is reduced by a fixup:
+    tile-times for 1.08 tiles' worth of work. Stream-K instead hands out *iterations* of a
+    Stream-K region of tiles over P programs, so every SM gets about the same MAC work
+    whatever T is. The grid is persistent (about one program an SM): each program does its
+    Stream-K work, then its data-parallel tiles sk_tiles + p, + grid, ... How the region is
+    cut (`aligned`):
 
-    deterministic=True (default)
-        each contributor stores its fp32 partial in its own workspace slot, then increments
-        the tile's arrival counter (acq_rel, after a block barrier). The program whose
-        increment completes the count ("last arriver") sums the partials of ALL contributors
-        in contributor order (program id), casts and stores the tile, and resets the counter.
-        Same bits on every run, whatever order the programs arrive in.
-    deterministic=False
-        contributors `atomic_add` their partials into one fp32 buffer per split tile; the last
-        arriver reads it, stores the tile and zeroes the buffer and the counter. Less
-        traffic, but fp32 additions happen in arrival order: not bit-reproducible.
-        On the H200 (2026-11-29) this path first computed wrong tiles (rel. error up to 0.46;
-        the interpreter, one program at a time, cannot show races): the last arriver loaded
-        the sum and then stored zeros over it with a different thread layout, so some
-        elements were zeroed before being read. It now takes the sum out with one atomic
-        exchange per element. Needs a GPU re-check.
+    aligned=False (contiguous ranges, the Stream-K paper's)
+        the region's tiles laid end to end (sk_tiles x iters iterations), split evenly into
+        one contiguous range a program. Concurrent programs then sit at staggered K offsets
+        and share few operand panels in the L2 (Nsight Compute, H200, 1664x1408x8192 all
+        Stream-K: tensor pipe 64% busy against 95% in data-parallel tiles, 2.7x the
+        compulsory DRAM traffic).
+    aligned=True
+        each region tile cut into `chunks` equal K-chunks (`aligned_chunks`: one round of
+        units when the region is at most half a wave, e.g. 11 tail tiles x 12 chunks on 132
+        SMs; otherwise the chunk count whose rounds finish soonest); unit u = chunk
+        u // sk_tiles of tile u % sk_tiles goes to program u mod P, so programs running at
+        the same time read the same K panels.
 
-    No program ever waits for another (no spin-wait), so the schedule cannot deadlock
-    whatever the launch order, and the CPU interpreter (programs one at a time, pid order)
-    runs it unchanged.
+    A tile split between programs is reduced by a fixup:
+
+    deterministic=True (default): fp32 partials in per-contributor workspace slots.
+        Contiguous: the program whose arrival completes the tile's counter ("last arriver")
+        sums all partials in contributor order and stores the tile. Aligned: a cooperative
+        fixup, because one SM reading all partials was the bottleneck (12-way split 128x128
+        tiles: ~18 us on one SM; per-program timestamps, H200). Each contributor counts its
+        arrival in the tile's word (low 16 bits), and after its data-parallel tiles claims a
+        slice (high bits): the k-th claimer, finding every partial in, sums row slice k; a
+        claim that finds partials missing leaves its slice to the final arrival, which sums
+        the slices of all earlier claimers. Either way each slice is summed in chunk order:
+        same bits on every run.
+    deterministic=False: contributors `atomic_add` their partials into one fp32 buffer per
+        split tile; the last arriver takes the sum out with one atomic exchange per element
+        (a load then a store of zeros raced on the H200: Triton gave them different thread
+        layouts) and stores the tile. fp32 additions in arrival order: not bit-reproducible.
+
+    No program ever waits for another (no spin-wait): the schedule cannot deadlock whatever
+    the launch order, and the CPU interpreter (programs one at a time, pid order) runs it
+    unchanged, there through the final-arrival path.
+
+    Loads and stores: pointer loads (dp_gemm's `mac_loop`) or, with use_tma, host tensor
+    descriptors as in persistent_gemm (TMA boxes zero-filled at the edges, TMA stores of C,
+    EPILOGUE_SUBTILE to store C in halves).
 
     The `policy` knob chooses the Stream-K region, in the spirit of Stream-K++:
-      "dp"          no Stream-K: one program per tile (dp_gemm's schedule);
+      "dp"          no Stream-K: persistent data-parallel tiles;
       "sk"          every tile in the Stream-K region;
       "hybrid1..4"  data-parallel full waves, plus a Stream-K region of the last partial
                     wave's tiles (T mod P) and n-1 further full waves' worth (n-1) x P, i.e.
                     sk_tiles = min(T, T mod P + (n-1) P), the rest data-parallel.
-    The Stream-K programs come first in the grid (pid < P), the data-parallel tiles after.
 
 When it wins
-    GEMMs whose tile count leaves a partial last wave (tail efficiency waves/ceil(waves) low)
-    on a big GPU, e.g. on 132 SMs with 128x128 tiles: 1664x1408 (143 tiles), 2176^2 (289),
-    2304^2 (324), 3072^2 (576), 4224^2 (1089). The fixup costs one partial-tile round trip per
-    contributor, and the last arriver reads all of a tile's partials on one SM, so policies
-    that give each Stream-K program at least half a tile (hybrid2 when T mod P < P/2: at most
-    ~3 contributors a tile) keep the fixup small; hybrid1 with a nearly empty last wave
-    splits each tail tile over P/(T mod P) programs. default_config applies that rule;
-    advisor's cost model or the autotuner picks among `search_space`.
+    GEMMs whose tile count leaves a partial last wave on a big GPU, e.g. on 132 SMs:
+    1664x1408 (143 tiles of 128x128), 2176^2 (153 of 128x256), 2304^2 (162), 3072^2 (288),
+    4224^2 (561). Measured on the H200 (2026-11-29, bench/RESULTS.md): aligned + TMA +
+    deterministic hybrid1 was our fastest schedule on all five, 1.03-1.27x our best
+    data-parallel kernel (1.14x geomean), but 0.88-0.96x cuBLAS, whose tiles (e.g. 128x160)
+    fill the waves without any fixup.
 
 Caveats
-    - Workspaces: per-program partial slots (2 x P x BLOCK_M x BLOCK_N fp32, allocated per
-      call) for the deterministic fixup; a zeroed per-tile sum buffer (P tiles) for the
-      atomic one; P int32 counters. Counters and sums come from kernels/common.py's
-      ZeroedScratch pool (per device and stream) and are left zeroed by the kernel.
+    - Workspaces: deterministic partial slots (allocated per call: 2 x P tiles contiguous,
+      sk_tiles x chunks tiles aligned, fp32); atomic sum tiles and int32 counters, one a
+      program (contiguous) or a region tile (aligned), from kernels/common.py's
+      ZeroedScratch pool (per device and stream), left zeroed by the kernel.
+    - TMA needs 16-byte aligned bases and leading strides (persistent_gemm's caveats); an
+      explicit use_tma=True config raises ValueError otherwise, the default config falls
+      back to pointer loads.
     - Tiny problems (fewer iterations than SMs) run fewer Stream-K programs than SMs.
-    - Few tiles with long K (T << P) is Split-K's territory (split_k_gemm): "sk" there makes
-      tiles with P/T contributors whose fixup reads P/T partials on one SM.
+    - Few tiles with long K (T << P) is Split-K's territory (split_k_gemm).
 
 Source of the idea
     Stream-K (Osama, Merrill, Cecka, Garland, Guo: "Stream-K: Work-centric Parallel
     Decomposition for Dense Matrix-Matrix Multiplication on the GPU", PPoPP 2023, arXiv
     2301.03598), its data-parallel + Stream-K hybrids and fixup; Stream-K++ (arXiv
-    2408.11417) for choosing among such policies per shape. Each tile segment runs
-    dp_gemm's `mac_loop`, so the MAC loop is the data-parallel baseline's own.
+    2408.11417) for choosing among such policies per shape. The K-aligned chunks and the
+    cooperative fixup are ours, from the measurements above.
 """
 
 from __future__ import annotations
@@ -121,7 +138,7 @@ class Config:
     use_tma: bool = False  # tensor-descriptor (TMA) loads and stores instead of pointer loads
     EPILOGUE_SUBTILE: bool = False  # TMA only: store C tiles as two BLOCK_N/2-wide halves
     FLATTEN: bool = False  # flatten the data-parallel tile loop and its K loop for the pipeliner
-    dp_first: bool = False  # run the data-parallel tiles before the Stream-K work (else after)
+    dp_first: bool = False  # data-parallel tiles before the Stream-K work (measured slower, see TMA_POINTS)
 
     def __post_init__(self):
         check_block_config(self)
@@ -330,14 +347,13 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 
 
 # TMA points of the aligned search: (BLOCK_M, BLOCK_N, warps, stages, subtiled epilogue,
-# deterministic, dp_first). 128x256 with 4 stages only fits (227 KB) when C is staged in
-# halves. One atomic point: with the cooperative fixup the deterministic one was as fast or
-# faster on every tail shape (H200, 2026-11-29); the atomic one can still win on long K.
+# deterministic). 128x256 with 4 stages only fits (227 KB) when C is staged in halves. One
+# atomic point: with the cooperative fixup the deterministic one was as fast or faster on
+# every tail shape (H200, 2026-11-29). Not searched, measured slower on all five tail shapes
+# that day: FLATTEN (within noise) and dp_first (1664x1408x8192: 85 us against 65 us).
 TMA_POINTS = (
-    (128, 256, 8, 3, False, True, False), (128, 256, 8, 3, False, True, True),
-    (128, 256, 8, 4, True, True, False),
-    (128, 128, 4, 4, False, True, False), (128, 128, 4, 4, False, True, True),
-    (128, 128, 4, 4, False, False, False),
+    (128, 256, 8, 3, False, True), (128, 256, 8, 4, True, True),
+    (128, 128, 4, 4, False, True), (128, 128, 4, 4, False, False),
 )
 
 
@@ -359,13 +375,13 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
     latency (4224x4224x8192 hybrid1: 411 us with 4 stages, 464 us with 3, same run)."""
     out: list[Config] = []
     if tma_shape_ok(M, N, K, dtype):
-        for bm, bn, warps, stages, subtile, deterministic, dp_first in TMA_POINTS:
+        for bm, bn, warps, stages, subtile, deterministic in TMA_POINTS:
             tiles = cdiv(M, bm) * cdiv(N, bn)
             if not fits_shape(bm, bn, M, N) or tiles % num_sms == 0:
                 continue
             base = for_dtype(Config(bm, bn, 64, 8, warps, stages), dtype)
             cfg = Config(bm, bn, base.BLOCK_K, 8, base.num_warps, stages, aligned_policy(tiles, num_sms),
-                         deterministic, aligned=True, use_tma=True, EPILOGUE_SUBTILE=subtile, dp_first=dp_first)
+                         deterministic, aligned=True, use_tma=True, EPILOGUE_SUBTILE=subtile)
             if (cfg.smem_bytes(dtype) <= SMEM_PER_BLOCK_SM90 and cfg not in out
                     and plan_schedule(M, N, K, cfg, num_sms).split_tiles):
                 out.append(cfg)
@@ -649,7 +665,7 @@ def stream_k_gemm_kernel(
                     tl.debug_barrier()
                     word = tl.atomic_add(counter_ptr + tile_id, 1, sem="acq_rel")
                     if (word & 0xFFFF) == sk_chunks - 1:
-                        for k in range(0, word >> 16):
+                        for k in range(word >> 16):
                             _reduce_slice(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
                                           tile_id, sk_tiles, sk_chunks, k, BLOCK_M, BLOCK_N, SLICE_ROWS, INT64)
                 else:
@@ -696,7 +712,7 @@ def stream_k_gemm_kernel(
         _dp_tiles(a_ref, b_ref, c_ref, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                   stride_cm, stride_cn, sk_tiles, pid, grid, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
                   USE_TMA, A_COL_MAJOR, B_COL_MAJOR, EPILOGUE_SUBTILE, FLATTEN, EVEN_K, INT64)
-    if ALIGNED and DETERMINISTIC:
+    if ALIGNED and DETERMINISTIC:  # noqa: SIM102  (compile-time test around a run-time one)
         if pid < sk_programs and sk_chunks > 1:
             # Cooperative fixup, step 2: claim a slice of each split tile this program worked
             # on. With every partial in (the usual case by now) the k-th claimer sums slice k,
