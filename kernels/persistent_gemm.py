@@ -153,10 +153,11 @@ def tma_layout(t: torch.Tensor) -> str | None:
     return None
 
 
-def _tma_aligned_shape(M: int, N: int, K: int, dtype: torch.dtype) -> bool:
-    """Contiguous inputs of this shape, in either layout, meet the TMA stride rule."""
+def tma_shape_ok(M: int, N: int, K: int, dtype: torch.dtype) -> bool:
+    """This Triton has tensor descriptors and contiguous inputs of this shape, in either
+    layout, meet the TMA stride rule."""
     elt = torch.empty((), dtype=dtype).element_size()
-    return all((d * elt) % 16 == 0 for d in (M, N, K))
+    return TensorDescriptor is not None and all((d * elt) % 16 == 0 for d in (M, N, K))
 
 
 def default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> Config:
@@ -164,7 +165,7 @@ def default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> 
     of pipeline + 64 KB of C staging) when the problem has at least a wave of such tiles;
     otherwise 128x128x64, 4 warps, 4 stages. TMA whenever the shape allows it (see caveats);
     fp32 through dp_gemm's `for_dtype`."""
-    tma = TensorDescriptor is not None and _tma_aligned_shape(M, N, K, dtype)
+    tma = tma_shape_ok(M, N, K, dtype)
     small = for_dtype(Config(128, 128, 64, 8, num_warps=4, num_stages=4, use_tma=tma), dtype)
     if not (M >= 128 and N >= 256 and cdiv(M, 128) * cdiv(N, 256) >= num_sms):
         return small
@@ -179,7 +180,7 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
     warps and 3-4 stages (4 only with a subtiled epilogue, to fit 227 KB), 128x128 tiles, a
     64x128 tile with two programs per SM, and pointer-load twins of the two main points, all
     pruned by the shape (tile no larger than the problem, TMA only when strides allow it)."""
-    tma = TensorDescriptor is not None and _tma_aligned_shape(M, N, K, dtype)
+    tma = tma_shape_ok(M, N, K, dtype)
     candidates = [
         Config(128, 256, 64, 8, 8, 3, 1, tma, False, True),
         Config(128, 256, 64, 8, 8, 4, 1, tma, tma, True),

@@ -112,7 +112,7 @@ from .dp_gemm import (
     store_tile,
     tile_coords,
 )
-from .persistent_gemm import TensorDescriptor, tma_descriptors, tma_layout
+from .persistent_gemm import tma_descriptors, tma_layout, tma_shape_ok
 
 POLICIES = ("dp", "sk", "hybrid1", "hybrid2", "hybrid3", "hybrid4")
 
@@ -355,12 +355,6 @@ TMA_POINTS = (
     (128, 256, 8, 3, False, True), (128, 256, 8, 4, True, True),
     (128, 128, 4, 4, False, True), (128, 128, 4, 4, False, False),
 )
-
-
-def tma_shape_ok(M: int, N: int, K: int, dtype: torch.dtype) -> bool:
-    """Contiguous inputs of this shape, in either layout, meet the TMA stride rule."""
-    elt = torch.empty((), dtype=dtype).element_size()
-    return TensorDescriptor is not None and all((d * elt) % 16 == 0 for d in (M, N, K))
 
 
 def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> list[Config]:
