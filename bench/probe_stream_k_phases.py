@@ -18,7 +18,8 @@ chunks: Stream-K MAC 6 us, then the last arrivers' fixup up to 21 us (12 partial
 SM) before their data-parallel tile, span 76 us; with the cooperative fixup the fixup is at
 most 3.5 us and the span 62 us. The data-parallel round also ran ~16% longer after the
 Stream-K phase than in a pure data-parallel launch (50 against 43 us); putting it first
-(dp_first) made the whole launch slower (85 us).
+(dp_first) made the whole launch slower (85 against 65 us in bench_gemm.py's search, run
+20261129T122820Z-447). The printed tables are in results/probe_stream_k_phases/.
 """
 
 from __future__ import annotations
