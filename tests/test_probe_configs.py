@@ -1,0 +1,66 @@
+"""bench/probe_configs.py: its variants files (bench/probes/*.json) must keep loading as the
+schedules' Config classes change, and a bad file must fail before any GPU work."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from probe_configs import load_variants
+
+PROBES = sorted((ROOT / "bench" / "probes").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", PROBES, ids=[p.stem for p in PROBES])
+def test_committed_variant_files_load(path):
+    shapes, variants = load_variants(path)
+    assert shapes and variants
+    assert "question" in json.loads(path.read_text())
+    for v in variants:
+        # a variant limited to shapes names only shapes the file runs
+        assert v["shapes"] <= set(shapes)
+
+
+def test_probes_exist():
+    assert len(PROBES) >= 4
+
+
+def write(tmp_path, spec) -> Path:
+    p = tmp_path / "v.json"
+    p.write_text(json.dumps(spec))
+    return p
+
+
+def test_misspelled_knob_fails_before_gpu_work(tmp_path):
+    p = write(tmp_path, {"shapes": ["64x64x64"], "variants": [
+        {"schedule": "split_k_gemm", "config": {"BLOCK_M": 16, "SPLITK": 2}}]})
+    with pytest.raises(ValueError, match="split_k_gemm"):
+        load_variants(p)
+
+
+def test_invalid_knob_value_fails(tmp_path):
+    p = write(tmp_path, {"variants": [{"schedule": "stream_k_gemm", "config": {"policy": "hybrid9"}}]})
+    with pytest.raises(ValueError, match="policy"):
+        load_variants(p)
+
+
+def test_missing_fields_and_empty(tmp_path):
+    with pytest.raises(ValueError, match="schedule"):
+        load_variants(write(tmp_path, {"variants": [{"config": {}}]}))
+    with pytest.raises(ValueError, match="no variants"):
+        load_variants(write(tmp_path, {"shapes": ["8x8x8"], "variants": []}))
+
+
+def test_provider_names_and_shape_filters(tmp_path):
+    p = write(tmp_path, {"shapes": ["64x64x64", "32x32x32"], "variants": [
+        {"schedule": "dp_gemm", "config": {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}},
+        {"schedule": "split_k_gemm", "config": {"SPLIT_K": 2}, "shapes": ["32x32x32"]}]})
+    shapes, variants = load_variants(p)
+    assert shapes == ["64x64x64", "32x32x32"]
+    assert [v["provider"] for v in variants] == ["dp", "split_k"]
+    assert variants[0]["shapes"] == set() and variants[1]["shapes"] == {"32x32x32"}
