@@ -16,10 +16,16 @@ work comes first (dp_first=False).
 What it showed (H200, 2026-11-29): 1664x1408x8192, 128x128 tiles, 11 tail tiles in 12
 chunks: Stream-K MAC 6 us, then the last arrivers' fixup up to 21 us (12 partials read by one
 SM) before their data-parallel tile, span 76 us; with the cooperative fixup the fixup is at
-most 3.5 us and the span 62 us. The data-parallel round also ran ~16% longer after the
-Stream-K phase than in a pure data-parallel launch (50 against 43 us); putting it first
-(dp_first) made the whole launch slower (85 against 65 us in bench_gemm.py's search, run
-20261129T122820Z-447). The printed tables are in results/probe_stream_k_phases/.
+most 3.5 us and the span 62 us. The "dp" column then read 50 us against 43 us in a pure
+data-parallel launch, but it holds the claims too (~3 us): with the last-arriver fixup (no
+claims) the data-parallel tile took 47 us against 45 us in that run's pure launch. Putting
+the tiles first (dp_first) made the whole launch slower (85 against 65 us in bench_gemm.py's
+search, run 20261129T122820Z-447). So the hybrid's losses are the memory-bound Stream-K
+phase (6 us for 3.6 us of tensor work), the hand-in (~3 us) and the claims (~3 us). Running
+the Stream-K work in a second program beside the data-parallel one was tried and measured
+slower, since two programs an SM leave each only 3 pipeline stages
+(results/probe_stream_k_coresident/). The printed tables are in
+results/probe_stream_k_phases/.
 """
 
 from __future__ import annotations
