@@ -58,10 +58,13 @@ What
 When it wins
     GEMMs whose tile count leaves a partial last wave on a big GPU, e.g. on 132 SMs:
     1664x1408 (143 tiles of 128x128), 2176^2 (153 of 128x256), 2304^2 (162), 3072^2 (288),
-    4224^2 (561). Measured on the H200 (2026-11-29, bench/RESULTS.md): aligned + TMA +
-    deterministic hybrid1 was our fastest schedule on all five, 1.03-1.27x our best
-    data-parallel kernel (1.14x geomean), but 0.88-0.96x cuBLAS, whose tiles (e.g. 128x160)
-    fill the waves without any fixup.
+    4224^2 (561). Measured on the H200 (2026-11-29, bench/RESULTS.md, run
+    20261129T133711Z-1193): aligned + TMA + deterministic hybrid1 was our fastest schedule
+    on all five, 1.08-1.36x our best data-parallel kernel (1.17x geomean), but 0.89-0.94x
+    cuBLAS. cuBLAS picks tiles that Triton's power-of-two blocks cannot express, so that the
+    waves come out nearly full and no fixup is needed: 128x160 on 1664x1408 (117 tiles,
+    one wave), 320x128 on 2176^2, 192x192 on 3072^2 and 4224^2
+    (bench/probe_cublas_kernels.py).
 
 Caveats
     - Workspaces: deterministic partial slots (allocated per call: 2 x P tiles contiguous,
@@ -349,11 +352,15 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 # TMA points of the aligned search: (BLOCK_M, BLOCK_N, warps, stages, subtiled epilogue,
 # deterministic). 128x256 with 4 stages only fits (227 KB) when C is staged in halves. One
 # atomic point: with the cooperative fixup the deterministic one was as fast or faster on
-# every tail shape (H200, 2026-11-29). Not searched, measured slower on all five tail shapes
-# that day: FLATTEN (within noise) and dp_first (1664x1408x8192: 85 us against 65 us).
+# every tail shape (H200, 2026-11-29). 128x128 with 5 stages ran 1-3% faster than with 4 on
+# four of the five tail shapes (1% slower on 4224^2), and 1-5% faster in a second run
+# (bench/probes/tail_stages.json, tail_group_m.json); 6 stages, BLOCK_K 128 and GROUP_M 2-16
+# did not help. Not searched, measured slower on all
+# five tail shapes that day: FLATTEN (within noise) and dp_first (1664x1408x8192: 85 us
+# against 65 us).
 TMA_POINTS = (
     (128, 256, 8, 3, False, True), (128, 256, 8, 4, True, True),
-    (128, 128, 4, 4, False, True), (128, 128, 4, 4, False, False),
+    (128, 128, 4, 4, False, True), (128, 128, 4, 5, False, True), (128, 128, 4, 4, False, False),
 )
 
 

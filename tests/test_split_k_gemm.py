@@ -135,6 +135,14 @@ def test_search_space_shapes():
     programs = [-(-16 // c.BLOCK_M) * -(-4096 // c.BLOCK_N) * sk.effective_split(16384, c.BLOCK_K, c.SPLIT_K)[0] for c in space]
     assert max(programs) >= 4 * 132 * 0.75
     assert any(c.reduction == "atomic" for c in space)
+    # The default's one-wave, deep-pipeline recipe for the other tiles survives the cap of
+    # 12: 128x64 tiles unsplit on 128x8192x8192 (64 of them would not fill 132 SMs with
+    # 128x128; 128 do), 64x64 split in two on 64x4096x14336 (measured winners on the H200).
+    space = sk.search_space(128, 8192, 8192, torch.bfloat16, 132)
+    assert len(space) <= 12
+    assert any((c.BLOCK_M, c.BLOCK_N, c.SPLIT_K) == (128, 64, 1) and c.num_stages >= 5 for c in space)
+    space = sk.search_space(64, 4096, 14336, torch.bfloat16, 132)
+    assert any((c.BLOCK_M, c.BLOCK_N, c.SPLIT_K) == (64, 64, 2) and c.num_stages >= 5 for c in space)
 
 
 def test_validation():

@@ -158,6 +158,9 @@ def test_search_space_shapes():
         space = sk.search_space(M, N, K, torch.bfloat16, 132)
         assert len({c.policy for c in space}) >= 2
         assert any(not c.deterministic for c in space)
+        # every TMA point survives the cap (the 5-stage 128x128 one was added 2026-11-29)
+        tma = [(c.BLOCK_M, c.BLOCK_N, c.num_stages) for c in space if c.use_tma]
+        assert (128, 128, 5) in tma and (128, 256, 3) in tma
 
 
 def test_validation():
