@@ -5,33 +5,52 @@ It predicts each candidate's time as the larger of a compute term and a memory t
 * compute: the busiest SM's share of MAC-loop iterations x the time of one iteration. One
   output tile keeps an SM's tensor cores busy (the SM-saturation model of DESIGN.md), so a
   data-parallel grid of T tiles costs ceil(T / SMs) tile-times; Split-K divides each tile's
-  iterations by S and adds the reduction; Stream-K spreads the tail's iterations evenly over
-  all SMs (like CUTLASS's cost-based Stream-K block count) and pays a fixup per split tile.
+  iterations by S and adds the reduction; Stream-K spreads the tail's iterations over all
+  SMs (contiguous ranges like CUTLASS's cost-based Stream-K block count, or equal K-chunks a
+  tile when `aligned`) and pays for handing in and reducing the partial tiles: the
+  per-program timestamps of bench/probe_stream_k_phases.py showed these steps, not the MAC
+  loops, setting the hybrid's overhead.
   An iteration of a BM x BN x BK step runs at the tile shape's efficiency (larger tiles reuse
-  operands more; calibrated on the H200 measurements in DESIGN.md).
+  operands more; calibrated on our H200 benchmark rows).
 * memory: the fewest bytes the schedule must move (operands once, output once, plus
   partial sums) over the device bandwidth.
 
 It is a model, not a measurement: it orders and prunes candidates so the time budget goes to
 plausible ones, and the report shows its numbers so a reader sees why a config was tried.
+bench/model_check.py measures how well it orders them against the committed H200 rows
+(2026-11-29: the measured best config among its first three for 27 of 33 (shape, strategy)
+pairs, Kendall tau 0.59; 20 and 0.37 before the Stream-K hand-off and the aligned layout
+were modelled).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 # Fraction of the tensor-core peak one SM reaches with a single tile of this area in flight
-# (BM*BN). Calibrated on the H200 (DESIGN.md): a lone 128x128x64 Triton tile per SM ran at
-# ~0.58 of peak (132 tiles, K=8192, 62 us); 128x256 tiles reach ~0.64-0.75 (548-629 TFLOP/s
-# Triton, 766 cuBLAS); small tiles are load-bound.
-_TILE_EFF = [(256 * 128, 0.70), (128 * 128, 0.58), (64 * 128, 0.42), (64 * 64, 0.28), (32 * 64, 0.16), (0, 0.10)]
+# (BM*BN). Recalibrated on the H200 (2026-11-29, graph-timed, bench/results/h200.csv): a wave
+# of 128x128x64 tiles at K=8192 takes ~43 us (0.82 of peak per SM, pointer or TMA loads,
+# 4 stages), a wave of 128x256 tiles ~78 us (0.90). The first calibration (0.58 and 0.70,
+# eager do_bench) favoured 128x256 tiles too much. Small tiles are load-bound.
+_TILE_EFF = [(256 * 128, 0.90), (128 * 128, 0.82), (64 * 128, 0.42), (64 * 64, 0.28), (32 * 64, 0.16), (0, 0.10)]
 
 # Split partial sums are fp32: written once and read once by the reduction.
 _PARTIAL_BYTES = 4
 # Fixed costs per launch and per extra kernel (launch + ramp), microseconds.
 _LAUNCH_US = 4.0
+# Handing a partial tile to another program: a fixed part (fence, counter atomic) plus the
+# fp32 tile at one SM's share of the device bandwidth. H200 timestamps: 3 us for a 128x128
+# partial, 5 us for 128x256; the cooperative claims cost about as much again.
+_HANDOFF_US = 1.0
+# Contiguous Stream-K ranges start at staggered K offsets, so concurrent programs rarely share
+# operand panels in the L2: Nsight Compute on the H200 saw the tensor pipe 64% busy in them
+# against 95% in data-parallel tiles, and all-Stream-K launches on 1664x1408x8192 took about
+# twice the data-parallel time of their iterations. Their MAC loops run at this fraction of
+# a tile's rate.
+_CONTIGUOUS_SK_RATE = 0.55
 
 
 def _knob(cfg: Any, *names: str, default=None):
@@ -132,26 +151,50 @@ def predict(strategy: str, cfg: Any, M: int, N: int, K: int, elt: int, dev: Devi
         notes = f"S={s}: {units} units of {per_unit} iterations"
     elif strategy == "stream_k":
         policy = str(_knob(cfg, "policy", default="hybrid1"))
-        full = tiles // sms
-        if policy == "dp" or (policy.startswith("hybrid") and tiles % sms == 0 and full > 0):
-            sk_tiles = 0
-        elif policy == "sk":
-            sk_tiles = tiles
-        else:
-            extra = int(policy[len("hybrid"):] or 1) - 1 if policy.startswith("hybrid") else 0
-            sk_tiles = min(tiles, tiles - full * sms + extra * sms)
+        sk_tiles = _sk_tile_count(policy, tiles, sms)
         dp_tiles = tiles - sk_tiles
         dp_waves = math.ceil(dp_tiles / sms) if dp_tiles else 0
-        sk_iters = math.ceil(sk_tiles * iters / sms)
-        splits = min(sms, sk_tiles * iters) if sk_tiles else 0
-        # Fixup: every SK program that does not finish its tile writes an fp32 partial that
-        # the finishing program reads back.
-        fixup_bytes = 2 * _PARTIAL_BYTES * bm * bn * max(0, splits - sk_tiles)
-        compute = (dp_waves * iters + sk_iters) * it_us
+        tile_bytes = _PARTIAL_BYTES * bm * bn
+        sm_bytes_per_us = dev.bandwidth_bytes_per_s / sms / 1e6  # one SM's share
+        aligned = bool(_knob(cfg, "aligned", default=False))
+        deterministic = bool(_knob(cfg, "deterministic", default=True))
+        if not sk_tiles:
+            sk_us, handoff, fixup_bytes = 0.0, 0.0, 0.0
+            notes = f"policy {policy}: {dp_tiles} data-parallel tiles"
+        elif aligned:
+            chunks = aligned_chunks(sk_tiles, iters, sms)
+            units = sk_tiles * chunks
+            rounds = math.ceil(units / min(sms, units))
+            sk_us = rounds * math.ceil(iters / chunks) * it_us
+            # the Stream-K tiles' operand panels are read at the same time by every chunk:
+            # the phase cannot beat reading them once
+            sk_us = max(sk_us, _mem_us(elt * K * (bm * _distinct_rows(sk_tiles, M, N, bm, bn) +
+                                                  bn * _distinct_cols(sk_tiles, M, N, bm, bn)), dev))
+            split = chunks > 1
+            # each unit hands in its partial and (cooperative fixup) sums one slice of a tile
+            handoff = rounds * 2 * (_HANDOFF_US + tile_bytes / sm_bytes_per_us) if split else 0.0
+            fixup_bytes = 2 * tile_bytes * units if split else 0
+            notes = (f"policy {policy}, aligned: {dp_tiles} data-parallel tiles, {sk_tiles} Stream-K tiles "
+                     f"in {chunks} K-chunks ({rounds} round{'s' if rounds > 1 else ''} of units)")
+        else:
+            programs = min(sms, sk_tiles * iters)
+            sk_us = math.ceil(sk_tiles * iters / programs) * it_us / _CONTIGUOUS_SK_RATE
+            # ranges of q iterations: a tile is split wherever a range boundary falls inside
+            # it, which is almost everywhere unless q is a whole number of tiles
+            q = sk_tiles * iters / programs
+            whole = (sk_tiles * iters) % programs == 0 and (sk_tiles * iters // programs) % iters == 0
+            contributors = 1 if whole else min(programs, math.ceil(iters / q) + 1)
+            # a contributor writes its partial; the last arriver of a tile then reads every
+            # other contributor's partial alone (deterministic: 12 of them took ~21 us on the
+            # H200), or one running sum (atomic)
+            reads = (contributors - 1) if deterministic else 1
+            handoff = (_HANDOFF_US + (1 + reads) * tile_bytes / sm_bytes_per_us) if contributors > 1 else 0.0
+            fixup_bytes = 2 * tile_bytes * sk_tiles * (contributors - 1)
+            notes = f"policy {policy}: {dp_tiles} data-parallel tiles, {sk_tiles} Stream-K tiles"
+        compute = dp_waves * iters * it_us + sk_us + handoff
         memory = _mem_us(base_bytes + fixup_bytes, dev)
-        overhead = _LAUNCH_US + (2.0 if sk_tiles else 0.0)  # SK programs sync per tile
+        overhead = _LAUNCH_US
         tail = 1.0 if sk_tiles else tail
-        notes = f"policy {policy}: {dp_tiles} data-parallel tiles, {sk_tiles} Stream-K tiles"
     else:
         # dp, persistent, warp_specialization: data-parallel makespan.
         compute = math.ceil(waves) * iters * it_us
@@ -163,6 +206,52 @@ def predict(strategy: str, cfg: Any, M: int, N: int, K: int, elt: int, dev: Devi
             compute *= 0.93  # producer/consumer overlap: a prior, measured 0-15% here
     predicted = max(compute, memory) + overhead
     return Prediction(strategy, cfg, predicted, compute, memory, tiles, waves, tail, notes)
+
+
+def _sk_tile_count(policy: str, tiles: int, sms: int) -> int:
+    """Tiles in the Stream-K region (kernels/stream_k_gemm.py's sk_tile_count)."""
+    if policy == "dp":
+        return 0
+    if policy == "sk" or not policy.startswith("hybrid"):
+        return tiles
+    extra_waves = int(policy[len("hybrid"):] or 1) - 1
+    return min(tiles, tiles % sms + extra_waves * sms)
+
+
+def aligned_chunks(sk_tiles: int, iters: int, sms: int, max_chunks: int = 8) -> int:
+    """K-chunks a Stream-K tile is cut into in the aligned layout: the rule of
+    kernels/stream_k_gemm.aligned_chunks (a test keeps the two equal)."""
+    if 2 * sk_tiles <= sms:
+        return max(1, min(iters, sms // sk_tiles))
+    best, best_span = 1, float(math.ceil(sk_tiles / sms))
+    for chunks in range(2, min(iters, max_chunks) + 1):
+        span = math.ceil(sk_tiles * chunks / sms) / chunks
+        if span < best_span - 1e-9:
+            best, best_span = chunks, span
+    return best
+
+
+def _grouped_span(first_tiles: int, M: int, N: int, bm: int, bn: int, group_m: int = 8) -> tuple[int, int]:
+    """Distinct (row-tiles, column-tiles) among the first `first_tiles` tiles in grouped order
+    (bands of group_m row-tiles, numbered down each band, then across)."""
+    num_m, num_n = math.ceil(M / bm), math.ceil(N / bn)
+    rows, cols = set(), set()
+    for t in range(min(first_tiles, num_m * num_n)):
+        band = t // (group_m * num_n)
+        first = band * group_m
+        height = min(num_m - first, group_m)
+        within = t % (group_m * num_n)
+        rows.add(first + within % height)
+        cols.add((band, within // height))
+    return len(rows), len({c for _, c in cols})
+
+
+def _distinct_rows(first_tiles: int, M: int, N: int, bm: int, bn: int) -> int:
+    return _grouped_span(first_tiles, M, N, bm, bn)[0]
+
+
+def _distinct_cols(first_tiles: int, M: int, N: int, bm: int, bn: int) -> int:
+    return _grouped_span(first_tiles, M, N, bm, bn)[1]
 
 
 def rank(
