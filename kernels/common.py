@@ -10,6 +10,7 @@ machine without a GPU, `TRITON_INTERPRET=1 python -m kernels.<name>` runs it on 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -63,8 +64,15 @@ def num_sms(device: torch.device | str | None = None) -> int:
     if env:
         return max(1, int(env))
     if torch.cuda.is_available() and (device is None or torch.device(device).type == "cuda"):
-        return torch.cuda.get_device_properties(device or torch.cuda.current_device()).multi_processor_count
+        index = torch.device(device).index if device is not None else None
+        return _cuda_sms(torch.cuda.current_device() if index is None else index)
     return 4
+
+
+@functools.cache
+def _cuda_sms(index: int) -> int:
+    # device properties cost microseconds a query; every launcher asks on every call
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def cdiv(a: int, b: int) -> int:
@@ -187,9 +195,14 @@ def needs_int64_offsets(*tensors: torch.Tensor) -> bool:
     """True when some element offset (sum of index * stride) of a tensor reaches 2**31, so a
     kernel must compute offsets in int64 instead of Triton's default int32."""
     for t in tensors:
-        if t is None or t.numel() == 0:
+        if t is None:
             continue
-        last = sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()))
+        last = 0
+        for size, stride in zip(t.shape, t.stride()):
+            if size == 0:
+                last = 0
+                break
+            last += (size - 1) * abs(stride)
         if last >= 2**31 - 1:
             return True
     return False
@@ -211,9 +224,10 @@ class ZeroedScratch:
         self._buffers: dict[tuple, torch.Tensor] = {}
 
     def get(self, name: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        device = torch.device(device)
+        if not isinstance(device, torch.device):
+            device = torch.device(device)
         stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-        key = (name, dtype, str(device), stream)
+        key = (name, dtype, device.type, device.index, stream)
         buf = self._buffers.get(key)
         if buf is None or buf.numel() < numel:
             # grow geometrically so that a sweep over shapes does not reallocate every call

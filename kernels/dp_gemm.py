@@ -39,6 +39,7 @@ Source of the idea
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, replace
 
 import torch
@@ -77,7 +78,7 @@ class Config:
         check_block_config(self)
 
     def smem_bytes(self, dtype: torch.dtype) -> int:
-        elt = torch.empty((), dtype=dtype).element_size()
+        elt = dtype.itemsize
         return pipeline_smem_bytes(self.BLOCK_M, self.BLOCK_N, self.BLOCK_K, self.num_stages, elt)
 
     def describe(self) -> str:
@@ -139,6 +140,7 @@ def for_dtype(cfg: Config, dtype: torch.dtype):
     return replace(cfg, BLOCK_K=max(16, cfg.BLOCK_K // 2), num_warps=warps)
 
 
+@functools.lru_cache(maxsize=512)  # pure in its arguments; saves host time per call
 def default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> Config:
     """A sane config without measuring.
 

@@ -137,7 +137,7 @@ class Config:
         if self.programs_per_sm not in (1, 2, 3, 4):
             raise ValueError("programs_per_sm must be 1..4")
         if dtype is not None:
-            elt = torch.empty((), dtype=dtype).element_size()
+            elt = dtype.itemsize
             if self.block_k * elt < 32:
                 raise ValueError(f"block_k={self.block_k} too small for {dtype} (needs >= 32 bytes)")
             if self.smem_bytes(dtype) > SMEM_LIMIT_BYTES:
@@ -151,7 +151,7 @@ class Config:
         """Operand ring (num_stages tiles of A and B) or, if larger, the epilogue's layout-
         conversion scratch (the compiler reuses the ring for it), plus barriers. Checked to
         be >= the compiler's number for every search-space entry (`--compile-sm90`)."""
-        elt = torch.empty((), dtype=dtype).element_size()
+        elt = dtype.itemsize
         ring = self.num_stages * (self.block_m + self.block_n) * self.block_k * elt
         return max(ring, self.block_m * self.block_n * elt // 2) + 1024
 
@@ -568,7 +568,7 @@ def search_space(sizes: Sequence[tuple[int, int, int]], dtype: torch.dtype = tor
     TMA is assumed possible when every M, N, K is a multiple of 16 bytes' worth of
     elements (the bench's aligned groups, and what `prepare` requires for use_tma)."""
     sizes = [tuple(int(x) for x in s) for s in sizes]
-    elt = torch.empty((), dtype=dtype).element_size()
+    elt = dtype.itemsize
     per = ALIGN_BYTES // elt
     tma_ok = tma_ok and all(M % per == 0 and N % per == 0 and K % per == 0 for M, N, K in sizes)
     max_m = max(s[0] for s in sizes)
@@ -668,7 +668,7 @@ def compile_for_sm90(config: Config, dtype: torch.dtype = torch.bfloat16, *, a_l
         raise RuntimeError("compile_for_sm90 needs TRITON_INTERPRET unset")
     config.validate(dtype)
     if align is None:
-        align = ALIGN_BYTES // torch.empty((), dtype=dtype).element_size()
+        align = ALIGN_BYTES // dtype.itemsize
     constexprs = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                       A_LAYOUT=a_layout, B_LAYOUT=b_layout, ALIGN=align,
                       NUM_PROGRAMS=num_programs, USE_TMA=config.use_tma, GROUP_COLS=GROUP_COLS, TILE_COLS=TILE_COLS)
@@ -686,7 +686,7 @@ def compile_report(dtypes=(torch.bfloat16, torch.float16, torch.float32)) -> lis
     problems = []
     for dtype in dtypes:
         for c in (_C32 if dtype == torch.float32 else _C16):
-            vec = ALIGN_BYTES // torch.empty((), dtype=dtype).element_size()
+            vec = ALIGN_BYTES // dtype.itemsize
             variants = [(ROW_MAJOR, ROW_MAJOR, vec)]
             if not c.use_tma:
                 variants += [(COL_MAJOR, COL_MAJOR, vec), (ROW_MAJOR, COL_MAJOR, 2), (ROW_MAJOR, ROW_MAJOR, 1),

@@ -46,6 +46,7 @@ Source of the idea
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, replace
 
 import torch
@@ -110,7 +111,7 @@ class Config:
         tile, or the layout-conversion scratch of the pointer store. In a persistent loop the
         pipeline buffers stay live across tiles, so the two cannot share memory (sm_90 compile
         check: 128x256x32 fp32 with pointer stores took 272 KB = 144 KB + the full fp32 tile)."""
-        elt = torch.empty((), dtype=dtype).element_size()
+        elt = dtype.itemsize
         pipe = pipeline_smem_bytes(self.BLOCK_M, self.BLOCK_N, self.BLOCK_K, self.num_stages, elt)
         epilogue = self.BLOCK_M * self.BLOCK_N * elt // (2 if self.EPILOGUE_SUBTILE else 1)
         return pipe + epilogue
@@ -156,10 +157,11 @@ def tma_layout(t: torch.Tensor) -> str | None:
 def tma_shape_ok(M: int, N: int, K: int, dtype: torch.dtype) -> bool:
     """This Triton has tensor descriptors and contiguous inputs of this shape, in either
     layout, meet the TMA stride rule."""
-    elt = torch.empty((), dtype=dtype).element_size()
+    elt = dtype.itemsize
     return TensorDescriptor is not None and all((d * elt) % 16 == 0 for d in (M, N, K))
 
 
+@functools.lru_cache(maxsize=512)  # pure in its arguments; saves host time per call
 def default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> Config:
     """128x256x64 tiles, 8 warps, 3 stages with TMA (Triton's known-good Hopper point: 144 KB
     of pipeline + 64 KB of C staging) when the problem has at least a wave of such tiles;

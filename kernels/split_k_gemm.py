@@ -60,6 +60,7 @@ Source of the idea
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, replace
 
 import torch
@@ -127,7 +128,7 @@ class Config:
             raise ValueError(f"REDUCE_BLOCK={self.REDUCE_BLOCK!r}: must be a power of two >= 16")
 
     def smem_bytes(self, dtype: torch.dtype) -> int:
-        elt = torch.empty((), dtype=dtype).element_size()
+        elt = dtype.itemsize
         return pipeline_smem_bytes(self.BLOCK_M, self.BLOCK_N, self.BLOCK_K, self.num_stages, elt)
 
     def describe(self) -> str:
@@ -197,10 +198,11 @@ def _reduction_for(bm: int, bn: int, split: int) -> str:
     return "two_phase"
 
 
+@functools.lru_cache(maxsize=512)  # pure in its arguments; saves host time per call
 def default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> Config:
     """Tile from the shape (`_tile_for`), split so that tiles x split fills about one wave of
     SMs with chunks of at least 8 K-steps, a deep pipeline, and a deterministic reduction."""
-    elt = torch.empty((), dtype=dtype).element_size()
+    elt = dtype.itemsize
     bm, bn, bk, warps = _tile_for(M, N)
     base = for_dtype(Config(bm, bn, bk, 8, warps, 2, 1, "two_phase"), dtype)
     tiles = cdiv(M, bm) * cdiv(N, bn)
@@ -220,7 +222,7 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
     for the default tile, a narrower one and 64x64 tiles, under both deterministic
     reductions (the one-launch fixup only while its partial reads stay small); the atomic
     reduction for the default tile comes right after the default."""
-    elt = torch.empty((), dtype=dtype).element_size()
+    elt = dtype.itemsize
     bm, bn, bk, _ = _tile_for(M, N)
     tiles_to_try = [(bm, bn, bk)]
     if bn >= 128:

@@ -87,6 +87,7 @@ Source of the idea
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, replace
 
 import torch
@@ -157,7 +158,7 @@ class Config:
         """Pipeline buffers, plus C's staging tile where it cannot reuse them: the TMA store's
         source, or with FLATTEN the pointer store's layout-conversion scratch (the pipeline
         buffers then stay live across tiles; see persistent_gemm)."""
-        elt = torch.empty((), dtype=dtype).element_size()
+        elt = dtype.itemsize
         pipe = pipeline_smem_bytes(self.BLOCK_M, self.BLOCK_N, self.BLOCK_K, self.num_stages, elt)
         staged = self.use_tma or self.FLATTEN
         return pipe + (self.BLOCK_M * self.BLOCK_N * elt // (2 if self.EPILOGUE_SUBTILE else 1) if staged else 0)
@@ -262,6 +263,7 @@ def aligned_chunks(sk_tiles: int, iters: int, num_sms: int) -> int:
     return best
 
 
+@functools.lru_cache(maxsize=512)  # pure in its arguments; saves host time per call
 def plan_schedule(M: int, N: int, K: int, config: Config, num_sms: int) -> Plan:
     """Contiguous: the region's sk_tiles x iters iterations split evenly over min(SMs,
     iterations) programs. Aligned: each region tile cut into `aligned_chunks` equal
@@ -318,6 +320,7 @@ def aligned_policy(tiles: int, num_sms: int) -> str:
     return "sk" if tiles < num_sms else "hybrid1"
 
 
+@functools.lru_cache(maxsize=512)  # pure in its arguments; saves host time per call
 def default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> Config:
     """128x128x64 tiles, 4 warps, 4 stages (Triton's standard Hopper tile), deterministic
     fixup. Where TMA can read the shape: the aligned layout with TMA loads and

@@ -84,6 +84,7 @@ sm_90 without a GPU and prints shared memory, warps and whether WS engaged.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -165,7 +166,7 @@ class Config:
                 raise ValueError("with WS the TMA store only compiles with device-side descriptors and "
                                  "epilogue_subtile=1 (the pass halves the store but not a host descriptor)")
         if dtype is not None:
-            elt = torch.empty((), dtype=dtype).element_size()
+            elt = dtype.itemsize
             if self.block_k * elt < 32:
                 raise ValueError(f"block_k={self.block_k} too small for {dtype} (needs >= 32 bytes)")
             if self.warp_specialize and dtype == torch.float32:
@@ -177,7 +178,7 @@ class Config:
     def smem_bytes(self, dtype: torch.dtype) -> int:
         """Shared-memory estimate: operand ring + C staging + barriers. Checked against the
         compiler's own number for every search-space entry (it is never below it there)."""
-        elt = torch.empty((), dtype=dtype).element_size()
+        elt = dtype.itemsize
         ring = self.num_stages * (self.block_m + self.block_n) * self.block_k * elt
         if self.tma_store:  # the TMA store reads C from a shared-memory copy of the slice
             staging = self.block_m * (self.block_n // self.epilogue_subtile) * elt
@@ -386,7 +387,7 @@ def tma_problem(x: torch.Tensor) -> str | None:
 
 def _aligned_empty(rows: int, cols: int, dtype, device) -> torch.Tensor:
     """(rows, cols) view of a buffer whose row stride is padded to 16 bytes."""
-    per = TMA_ALIGN_BYTES // torch.empty((), dtype=dtype).element_size()
+    per = TMA_ALIGN_BYTES // dtype.itemsize
     ld = cdiv(cols, per) * per
     return torch.empty((rows, ld), dtype=dtype, device=device)[:, :cols]
 
@@ -433,6 +434,11 @@ def _ensure_allocator() -> None:
 def default_config(M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16,
                    num_sms: int | None = None) -> Config:
     """One good config without autotuning: the first entry of `search_space`."""
+    return _first_candidate(M, N, K, dtype, num_sms or _num_sms())
+
+
+@functools.lru_cache(maxsize=512)  # pure in its arguments; saves host time per call
+def _first_candidate(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> Config:
     return search_space(M, N, K, dtype, num_sms)[0]
 
 

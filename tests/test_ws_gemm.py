@@ -253,3 +253,12 @@ def test_flagship_compiles_for_sm90_and_ws_engages():
         assert requested == engaged
         assert int(warps) == (12 if requested == "True" else 8)
         assert int(shared) <= ws.SMEM_LIMIT_BYTES
+
+
+def test_default_config_follows_the_sm_count(monkeypatch):
+    """default_config caches per SM count, and resolves num_sms=None on every call: a cached
+    answer must not outlive a change of device (or of ADVISOR_NUM_SMS)."""
+    M, N, K = 4096, 4096, 4096
+    for sms in ("132", "4"):
+        monkeypatch.setenv("ADVISOR_NUM_SMS", sms)
+        assert ws.default_config(M, N, K, torch.bfloat16) == ws.search_space(M, N, K, torch.bfloat16, int(sms))[0]
