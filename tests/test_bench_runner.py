@@ -648,3 +648,14 @@ def test_final_pass_interleaves_the_finalists(fake):
     rounds = [order[i * n:(i + 1) * n] for i in range(runner.FINAL_ROUNDS)]
     assert all(sorted(r) == sorted(rounds[0]) for r in rounds)  # each round times every finalist once
     assert rounds[1] == rounds[0][1:] + rounds[0][:1]  # in a rotated order
+
+
+def test_grouped_suite_never_uses_the_graph_timer():
+    """The grouped suite's baselines measure launch cost, which the graph timer would capture
+    away (and its CUDA-graph baseline cannot run inside another capture)."""
+    from advisor.bench.grouped import grouped_timer
+
+    assert grouped_timer("graph", "cuda") == "do_bench"
+    assert grouped_timer("events", "cuda") == "events"
+    assert grouped_timer("auto", "cuda") == "do_bench"
+    assert grouped_timer("graph", "cpu") == "cpu"
