@@ -168,8 +168,8 @@ def predict(strategy: str, cfg: Any, M: int, N: int, K: int, elt: int, dev: Devi
             sk_us = rounds * math.ceil(iters / chunks) * it_us
             # the Stream-K tiles' operand panels are read at the same time by every chunk:
             # the phase cannot beat reading them once
-            sk_us = max(sk_us, _mem_us(elt * K * (bm * _distinct_rows(sk_tiles, M, N, bm, bn) +
-                                                  bn * _distinct_cols(sk_tiles, M, N, bm, bn)), dev))
+            rows, cols = _grouped_span(sk_tiles, M, N, bm, bn)
+            sk_us = max(sk_us, _mem_us(elt * K * (bm * rows + bn * cols), dev))
             split = chunks > 1
             # each unit hands in its partial and (cooperative fixup) sums one slice of a tile
             handoff = rounds * 2 * (_HANDOFF_US + tile_bytes / sm_bytes_per_us) if split else 0.0
@@ -233,25 +233,18 @@ def aligned_chunks(sk_tiles: int, iters: int, sms: int, max_chunks: int = 8) -> 
 
 def _grouped_span(first_tiles: int, M: int, N: int, bm: int, bn: int, group_m: int = 8) -> tuple[int, int]:
     """Distinct (row-tiles, column-tiles) among the first `first_tiles` tiles in grouped order
-    (bands of group_m row-tiles, numbered down each band, then across)."""
+    (bands of group_m row-tiles, numbered down each band, then across). One step a band."""
     num_m, num_n = math.ceil(M / bm), math.ceil(N / bn)
-    rows, cols = set(), set()
-    for t in range(min(first_tiles, num_m * num_n)):
-        band = t // (group_m * num_n)
-        first = band * group_m
+    rows = cols = first = 0
+    left = first_tiles
+    while left > 0 and first < num_m:
         height = min(num_m - first, group_m)
-        within = t % (group_m * num_n)
-        rows.add(first + within % height)
-        cols.add((band, within // height))
-    return len(rows), len({c for _, c in cols})
-
-
-def _distinct_rows(first_tiles: int, M: int, N: int, bm: int, bn: int) -> int:
-    return _grouped_span(first_tiles, M, N, bm, bn)[0]
-
-
-def _distinct_cols(first_tiles: int, M: int, N: int, bm: int, bn: int) -> int:
-    return _grouped_span(first_tiles, M, N, bm, bn)[1]
+        take = min(left, height * num_n)
+        rows += min(height, take)
+        cols = max(cols, math.ceil(take / height))
+        left -= take
+        first += height
+    return rows, cols
 
 
 def rank(

@@ -83,3 +83,23 @@ def test_cli(capsys):
     assert model_check.main(["--runs", "20261129T133711Z-1193"]) == 0
     assert "best config in the model's top 3" in capsys.readouterr().out
     assert model_check.main(["--runs", "no-such-run"]) == 1
+
+
+def test_grouped_span_matches_tile_coords():
+    """The band-by-band count equals a brute-force walk of the kernels' grouped order."""
+    import itertools
+
+    def brute(t, num_m, num_n, g=8):
+        rows, cols = set(), set()
+        for tile in range(t):
+            band = tile // (g * num_n)
+            first = band * g
+            height = min(num_m - first, g)
+            within = tile % (g * num_n)
+            rows.add(first + within % height)
+            cols.add(within // height)
+        return len(rows), len(cols)
+
+    for num_m, num_n in itertools.product((1, 3, 8, 13, 17), (1, 5, 11)):
+        for t in range(1, num_m * num_n + 1):
+            assert sm._grouped_span(t, num_m * 128, num_n * 128, 128, 128) == brute(t, num_m, num_n)
