@@ -61,8 +61,12 @@ def load_variants(path: Path) -> tuple[list[str], list[dict]]:
     return list(spec.get("shapes", [])), variants
 
 
-def probe_shape(shape: str, variants: list[dict], rounds: int, rep_ms: float, env: dict) -> list[dict]:
-    """Check, then time side by side, torch.matmul and the variants that apply to `shape`."""
+def time_side_by_side(shape: str, todo: list[tuple], rounds: int, rep_ms: float) -> list[tuple]:
+    """The probes' method. `todo` holds (key, label, call(a, b, out)). Each call is checked
+    against a float64 reference on fresh random bf16 inputs with its output NaN-poisoned; a
+    refused or failing one is reported and skipped. The rest are graph-timed over input sets
+    rotating past the L2, in `rounds` interleaved rounds. Returns (key, label, rel_err,
+    round medians in us) for each that ran, in `todo` order."""
     import torch
 
     M, N, K = parse_shape(shape)
@@ -72,35 +76,46 @@ def probe_shape(shape: str, variants: list[dict], rounds: int, rep_ms: float, en
     sets = [(random_matrix(M, K, torch.bfloat16, "cuda", g), random_matrix(K, N, torch.bfloat16, "cuda", g))
             for _ in range(n_sets)]
     outs = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in range(n_sets)]
-    todo = [{"provider": "torch.matmul", "module": None, "config": None}]
-    todo += [v for v in variants if not v["shapes"] or shape in v["shapes"]]
     live = []
-    for v in todo:
-        if v["module"] is None:
-            def call(a, b, out):
-                return torch.matmul(a, b, out=out)
-        else:
-            def call(a, b, out, mod=v["module"], config=v["config"]):
-                return mod.matmul(a, b, config, out=out)
-        label = "-" if v["config"] is None else v["config"].describe()
+    for key, label, call in todo:
         try:
             err = checker.check(call)
         except (CheckFailed, ValueError, RuntimeError) as exc:  # a refused or failing variant is reported
-            print(f"{shape:>16} {v['provider']:>12} {label}: SKIPPED {type(exc).__name__}: {exc}", flush=True)
+            print(f"{shape:>16} {label}: SKIPPED {type(exc).__name__}: {exc}", flush=True)
             continue
         fn = rotating([lambda a=a, b=b, o=o, call=call: call(a, b, o) for (a, b), o in zip(sets, outs)])
-        live.append((v, label, err, fn, []))
+        live.append((key, label, err, fn, []))
     for _ in range(rounds):
-        for v, label, err, fn, medians in live:
+        for *_, fn, medians in live:
             medians.append(time_graph(fn, rep_ms=rep_ms).median_ms * 1e3)
+    return [(key, label, err, medians) for key, label, err, _, medians in live]
+
+
+def schedule_call(module, config):
+    """call(a, b, out) for torch.matmul (module None) or a schedule's matmul with `config`."""
+    if module is None:
+        import torch
+
+        return lambda a, b, out: torch.matmul(a, b, out=out)
+    return lambda a, b, out: module.matmul(a, b, config, out=out)
+
+
+def probe_shape(shape: str, variants: list[dict], rounds: int, rep_ms: float, env: dict) -> list[dict]:
+    """Check, then time side by side, torch.matmul and the variants that apply to `shape`."""
+    M, N, K = parse_shape(shape)
+    todo = [{"provider": "torch.matmul", "module": None, "config": None}]
+    todo += [v for v in variants if not v["shapes"] or shape in v["shapes"]]
+    timed = time_side_by_side(
+        shape, [(v, f"{v['provider']} {'-' if v['config'] is None else v['config'].describe()}",
+                 schedule_call(v["module"], v["config"])) for v in todo], rounds, rep_ms)
     rows = []
-    for v, label, err, fn, medians in live:
+    for v, label, err, medians in timed:
         row = make_row(suite="probe", shape=shape, M=M, N=N, K=K, dtype="bf16", provider=v["provider"],
                        config=v["config"] or "", status="ok", phase="final",
                        median_ms=statistics.median(medians) / 1e3, flops=gemm_flops(M, N, K),
                        bytes_moved=gemm_bytes(M, N, K, 2), rel_err=err, timer="graph", env=env)
         row["rounds_us"] = ";".join(f"{m:.1f}" for m in medians)
-        row["describe"] = label
+        row["describe"] = "-" if v["config"] is None else v["config"].describe()
         rows.append(row)
     return rows
 

@@ -33,6 +33,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from probe_configs import (  # bench/: the probes' shared method
+    schedule_call,
+    time_side_by_side,
+)
+
 from advisor.bench.rows import (
     append_csv,
     gemm_bytes,
@@ -41,8 +46,6 @@ from advisor.bench.rows import (
     new_run_id,
     parse_shape,
 )
-from advisor.bench.timing import l2_bytes, rotating, rotation_count, time_graph
-from advisor.bench.verify import Checker, CheckFailed, make_generator, random_matrix
 from advisor.kernel_lib import load
 
 TAIL = "1664x1408x8192,2176x2176x8192,2304x2304x4096,3072x3072x4096,4224x4224x8192"
@@ -104,39 +107,17 @@ def main() -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     run_id, device = new_run_id(), torch.cuda.get_device_name()
-    l2 = l2_bytes()
     csv = args.out / "probe_stream_k_tail.csv"
     for shape in args.shapes.split(","):
         M, N, K = parse_shape(shape)
-        checker = Checker(M, N, K, "bf16", "cuda", seed=1)
-        n_sets = rotation_count(2 * (M * K + K * N + M * N), l2)
-        g = make_generator("cuda", 99)
-        sets = [(random_matrix(M, K, torch.bfloat16, "cuda", g), random_matrix(K, N, torch.bfloat16, "cuda", g))
-                for _ in range(n_sets)]
-        outs = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in range(n_sets)]
-        live = []
-        for provider, mod, config in variants():
-            if mod is None:
-                def call(a, b, out):
-                    return torch.matmul(a, b, out=out)
-            else:
-                def call(a, b, out, mod=mod, config=config):
-                    return mod.matmul(a, b, config, out=out)
-            try:
-                err = checker.check(call)
-            except (CheckFailed, ValueError, RuntimeError) as exc:  # a refused or failing variant is reported
-                print(f"{shape} {provider} {describe(provider, config)}: FAILED {exc}", flush=True)
-                continue
-            fn = rotating([lambda a=a, b=b, o=o, call=call: call(a, b, o) for (a, b), o in zip(sets, outs)])
-            live.append((provider, config, err, fn, []))
-        for _ in range(args.rounds):
-            for provider, config, err, fn, medians in live:
-                medians.append(time_graph(fn, rep_ms=args.rep_ms).median_ms * 1e3)
+        todo = [((provider, config), f"{provider} {describe(provider, config)}", schedule_call(mod, config))
+                for provider, mod, config in variants()]
+        timed = time_side_by_side(shape, todo, args.rounds, args.rep_ms)
         base: dict[str, float] = {}
         rows = []
         env = {"device": device, "sm_count": torch.cuda.get_device_properties(0).multi_processor_count,
                "run_id": run_id, "torch": torch.__version__, "triton": triton.__version__}
-        for provider, config, err, fn, medians in live:
+        for (provider, config), _, err, medians in timed:
             us = statistics.median(medians)
             base[provider] = min(base.get(provider, us), us)
             row = make_row(suite="probe_tail", shape=shape, M=M, N=N, K=K, dtype="bf16", provider=provider,
@@ -151,7 +132,6 @@ def main() -> int:
             print(f"{shape:>16} {r['provider']:>12} {r['median_us']:8.1f} us {r['tflops']:6.1f} TF "
                   f"x{base['torch.matmul'] / r['median_us']:.3f} cuBLAS x{base['dp'] / r['median_us']:.3f} dp "
                   f"[{r['rounds_us']}] {r['describe']}", flush=True)
-        del sets, outs, live, checker
         torch.cuda.empty_cache()
     return 0
 

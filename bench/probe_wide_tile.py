@@ -128,8 +128,8 @@ def main() -> int:
         if os.environ.get("TRITON_INTERPRET") != "1":
             ap.error("--check runs under TRITON_INTERPRET=1")
         return check_cpu()
-    from advisor.bench.timing import l2_bytes, rotating, rotation_count, time_graph
-    from advisor.bench.verify import Checker, CheckFailed, make_generator, random_matrix
+    from probe_configs import schedule_call, time_side_by_side
+
     from advisor.kernel_lib import load
 
     sk = load("stream_k_gemm")
@@ -137,29 +137,12 @@ def main() -> int:
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, Triton {triton.__version__}")
     for shape in args.shapes.split(","):
         M, N, K = (int(x) for x in shape.split("x"))
-        checker = Checker(M, N, K, "bf16", "cuda", seed=1)
-        n_sets = rotation_count(2 * (M * K + K * N + M * N), l2_bytes())
-        g = make_generator("cuda", 99)
-        sets = [(random_matrix(M, K, torch.bfloat16, "cuda", g), random_matrix(K, N, torch.bfloat16, "cuda", g))
-                for _ in range(n_sets)]
-        outs = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in range(n_sets)]
-        todo = [("torch.matmul", lambda a, b, o: torch.matmul(a, b, out=o)),
-                (f"stream_k {best_sk.describe()}", lambda a, b, o: sk.matmul(a, b, best_sk, out=o))]
+        todo = [("torch.matmul", schedule_call(None, None)),
+                (f"stream_k {best_sk.describe()}", schedule_call(sk, best_sk))]
         todo += [(label, lambda a, b, o, kw=kw: wide_matmul(a, b, o, **kw)) for label, kw in VARIANTS]
-        live = []
-        for label, call in todo:
-            try:
-                err = checker.check(call)
-            except (CheckFailed, ValueError, RuntimeError) as exc:
-                print(f"{shape:>16} {label:<40} SKIPPED {type(exc).__name__}: {str(exc)[:200]}", flush=True)
-                continue
-            fn = rotating([lambda a=a, b=b, o=o, call=call: call(a, b, o) for (a, b), o in zip(sets, outs)])
-            live.append((label, err, fn, []))
-        for _ in range(args.rounds):
-            for label, err, fn, ts in live:
-                ts.append(time_graph(fn, rep_ms=40).median_ms * 1e3)
+        live = time_side_by_side(shape, [(label, label, call) for label, call in todo], args.rounds, 40)
         base = statistics.median(live[0][3]) if live and live[0][0] == "torch.matmul" else None
-        for label, err, fn, ts in live:
+        for label, _, err, ts in live:
             us = statistics.median(ts)
             tf = 2 * M * N * K / us / 1e6
             rel = f"x{base / us:.3f} cuBLAS" if base else ""
