@@ -220,12 +220,20 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
         from .loop import loop_findings
 
         run_dir = out_dir or Path("advisor-run")
+        skipped: list = []
         results = loop_findings(result, budget_s=budget_s, out_dir=run_dir, progress_for=_progress_bar,
-                                counters=counters, log=_log)
+                                counters=counters, log=_log, skipped=skipped)
+        for s in skipped:
+            _log(f"--run: skipped {s.symptom}: {s.reason}")
         if not results:
-            click.echo("advisor: --run: no finding with a GEMM shape and a GEMM strategy to run", err=True)
+            if skipped:
+                n = len(skipped)
+                _log(f"--run: nothing run: every GEMM finding is batched and advisor's schedules are 2-D GEMMs "
+                     f"({n} shape{'s' if n > 1 else ''} skipped)")
+            else:
+                _log("--run: no finding with a GEMM shape and a GEMM strategy to run")
             return
-        _write_run_report(results, run_dir, rules=result.rules)
+        _write_run_report(results, run_dir, rules=result.rules, skipped=skipped)
 
 
 def _log(msg: str) -> None:
@@ -254,7 +262,7 @@ def _progress_bar(label: str):
     return update
 
 
-def _write_run_report(results, out_dir: Path, rules=None) -> None:
+def _write_run_report(results, out_dir: Path, rules=None, skipped=()) -> None:
     from .bench import append_csv, write_json
     from .loop import gpu_present
     from .plots import before_after
@@ -279,9 +287,10 @@ def _write_run_report(results, out_dir: Path, rules=None) -> None:
     import datetime as _dt
 
     md = render("run_report.md.j2", results=results, device=device, versions=versions, rules=rules or {}, images=images,
-                date=_dt.date.today().isoformat())
+                skipped=skipped, date=_dt.date.today().isoformat())
     (out_dir / "run_report.md").write_text(md, encoding="utf-8")
-    (out_dir / "run_report.json").write_text(json.dumps({"device": device, "results": [r.to_dict() for r in results]}, indent=2, default=str), encoding="utf-8")
+    payload = {"device": device, "results": [r.to_dict() for r in results], "skipped": [s.to_dict() for s in skipped]}
+    (out_dir / "run_report.json").write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
     click.echo(md, nl=False)
     click.echo(f"advisor: wrote {out_dir / 'run_report.md'} and run_report.json", err=True)
 

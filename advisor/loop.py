@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -175,8 +175,6 @@ def ordered_candidates(strategy: str, M: int, N: int, K: int, dtype: str, dev: D
     tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     cfgs = candidate_configs(mod, M, N, K, tdtype, dev.sm_count)
     ordered = model_order(strategy, cfgs, M, N, K, tdtype, dev.sm_count)
-    from dataclasses import asdict
-
     preds = rank(strategy, [asdict(c) for c in ordered], M, N, K, DTYPES[dtype], dev, prune_ratio=math.inf)
     return ordered, [p.row() for p in preds[:6]]
 
@@ -298,22 +296,44 @@ def collect_counters(res: ShapeResult, out_dir: Path | None, *, log: Callable[[s
     return got.to_dict()
 
 
+@dataclass
+class SkippedFinding:
+    """A finding with a GEMM shape and strategy that loop_findings did not run, and why."""
+
+    symptom: str
+    kernel: str
+    shape: dict  # M, N, K, batch, dtype
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_for: Callable[[str], Callable] | None = None,
-                  dtype_default: str = "bf16", counters: bool = False,
-                  log: Callable[[str], None] | None = None) -> list[ShapeResult]:
-    """run_shape_loop for every finding with a GEMM shape and a GEMM strategy, once per shape."""
+                  dtype_default: str = "bf16", counters: bool = False, log: Callable[[str], None] | None = None,
+                  skipped: list[SkippedFinding] | None = None) -> list[ShapeResult]:
+    """run_shape_loop for every finding with a GEMM shape and a GEMM strategy, once per shape.
+    Findings it cannot run (batched GEMMs) are appended to `skipped`, once per shape, when given."""
     results, seen = [], set()
     for f in diagnosis.findings:
         if f.shape is None or f.symptom not in STRATEGIES_FOR:
             continue
         s = f.shape
         dtype = s.get("dtype") if s.get("dtype") in DTYPES else dtype_default
-        if (s.get("batch") or 1) != 1:
-            continue  # batched GEMMs are not generated yet
-        key = (s["M"], s["N"], s["K"], dtype)
+        batch = s.get("batch") or 1
+        key = (batch, s["M"], s["N"], s["K"], dtype)
         if key in seen:
             continue
         seen.add(key)
+        if batch != 1:
+            # Per-batch operands (torch.bmm) need a batched launcher; folding the batch into M
+            # would time a different problem. Say so rather than drop the finding.
+            if skipped is not None:
+                skipped.append(SkippedFinding(
+                    f.symptom, f.kernel, {"M": s["M"], "N": s["N"], "K": s["K"], "batch": batch, "dtype": dtype},
+                    f"batched GEMM (batch={batch} of {s['M']}x{s['N']}x{s['K']} {dtype}): "
+                    "advisor's schedules are 2-D GEMMs; not run"))
+            continue
         observed = int(f.evidence.get("median_ns") or (f.total_ns / max(1, f.launches)))
         progress = progress_for(f"{s['M']}x{s['N']}x{s['K']}") if progress_for else None
         results.append(run_shape_loop(s["M"], s["N"], s["K"], dtype, STRATEGIES_FOR[f.symptom], budget_s=budget_s,

@@ -3,11 +3,16 @@ path driven on the CPU interpreter with a fake device."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import tracefiles as T
+from click.testing import CliRunner
 
 import advisor.loop as L
+from advisor.cli import cli
 from advisor.schedule_model import Device
 
 
@@ -66,3 +71,70 @@ def test_gpu_path_on_the_interpreter(tmp_path, monkeypatch):
     assert r.variant_path is not None and r.variant_path.is_file()
     text = Path(r.variant_path).read_text()
     assert "TUNED_FOR = {'gpu': 'interpreter'" in text and "'how': 'measured'" in text
+
+
+# ------------------------------------------------------------------ batched GEMMs: skipped, said so
+
+
+def finding(symptom, batch, kernel="k", M=1664, N=1408, K=8192):
+    from advisor.findings import Finding
+
+    return Finding(symptom=symptom, strategy=L.STRATEGIES_FOR[symptom][0], title="t", kernel=kernel, rank=0, device_id=0,
+                   shape={"M": M, "N": N, "K": K, "batch": batch, "dtype": "bf16"}, grid=None, block=None, launches=2,
+                   total_ns=2_000, est_savings_ns=100, confidence="high", watch_for="")
+
+
+def test_batched_findings_are_reported_as_skipped(monkeypatch):
+    ran = []
+    monkeypatch.setattr(L, "run_shape_loop", lambda M, N, K, dtype, strategies, **kw: ran.append((M, N, K, dtype)) or (M, N, K))
+    diagnosis = SimpleNamespace(findings=[finding("tail_wave", 12, kernel="bmm"), finding("hopper_no_ws", 12, kernel="bmm"),
+                                          finding("tail_wave", 1), finding("tail_wave", 4, M=512, N=512, K=64)])
+    skipped = []
+    results = L.loop_findings(diagnosis, budget_s=5, out_dir=None, skipped=skipped)
+    assert ran == [(1664, 1408, 8192, "bf16")] and results == [(1664, 1408, 8192)]
+    # once per batched shape, with the first (highest-ranked) finding's symptom
+    assert [(s.symptom, s.kernel, s.shape["batch"]) for s in skipped] == [("tail_wave", "bmm", 12), ("tail_wave", "k", 4)]
+    assert skipped[1].shape == {"M": 512, "N": 512, "K": 64, "batch": 4, "dtype": "bf16"}
+    assert skipped[1].reason == "batched GEMM (batch=4 of 512x512x64 bf16): advisor's schedules are 2-D GEMMs; not run"
+    # without the out-parameter the call is as before
+    assert L.loop_findings(diagnosis, budget_s=5, out_dir=None) == [(1664, 1408, 8192)]
+
+
+def gemm_trace(path, batched_only=False):
+    """A Kineto trace with a batched GEMM (aten::bmm, batch 12) and, unless batched_only, a 2-D one."""
+    bmm = T.kineto_gemm_events(6, kernel_name="bmm_kernel", op="aten::bmm")
+    for e in bmm:
+        if e["cat"] == "cpu_op":
+            e["args"]["Input Dims"] = [[12, 1664, 8192], [12, 8192, 1408]]
+        if "correlation" in e["args"]:
+            e["args"]["correlation"] += 100
+        e["ts"] += 10_000
+    return T.write_kineto(path, T.kineto_doc(bmm if batched_only else T.kineto_gemm_events(6) + bmm))
+
+
+def test_all_batched_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(L, "gpu_present", lambda: False)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(cli, ["diagnose", str(gemm_trace(tmp_path / "t.json", batched_only=True)), "--run",
+                                 "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert ("advisor: --run: skipped tail_wave: batched GEMM (batch=12 of 1664x1408x8192 bf16): "
+            "advisor's schedules are 2-D GEMMs; not run") in r.stderr
+    assert "every GEMM finding is batched" in r.stderr and "no finding with a GEMM shape" not in r.stderr
+    assert not (out / "run_report.json").exists() and not list(out.glob("variant_*.py"))
+
+
+def test_run_report_lists_the_skipped(tmp_path, monkeypatch):
+    monkeypatch.setattr(L, "gpu_present", lambda: False)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(cli, ["diagnose", str(gemm_trace(tmp_path / "t.json")), "--run", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "advisor: --run: skipped tail_wave: batched GEMM (batch=12" in r.stderr
+    report = json.loads((out / "run_report.json").read_text())
+    assert [x["shape"] for x in report["results"]] == [{"M": 1664, "N": 1408, "K": 8192}]
+    assert report["skipped"] == [{"symptom": "tail_wave", "kernel": "bmm_kernel",
+                                  "shape": {"M": 1664, "N": 1408, "K": 8192, "batch": 12, "dtype": "bf16"},
+                                  "reason": "batched GEMM (batch=12 of 1664x1408x8192 bf16): advisor's schedules are 2-D GEMMs; not run"}]
+    md = (out / "run_report.md").read_text()
+    section = md[md.index("## Not run"):]
+    assert "tail_wave on `bmm_kernel`: batched GEMM (batch=12 of 1664x1408x8192 bf16)" in section
