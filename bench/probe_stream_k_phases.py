@@ -42,7 +42,11 @@ from advisor.kernel_lib import load
 SHAPES = "1664x1408x8192,2304x2304x4096,4224x4224x8192"
 
 
-def configs(sk):
+def configs(sk, question: str):
+    if question == "fixup":  # the cooperative fixup's depth and the partials' L2 hint
+        t5 = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 5,
+              "policy": "hybrid1", "aligned": True, "use_tma": True}
+        return [sk.Config(**t5), sk.Config(**t5, fixup_stages=8), sk.Config(**t5, evict_last_partials=True)]
     t128 = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 4}
     t256 = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
     return [
@@ -54,45 +58,59 @@ def configs(sk):
     ]
 
 
-def stats(xs):
-    return f"{statistics.median(xs):7.1f} {max(xs):7.1f}" if xs else f"{'-':>7} {'-':>7}"
+LAUNCHES = 5
+
+
+def phase_columns(t, sk_programs: int) -> list[tuple[float, float]]:
+    """(median, max) over the programs of each phase of one launch (t: programs x PHASES
+    stamps in us), after the launch span as its first entry."""
+    grid = t.shape[0]
+    t0, t_end = t[:, 0].min().item(), t[:, 4].max().item()
+    sk_rows = range(min(grid, sk_programs))
+    phases = [
+        [(t[i, 0] - t0).item() for i in range(grid)],  # start skew
+        [(t[i, 1] - t[i, 0]).item() for i in sk_rows],  # Stream-K MAC
+        [(t[i, 2] - t[i, 1]).item() for i in sk_rows],  # hand-in
+        [(t[i, 3] - t[i, 2]).item() for i in range(grid)],  # data-parallel tiles
+        [(t[i, 4] - t[i, 3]).item() for i in sk_rows],  # claims (cooperative fixup)
+        [(t_end - t[i, 4]).item() for i in range(grid)],  # end skew
+    ]
+    return [(t_end - t0, t_end - t0)] + [(statistics.median(p), max(p)) if p else (float("nan"),) * 2 for p in phases]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default=SHAPES)
+    ap.add_argument("--question", choices=["phases", "fixup"], default="phases",
+                    help="phases: the original five configs; fixup: cooperative-fixup depth and L2 hint")
     args = ap.parse_args()
     import torch
 
     sk = load("stream_k_gemm")
     print(f"{'shape':>16} {'config':<44} {'span':>6} | med/max us: {'start':>15} {'sk mac':>15} "
-          f"{'fixup':>15} {'dp':>15} {'end skew':>15} | err")
+          f"{'hand-in':>15} {'dp':>15} {'claims':>15} {'end skew':>15} | err")
     for shape in args.shapes.split(","):
         M, N, K = parse_shape(shape)
         a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
         ref = torch.matmul(a, b).float()
-        for cfg in configs(sk):
+        for cfg, sem in [(c, s) for c in configs(sk, args.question) for s in ("acq_rel", "acquire")]:
+            sk._CLAIM_SEM = sem
             plan = sk.plan_schedule(M, N, K, cfg, torch.cuda.get_device_properties(0).multi_processor_count)
-            times = torch.zeros(4 * plan.grid, dtype=torch.int64, device="cuda")
+            runs = [torch.zeros(sk.PHASES * plan.grid, dtype=torch.int64, device="cuda") for _ in range(LAUNCHES)]
             try:
-                for _ in range(5):
-                    out = sk.matmul(a, b, cfg, phase_times=times)
+                for i in range(3 + LAUNCHES):  # 3 warm-up launches, then LAUNCHES recorded ones
+                    out = sk.matmul(a, b, cfg, phase_times=runs[max(0, i - 3)])
                 torch.cuda.synchronize()
             except Exception as exc:  # noqa: BLE001 - report and go on with the next config
-                print(f"{shape:>16} {cfg.describe():<44} FAILED {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+                print(f"{shape:>16} {cfg.describe() + ' ' + sem:<44} FAILED {type(exc).__name__}: {str(exc)[:200]}", flush=True)
                 continue
             err = ((out.float() - ref).norm() / ref.norm()).item()
-            t = times.view(-1, 4).cpu().double() / 1e3  # us
-            t0, t_end = t[:, 0].min().item(), t[:, 3].max().item()
-            sk_rows = [i for i in range(plan.grid) if i < plan.sk_programs]
-            start = [(t[i, 0] - t0).item() for i in range(plan.grid)]
-            mac = [(t[i, 1] - t[i, 0]).item() for i in sk_rows]
-            fix = [(t[i, 2] - t[i, 1]).item() for i in sk_rows]
-            dp = [(t[i, 3] - t[i, 2]).item() for i in range(plan.grid)]
-            skew = [(t_end - t[i, 3]).item() for i in range(plan.grid)]
-            print(f"{shape:>16} {cfg.describe():<44} {t_end - t0:6.1f} | {stats(start)} {stats(mac)} {stats(fix)} "
-                  f"{stats(dp)} {stats(skew)} | {err:.1e}", flush=True)
+            cols = [phase_columns(times.view(-1, sk.PHASES).cpu().double() / 1e3, plan.sk_programs) for times in runs]
+            # each cell: the median over the recorded launches of that launch's (median, max)
+            cells = [tuple(statistics.median(c[j][k] for c in cols) for k in (0, 1)) for j in range(len(cols[0]))]
+            text = " ".join(f"{m:7.1f} {x:7.1f}" for m, x in cells[1:])
+            print(f"{shape:>16} {cfg.describe() + ' ' + sem:<44} {cells[0][0]:6.1f} | {text} | {err:.1e}", flush=True)
     return 0
 
 

@@ -12,6 +12,7 @@ Why
 Usage (repository root, TRITON_INTERPRET unset)
     python -m kernels.sm90_compile_check dp_gemm split_k_gemm --shapes 8192x8192x8192
     python -m kernels.sm90_compile_check --all
+    python -m kernels.sm90_compile_check --all --default-only --shapes 1280x1280x4096
 
 Caveats
     Compile-only: it proves the configs build and fit in 227 KB of shared memory (a failure
@@ -94,6 +95,8 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", nargs="*", default=None, help="MxNxK ... (default: the issue's suites)")
     parser.add_argument("--dtypes", nargs="*", default=["bfloat16", "float16", "float32"])
     parser.add_argument("--transposed", action="store_true", help="also compile with a transposed A and B")
+    parser.add_argument("--default-only", action="store_true",
+                        help="only each schedule's default config (what matmul(a, b) runs), not its search space")
     args = parser.parse_args(argv)
 
     import torch
@@ -131,8 +134,8 @@ def main(argv=None) -> int:
                 for dname in args.dtypes:
                     dtype = getattr(torch, dname)
                     layouts = [(False, False), (True, True)] if args.transposed else [(False, False)]
-                    configs = list(mod.search_space(M, N, K, dtype, 132))
                     default = mod.default_config(M, N, K, dtype, 132)
+                    configs = [] if args.default_only else list(mod.search_space(M, N, K, dtype, 132))
                     if default not in configs:
                         configs.append(default)
                     for cfg in configs:

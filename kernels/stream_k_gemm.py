@@ -119,6 +119,8 @@ from .dp_gemm import (
 from .persistent_gemm import tma_descriptors, tma_layout, tma_shape_ok
 
 POLICIES = ("dp", "sk", "hybrid1", "hybrid2", "hybrid3", "hybrid4")
+_CLAIM_SEM = "acq_rel"  # EXPERIMENT
+PHASES = 5  # phase_times stamps a program: start, Stream-K MAC done, hand-in done, dp done, end
 
 
 # --------------------------------------------------------------------------------------------
@@ -143,16 +145,21 @@ class Config:
     EPILOGUE_SUBTILE: bool = False  # TMA only: store C tiles as two BLOCK_N/2-wide halves
     FLATTEN: bool = False  # flatten the data-parallel tile loop and its K loop for the pipeliner
     dp_first: bool = False  # data-parallel tiles before the Stream-K work (measured slower, see TMA_POINTS)
+    fixup_stages: int = 4  # aligned deterministic fixup: partial slices in flight + 1 per summing loop
+    evict_last_partials: bool = False  # deterministic: store partials with an L2 evict_last hint
 
     def __post_init__(self):
         check_block_config(self)
         if self.policy not in POLICIES:
             raise ValueError(f"policy={self.policy!r}: must be one of {POLICIES}")
-        for name in ("deterministic", "aligned", "use_tma", "EPILOGUE_SUBTILE", "FLATTEN", "dp_first"):
+        for name in ("deterministic", "aligned", "use_tma", "EPILOGUE_SUBTILE", "FLATTEN", "dp_first",
+                     "evict_last_partials"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}={getattr(self, name)!r}: must be a bool")
         if self.EPILOGUE_SUBTILE and not self.use_tma:
             raise ValueError("EPILOGUE_SUBTILE splits the TMA store: it needs use_tma=True")
+        if not isinstance(self.fixup_stages, int) or not 2 <= self.fixup_stages <= 16:
+            raise ValueError(f"fixup_stages={self.fixup_stages!r}: must be an int in 2..16")
 
     def smem_bytes(self, dtype: torch.dtype) -> int:
         """Pipeline buffers, plus C's staging tile where it cannot reuse them: the TMA store's
@@ -168,7 +175,9 @@ class Config:
                 f"s{self.num_stages} {self.policy}{' aligned' if self.aligned else ''}"
                 f"{'' if self.deterministic else ' atomic'}{' tma' if self.use_tma else ''}"
                 f"{' subtile' if self.EPILOGUE_SUBTILE else ''}{' flat' if self.FLATTEN else ''}"
-                f"{' dpfirst' if self.dp_first else ''}")
+                f"{' dpfirst' if self.dp_first else ''}"
+                f"{f' fs{self.fixup_stages}' if self.fixup_stages != 4 else ''}"
+                f"{' evl' if self.evict_last_partials else ''}")
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -292,6 +301,16 @@ def slice_rows(block_m: int, block_n: int, chunks: int) -> int:
     row slices of a tile, at most fixup_rows (registers)."""
     want = max(1, cdiv(block_m, max(1, chunks)))
     return min(fixup_rows(block_m, block_n), 1 << (want - 1).bit_length())
+
+
+def fixup_stages(config: Config, chunks: int, dtype: torch.dtype) -> int:
+    """The cooperative fixup's loop depth: config.fixup_stages, but no more partial slices in
+    flight than the tile has chunks, nor than fit in the MAC loop's pipeline buffers (which
+    are dead by then, so the slices reuse their shared memory instead of adding to it)."""
+    rows = slice_rows(config.BLOCK_M, config.BLOCK_N, chunks)
+    fit = pipeline_smem_bytes(config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, config.num_stages, dtype.itemsize)
+    fit //= rows * config.BLOCK_N * 4
+    return max(2, min(config.fixup_stages, chunks + 1, fit + 1))
 
 
 def default_policy(tiles: int, num_sms: int) -> str:
@@ -572,10 +591,11 @@ def _dp_tiles(
 def _reduce_slice(
     ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, tile_id, sk_tiles, chunks, k,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SLICE_ROWS: tl.constexpr, INT64: tl.constexpr,
+    FIXUP_STAGES: tl.constexpr,
 ):
     """Cooperative fixup, aligned layout: sum rows [k BLOCK_M / chunks, (k + 1) BLOCK_M /
     chunks) of a split tile over its `chunks` partials in chunk order (same bits whoever does
-    it) and store them in C."""
+    it) and store them in C. FIXUP_STAGES - 1 partial slices are in flight (cp.async)."""
     TILE: tl.constexpr = BLOCK_M * BLOCK_N
     r_lo = k * BLOCK_M // chunks
     r_hi = (k + 1) * BLOCK_M // chunks
@@ -585,7 +605,7 @@ def _reduce_slice(
         if INT64:
             offs = offs.to(tl.int64)
         total = tl.zeros((SLICE_ROWS, BLOCK_N), dtype=tl.float32)
-        for c in tl.range(0, chunks, num_stages=4):
+        for c in tl.range(0, chunks, num_stages=FIXUP_STAGES):
             total += tl.load(ws_ptr + ((c * sk_tiles + tile_id) * TILE + offs), mask=(rows < r_hi)[:, None],
                              other=0.0, cache_modifier=".cg")
         store_block(c_ptr, stride_cm, stride_cn, tl.minimum(M, pid_m * BLOCK_M + r_hi), N,
@@ -615,6 +635,9 @@ def stream_k_gemm_kernel(
     ALIGNED: tl.constexpr, DETERMINISTIC: tl.constexpr,
     FIXUP_ROWS: tl.constexpr,  # rows of a split tile summed at a time by the last arriver
     SLICE_ROWS: tl.constexpr,  # rows summed at a time in the cooperative fixup (aligned)
+    FIXUP_STAGES: tl.constexpr,  # cooperative fixup: partial slices in flight + 1
+    EVICT_LAST: tl.constexpr,  # store deterministic partials with an L2 evict_last hint
+    CLAIM_SEM: tl.constexpr,  # memory order of the cooperative fixup's claims
     USE_TMA: tl.constexpr,
     A_COL_MAJOR: tl.constexpr,  # TMA: A's descriptor is over A^T (K, M)
     B_COL_MAJOR: tl.constexpr,  # TMA: B's descriptor is over B^T (N, K)
@@ -622,7 +645,8 @@ def stream_k_gemm_kernel(
     # shape facts fixed by the host
     EVEN_K: tl.constexpr, INT64: tl.constexpr,
     DP_FIRST: tl.constexpr,  # data-parallel tiles before the Stream-K work (else after)
-    # diagnosis (GPU only): record start, last Stream-K MAC loop done, Stream-K work done, end
+    # diagnosis (GPU only): record start, last Stream-K MAC loop done, Stream-K work done,
+    # data-parallel tiles done, end (after the cooperative fixup's claims)
     PHASE_TIMES: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
@@ -630,6 +654,7 @@ def stream_k_gemm_kernel(
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     iters = tl.cdiv(K, BLOCK_K)
+    PHASES: tl.constexpr = 5  # stamps a program (PHASE_TIMES)
     if PHASE_TIMES:
         t_start = _now(pid)
         t_mac = t_start
@@ -665,13 +690,17 @@ def stream_k_gemm_kernel(
                     local = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
                     if INT64:
                         local = local.to(tl.int64)
-                    tl.store(ws_ptr + (u * TILE + local), acc)
+                    if EVICT_LAST:
+                        tl.store(ws_ptr + (u * TILE + local), acc, eviction_policy="evict_last")
+                    else:
+                        tl.store(ws_ptr + (u * TILE + local), acc)
                     tl.debug_barrier()
                     word = tl.atomic_add(counter_ptr + tile_id, 1, sem="acq_rel")
                     if (word & 0xFFFF) == sk_chunks - 1:
                         for k in range(word >> 16):
                             _reduce_slice(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
-                                          tile_id, sk_tiles, sk_chunks, k, BLOCK_M, BLOCK_N, SLICE_ROWS, INT64)
+                                          tile_id, sk_tiles, sk_chunks, k, BLOCK_M, BLOCK_N, SLICE_ROWS, INT64,
+                                          FIXUP_STAGES)
                 else:
                     _hand_in_partial(acc, ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N,
                                      pid_m, pid_n, u, tile_id, 0, sk_chunks - 1, tile_id, 0,
@@ -716,6 +745,8 @@ def stream_k_gemm_kernel(
         _dp_tiles(a_ref, b_ref, c_ref, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                   stride_cm, stride_cn, sk_tiles, pid, grid, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
                   USE_TMA, A_COL_MAJOR, B_COL_MAJOR, EPILOGUE_SUBTILE, FLATTEN, EVEN_K, INT64)
+    if PHASE_TIMES:
+        t_dp = _now(pid)
     if ALIGNED and DETERMINISTIC:  # noqa: SIM102  (compile-time test around a run-time one)
         if pid < sk_programs and sk_chunks > 1:
             # Cooperative fixup, step 2: claim a slice of each split tile this program worked
@@ -728,19 +759,21 @@ def stream_k_gemm_kernel(
             for u in range(pid, sk_tiles * sk_chunks, grid):
                 tile_id = u % sk_tiles
                 pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-                word = tl.atomic_add(counter_ptr + tile_id, 1 << 16, sem="acq_rel")
+                word = tl.atomic_add(counter_ptr + tile_id, 1 << 16, sem=CLAIM_SEM)
                 k = word >> 16
                 if (word & 0xFFFF) == sk_chunks:
                     _reduce_slice(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
-                                  tile_id, sk_tiles, sk_chunks, k, BLOCK_M, BLOCK_N, SLICE_ROWS, INT64)
+                                  tile_id, sk_tiles, sk_chunks, k, BLOCK_M, BLOCK_N, SLICE_ROWS, INT64,
+                                  FIXUP_STAGES)
                 if k == sk_chunks - 1:
                     tl.atomic_xchg(counter_ptr + tile_id, 0, sem="relaxed")
     if PHASE_TIMES:
         t_end = _now(pid)
-        tl.store(times_ptr + 4 * pid, t_start)
-        tl.store(times_ptr + 4 * pid + 1, t_mac)
-        tl.store(times_ptr + 4 * pid + 2, t_sk)
-        tl.store(times_ptr + 4 * pid + 3, t_end)
+        tl.store(times_ptr + PHASES * pid, t_start)
+        tl.store(times_ptr + PHASES * pid + 1, t_mac)
+        tl.store(times_ptr + PHASES * pid + 2, t_sk)
+        tl.store(times_ptr + PHASES * pid + 3, t_dp)
+        tl.store(times_ptr + PHASES * pid + 4, t_end)
 
 
 # --------------------------------------------------------------------------------------------
@@ -755,8 +788,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     (M, N) tensor in a's dtype. Bit-reproducible when config.deterministic (the default). With
     config=None, TMA is dropped when the tensors do not allow it; an explicit use_tma=True
     config raises ValueError instead. `phase_times` (diagnosis, GPU only): an int64 tensor of
-    at least 4 x grid elements that receives each program's %globaltimer stamps (start, last
-    Stream-K MAC loop done, Stream-K work done incl. fixup, end) in nanoseconds."""
+    at least PHASES x grid elements that receives each program's %globaltimer stamps (start,
+    last Stream-K MAC loop done, Stream-K work done incl. hand-in, data-parallel tiles done,
+    end after the fixup claims) in nanoseconds."""
     M, N, K = check_matmul_inputs(a, b)
     sms = num_sms(a.device)
     c = prepare_output(out, M, N, a)
@@ -768,20 +802,22 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     plan = plan_schedule(M, N, K, config, sms)
     tile_elems = config.BLOCK_M * config.BLOCK_N
 
-    ws = counters = c  # placeholders when there is no Stream-K region
-    if plan.split_tiles:
-        counters = SCRATCH.get("stream_k_counters", plan.fixup_keys, torch.int32, a.device)
-        if config.deterministic:
-            ws = torch.empty(plan.partial_slots * tile_elems, dtype=torch.float32, device=a.device)
-        else:
-            ws = SCRATCH.get("stream_k_sums", plan.fixup_keys * tile_elems, torch.float32, a.device)
+    # Without split tiles the fixup code never runs, but the compiler still type-checks it:
+    # the placeholders must be int32 counters and fp32 partials (C as a placeholder failed to
+    # compile for sm_90, while the interpreter, which skips untaken branches, ran it).
+    counters = SCRATCH.get("stream_k_counters", max(1, plan.fixup_keys), torch.int32, a.device)
+    if plan.split_tiles and config.deterministic:
+        ws = torch.empty(plan.partial_slots * tile_elems, dtype=torch.float32, device=a.device)
+    else:
+        ws = SCRATCH.get("stream_k_sums", plan.fixup_keys * tile_elems if plan.split_tiles else 1,
+                         torch.float32, a.device)
     if config.use_tma:
         a_arg, b_arg, c_arg, a_col, b_col = tma_descriptors(a, b, c, M, N, K, config)
     else:
         a_arg, b_arg, c_arg, a_col, b_col = a, b, c, False, False
-    if phase_times is not None and (phase_times.dtype != torch.int64 or phase_times.numel() < 4 * plan.grid
+    if phase_times is not None and (phase_times.dtype != torch.int64 or phase_times.numel() < PHASES * plan.grid
                                     or not phase_times.is_cuda):
-        raise ValueError(f"phase_times must be a CUDA int64 tensor of >= {4 * plan.grid} elements")
+        raise ValueError(f"phase_times must be a CUDA int64 tensor of >= {PHASES * plan.grid} elements")
     stream_k_gemm_kernel[(plan.grid,)](
         a_arg, b_arg, c_arg,
         c, ws, counters, c if phase_times is None else phase_times,
@@ -794,10 +830,12 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         ALIGNED=config.aligned, DETERMINISTIC=config.deterministic,
         FIXUP_ROWS=fixup_rows(config.BLOCK_M, config.BLOCK_N),
         SLICE_ROWS=slice_rows(config.BLOCK_M, config.BLOCK_N, plan.chunks),
+        FIXUP_STAGES=fixup_stages(config, plan.chunks, a.dtype), EVICT_LAST=config.evict_last_partials,
+        CLAIM_SEM=_CLAIM_SEM,
         USE_TMA=config.use_tma, A_COL_MAJOR=a_col, B_COL_MAJOR=b_col,
         EPILOGUE_SUBTILE=config.EPILOGUE_SUBTILE, FLATTEN=config.FLATTEN,
         EVEN_K=K % config.BLOCK_K == 0,
-        INT64=needs_int64_offsets(a, b, c, ws if ws is not c else None),
+        INT64=needs_int64_offsets(a, b, c, ws),
         DP_FIRST=config.dp_first, PHASE_TIMES=phase_times is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
