@@ -6,12 +6,14 @@ Question (2026-11-29). The aligned Stream-K schedules of bench/probe_stream_k_ta
 15-30 us slower than "one data-parallel round + the Stream-K share of a tile" predicts,
 for 2-way and 12-way splits alike. stream_k_gemm.matmul(..., phase_times=T) makes every
 program record %globaltimer at its start, when its last Stream-K MAC loop ends, when its
-Stream-K work (fixup included) ends, and at its end. For each config this prints the
-launch span (first start to last end) and, over the programs, the median and max of: the
-start skew, the Stream-K MAC time, the fixup time (last arrivers stand out in the max), the
-data-parallel phase and the end skew. Warm launches (the last of 5) with fresh random bf16
-inputs; each output is compared with torch.matmul first. The columns assume the Stream-K
-work comes first (dp_first=False).
+Stream-K work (partials handed in) ends, after its data-parallel tiles, and at its end
+(after the cooperative fixup's claims). For each config this prints the launch span (first
+start to last end) and, over the programs, the median and max of: the start skew, the
+Stream-K MAC time, the hand-in (last arrivers stand out in the max), the data-parallel
+tiles, the claims and the end skew; each cell is the median over 5 recorded launches,
+after 3 warm-up launches, with fresh random bf16 inputs (not rotated: the operands may sit
+in the L2, unlike bench_gemm.py's timings); each output is compared with torch.matmul
+first. The columns assume the Stream-K work comes first (dp_first=False).
 
 What it showed (H200, 2026-11-29): 1664x1408x8192, 128x128 tiles, 11 tail tiles in 12
 chunks: Stream-K MAC 6 us, then the last arrivers' fixup up to 21 us (12 partials read by one
@@ -21,7 +23,12 @@ data-parallel launch, but it holds the claims too (~3 us): with the last-arriver
 claims) the data-parallel tile took 47 us against 45 us in that run's pure launch. Putting
 the tiles first (dp_first) made the whole launch slower (85 against 65 us in bench_gemm.py's
 search, run 20261129T122820Z-447). So the hybrid's losses are the memory-bound Stream-K
-phase (6 us for 3.6 us of tensor work), the hand-in (~3 us) and the claims (~3 us). Running
+phase (6 us for 3.6 us of tensor work), the hand-in (~3 us) and the claims. A fifth stamp
+(after the data-parallel tiles, later that day) measured the claims apart: 4-5 us a program,
+and with 5 stages the data-parallel tile took 43 us as in a pure data-parallel launch; more
+partial slices in flight, an L2 evict_last hint on the partials and acquire-only claims did
+not shorten them (results/probe_stream_k_phases/h200_2026-11-29_claims_*.txt). Each line is
+now the median over 5 recorded launches. Running
 the Stream-K work in a second program beside the data-parallel one was tried and measured
 slower, since two programs an SM leave each only 3 pipeline stages
 (results/probe_stream_k_coresident/). The printed tables are in
@@ -42,11 +49,7 @@ from advisor.kernel_lib import load
 SHAPES = "1664x1408x8192,2304x2304x4096,4224x4224x8192"
 
 
-def configs(sk, question: str):
-    if question == "fixup":  # the cooperative fixup's depth and the partials' L2 hint
-        t5 = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 5,
-              "policy": "hybrid1", "aligned": True, "use_tma": True}
-        return [sk.Config(**t5), sk.Config(**t5, fixup_stages=8), sk.Config(**t5, evict_last_partials=True)]
+def configs(sk):
     t128 = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 4}
     t256 = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
     return [
@@ -81,8 +84,6 @@ def phase_columns(t, sk_programs: int) -> list[tuple[float, float]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default=SHAPES)
-    ap.add_argument("--question", choices=["phases", "fixup"], default="phases",
-                    help="phases: the original five configs; fixup: cooperative-fixup depth and L2 hint")
     args = ap.parse_args()
     import torch
 
@@ -94,8 +95,7 @@ def main() -> int:
         a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
         ref = torch.matmul(a, b).float()
-        for cfg, sem in [(c, s) for c in configs(sk, args.question) for s in ("acq_rel", "acquire")]:
-            sk._CLAIM_SEM = sem
+        for cfg in configs(sk):
             plan = sk.plan_schedule(M, N, K, cfg, torch.cuda.get_device_properties(0).multi_processor_count)
             runs = [torch.zeros(sk.PHASES * plan.grid, dtype=torch.int64, device="cuda") for _ in range(LAUNCHES)]
             try:
@@ -103,14 +103,14 @@ def main() -> int:
                     out = sk.matmul(a, b, cfg, phase_times=runs[max(0, i - 3)])
                 torch.cuda.synchronize()
             except Exception as exc:  # noqa: BLE001 - report and go on with the next config
-                print(f"{shape:>16} {cfg.describe() + ' ' + sem:<44} FAILED {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+                print(f"{shape:>16} {cfg.describe():<44} FAILED {type(exc).__name__}: {str(exc)[:200]}", flush=True)
                 continue
             err = ((out.float() - ref).norm() / ref.norm()).item()
             cols = [phase_columns(times.view(-1, sk.PHASES).cpu().double() / 1e3, plan.sk_programs) for times in runs]
             # each cell: the median over the recorded launches of that launch's (median, max)
             cells = [tuple(statistics.median(c[j][k] for c in cols) for k in (0, 1)) for j in range(len(cols[0]))]
             text = " ".join(f"{m:7.1f} {x:7.1f}" for m, x in cells[1:])
-            print(f"{shape:>16} {cfg.describe() + ' ' + sem:<44} {cells[0][0]:6.1f} | {text} | {err:.1e}", flush=True)
+            print(f"{shape:>16} {cfg.describe():<44} {cells[0][0]:6.1f} | {text} | {err:.1e}", flush=True)
     return 0
 
 

@@ -119,7 +119,6 @@ from .dp_gemm import (
 from .persistent_gemm import tma_descriptors, tma_layout, tma_shape_ok
 
 POLICIES = ("dp", "sk", "hybrid1", "hybrid2", "hybrid3", "hybrid4")
-_CLAIM_SEM = "acq_rel"  # EXPERIMENT
 PHASES = 5  # phase_times stamps a program: start, Stream-K MAC done, hand-in done, dp done, end
 
 
@@ -145,21 +144,16 @@ class Config:
     EPILOGUE_SUBTILE: bool = False  # TMA only: store C tiles as two BLOCK_N/2-wide halves
     FLATTEN: bool = False  # flatten the data-parallel tile loop and its K loop for the pipeliner
     dp_first: bool = False  # data-parallel tiles before the Stream-K work (measured slower, see TMA_POINTS)
-    fixup_stages: int = 4  # aligned deterministic fixup: partial slices in flight + 1 per summing loop
-    evict_last_partials: bool = False  # deterministic: store partials with an L2 evict_last hint
 
     def __post_init__(self):
         check_block_config(self)
         if self.policy not in POLICIES:
             raise ValueError(f"policy={self.policy!r}: must be one of {POLICIES}")
-        for name in ("deterministic", "aligned", "use_tma", "EPILOGUE_SUBTILE", "FLATTEN", "dp_first",
-                     "evict_last_partials"):
+        for name in ("deterministic", "aligned", "use_tma", "EPILOGUE_SUBTILE", "FLATTEN", "dp_first"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}={getattr(self, name)!r}: must be a bool")
         if self.EPILOGUE_SUBTILE and not self.use_tma:
             raise ValueError("EPILOGUE_SUBTILE splits the TMA store: it needs use_tma=True")
-        if not isinstance(self.fixup_stages, int) or not 2 <= self.fixup_stages <= 16:
-            raise ValueError(f"fixup_stages={self.fixup_stages!r}: must be an int in 2..16")
 
     def smem_bytes(self, dtype: torch.dtype) -> int:
         """Pipeline buffers, plus C's staging tile where it cannot reuse them: the TMA store's
@@ -175,9 +169,7 @@ class Config:
                 f"s{self.num_stages} {self.policy}{' aligned' if self.aligned else ''}"
                 f"{'' if self.deterministic else ' atomic'}{' tma' if self.use_tma else ''}"
                 f"{' subtile' if self.EPILOGUE_SUBTILE else ''}{' flat' if self.FLATTEN else ''}"
-                f"{' dpfirst' if self.dp_first else ''}"
-                f"{f' fs{self.fixup_stages}' if self.fixup_stages != 4 else ''}"
-                f"{' evl' if self.evict_last_partials else ''}")
+                f"{' dpfirst' if self.dp_first else ''}")
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -301,16 +293,6 @@ def slice_rows(block_m: int, block_n: int, chunks: int) -> int:
     row slices of a tile, at most fixup_rows (registers)."""
     want = max(1, cdiv(block_m, max(1, chunks)))
     return min(fixup_rows(block_m, block_n), 1 << (want - 1).bit_length())
-
-
-def fixup_stages(config: Config, chunks: int, dtype: torch.dtype) -> int:
-    """The cooperative fixup's loop depth: config.fixup_stages, but no more partial slices in
-    flight than the tile has chunks, nor than fit in the MAC loop's pipeline buffers (which
-    are dead by then, so the slices reuse their shared memory instead of adding to it)."""
-    rows = slice_rows(config.BLOCK_M, config.BLOCK_N, chunks)
-    fit = pipeline_smem_bytes(config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, config.num_stages, dtype.itemsize)
-    fit //= rows * config.BLOCK_N * 4
-    return max(2, min(config.fixup_stages, chunks + 1, fit + 1))
 
 
 def default_policy(tiles: int, num_sms: int) -> str:
@@ -591,11 +573,13 @@ def _dp_tiles(
 def _reduce_slice(
     ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, tile_id, sk_tiles, chunks, k,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SLICE_ROWS: tl.constexpr, INT64: tl.constexpr,
-    FIXUP_STAGES: tl.constexpr,
 ):
     """Cooperative fixup, aligned layout: sum rows [k BLOCK_M / chunks, (k + 1) BLOCK_M /
     chunks) of a split tile over its `chunks` partials in chunk order (same bits whoever does
-    it) and store them in C. FIXUP_STAGES - 1 partial slices are in flight (cp.async)."""
+    it) and store them in C. Three partial slices in flight (cp.async): 7 or 12 were no faster
+    on the H200, nor were partials stored with an L2 evict_last hint (2026-11-29,
+    bench/results/probe_configs/README.md): all programs claim at once, so the ~4-5 us of
+    claims go to reading the region's partials, not to load latency."""
     TILE: tl.constexpr = BLOCK_M * BLOCK_N
     r_lo = k * BLOCK_M // chunks
     r_hi = (k + 1) * BLOCK_M // chunks
@@ -605,7 +589,7 @@ def _reduce_slice(
         if INT64:
             offs = offs.to(tl.int64)
         total = tl.zeros((SLICE_ROWS, BLOCK_N), dtype=tl.float32)
-        for c in tl.range(0, chunks, num_stages=FIXUP_STAGES):
+        for c in tl.range(0, chunks, num_stages=4):
             total += tl.load(ws_ptr + ((c * sk_tiles + tile_id) * TILE + offs), mask=(rows < r_hi)[:, None],
                              other=0.0, cache_modifier=".cg")
         store_block(c_ptr, stride_cm, stride_cn, tl.minimum(M, pid_m * BLOCK_M + r_hi), N,
@@ -635,9 +619,6 @@ def stream_k_gemm_kernel(
     ALIGNED: tl.constexpr, DETERMINISTIC: tl.constexpr,
     FIXUP_ROWS: tl.constexpr,  # rows of a split tile summed at a time by the last arriver
     SLICE_ROWS: tl.constexpr,  # rows summed at a time in the cooperative fixup (aligned)
-    FIXUP_STAGES: tl.constexpr,  # cooperative fixup: partial slices in flight + 1
-    EVICT_LAST: tl.constexpr,  # store deterministic partials with an L2 evict_last hint
-    CLAIM_SEM: tl.constexpr,  # memory order of the cooperative fixup's claims
     USE_TMA: tl.constexpr,
     A_COL_MAJOR: tl.constexpr,  # TMA: A's descriptor is over A^T (K, M)
     B_COL_MAJOR: tl.constexpr,  # TMA: B's descriptor is over B^T (N, K)
@@ -690,17 +671,13 @@ def stream_k_gemm_kernel(
                     local = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
                     if INT64:
                         local = local.to(tl.int64)
-                    if EVICT_LAST:
-                        tl.store(ws_ptr + (u * TILE + local), acc, eviction_policy="evict_last")
-                    else:
-                        tl.store(ws_ptr + (u * TILE + local), acc)
+                    tl.store(ws_ptr + (u * TILE + local), acc)
                     tl.debug_barrier()
                     word = tl.atomic_add(counter_ptr + tile_id, 1, sem="acq_rel")
                     if (word & 0xFFFF) == sk_chunks - 1:
                         for k in range(word >> 16):
                             _reduce_slice(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
-                                          tile_id, sk_tiles, sk_chunks, k, BLOCK_M, BLOCK_N, SLICE_ROWS, INT64,
-                                          FIXUP_STAGES)
+                                          tile_id, sk_tiles, sk_chunks, k, BLOCK_M, BLOCK_N, SLICE_ROWS, INT64)
                 else:
                     _hand_in_partial(acc, ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N,
                                      pid_m, pid_n, u, tile_id, 0, sk_chunks - 1, tile_id, 0,
@@ -755,16 +732,17 @@ def stream_k_gemm_kernel(
             # partials (a 12-way split 128x128 tile: ~18 us on one SM, H200 2026-11-29). A
             # claim that finds partials missing leaves its slice to the final arrival, so no
             # program ever waits for another (and the interpreter, one program at a time,
-            # gets the last-arriver fixup). The last claimer clears the word.
+            # gets the last-arriver fixup). The last claimer clears the word. The claims take
+            # 4-5 us a program on the tail shapes (H200, 2026-11-29): every program claims at
+            # once; an acquire-only claim was no faster.
             for u in range(pid, sk_tiles * sk_chunks, grid):
                 tile_id = u % sk_tiles
                 pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-                word = tl.atomic_add(counter_ptr + tile_id, 1 << 16, sem=CLAIM_SEM)
+                word = tl.atomic_add(counter_ptr + tile_id, 1 << 16, sem="acq_rel")
                 k = word >> 16
                 if (word & 0xFFFF) == sk_chunks:
                     _reduce_slice(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
-                                  tile_id, sk_tiles, sk_chunks, k, BLOCK_M, BLOCK_N, SLICE_ROWS, INT64,
-                                  FIXUP_STAGES)
+                                  tile_id, sk_tiles, sk_chunks, k, BLOCK_M, BLOCK_N, SLICE_ROWS, INT64)
                 if k == sk_chunks - 1:
                     tl.atomic_xchg(counter_ptr + tile_id, 0, sem="relaxed")
     if PHASE_TIMES:
@@ -830,8 +808,6 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         ALIGNED=config.aligned, DETERMINISTIC=config.deterministic,
         FIXUP_ROWS=fixup_rows(config.BLOCK_M, config.BLOCK_N),
         SLICE_ROWS=slice_rows(config.BLOCK_M, config.BLOCK_N, plan.chunks),
-        FIXUP_STAGES=fixup_stages(config, plan.chunks, a.dtype), EVICT_LAST=config.evict_last_partials,
-        CLAIM_SEM=_CLAIM_SEM,
         USE_TMA=config.use_tma, A_COL_MAJOR=a_col, B_COL_MAJOR=b_col,
         EPILOGUE_SUBTILE=config.EPILOGUE_SUBTILE, FLATTEN=config.FLATTEN,
         EVEN_K=K % config.BLOCK_K == 0,
