@@ -171,9 +171,12 @@ def predict(strategy: str, cfg: Any, M: int, N: int, K: int, elt: int, dev: Devi
             rows, cols = _grouped_span(sk_tiles, M, N, bm, bn)
             sk_us = max(sk_us, _mem_us(elt * K * (bm * rows + bn * cols), dev))
             split = chunks > 1
-            # each unit hands in its partial and (cooperative fixup) sums one slice of a tile
-            handoff = rounds * 2 * (_HANDOFF_US + tile_bytes / sm_bytes_per_us) if split else 0.0
-            fixup_bytes = 2 * tile_bytes * units if split else 0
+            # each unit hands in its partial, then (cooperative fixup) claims one row slice of a
+            # tile: deterministic, summed over all the tile's partials (a tile's worth of
+            # reads); atomic, taken out of the tile's running sum (1/chunks of a tile)
+            claim_bytes = tile_bytes if deterministic else tile_bytes / chunks
+            handoff = rounds * (2 * _HANDOFF_US + (tile_bytes + claim_bytes) / sm_bytes_per_us) if split else 0.0
+            fixup_bytes = (2 * tile_bytes * (units if deterministic else sk_tiles)) if split else 0
             notes = (f"policy {policy}, aligned: {dp_tiles} data-parallel tiles, {sk_tiles} Stream-K tiles "
                      f"in {chunks} K-chunks ({rounds} round{'s' if rounds > 1 else ''} of units)")
         else:

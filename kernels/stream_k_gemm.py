@@ -36,9 +36,13 @@ What
         the slices of all earlier claimers. Either way each slice is summed in chunk order:
         same bits on every run.
     deterministic=False: contributors `atomic_add` their partials into one fp32 buffer per
-        split tile; the last arriver takes the sum out with one atomic exchange per element
-        (a load then a store of zeros raced on the H200: Triton gave them different thread
-        layouts) and stores the tile. fp32 additions in arrival order: not bit-reproducible.
+        split tile. Aligned: the same cooperative read-out, each claimer taking its row slice
+        out of the running sum (a load, a barrier, zeros stored back), so a claim moves 1/chunks
+        of a tile instead of a tile's worth of partials (claims 2-3 us against 4-5 us on the
+        tail shapes, H200). Contiguous: the last arriver takes the whole sum out with one
+        atomic exchange per element (a load then a store of zeros raced on the H200 without
+        a barrier: Triton gave them different thread layouts) and stores the tile. fp32
+        additions in arrival order: not bit-reproducible.
 
     No program ever waits for another (no spin-wait): the schedule cannot deadlock whatever
     the launch order, and the CPU interpreter (programs one at a time, pid order) runs it
@@ -354,9 +358,12 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 
 
 # TMA points of the aligned search: (BLOCK_M, BLOCK_N, warps, stages, subtiled epilogue,
-# deterministic). 128x256 with 4 stages only fits (227 KB) when C is staged in halves. One
-# atomic point: with the cooperative fixup the deterministic one was as fast or faster on
-# every tail shape (H200, 2026-11-29). 128x128 with 5 stages ran 1-3% faster than with 4 on
+# deterministic). 128x256 with 4 stages only fits (227 KB) when C is staged in halves. The
+# atomic flavour of the fastest tiles too: with its cooperative read-out (each contributor
+# takes 1/chunks of the tile's running sum) its claims took 2-3 us against 4-5 us for the
+# deterministic claims, and it ran 1-4% faster on four of the five tail shapes in one
+# side-by-side run (H200, 2026-11-29, bench/probes/tail_atomic_fixup.json; before that
+# read-out it lost on every tail shape). 128x128 with 5 stages ran 1-3% faster than with 4 on
 # four of the five tail shapes (1% slower on 4224^2), and 1-5% faster in a second run
 # (bench/probes/tail_stages.json, tail_group_m.json); 6 stages, BLOCK_K 128 and GROUP_M 2-16
 # did not help. Not searched, measured slower on all
@@ -364,7 +371,8 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 # against 65 us).
 TMA_POINTS = (
     (128, 256, 8, 3, False, True), (128, 256, 8, 4, True, True),
-    (128, 128, 4, 4, False, True), (128, 128, 4, 5, False, True), (128, 128, 4, 4, False, False),
+    (128, 128, 4, 4, False, True), (128, 128, 4, 5, False, True),
+    (128, 128, 4, 5, False, False), (128, 256, 8, 3, False, False), (128, 256, 8, 4, True, False),
 )
 
 
@@ -573,13 +581,17 @@ def _dp_tiles(
 def _reduce_slice(
     ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, tile_id, sk_tiles, chunks, k,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SLICE_ROWS: tl.constexpr, INT64: tl.constexpr,
+    DETERMINISTIC: tl.constexpr,
 ):
-    """Cooperative fixup, aligned layout: sum rows [k BLOCK_M / chunks, (k + 1) BLOCK_M /
-    chunks) of a split tile over its `chunks` partials in chunk order (same bits whoever does
-    it) and store them in C. Three partial slices in flight (cp.async): 7 or 12 were no faster
-    on the H200, nor were partials stored with an L2 evict_last hint (2026-11-29,
-    bench/results/probe_configs/README.md): all programs claim at once, so the ~4-5 us of
-    claims go to reading the region's partials, not to load latency."""
+    """Cooperative fixup, aligned layout: rows [k BLOCK_M / chunks, (k + 1) BLOCK_M / chunks)
+    of a split tile, stored in C. Deterministic: summed over the tile's `chunks` partials in
+    chunk order (same bits whoever does it); three partial slices in flight (cp.async): 7 or
+    12 were no faster on the H200, nor were partials stored with an L2 evict_last hint
+    (2026-11-29, bench/results/probe_configs/README.md): all programs claim at once, so the
+    ~4-5 us of claims go to reading the region's partials (64 KB a program), not to load
+    latency. Atomic: taken out of the tile's fp32 sum with one atomic exchange against zero
+    per element (1/chunks of a tile a program), which leaves the sum zeroed for the next
+    launch."""
     TILE: tl.constexpr = BLOCK_M * BLOCK_N
     r_lo = k * BLOCK_M // chunks
     r_hi = (k + 1) * BLOCK_M // chunks
@@ -588,10 +600,20 @@ def _reduce_slice(
         offs = rows[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
         if INT64:
             offs = offs.to(tl.int64)
-        total = tl.zeros((SLICE_ROWS, BLOCK_N), dtype=tl.float32)
-        for c in tl.range(0, chunks, num_stages=4):
-            total += tl.load(ws_ptr + ((c * sk_tiles + tile_id) * TILE + offs), mask=(rows < r_hi)[:, None],
-                             other=0.0, cache_modifier=".cg")
+        in_slice = (rows < r_hi)[:, None]
+        if DETERMINISTIC:
+            total = tl.zeros((SLICE_ROWS, BLOCK_N), dtype=tl.float32)
+            for c in tl.range(0, chunks, num_stages=4):
+                total += tl.load(ws_ptr + ((c * sk_tiles + tile_id) * TILE + offs), mask=in_slice,
+                                 other=0.0, cache_modifier=".cg")
+        else:
+            # A load, then zeros stored in its place. The barrier keeps a thread's store from
+            # landing before another thread's load of the same element (Triton may lay the two
+            # out differently, which raced on the H200 in the last-arriver read-out).
+            sums = ws_ptr + (tile_id * TILE + offs)
+            total = tl.load(sums, mask=in_slice, other=0.0, cache_modifier=".cg")
+            tl.debug_barrier()
+            tl.store(sums, tl.zeros((SLICE_ROWS, BLOCK_N), dtype=tl.float32), mask=in_slice)
         store_block(c_ptr, stride_cm, stride_cn, tl.minimum(M, pid_m * BLOCK_M + r_hi), N,
                     pid_m * BLOCK_M + r0, pid_n * BLOCK_N, total, SLICE_ROWS, BLOCK_N, INT64)
 
@@ -662,27 +684,27 @@ def stream_k_gemm_kernel(
                 if sk_chunks == 1:
                     _store_whole(c_ref, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc,
                                  BLOCK_M, BLOCK_N, INT64, USE_TMA, EPILOGUE_SUBTILE)
-                elif DETERMINISTIC:
-                    # Cooperative fixup, step 1: hand in the partial and count the arrival in
-                    # the tile's word (arrivals in the low 16 bits, claims above; step 2 after
-                    # the data-parallel tiles). The final arrival owes the slices of the
-                    # programs that claimed before it (they found partials missing).
+                else:
+                    # Cooperative fixup, step 1: hand in the partial (its own slot, or added
+                    # into the tile's fp32 sum) and count the arrival in the tile's word
+                    # (arrivals in the low 16 bits, claims above; step 2 after the
+                    # data-parallel tiles). The final arrival owes the slices of the programs
+                    # that claimed before it (they found partials missing).
                     TILE: tl.constexpr = BLOCK_M * BLOCK_N
                     local = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
                     if INT64:
                         local = local.to(tl.int64)
-                    tl.store(ws_ptr + (u * TILE + local), acc)
+                    if DETERMINISTIC:
+                        tl.store(ws_ptr + (u * TILE + local), acc)
+                    else:
+                        tl.atomic_add(ws_ptr + (tile_id * TILE + local), acc, sem="relaxed")
                     tl.debug_barrier()
                     word = tl.atomic_add(counter_ptr + tile_id, 1, sem="acq_rel")
                     if (word & 0xFFFF) == sk_chunks - 1:
                         for k in range(word >> 16):
                             _reduce_slice(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
-                                          tile_id, sk_tiles, sk_chunks, k, BLOCK_M, BLOCK_N, SLICE_ROWS, INT64)
-                else:
-                    _hand_in_partial(acc, ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N,
-                                     pid_m, pid_n, u, tile_id, 0, sk_chunks - 1, tile_id, 0,
-                                     sk_tiles, sk_q, sk_r,
-                                     BLOCK_M, BLOCK_N, ALIGNED, DETERMINISTIC, FIXUP_ROWS, INT64)
+                                          tile_id, sk_tiles, sk_chunks, k, BLOCK_M, BLOCK_N, SLICE_ROWS, INT64,
+                                          DETERMINISTIC)
         else:
             # ---- Stream-K program: iterations [my_start, end) of the region, tile by tile.
             # Programs start at staggered K offsets: Nsight Compute on the H200 (2026-11-29,
@@ -724,7 +746,7 @@ def stream_k_gemm_kernel(
                   USE_TMA, A_COL_MAJOR, B_COL_MAJOR, EPILOGUE_SUBTILE, FLATTEN, EVEN_K, INT64)
     if PHASE_TIMES:
         t_dp = _now(pid)
-    if ALIGNED and DETERMINISTIC:  # noqa: SIM102  (compile-time test around a run-time one)
+    if ALIGNED:  # noqa: SIM102  (compile-time test around a run-time one)
         if pid < sk_programs and sk_chunks > 1:
             # Cooperative fixup, step 2: claim a slice of each split tile this program worked
             # on. With every partial in (the usual case by now) the k-th claimer sums slice k,
@@ -742,7 +764,8 @@ def stream_k_gemm_kernel(
                 k = word >> 16
                 if (word & 0xFFFF) == sk_chunks:
                     _reduce_slice(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
-                                  tile_id, sk_tiles, sk_chunks, k, BLOCK_M, BLOCK_N, SLICE_ROWS, INT64)
+                                  tile_id, sk_tiles, sk_chunks, k, BLOCK_M, BLOCK_N, SLICE_ROWS, INT64,
+                                  DETERMINISTIC)
                 if k == sk_chunks - 1:
                     tl.atomic_xchg(counter_ptr + tile_id, 0, sem="relaxed")
     if PHASE_TIMES:

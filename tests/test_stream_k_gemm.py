@@ -277,13 +277,16 @@ def test_tma_refuses_unaligned_inputs_and_default_falls_back():
 def test_cooperative_fixup_both_paths(monkeypatch):
     # 3 tiles x 2 chunks over 2 programs: program 0 hands in (t0,c0), (t2,c0), (t1,c1) and
     # claims before program 1 arrives, so the final arrivals reduce the slices left to them;
-    # program 1's claims then find every partial in and reduce their own slice
+    # program 1's claims then find every partial in and reduce their own slice. The atomic
+    # flavour takes its slices out of the tile's sum the same way, leaving the sum zeroed.
     monkeypatch.setenv("ADVISOR_NUM_SMS", "2")
     plan = sk.plan_schedule(48, 16, 64, acfg("sk"), 2)
     assert (plan.sk_tiles, plan.chunks, plan.grid) == (3, 2, 2)
     for dtype in (torch.float32, torch.bfloat16):
         first, a, b = run_checked(sk, 48, 16, 64, dtype, acfg("sk"), seed=21)
         assert torch.equal(first, sk.matmul(a, b, acfg("sk")))
+        run_checked(sk, 48, 16, 64, dtype, acfg("sk", deterministic=False), seed=22)
+        run_checked(sk, 48, 16, 64, dtype, acfg("sk", deterministic=False), seed=23)  # on the cleared scratch
     for (name, *_), buf in common.SCRATCH._buffers.items():
-        if name == "stream_k_counters":
-            assert not buf.any(), "tile words left dirty"
+        if name in ("stream_k_counters", "stream_k_sums"):
+            assert not buf.any(), f"{name} left dirty"
