@@ -8,8 +8,8 @@ scratch buffers, TMA descriptors and Triton's own launch path. Method: a tiny pr
 (256x256x256 bf16, a few microseconds of GPU work), `--calls` eager calls back to back after
 a warm-up, then one synchronize. The host cannot run ahead of the GPU by more than the
 queue allows, so wall time per call is the larger of the host path and the GPU time, here
-the host path. The shape 16x4096x16384 (Split-K's ~35 us of GPU work) is timed the same way,
-to show what an eager caller of a skinny GEMM gets. `--baseline DIR` also imports the
+the host path. The shapes 16x4096x16384 (Split-K's ~35 us of GPU work) and 1664x1408x8192
+(Stream-K's ~60 us) are timed the same way, to show what an eager caller of those gets. `--baseline DIR` also imports the
 `kernels/` package of another checkout (e.g. an older commit) and times both versions in
 interleaved rounds, so that machine drift does not decide the comparison.
 """
@@ -25,6 +25,10 @@ import time
 from pathlib import Path
 
 SCHEDULES = ("dp_gemm", "split_k_gemm", "persistent_gemm", "stream_k_gemm", "ws_gemm")
+# shape -> schedules timed on it: a tiny one (host path only), Split-K's skinny shape and the
+# first tail shape (~60 us of GPU work: is an eager Stream-K call GPU-bound?)
+SHAPES = {(256, 256, 256): SCHEDULES, (16, 4096, 16384): ("split_k_gemm",),
+          (1664, 1408, 8192): ("persistent_gemm", "stream_k_gemm")}
 
 
 def per_call_us(fn, calls: int) -> float:
@@ -67,13 +71,13 @@ def main() -> int:
         versions["baseline"] = "kernels_base"
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}; median of {args.rounds} interleaved "
           f"rounds of {args.calls} eager calls (baseline: {args.baseline})")
-    for (M, N, K) in ((256, 256, 256), (16, 4096, 16384)):
+    for (M, N, K), names in SHAPES.items():
         a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
         out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
         ref = torch.matmul(a, b).float()
         calls = {"torch.matmul": lambda a=a, b=b, out=out: torch.matmul(a, b, out=out)}
-        for name in SCHEDULES if M == 256 else ("split_k_gemm",):
+        for name in names:
             for version, pkg in versions.items():
                 mod = importlib.import_module(f"{pkg}.{name}")
                 try:

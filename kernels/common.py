@@ -172,7 +172,7 @@ def self_check(matmul, shapes, dtypes=(torch.float16, torch.bfloat16, torch.floa
                 tol = TOLERANCE[dtype]
                 assert out.shape == (M, N) and out.dtype == dtype, (out.shape, out.dtype)
                 assert err <= tol, f"M={M} N={N} K={K} {dtype} ta={ta} tb={tb}: rel err {err:.3e} > {tol:.0e}"
-                print(f"ok  M={M:<5} N={N:<5} K={K:<6} {str(dtype):<15} ta={ta:d} tb={tb:d}  rel_err={err:.2e}")
+                print(f"ok  M={M:<5} N={N:<5} K={K:<6} {dtype!s:<15} ta={ta:d} tb={tb:d}  rel_err={err:.2e}")
 
 
 def prepare_output(out: torch.Tensor | None, M: int, N: int, like: torch.Tensor) -> torch.Tensor:
@@ -194,18 +194,14 @@ def prepare_output(out: torch.Tensor | None, M: int, N: int, like: torch.Tensor)
 def needs_int64_offsets(*tensors: torch.Tensor) -> bool:
     """True when some element offset (sum of index * stride) of a tensor reaches 2**31, so a
     kernel must compute offsets in int64 instead of Triton's default int32."""
-    for t in tensors:
-        if t is None:
-            continue
-        last = 0
-        for size, stride in zip(t.shape, t.stride()):
-            if size == 0:
-                last = 0
-                break
-            last += (size - 1) * abs(stride)
-        if last >= 2**31 - 1:
-            return True
-    return False
+    return any(t is not None and _max_offset(t.shape, t.stride()) >= 2**31 - 1 for t in tensors)
+
+
+@functools.lru_cache(maxsize=1024)  # per (shape, strides): host time on every launch
+def _max_offset(shape: tuple, strides: tuple) -> int:
+    if 0 in shape:
+        return 0
+    return sum((size - 1) * abs(stride) for size, stride in zip(shape, strides))
 
 
 class ZeroedScratch:
@@ -222,22 +218,31 @@ class ZeroedScratch:
 
     def __init__(self) -> None:
         self._buffers: dict[tuple, torch.Tensor] = {}
+        self._views: dict[tuple, torch.Tensor] = {}  # (key, numel) -> buf[:numel], saves host time
 
     def get(self, name: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         if not isinstance(device, torch.device):
             device = torch.device(device)
         stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
         key = (name, dtype, device.type, device.index, stream)
+        view = self._views.get((key, numel))
+        if view is not None:
+            return view
         buf = self._buffers.get(key)
         if buf is None or buf.numel() < numel:
             # grow geometrically so that a sweep over shapes does not reallocate every call
             size = max(numel, 2 * buf.numel()) if buf is not None else numel
             buf = torch.zeros(size, dtype=dtype, device=device)
             self._buffers[key] = buf
-        return buf[:numel]
+            self._views = {k: v for k, v in self._views.items() if k[0] != key}  # views of the old buffer
+        if len(self._views) >= 256:  # a sweep over many shapes: keep the cache small
+            self._views.clear()
+        view = self._views[(key, numel)] = buf[:numel]
+        return view
 
     def clear(self) -> None:
         self._buffers.clear()
+        self._views.clear()
 
 
 SCRATCH = ZeroedScratch()

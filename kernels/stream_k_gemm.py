@@ -795,10 +795,13 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     M, N, K = check_matmul_inputs(a, b)
     sms = num_sms(a.device)
     c = prepare_output(out, M, N, a)
+    layouts = None
     if config is None:
         config = default_config(M, N, K, a.dtype, sms)
-        if config.use_tma and not (tma_layout(a) and tma_layout(b) and tma_layout(c) == "row"):
-            config = replace(config, use_tma=False, EPILOGUE_SUBTILE=False)
+        if config.use_tma:
+            layouts = (tma_layout(a), tma_layout(b), tma_layout(c))
+            if not (layouts[0] and layouts[1] and layouts[2] == "row"):
+                config = replace(config, use_tma=False, EPILOGUE_SUBTILE=False)
     check_smem(config, a.dtype)
     plan = plan_schedule(M, N, K, config, sms)
     tile_elems = config.BLOCK_M * config.BLOCK_N
@@ -813,7 +816,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         ws = SCRATCH.get("stream_k_sums", plan.fixup_keys * tile_elems if plan.split_tiles else 1,
                          torch.float32, a.device)
     if config.use_tma:
-        a_arg, b_arg, c_arg, a_col, b_col = tma_descriptors(a, b, c, M, N, K, config)
+        a_arg, b_arg, c_arg, a_col, b_col = tma_descriptors(a, b, c, M, N, K, config, layouts)
     else:
         a_arg, b_arg, c_arg, a_col, b_col = a, b, c, False, False
     if phase_times is not None and (phase_times.dtype != torch.int64 or phase_times.numel() < PHASES * plan.grid
@@ -823,9 +826,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         a_arg, b_arg, c_arg,
         c, ws, counters, c if phase_times is None else phase_times,
         M, N, K,
-        a.stride(0), a.stride(1),
-        b.stride(0), b.stride(1),
-        c.stride(0), c.stride(1),
+        *a.stride(), *b.stride(), *c.stride(),
         plan.sk_programs, plan.sk_tiles, plan.sk_iters_per_program, plan.sk_extra, plan.chunks,
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
         ALIGNED=config.aligned, DETERMINISTIC=config.deterministic,

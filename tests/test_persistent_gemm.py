@@ -121,3 +121,33 @@ def test_validation():
     with pytest.raises(ValueError, match="shared memory"):
         ps.matmul(torch.randn(8, 8, device=DEVICE), torch.randn(8, 8, device=DEVICE),
                   ps.Config(128, 256, 64, 8, 8, 4, use_tma=False))
+
+
+def test_fast_descriptors_equal_checked_ones():
+    # the launchers skip TensorDescriptor's __post_init__ checks (host time); the object must
+    # be the one the checked constructor builds, row-major and transposed
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    assert ps._FAST_DESCRIPTORS  # this Triton's TensorDescriptor has the fields we set
+    a = torch.randn(48, 80, dtype=torch.bfloat16)
+    for t, shape, strides, block in [(a, [48, 80], [80, 1], [16, 32]), (a.t(), [48, 80], [80, 1], [32, 16])]:
+        fast = ps._descriptor(t, shape, strides, block)
+        assert fast == TensorDescriptor(t, shape, strides, block)
+        assert type(fast) is TensorDescriptor and fast.padding == "zero"
+
+
+def test_scratch_views_and_int64_bound():
+    pool = common.ZeroedScratch()
+    v = pool.get("t", 10, torch.float32, "cpu")
+    assert pool.get("t", 10, torch.float32, "cpu") is v and v.numel() == 10 and not v.any()
+    big = pool.get("t", 100, torch.float32, "cpu")  # regrows: the old views are dropped
+    assert big.numel() == 100 and not big.any()
+    assert pool.get("t", 10, torch.float32, "cpu").data_ptr() == big.data_ptr()
+    pool.clear()
+    assert pool.get("t", 10, torch.float32, "cpu") is not v
+    # element offsets: (size - 1) x |stride| summed, against 2**31 - 1
+    x = torch.empty(4, 8)
+    assert not common.needs_int64_offsets(x, None, x.t())
+    huge = torch.empty_strided((2, 2), (2**31, 1), device="meta")  # no storage needed
+    assert common.needs_int64_offsets(x, huge)
+    assert not common.needs_int64_offsets(torch.empty(0, 5))
