@@ -578,13 +578,13 @@ def _dp_tiles(
 
 
 @triton.jit
-def _reduce_slice(
-    ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, tile_id, sk_tiles, chunks, k,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SLICE_ROWS: tl.constexpr, INT64: tl.constexpr,
+def _reduce_rows(
+    ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, tile_id, sk_tiles, chunks, r_lo, r_hi,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, INT64: tl.constexpr,
     DETERMINISTIC: tl.constexpr,
 ):
-    """Cooperative fixup, aligned layout: rows [k BLOCK_M / chunks, (k + 1) BLOCK_M / chunks)
-    of a split tile, stored in C. Deterministic: summed over the tile's `chunks` partials in
+    """Cooperative fixup, aligned layout: rows [r_lo, r_hi) of a split tile, ROWS at a time,
+    stored in C. A claim's slice k is rows [k BLOCK_M / chunks, (k + 1) BLOCK_M / chunks). Deterministic: summed over the tile's `chunks` partials in
     chunk order (same bits whoever does it); three partial slices in flight (cp.async): 7 or
     12 were no faster on the H200, nor were partials stored with an L2 evict_last hint
     (2026-11-29, bench/results/probe_configs/README.md): all programs claim at once, so the
@@ -593,16 +593,14 @@ def _reduce_slice(
     per element (1/chunks of a tile a program), which leaves the sum zeroed for the next
     launch."""
     TILE: tl.constexpr = BLOCK_M * BLOCK_N
-    r_lo = k * BLOCK_M // chunks
-    r_hi = (k + 1) * BLOCK_M // chunks
-    for r0 in range(r_lo, r_hi, SLICE_ROWS):
-        rows = r0 + tl.arange(0, SLICE_ROWS)
+    for r0 in range(r_lo, r_hi, ROWS):
+        rows = r0 + tl.arange(0, ROWS)
         offs = rows[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
         if INT64:
             offs = offs.to(tl.int64)
         in_slice = (rows < r_hi)[:, None]
         if DETERMINISTIC:
-            total = tl.zeros((SLICE_ROWS, BLOCK_N), dtype=tl.float32)
+            total = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
             for c in tl.range(0, chunks, num_stages=4):
                 total += tl.load(ws_ptr + ((c * sk_tiles + tile_id) * TILE + offs), mask=in_slice,
                                  other=0.0, cache_modifier=".cg")
@@ -613,9 +611,9 @@ def _reduce_slice(
             sums = ws_ptr + (tile_id * TILE + offs)
             total = tl.load(sums, mask=in_slice, other=0.0, cache_modifier=".cg")
             tl.debug_barrier()
-            tl.store(sums, tl.zeros((SLICE_ROWS, BLOCK_N), dtype=tl.float32), mask=in_slice)
+            tl.store(sums, tl.zeros((ROWS, BLOCK_N), dtype=tl.float32), mask=in_slice)
         store_block(c_ptr, stride_cm, stride_cn, tl.minimum(M, pid_m * BLOCK_M + r_hi), N,
-                    pid_m * BLOCK_M + r0, pid_n * BLOCK_N, total, SLICE_ROWS, BLOCK_N, INT64)
+                    pid_m * BLOCK_M + r0, pid_n * BLOCK_N, total, ROWS, BLOCK_N, INT64)
 
 
 @triton.jit(launch_metadata=gemm_launch_metadata("stream_k_gemm"))
@@ -700,11 +698,14 @@ def stream_k_gemm_kernel(
                         tl.atomic_add(ws_ptr + (tile_id * TILE + local), acc, sem="relaxed")
                     tl.debug_barrier()
                     word = tl.atomic_add(counter_ptr + tile_id, 1, sem="acq_rel")
-                    if (word & 0xFFFF) == sk_chunks - 1:
-                        for k in range(word >> 16):
-                            _reduce_slice(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
-                                          tile_id, sk_tiles, sk_chunks, k, BLOCK_M, BLOCK_N, SLICE_ROWS, INT64,
-                                          DETERMINISTIC)
+                    owed = word >> 16
+                    if (word & 0xFFFF) == sk_chunks - 1 and owed > 0:
+                        # the slices 0..owed-1 of the claims that came first: one row range,
+                        # FIXUP_ROWS at a time (slice by slice, a 132-chunk tile of 1-row
+                        # slices took ~1 ms when no data-parallel tile delayed the claims)
+                        _reduce_rows(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
+                                     tile_id, sk_tiles, sk_chunks, 0, owed * BLOCK_M // sk_chunks,
+                                     BLOCK_M, BLOCK_N, FIXUP_ROWS, INT64, DETERMINISTIC)
         else:
             # ---- Stream-K program: iterations [my_start, end) of the region, tile by tile.
             # Programs start at staggered K offsets: Nsight Compute on the H200 (2026-11-29,
@@ -763,9 +764,10 @@ def stream_k_gemm_kernel(
                 word = tl.atomic_add(counter_ptr + tile_id, 1 << 16, sem="acq_rel")
                 k = word >> 16
                 if (word & 0xFFFF) == sk_chunks:
-                    _reduce_slice(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
-                                  tile_id, sk_tiles, sk_chunks, k, BLOCK_M, BLOCK_N, SLICE_ROWS, INT64,
-                                  DETERMINISTIC)
+                    _reduce_rows(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
+                                 tile_id, sk_tiles, sk_chunks, k * BLOCK_M // sk_chunks,
+                                 (k + 1) * BLOCK_M // sk_chunks, BLOCK_M, BLOCK_N, SLICE_ROWS, INT64,
+                                 DETERMINISTIC)
                 if k == sk_chunks - 1:
                     tl.atomic_xchg(counter_ptr + tile_id, 0, sem="relaxed")
     if PHASE_TIMES:
