@@ -63,9 +63,10 @@ When it wins
     GEMMs whose tile count leaves a partial last wave on a big GPU, e.g. on 132 SMs:
     1664x1408 (143 tiles of 128x128), 2176^2 (153 of 128x256), 2304^2 (162), 3072^2 (288),
     4224^2 (561). Measured on the H200 (2026-11-29, bench/RESULTS.md, run
-    20261129T133711Z-1193): aligned + TMA + deterministic hybrid1 was our fastest schedule
-    on all five, 1.08-1.36x our best data-parallel kernel (1.17x geomean), but 0.89-0.94x
-    cuBLAS. cuBLAS picks tiles that Triton's power-of-two blocks cannot express, so that the
+    20261129T154704Z-1058): aligned + TMA hybrid1 was our fastest schedule on all five,
+    1.08-1.31x our data-parallel baseline (1.17x geomean), with the atomic fixup on four of
+    them, but 0.89-0.97x cuBLAS (0.91-0.99x geomean over four runs that day, cuBLAS's own
+    times moving by up to 12%). cuBLAS picks tiles that Triton's power-of-two blocks cannot express, so that the
     waves come out nearly full and no fixup is needed: 128x160 on 1664x1408 (117 tiles,
     one wave), 320x128 on 2176^2, 192x192 on 3072^2 and 4224^2
     (bench/probe_cublas_kernels.py).
