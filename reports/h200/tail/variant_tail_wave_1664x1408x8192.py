@@ -29,6 +29,7 @@ if "TRITON_INTERPRET" not in os.environ:
 # ==============================================================================
 # inlined from kernels/common.py
 # ==============================================================================
+import functools
 import math
 import os
 import torch
@@ -64,8 +65,13 @@ def num_sms(device: torch.device | str | None=None) -> int:
     if env:
         return max(1, int(env))
     if torch.cuda.is_available() and (device is None or torch.device(device).type == 'cuda'):
-        return torch.cuda.get_device_properties(device or torch.cuda.current_device()).multi_processor_count
+        index = torch.device(device).index if device is not None else None
+        return _cuda_sms(torch.cuda.current_device() if index is None else index)
     return 4
+
+@functools.cache
+def _cuda_sms(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
@@ -150,7 +156,7 @@ def self_check(matmul, shapes, dtypes=(torch.float16, torch.bfloat16, torch.floa
                 tol = TOLERANCE[dtype]
                 assert out.shape == (M, N) and out.dtype == dtype, (out.shape, out.dtype)
                 assert err <= tol, f'M={M} N={N} K={K} {dtype} ta={ta} tb={tb}: rel err {err:.3e} > {tol:.0e}'
-                print(f'ok  M={M:<5} N={N:<5} K={K:<6} {str(dtype):<15} ta={ta:d} tb={tb:d}  rel_err={err:.2e}')
+                print(f'ok  M={M:<5} N={N:<5} K={K:<6} {dtype!s:<15} ta={ta:d} tb={tb:d}  rel_err={err:.2e}')
 
 def prepare_output(out: torch.Tensor | None, M: int, N: int, like: torch.Tensor) -> torch.Tensor:
     """The (M, N) result tensor: a fresh one in `like`'s dtype and device, or the caller's
@@ -170,13 +176,13 @@ def prepare_output(out: torch.Tensor | None, M: int, N: int, like: torch.Tensor)
 def needs_int64_offsets(*tensors: torch.Tensor) -> bool:
     """True when some element offset (sum of index * stride) of a tensor reaches 2**31, so a
     kernel must compute offsets in int64 instead of Triton's default int32."""
-    for t in tensors:
-        if t is None or t.numel() == 0:
-            continue
-        last = sum(((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride())))
-        if last >= 2 ** 31 - 1:
-            return True
-    return False
+    return any((t is not None and _max_offset(t.shape, t.stride()) >= 2 ** 31 - 1 for t in tensors))
+
+@functools.lru_cache(maxsize=1024)
+def _max_offset(shape: tuple, strides: tuple) -> int:
+    if 0 in shape:
+        return 0
+    return sum(((size - 1) * abs(stride) for size, stride in zip(shape, strides)))
 
 class ZeroedScratch:
     """fp32/int32 scratch buffers that kernels hand back zeroed, cached per (device, stream).
@@ -192,20 +198,30 @@ class ZeroedScratch:
 
     def __init__(self) -> None:
         self._buffers: dict[tuple, torch.Tensor] = {}
+        self._views: dict[tuple, torch.Tensor] = {}
 
     def get(self, name: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        device = torch.device(device)
+        if not isinstance(device, torch.device):
+            device = torch.device(device)
         stream = torch.cuda.current_stream(device).cuda_stream if device.type == 'cuda' else 0
-        key = (name, dtype, str(device), stream)
+        key = (name, dtype, device.type, device.index, stream)
+        view = self._views.get((key, numel))
+        if view is not None:
+            return view
         buf = self._buffers.get(key)
         if buf is None or buf.numel() < numel:
             size = max(numel, 2 * buf.numel()) if buf is not None else numel
             buf = torch.zeros(size, dtype=dtype, device=device)
             self._buffers[key] = buf
-        return buf[:numel]
+            self._views = {k: v for k, v in self._views.items() if k[0] != key}
+        if len(self._views) >= 256:
+            self._views.clear()
+        view = self._views[key, numel] = buf[:numel]
+        return view
 
     def clear(self) -> None:
         self._buffers.clear()
+        self._views.clear()
 SCRATCH = ZeroedScratch()
 SMEM_PER_BLOCK_SM90 = 227 * 1024
 
@@ -217,6 +233,7 @@ def pipeline_smem_bytes(block_m: int, block_n: int, block_k: int, num_stages: in
 # ==============================================================================
 # inlined from kernels/dp_gemm.py
 # ==============================================================================
+import functools
 from dataclasses import asdict, dataclass, replace
 import torch
 import triton
@@ -236,7 +253,7 @@ class _dp_gemm__Config:
         check_block_config(self)
 
     def smem_bytes(self, dtype: torch.dtype) -> int:
-        elt = torch.empty((), dtype=dtype).element_size()
+        elt = dtype.itemsize
         return pipeline_smem_bytes(self.BLOCK_M, self.BLOCK_N, self.BLOCK_K, self.num_stages, elt)
 
     def describe(self) -> str:
@@ -287,6 +304,7 @@ def for_dtype(cfg: _dp_gemm__Config, dtype: torch.dtype):
     warps = max(cfg.num_warps, 8) if cfg.BLOCK_M * cfg.BLOCK_N >= 128 * 128 else cfg.num_warps
     return replace(cfg, BLOCK_K=max(16, cfg.BLOCK_K // 2), num_warps=warps)
 
+@functools.lru_cache(maxsize=512)
 def _dp_gemm__default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> _dp_gemm__Config:
     """A sane config without measuring.
 
@@ -405,6 +423,7 @@ def _dp_gemm__matmul(a: torch.Tensor, b: torch.Tensor, config: _dp_gemm__Config 
 # ==============================================================================
 # inlined from kernels/persistent_gemm.py
 # ==============================================================================
+import functools
 from dataclasses import asdict, dataclass, replace
 import torch
 import triton
@@ -440,7 +459,7 @@ class _persistent_gemm__Config:
         tile, or the layout-conversion scratch of the pointer store. In a persistent loop the
         pipeline buffers stay live across tiles, so the two cannot share memory (sm_90 compile
         check: 128x256x32 fp32 with pointer stores took 272 KB = 144 KB + the full fp32 tile)."""
-        elt = torch.empty((), dtype=dtype).element_size()
+        elt = dtype.itemsize
         pipe = pipeline_smem_bytes(self.BLOCK_M, self.BLOCK_N, self.BLOCK_K, self.num_stages, elt)
         epilogue = self.BLOCK_M * self.BLOCK_N * elt // (2 if self.EPILOGUE_SUBTILE else 1)
         return pipe + epilogue
@@ -478,9 +497,10 @@ def tma_layout(t: torch.Tensor) -> str | None:
 def tma_shape_ok(M: int, N: int, K: int, dtype: torch.dtype) -> bool:
     """This Triton has tensor descriptors and contiguous inputs of this shape, in either
     layout, meet the TMA stride rule."""
-    elt = torch.empty((), dtype=dtype).element_size()
+    elt = dtype.itemsize
     return TensorDescriptor is not None and all((d * elt % 16 == 0 for d in (M, N, K)))
 
+@functools.lru_cache(maxsize=512)
 def _persistent_gemm__default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> _persistent_gemm__Config:
     """128x256x64 tiles, 8 warps, 3 stages with TMA (Triton's known-good Hopper point: 144 KB
     of pipeline + 64 KB of C staging) when the problem has at least a wave of such tiles;
@@ -544,27 +564,45 @@ def persistent_gemm_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, s
             acc = mac_loop(a_ptr, b_ptr, stride_am, stride_ak, stride_bk, stride_bn, M, N, K, pid_m, pid_n, 0, k_iters, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64)
             store_tile(c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc, BLOCK_M, BLOCK_N, INT64)
 
-def tma_descriptors(a, b, c, M, N, K, cfg: _persistent_gemm__Config):
+def _descriptor_fields_known() -> bool:
+    import dataclasses
+    return TensorDescriptor is not None and dataclasses.is_dataclass(TensorDescriptor) and (tuple((f.name for f in dataclasses.fields(TensorDescriptor))) == ('base', 'shape', 'strides', 'block_shape', 'padding'))
+_FAST_DESCRIPTORS = _descriptor_fields_known()
+
+def _descriptor(base, shape, strides, block_shape):
+    """A TensorDescriptor without its __post_init__ checks (alignment, strides, power-of-two
+    blocks), which tma_layout and the Config have already made: they cost ~10 us of host
+    time per descriptor, three a call. Falls back to the checked constructor where this
+    Triton's TensorDescriptor has other fields."""
+    if not _FAST_DESCRIPTORS:
+        return TensorDescriptor(base, shape, strides, block_shape)
+    d = object.__new__(TensorDescriptor)
+    d.base, d.shape, d.strides, d.block_shape, d.padding = (base, shape, strides, block_shape, 'zero')
+    return d
+
+def tma_descriptors(a, b, c, M, N, K, cfg: _persistent_gemm__Config, layouts: tuple | None=None):
     """Host tensor descriptors for A, B, C, plus the layout flags; raises ValueError naming
-    the tensor that TMA cannot read."""
+    the tensor that TMA cannot read. `layouts`: tma_layout of a, b and c when the caller has
+    them already."""
     if TensorDescriptor is None:
         raise ValueError('use_tma needs triton.tools.tensor_descriptor (Triton >= 3.4)')
     BM, BN, BK = (cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K)
-    la, lb, lc = (tma_layout(a), tma_layout(b), tma_layout(c))
+    la, lb, lc = layouts if layouts is not None else (tma_layout(a), tma_layout(b), tma_layout(c))
     for name, layout, t in (('a', la, a), ('b', lb, b)):
         if layout is None:
             raise ValueError(f'use_tma: {name} (shape {tuple(t.shape)}, strides {t.stride()}, {t.dtype}) is not TMA-readable: it needs a unit stride in one dimension, the other stride a multiple of 16 bytes and a 16-byte aligned start; use a use_tma=False config')
     if lc != 'row':
         raise ValueError(f'use_tma: out (strides {c.stride()}) must be row-major with a 16-byte aligned row stride for the TMA store; use a use_tma=False config')
+    sa, sb = (a.stride(), b.stride())
     if la == 'row':
-        a_desc = TensorDescriptor(a, [M, K], [a.stride(0), 1], [BM, BK])
+        a_desc = _descriptor(a, [M, K], [sa[0], 1], [BM, BK])
     else:
-        a_desc = TensorDescriptor(a, [K, M], [a.stride(1), 1], [BK, BM])
+        a_desc = _descriptor(a, [K, M], [sa[1], 1], [BK, BM])
     if lb == 'row':
-        b_desc = TensorDescriptor(b, [K, N], [b.stride(0), 1], [BK, BN])
+        b_desc = _descriptor(b, [K, N], [sb[0], 1], [BK, BN])
     else:
-        b_desc = TensorDescriptor(b, [N, K], [b.stride(1), 1], [BN, BK])
-    c_desc = TensorDescriptor(c, [M, N], [c.stride(0), 1], [BM, BN // 2 if cfg.EPILOGUE_SUBTILE else BN])
+        b_desc = _descriptor(b, [N, K], [sb[1], 1], [BN, BK])
+    c_desc = _descriptor(c, [M, N], [c.stride(0), 1], [BM, BN // 2 if cfg.EPILOGUE_SUBTILE else BN])
     return (a_desc, b_desc, c_desc, la == 'col', lb == 'col')
 
 def _persistent_gemm__matmul(a: torch.Tensor, b: torch.Tensor, config: _persistent_gemm__Config | None=None, *, out: torch.Tensor | None=None) -> torch.Tensor:
@@ -574,18 +612,23 @@ def _persistent_gemm__matmul(a: torch.Tensor, b: torch.Tensor, config: _persiste
     use_tma=True config raises ValueError instead."""
     M, N, K = check_matmul_inputs(a, b)
     c = prepare_output(out, M, N, a)
+    sms = num_sms(a.device)
+    layouts = None
     if config is None:
-        config = _persistent_gemm__default_config(M, N, K, a.dtype, num_sms(a.device))
-        if config.use_tma and (not (tma_layout(a) and tma_layout(b) and (tma_layout(c) == 'row'))):
-            config = replace(config, use_tma=False, EPILOGUE_SUBTILE=False)
+        config = _persistent_gemm__default_config(M, N, K, a.dtype, sms)
+        if config.use_tma:
+            layouts = (tma_layout(a), tma_layout(b), tma_layout(c))
+            if not (layouts[0] and layouts[1] and (layouts[2] == 'row')):
+                config = replace(config, use_tma=False, EPILOGUE_SUBTILE=False)
     _check_smem(config, a.dtype)
     tiles = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N)
-    grid = (max(1, min(num_sms(a.device) * config.PROGRAMS_PER_SM, tiles)),)
+    grid = (max(1, min(sms * config.PROGRAMS_PER_SM, tiles)),)
     if config.use_tma:
-        a_arg, b_arg, c_arg, a_col, b_col = tma_descriptors(a, b, c, M, N, K, config)
+        a_arg, b_arg, c_arg, a_col, b_col = tma_descriptors(a, b, c, M, N, K, config, layouts)
     else:
         a_arg, b_arg, c_arg, a_col, b_col = (a, b, c, False, False)
-    persistent_gemm_kernel[grid](a_arg, b_arg, c_arg, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M, USE_TMA=config.use_tma, A_COL_MAJOR=a_col, B_COL_MAJOR=b_col, EPILOGUE_SUBTILE=config.EPILOGUE_SUBTILE, FLATTEN=config.FLATTEN, EVEN_K=K % config.BLOCK_K == 0, INT64=needs_int64_offsets(a, b, c), num_warps=config.num_warps, num_stages=config.num_stages)
+    sa, sb, sc = (a.stride(), b.stride(), c.stride())
+    persistent_gemm_kernel[grid](a_arg, b_arg, c_arg, M, N, K, sa[0], sa[1], sb[0], sb[1], sc[0], sc[1], BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M, USE_TMA=config.use_tma, A_COL_MAJOR=a_col, B_COL_MAJOR=b_col, EPILOGUE_SUBTILE=config.EPILOGUE_SUBTILE, FLATTEN=config.FLATTEN, EVEN_K=K % config.BLOCK_K == 0, INT64=needs_int64_offsets(a, b, c), num_warps=config.num_warps, num_stages=config.num_stages)
     return c
 
 
@@ -630,9 +673,13 @@ What
         the slices of all earlier claimers. Either way each slice is summed in chunk order:
         same bits on every run.
     deterministic=False: contributors `atomic_add` their partials into one fp32 buffer per
-        split tile; the last arriver takes the sum out with one atomic exchange per element
-        (a load then a store of zeros raced on the H200: Triton gave them different thread
-        layouts) and stores the tile. fp32 additions in arrival order: not bit-reproducible.
+        split tile. Aligned: the same cooperative read-out, each claimer taking its row slice
+        out of the running sum (a load, a barrier, zeros stored back), so a claim moves 1/chunks
+        of a tile instead of a tile's worth of partials (claims 2-3 us against 4-5 us on the
+        tail shapes, H200). Contiguous: the last arriver takes the whole sum out with one
+        atomic exchange per element (a load then a store of zeros raced on the H200 without
+        a barrier: Triton gave them different thread layouts) and stores the tile. fp32
+        additions in arrival order: not bit-reproducible.
 
     No program ever waits for another (no spin-wait): the schedule cannot deadlock whatever
     the launch order, and the CPU interpreter (programs one at a time, pid order) runs it
@@ -653,9 +700,10 @@ When it wins
     GEMMs whose tile count leaves a partial last wave on a big GPU, e.g. on 132 SMs:
     1664x1408 (143 tiles of 128x128), 2176^2 (153 of 128x256), 2304^2 (162), 3072^2 (288),
     4224^2 (561). Measured on the H200 (2026-11-29, bench/RESULTS.md, run
-    20261129T133711Z-1193): aligned + TMA + deterministic hybrid1 was our fastest schedule
-    on all five, 1.08-1.36x our best data-parallel kernel (1.17x geomean), but 0.89-0.94x
-    cuBLAS. cuBLAS picks tiles that Triton's power-of-two blocks cannot express, so that the
+    20261129T154704Z-1058): aligned + TMA hybrid1 was our fastest schedule on all five,
+    1.08-1.31x our data-parallel baseline (1.17x geomean), with the atomic fixup on four of
+    them, but 0.89-0.97x cuBLAS (0.91-0.99x geomean over four runs that day, cuBLAS's own
+    times moving by up to 12%). cuBLAS picks tiles that Triton's power-of-two blocks cannot express, so that the
     waves come out nearly full and no fixup is needed: 128x160 on 1664x1408 (117 tiles,
     one wave), 320x128 on 2176^2, 192x192 on 3072^2 and 4224^2
     (bench/probe_cublas_kernels.py).
@@ -680,6 +728,7 @@ Source of the idea
 """
 
 
+import functools
 from dataclasses import asdict, dataclass, replace
 
 import torch
@@ -688,6 +737,7 @@ import triton.language as tl
 
 
 POLICIES = ("dp", "sk", "hybrid1", "hybrid2", "hybrid3", "hybrid4")
+PHASES = 5  # phase_times stamps a program: start, Stream-K MAC done, hand-in done, dp done, end
 
 
 # --------------------------------------------------------------------------------------------
@@ -727,7 +777,7 @@ class Config:
         """Pipeline buffers, plus C's staging tile where it cannot reuse them: the TMA store's
         source, or with FLATTEN the pointer store's layout-conversion scratch (the pipeline
         buffers then stay live across tiles; see persistent_gemm)."""
-        elt = torch.empty((), dtype=dtype).element_size()
+        elt = dtype.itemsize
         pipe = pipeline_smem_bytes(self.BLOCK_M, self.BLOCK_N, self.BLOCK_K, self.num_stages, elt)
         staged = self.use_tma or self.FLATTEN
         return pipe + (self.BLOCK_M * self.BLOCK_N * elt // (2 if self.EPILOGUE_SUBTILE else 1) if staged else 0)
@@ -832,6 +882,7 @@ def aligned_chunks(sk_tiles: int, iters: int, num_sms: int) -> int:
     return best
 
 
+@functools.lru_cache(maxsize=512)  # pure in its arguments; saves host time per call
 def plan_schedule(M: int, N: int, K: int, config: Config, num_sms: int) -> Plan:
     """Contiguous: the region's sk_tiles x iters iterations split evenly over min(SMs,
     iterations) programs. Aligned: each region tile cut into `aligned_chunks` equal
@@ -888,6 +939,7 @@ def aligned_policy(tiles: int, num_sms: int) -> str:
     return "sk" if tiles < num_sms else "hybrid1"
 
 
+@functools.lru_cache(maxsize=512)  # pure in its arguments; saves host time per call
 def default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> Config:
     """128x128x64 tiles, 4 warps, 4 stages (Triton's standard Hopper tile), deterministic
     fixup. Where TMA can read the shape: the aligned layout with TMA loads and
@@ -920,9 +972,12 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 
 
 # TMA points of the aligned search: (BLOCK_M, BLOCK_N, warps, stages, subtiled epilogue,
-# deterministic). 128x256 with 4 stages only fits (227 KB) when C is staged in halves. One
-# atomic point: with the cooperative fixup the deterministic one was as fast or faster on
-# every tail shape (H200, 2026-11-29). 128x128 with 5 stages ran 1-3% faster than with 4 on
+# deterministic). 128x256 with 4 stages only fits (227 KB) when C is staged in halves. The
+# atomic flavour of the fastest tiles too: with its cooperative read-out (each contributor
+# takes 1/chunks of the tile's running sum) its claims took 2-3 us against 4-5 us for the
+# deterministic claims, and it ran 1-4% faster on four of the five tail shapes in one
+# side-by-side run (H200, 2026-11-29, bench/probes/tail_atomic_fixup.json; before that
+# read-out it lost on every tail shape). 128x128 with 5 stages ran 1-3% faster than with 4 on
 # four of the five tail shapes (1% slower on 4224^2), and 1-5% faster in a second run
 # (bench/probes/tail_stages.json, tail_group_m.json); 6 stages, BLOCK_K 128 and GROUP_M 2-16
 # did not help. Not searched, measured slower on all
@@ -930,7 +985,8 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 # against 65 us).
 TMA_POINTS = (
     (128, 256, 8, 3, False, True), (128, 256, 8, 4, True, True),
-    (128, 128, 4, 4, False, True), (128, 128, 4, 5, False, True), (128, 128, 4, 4, False, False),
+    (128, 128, 4, 4, False, True), (128, 128, 4, 5, False, True),
+    (128, 128, 4, 5, False, False), (128, 256, 8, 3, False, False), (128, 256, 8, 4, True, False),
 )
 
 
@@ -1136,27 +1192,42 @@ def _dp_tiles(
 
 
 @triton.jit
-def _reduce_slice(
-    ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, tile_id, sk_tiles, chunks, k,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SLICE_ROWS: tl.constexpr, INT64: tl.constexpr,
+def _reduce_rows(
+    ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, tile_id, sk_tiles, chunks, r_lo, r_hi,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, INT64: tl.constexpr,
+    DETERMINISTIC: tl.constexpr,
 ):
-    """Cooperative fixup, aligned layout: sum rows [k BLOCK_M / chunks, (k + 1) BLOCK_M /
-    chunks) of a split tile over its `chunks` partials in chunk order (same bits whoever does
-    it) and store them in C."""
+    """Cooperative fixup, aligned layout: rows [r_lo, r_hi) of a split tile, ROWS at a time,
+    stored in C. A claim's slice k is rows [k BLOCK_M / chunks, (k + 1) BLOCK_M / chunks). Deterministic: summed over the tile's `chunks` partials in
+    chunk order (same bits whoever does it); three partial slices in flight (cp.async): 7 or
+    12 were no faster on the H200, nor were partials stored with an L2 evict_last hint
+    (2026-11-29, bench/results/probe_configs/README.md): all programs claim at once, so the
+    ~4-5 us of claims go to reading the region's partials (64 KB a program), not to load
+    latency. Atomic: taken out of the tile's fp32 sum with one atomic exchange against zero
+    per element (1/chunks of a tile a program), which leaves the sum zeroed for the next
+    launch."""
     TILE: tl.constexpr = BLOCK_M * BLOCK_N
-    r_lo = k * BLOCK_M // chunks
-    r_hi = (k + 1) * BLOCK_M // chunks
-    for r0 in range(r_lo, r_hi, SLICE_ROWS):
-        rows = r0 + tl.arange(0, SLICE_ROWS)
+    for r0 in range(r_lo, r_hi, ROWS):
+        rows = r0 + tl.arange(0, ROWS)
         offs = rows[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
         if INT64:
             offs = offs.to(tl.int64)
-        total = tl.zeros((SLICE_ROWS, BLOCK_N), dtype=tl.float32)
-        for c in tl.range(0, chunks, num_stages=4):
-            total += tl.load(ws_ptr + ((c * sk_tiles + tile_id) * TILE + offs), mask=(rows < r_hi)[:, None],
-                             other=0.0, cache_modifier=".cg")
+        in_slice = (rows < r_hi)[:, None]
+        if DETERMINISTIC:
+            total = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
+            for c in tl.range(0, chunks, num_stages=4):
+                total += tl.load(ws_ptr + ((c * sk_tiles + tile_id) * TILE + offs), mask=in_slice,
+                                 other=0.0, cache_modifier=".cg")
+        else:
+            # A load, then zeros stored in its place. The barrier keeps a thread's store from
+            # landing before another thread's load of the same element (Triton may lay the two
+            # out differently, which raced on the H200 in the last-arriver read-out).
+            sums = ws_ptr + (tile_id * TILE + offs)
+            total = tl.load(sums, mask=in_slice, other=0.0, cache_modifier=".cg")
+            tl.debug_barrier()
+            tl.store(sums, tl.zeros((ROWS, BLOCK_N), dtype=tl.float32), mask=in_slice)
         store_block(c_ptr, stride_cm, stride_cn, tl.minimum(M, pid_m * BLOCK_M + r_hi), N,
-                    pid_m * BLOCK_M + r0, pid_n * BLOCK_N, total, SLICE_ROWS, BLOCK_N, INT64)
+                    pid_m * BLOCK_M + r0, pid_n * BLOCK_N, total, ROWS, BLOCK_N, INT64)
 
 
 @triton.jit(launch_metadata=gemm_launch_metadata("stream_k_gemm"))
@@ -1189,7 +1260,8 @@ def stream_k_gemm_kernel(
     # shape facts fixed by the host
     EVEN_K: tl.constexpr, INT64: tl.constexpr,
     DP_FIRST: tl.constexpr,  # data-parallel tiles before the Stream-K work (else after)
-    # diagnosis (GPU only): record start, last Stream-K MAC loop done, Stream-K work done, end
+    # diagnosis (GPU only): record start, last Stream-K MAC loop done, Stream-K work done,
+    # data-parallel tiles done, end (after the cooperative fixup's claims)
     PHASE_TIMES: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
@@ -1197,6 +1269,7 @@ def stream_k_gemm_kernel(
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     iters = tl.cdiv(K, BLOCK_K)
+    PHASES: tl.constexpr = 5  # stamps a program (PHASE_TIMES)
     if PHASE_TIMES:
         t_start = _now(pid)
         t_mac = t_start
@@ -1223,27 +1296,30 @@ def stream_k_gemm_kernel(
                 if sk_chunks == 1:
                     _store_whole(c_ref, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc,
                                  BLOCK_M, BLOCK_N, INT64, USE_TMA, EPILOGUE_SUBTILE)
-                elif DETERMINISTIC:
-                    # Cooperative fixup, step 1: hand in the partial and count the arrival in
-                    # the tile's word (arrivals in the low 16 bits, claims above; step 2 after
-                    # the data-parallel tiles). The final arrival owes the slices of the
-                    # programs that claimed before it (they found partials missing).
+                else:
+                    # Cooperative fixup, step 1: hand in the partial (its own slot, or added
+                    # into the tile's fp32 sum) and count the arrival in the tile's word
+                    # (arrivals in the low 16 bits, claims above; step 2 after the
+                    # data-parallel tiles). The final arrival owes the slices of the programs
+                    # that claimed before it (they found partials missing).
                     TILE: tl.constexpr = BLOCK_M * BLOCK_N
                     local = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
                     if INT64:
                         local = local.to(tl.int64)
-                    tl.store(ws_ptr + (u * TILE + local), acc)
+                    if DETERMINISTIC:
+                        tl.store(ws_ptr + (u * TILE + local), acc)
+                    else:
+                        tl.atomic_add(ws_ptr + (tile_id * TILE + local), acc, sem="relaxed")
                     tl.debug_barrier()
                     word = tl.atomic_add(counter_ptr + tile_id, 1, sem="acq_rel")
-                    if (word & 0xFFFF) == sk_chunks - 1:
-                        for k in range(word >> 16):
-                            _reduce_slice(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
-                                          tile_id, sk_tiles, sk_chunks, k, BLOCK_M, BLOCK_N, SLICE_ROWS, INT64)
-                else:
-                    _hand_in_partial(acc, ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N,
-                                     pid_m, pid_n, u, tile_id, 0, sk_chunks - 1, tile_id, 0,
-                                     sk_tiles, sk_q, sk_r,
-                                     BLOCK_M, BLOCK_N, ALIGNED, DETERMINISTIC, FIXUP_ROWS, INT64)
+                    owed = word >> 16
+                    if (word & 0xFFFF) == sk_chunks - 1 and owed > 0:
+                        # the slices 0..owed-1 of the claims that came first: one row range,
+                        # FIXUP_ROWS at a time (slice by slice, a 132-chunk tile of 1-row
+                        # slices took ~1 ms when no data-parallel tile delayed the claims)
+                        _reduce_rows(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
+                                     tile_id, sk_tiles, sk_chunks, 0, owed * BLOCK_M // sk_chunks,
+                                     BLOCK_M, BLOCK_N, FIXUP_ROWS, INT64, DETERMINISTIC)
         else:
             # ---- Stream-K program: iterations [my_start, end) of the region, tile by tile.
             # Programs start at staggered K offsets: Nsight Compute on the H200 (2026-11-29,
@@ -1283,7 +1359,9 @@ def stream_k_gemm_kernel(
         _dp_tiles(a_ref, b_ref, c_ref, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                   stride_cm, stride_cn, sk_tiles, pid, grid, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
                   USE_TMA, A_COL_MAJOR, B_COL_MAJOR, EPILOGUE_SUBTILE, FLATTEN, EVEN_K, INT64)
-    if ALIGNED and DETERMINISTIC:  # noqa: SIM102  (compile-time test around a run-time one)
+    if PHASE_TIMES:
+        t_dp = _now(pid)
+    if ALIGNED:  # noqa: SIM102  (compile-time test around a run-time one)
         if pid < sk_programs and sk_chunks > 1:
             # Cooperative fixup, step 2: claim a slice of each split tile this program worked
             # on. With every partial in (the usual case by now) the k-th claimer sums slice k,
@@ -1291,23 +1369,28 @@ def stream_k_gemm_kernel(
             # partials (a 12-way split 128x128 tile: ~18 us on one SM, H200 2026-11-29). A
             # claim that finds partials missing leaves its slice to the final arrival, so no
             # program ever waits for another (and the interpreter, one program at a time,
-            # gets the last-arriver fixup). The last claimer clears the word.
+            # gets the last-arriver fixup). The last claimer clears the word. The claims take
+            # 4-5 us a program on the tail shapes (H200, 2026-11-29): every program claims at
+            # once; an acquire-only claim was no faster.
             for u in range(pid, sk_tiles * sk_chunks, grid):
                 tile_id = u % sk_tiles
                 pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
                 word = tl.atomic_add(counter_ptr + tile_id, 1 << 16, sem="acq_rel")
                 k = word >> 16
                 if (word & 0xFFFF) == sk_chunks:
-                    _reduce_slice(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
-                                  tile_id, sk_tiles, sk_chunks, k, BLOCK_M, BLOCK_N, SLICE_ROWS, INT64)
+                    _reduce_rows(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
+                                 tile_id, sk_tiles, sk_chunks, k * BLOCK_M // sk_chunks,
+                                 (k + 1) * BLOCK_M // sk_chunks, BLOCK_M, BLOCK_N, SLICE_ROWS, INT64,
+                                 DETERMINISTIC)
                 if k == sk_chunks - 1:
                     tl.atomic_xchg(counter_ptr + tile_id, 0, sem="relaxed")
     if PHASE_TIMES:
         t_end = _now(pid)
-        tl.store(times_ptr + 4 * pid, t_start)
-        tl.store(times_ptr + 4 * pid + 1, t_mac)
-        tl.store(times_ptr + 4 * pid + 2, t_sk)
-        tl.store(times_ptr + 4 * pid + 3, t_end)
+        tl.store(times_ptr + PHASES * pid, t_start)
+        tl.store(times_ptr + PHASES * pid + 1, t_mac)
+        tl.store(times_ptr + PHASES * pid + 2, t_sk)
+        tl.store(times_ptr + PHASES * pid + 3, t_dp)
+        tl.store(times_ptr + PHASES * pid + 4, t_end)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1322,40 +1405,44 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     (M, N) tensor in a's dtype. Bit-reproducible when config.deterministic (the default). With
     config=None, TMA is dropped when the tensors do not allow it; an explicit use_tma=True
     config raises ValueError instead. `phase_times` (diagnosis, GPU only): an int64 tensor of
-    at least 4 x grid elements that receives each program's %globaltimer stamps (start, last
-    Stream-K MAC loop done, Stream-K work done incl. fixup, end) in nanoseconds."""
+    at least PHASES x grid elements that receives each program's %globaltimer stamps (start,
+    last Stream-K MAC loop done, Stream-K work done incl. hand-in, data-parallel tiles done,
+    end after the fixup claims) in nanoseconds."""
     M, N, K = check_matmul_inputs(a, b)
     sms = num_sms(a.device)
     c = prepare_output(out, M, N, a)
+    layouts = None
     if config is None:
         config = default_config(M, N, K, a.dtype, sms)
-        if config.use_tma and not (tma_layout(a) and tma_layout(b) and tma_layout(c) == "row"):
-            config = replace(config, use_tma=False, EPILOGUE_SUBTILE=False)
+        if config.use_tma:
+            layouts = (tma_layout(a), tma_layout(b), tma_layout(c))
+            if not (layouts[0] and layouts[1] and layouts[2] == "row"):
+                config = replace(config, use_tma=False, EPILOGUE_SUBTILE=False)
     check_smem(config, a.dtype)
     plan = plan_schedule(M, N, K, config, sms)
     tile_elems = config.BLOCK_M * config.BLOCK_N
 
-    ws = counters = c  # placeholders when there is no Stream-K region
-    if plan.split_tiles:
-        counters = SCRATCH.get("stream_k_counters", plan.fixup_keys, torch.int32, a.device)
-        if config.deterministic:
-            ws = torch.empty(plan.partial_slots * tile_elems, dtype=torch.float32, device=a.device)
-        else:
-            ws = SCRATCH.get("stream_k_sums", plan.fixup_keys * tile_elems, torch.float32, a.device)
+    # Without split tiles the fixup code never runs, but the compiler still type-checks it:
+    # the placeholders must be int32 counters and fp32 partials (C as a placeholder failed to
+    # compile for sm_90, while the interpreter, which skips untaken branches, ran it).
+    counters = SCRATCH.get("stream_k_counters", max(1, plan.fixup_keys), torch.int32, a.device)
+    if plan.split_tiles and config.deterministic:
+        ws = torch.empty(plan.partial_slots * tile_elems, dtype=torch.float32, device=a.device)
+    else:
+        ws = SCRATCH.get("stream_k_sums", plan.fixup_keys * tile_elems if plan.split_tiles else 1,
+                         torch.float32, a.device)
     if config.use_tma:
-        a_arg, b_arg, c_arg, a_col, b_col = tma_descriptors(a, b, c, M, N, K, config)
+        a_arg, b_arg, c_arg, a_col, b_col = tma_descriptors(a, b, c, M, N, K, config, layouts)
     else:
         a_arg, b_arg, c_arg, a_col, b_col = a, b, c, False, False
-    if phase_times is not None and (phase_times.dtype != torch.int64 or phase_times.numel() < 4 * plan.grid
+    if phase_times is not None and (phase_times.dtype != torch.int64 or phase_times.numel() < PHASES * plan.grid
                                     or not phase_times.is_cuda):
-        raise ValueError(f"phase_times must be a CUDA int64 tensor of >= {4 * plan.grid} elements")
+        raise ValueError(f"phase_times must be a CUDA int64 tensor of >= {PHASES * plan.grid} elements")
     stream_k_gemm_kernel[(plan.grid,)](
         a_arg, b_arg, c_arg,
         c, ws, counters, c if phase_times is None else phase_times,
         M, N, K,
-        a.stride(0), a.stride(1),
-        b.stride(0), b.stride(1),
-        c.stride(0), c.stride(1),
+        *a.stride(), *b.stride(), *c.stride(),
         plan.sk_programs, plan.sk_tiles, plan.sk_iters_per_program, plan.sk_extra, plan.chunks,
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
         ALIGNED=config.aligned, DETERMINISTIC=config.deterministic,
@@ -1364,7 +1451,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         USE_TMA=config.use_tma, A_COL_MAJOR=a_col, B_COL_MAJOR=b_col,
         EPILOGUE_SUBTILE=config.EPILOGUE_SUBTILE, FLATTEN=config.FLATTEN,
         EVEN_K=K % config.BLOCK_K == 0,
-        INT64=needs_int64_offsets(a, b, c, ws if ws is not c else None),
+        INT64=needs_int64_offsets(a, b, c, ws),
         DP_FIRST=config.dp_first, PHASE_TIMES=phase_times is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
@@ -1391,7 +1478,7 @@ KNOBS = {'BLOCK_M': 128,
  'num_warps': 4,
  'num_stages': 5,
  'policy': 'hybrid1',
- 'deterministic': True,
+ 'deterministic': False,
  'aligned': True,
  'use_tma': True,
  'EPILOGUE_SUBTILE': False,
@@ -1426,12 +1513,12 @@ FINDING = {'symptom': 'tail_wave',
               'median_ns': 83503},
  'suggestion': {'full_waves': 1, 'tail_tiles': 11, 'sk_programs': 132, 'policy': 'hybrid1'}}
 CHOSEN_BY = {'how': 'measured',
- 'budget_s': 35.0,
- 'median_us': 61.91,
+ 'budget_s': 30.0,
+ 'median_us': 62.26,
  'recommended': False,
- 'verdict': 'no generated schedule beats torch.matmul by more than 3%; torch.matmul is 1.43x '
-            'the observed kernel: use it (best candidate stream_k: 1.35x the observed kernel, '
-            '0.94x torch.matmul, 1.30x our data-parallel baseline)',
+ 'verdict': 'no generated schedule beats torch.matmul by more than 3%; torch.matmul is 1.42x '
+            'the observed kernel: use it (best candidate stream_k: 1.34x the observed kernel, '
+            '0.94x torch.matmul, 1.29x our data-parallel baseline)',
  'overridden': ['BLOCK_K',
                 'BLOCK_M',
                 'BLOCK_N',
