@@ -117,9 +117,13 @@ class Config:
         return pipe + epilogue
 
     def describe(self) -> str:
+        # No string literals inside the f-string: this module is inlined into generated
+        # variants through ast.unparse, which on Python 3.12+ would write them with the
+        # f-string's own quotes, a syntax error on 3.11 (tests/test_generate.py checks).
+        flags = (" tma" if self.use_tma else "") + (" subtile" if self.EPILOGUE_SUBTILE else "")
+        flags += "" if self.FLATTEN else " noflat"
         return (f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_M} w{self.num_warps} "
-                f"s{self.num_stages} pps{self.PROGRAMS_PER_SM}{' tma' if self.use_tma else ''}"
-                f"{' subtile' if self.EPILOGUE_SUBTILE else ''}{'' if self.FLATTEN else ' noflat'}")
+                f"s{self.num_stages} pps{self.PROGRAMS_PER_SM}{flags}")
 
     def as_dict(self) -> dict:
         return asdict(self)

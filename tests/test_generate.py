@@ -45,6 +45,35 @@ def test_bundle_renames_colliding_names():
     assert renamed2 == renamed
 
 
+def _nested_quote_fstrings(tree: ast.AST) -> list[int]:
+    """Lines of f-strings with a string literal (or another f-string) inside a replacement
+    field: ast.unparse on Python 3.12+ writes those with the outer quotes reused, which
+    Python 3.11 cannot parse."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            for v in node.values:
+                if isinstance(v, ast.FormattedValue) and any(
+                        isinstance(n, ast.JoinedStr) or (isinstance(n, ast.Constant) and isinstance(n.value, str))
+                        for n in ast.walk(v.value)):
+                    lines.append(node.lineno)
+                    break
+    return lines
+
+
+def test_inlined_dependencies_stay_parseable_on_python_3_11():
+    # generate() keeps the schedule's own module verbatim but re-emits its kernels/
+    # dependencies with ast.unparse; a variant generated on 3.12 must still run on 3.11
+    from advisor.kernel_lib import SCHEDULES, source_path
+
+    deps = {m for name in [*SCHEDULES, "comm_overlap"] for m in dependency_order(name, extra=("dp",))[:-1]}
+    assert {"common", "dp_gemm", "persistent_gemm"} <= deps
+    for mod in sorted(deps):
+        tree = ast.parse(source_path(mod).read_text(encoding="utf-8"))
+        assert not _nested_quote_fstrings(tree), f"kernels/{mod}.py: f-strings with quotes inside at lines {_nested_quote_fstrings(tree)}"
+    assert _nested_quote_fstrings(ast.parse("x = f\"{'a' if y else ''}\"")) == [1]  # the check itself
+
+
 def test_config_fields_and_knob_validation():
     names = [f.name for f in config_fields("dp")]
     assert names[:4] == ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"]

@@ -465,7 +465,9 @@ class _persistent_gemm__Config:
         return pipe + epilogue
 
     def describe(self) -> str:
-        return f'{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_M} w{self.num_warps} s{self.num_stages} pps{self.PROGRAMS_PER_SM}{(' tma' if self.use_tma else '')}{(' subtile' if self.EPILOGUE_SUBTILE else '')}{('' if self.FLATTEN else ' noflat')}'
+        flags = (' tma' if self.use_tma else '') + (' subtile' if self.EPILOGUE_SUBTILE else '')
+        flags += '' if self.FLATTEN else ' noflat'
+        return f'{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_M} w{self.num_warps} s{self.num_stages} pps{self.PROGRAMS_PER_SM}{flags}'
 
     def as_dict(self) -> dict:
         return asdict(self)
