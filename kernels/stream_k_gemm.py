@@ -66,8 +66,8 @@ When it wins
     20261129T154704Z-1058): aligned + TMA hybrid1 was our fastest schedule on all five,
     1.08-1.31x our data-parallel baseline (1.17x geomean), with the atomic fixup on four of
     them, but 0.89-0.97x cuBLAS (0.91-0.99x geomean over four runs that day, cuBLAS's own
-    times moving by up to 12%). cuBLAS picks tiles that Triton's power-of-two blocks cannot express, so that the
-    waves come out nearly full and no fixup is needed: 128x160 on 1664x1408 (117 tiles,
+    times moving by up to 12%). cuBLAS picks tiles that Triton's power-of-two blocks cannot
+    express, so that the waves come out nearly full and no fixup is needed: 128x160 on 1664x1408 (117 tiles,
     one wave), 320x128 on 2176^2, 192x192 on 3072^2 and 4224^2
     (bench/probe_cublas_kernels.py).
 
@@ -585,14 +585,14 @@ def _reduce_rows(
     DETERMINISTIC: tl.constexpr,
 ):
     """Cooperative fixup, aligned layout: rows [r_lo, r_hi) of a split tile, ROWS at a time,
-    stored in C. A claim's slice k is rows [k BLOCK_M / chunks, (k + 1) BLOCK_M / chunks). Deterministic: summed over the tile's `chunks` partials in
-    chunk order (same bits whoever does it); three partial slices in flight (cp.async): 7 or
-    12 were no faster on the H200, nor were partials stored with an L2 evict_last hint
-    (2026-11-29, bench/results/probe_configs/README.md): all programs claim at once, so the
-    ~4-5 us of claims go to reading the region's partials (64 KB a program), not to load
-    latency. Atomic: taken out of the tile's fp32 sum with one atomic exchange against zero
-    per element (1/chunks of a tile a program), which leaves the sum zeroed for the next
-    launch."""
+    stored in C (a claim's slice k is rows [k BLOCK_M / chunks, (k + 1) BLOCK_M / chunks)).
+    Deterministic: summed over the tile's `chunks` partials in chunk order (same bits
+    whoever does it); three partial slices in flight (cp.async): 7 or 12 were no faster on
+    the H200, nor were partials stored with an L2 evict_last hint (2026-11-29,
+    bench/results/probe_configs/README.md): all programs claim at once, so the ~4-5 us of
+    claims go to reading the region's partials (64 KB a program), not to load latency.
+    Atomic: taken out of the tile's fp32 running sum (1/chunks of a tile a claim), zeros
+    stored back for the next launch."""
     TILE: tl.constexpr = BLOCK_M * BLOCK_N
     for r0 in range(r_lo, r_hi, ROWS):
         rows = r0 + tl.arange(0, ROWS)
@@ -638,7 +638,7 @@ def stream_k_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     # schedule options
     ALIGNED: tl.constexpr, DETERMINISTIC: tl.constexpr,
-    FIXUP_ROWS: tl.constexpr,  # rows of a split tile summed at a time by the last arriver
+    FIXUP_ROWS: tl.constexpr,  # rows summed at a time by a last arriver (or final arrival's owed slices)
     SLICE_ROWS: tl.constexpr,  # rows summed at a time in the cooperative fixup (aligned)
     USE_TMA: tl.constexpr,
     A_COL_MAJOR: tl.constexpr,  # TMA: A's descriptor is over A^T (K, M)
