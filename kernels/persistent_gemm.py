@@ -298,6 +298,18 @@ def _descriptor(base, shape, strides, block_shape):
     return d
 
 
+def tma_or_pointer_loads(config, a, b, c) -> tuple:
+    """A default config's TMA choice checked against the actual tensors: (config, layouts)
+    with the tma_layout of a, b and c when TMA can read and write them, else (the config on
+    pointer loads, None), rather than the ValueError an explicit TMA config raises."""
+    if not config.use_tma:
+        return config, None
+    layouts = (tma_layout(a), tma_layout(b), tma_layout(c))
+    if layouts[0] and layouts[1] and layouts[2] == "row":
+        return config, layouts
+    return replace(config, use_tma=False, EPILOGUE_SUBTILE=False), None
+
+
 def tma_descriptors(a, b, c, M, N, K, cfg: Config, layouts: tuple | None = None):
     """Host tensor descriptors for A, B, C, plus the layout flags; raises ValueError naming
     the tensor that TMA cannot read. `layouts`: tma_layout of a, b and c when the caller has
@@ -340,11 +352,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     sms = num_sms(a.device)
     layouts = None
     if config is None:
-        config = default_config(M, N, K, a.dtype, sms)
-        if config.use_tma:
-            layouts = (tma_layout(a), tma_layout(b), tma_layout(c))
-            if not (layouts[0] and layouts[1] and layouts[2] == "row"):
-                config = replace(config, use_tma=False, EPILOGUE_SUBTILE=False)
+        config, layouts = tma_or_pointer_loads(default_config(M, N, K, a.dtype, sms), a, b, c)
     _check_smem(config, a.dtype)
     tiles = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N)
     grid = (max(1, min(sms * config.PROGRAMS_PER_SM, tiles)),)
@@ -352,13 +360,10 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         a_arg, b_arg, c_arg, a_col, b_col = tma_descriptors(a, b, c, M, N, K, config, layouts)
     else:
         a_arg, b_arg, c_arg, a_col, b_col = a, b, c, False, False
-    sa, sb, sc = a.stride(), b.stride(), c.stride()
     persistent_gemm_kernel[grid](
         a_arg, b_arg, c_arg,
         M, N, K,
-        sa[0], sa[1],
-        sb[0], sb[1],
-        sc[0], sc[1],
+        *a.stride(), *b.stride(), *c.stride(),
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
         USE_TMA=config.use_tma, A_COL_MAJOR=a_col, B_COL_MAJOR=b_col,
         EPILOGUE_SUBTILE=config.EPILOGUE_SUBTILE, FLATTEN=config.FLATTEN,

@@ -121,7 +121,7 @@ from .dp_gemm import (
     store_tile,
     tile_coords,
 )
-from .persistent_gemm import tma_descriptors, tma_layout, tma_shape_ok
+from .persistent_gemm import tma_descriptors, tma_or_pointer_loads, tma_shape_ok
 
 POLICIES = ("dp", "sk", "hybrid1", "hybrid2", "hybrid3", "hybrid4")
 PHASES = 5  # phase_times stamps a program: start, Stream-K MAC done, hand-in done, dp done, end
@@ -441,14 +441,11 @@ def _now(x):
 
 
 @triton.jit
-def _slot(j, tile_id, tile_start, sk_tiles, sk_q, sk_r, ALIGNED: tl.constexpr):
-    """Workspace slot of contributor j's partial of a split tile. Aligned: contributor j is
-    chunk j of the tile (unit j * sk_tiles + tile). Contiguous: program j's slot 2j holds the
-    tile where its range starts, 2j + 1 the one where it ends."""
-    if ALIGNED:
-        return j * sk_tiles + tile_id
-    else:
-        return 2 * j + (_sk_start(j, sk_q, sk_r) < tile_start).to(tl.int32)
+def _slot(j, tile_start, sk_q, sk_r):
+    """Workspace slot of contiguous-range program j's partial of the split tile starting at
+    iteration tile_start: slot 2j holds the tile where j's range starts, 2j + 1 the one where
+    it ends. (The aligned layout's slot is its unit number.)"""
+    return 2 * j + (_sk_start(j, sk_q, sk_r) < tile_start).to(tl.int32)
 
 
 @triton.jit
@@ -507,12 +504,13 @@ def _store_whole(
 @triton.jit
 def _hand_in_partial(
     acc, ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
-    my_slot, key, j_first, j_last, tile_id, tile_start, sk_tiles, sk_q, sk_r,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ALIGNED: tl.constexpr,
+    my_slot, key, j_first, j_last, tile_start, sk_q, sk_r,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     DETERMINISTIC: tl.constexpr, FIXUP_ROWS: tl.constexpr, INT64: tl.constexpr,
 ):
-    """Fixup of a split tile whose contributors are j_first..j_last: hand in this program's
-    partial; the last to arrive sums all partials and stores the tile. `key` is unique to the
+    """Last-arriver fixup (contiguous ranges) of a split tile whose contributors are programs
+    j_first..j_last: hand in this program's partial; the last to arrive sums all partials and
+    stores the tile. `key` is unique to the
     tile: it indexes the tile's arrival counter (and, for atomic sums, its sum buffer)."""
     TILE: tl.constexpr = BLOCK_M * BLOCK_N
     local = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
@@ -540,7 +538,7 @@ def _hand_in_partial(
                 # H200 (2026-11-29): four independent loads a step over smaller row blocks made
                 # the fixup slower (a 12-way split 128x128 tile: 78 -> 86 us for the GEMM).
                 for j in tl.range(j_first, j_last + 1, num_stages=4):
-                    slot = _slot(j, tile_id, tile_start, sk_tiles, sk_q, sk_r, ALIGNED)
+                    slot = _slot(j, tile_start, sk_q, sk_r)
                     total += tl.load(ws_ptr + (slot * TILE + rows), cache_modifier=".cg")
             else:
                 # Take the sum out and leave zeros for the next launch in ONE atomic exchange
@@ -735,11 +733,10 @@ def stream_k_gemm_kernel(
                     # tile's first iteration and is unique to this tile, so it is the key.
                     first = _sk_owner(tile_start, sk_q, sk_r)
                     last = _sk_owner(tile_start + iters - 1, sk_q, sk_r)
-                    my_slot = 2 * pid + (my_start < tile_start).to(tl.int32)
+                    my_slot = _slot(pid, tile_start, sk_q, sk_r)
                     _hand_in_partial(acc, ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N,
-                                     pid_m, pid_n, my_slot, first, first, last, tile_id, tile_start,
-                                     sk_tiles, sk_q, sk_r,
-                                     BLOCK_M, BLOCK_N, ALIGNED, DETERMINISTIC, FIXUP_ROWS, INT64)
+                                     pid_m, pid_n, my_slot, first, first, last, tile_start, sk_q, sk_r,
+                                     BLOCK_M, BLOCK_N, DETERMINISTIC, FIXUP_ROWS, INT64)
     if PHASE_TIMES:
         t_sk = _now(pid)
     if not DP_FIRST:
@@ -800,11 +797,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     c = prepare_output(out, M, N, a)
     layouts = None
     if config is None:
-        config = default_config(M, N, K, a.dtype, sms)
-        if config.use_tma:
-            layouts = (tma_layout(a), tma_layout(b), tma_layout(c))
-            if not (layouts[0] and layouts[1] and layouts[2] == "row"):
-                config = replace(config, use_tma=False, EPILOGUE_SUBTILE=False)
+        config, layouts = tma_or_pointer_loads(default_config(M, N, K, a.dtype, sms), a, b, c)
     check_smem(config, a.dtype)
     plan = plan_schedule(M, N, K, config, sms)
     tile_elems = config.BLOCK_M * config.BLOCK_N
