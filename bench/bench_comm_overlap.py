@@ -1,7 +1,8 @@
 """Overlapped all-gather + GEMM and GEMM + reduce-scatter against the unoverlapped sequence, on 2+ GPUs.
 
     torchrun --nproc-per-node N bench/bench_comm_overlap.py [--shapes TxHxF,...] [--dtype bf16]
-        [--chunks 2,4,8] [--warmup 10] [--iters 50] [--trace] [--no-symm-mem] [--quick] [--out DIR]
+        [--chunks 2,4,8] [--comm-ctas 0,16] [--sm-carveout 0,24] [--timers eager,graph] [--warmup 10] [--iters 50]
+        [--trace] [--no-symm-mem] [--quick] [--out DIR]
 
 One process per GPU (N >= 2), NCCL backend, NVLink multicast off (NCCL_NVLS_ENABLE=0,
 TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1 are set before the process group
@@ -17,11 +18,22 @@ width F (F = H: an attention projection, comm-heavy; F = 4H: an MLP, compute-hea
 Providers per suite and shape:
   plain           the unoverlapped sequence (collective, then GEMM; or GEMM, then collective)
   chunked_serial  the same chunks on one stream: the decomposition's cost without overlap
-  overlap         kernels/comm_overlap.py, one row per --chunks value (batched GEMM per chunk),
-                  plus chunks=4 without local-first (ag_gemm: what hiding chunk 0 behind the own
-                  shard gives) and chunks=4 with one contiguous GEMM per rank block (gemm=mm)
+  overlap         kernels/comm_overlap.py, one row per --chunks x --comm-ctas x --sm-carveout
+                  value (batched GEMM per chunk; comm_ctas caps the CTAs of the chunked NCCL
+                  collectives, 0 = NCCL's choice; sm_carveout leaves that many SMs free of the
+                  GEMMs for the collective, 0 = none), the same chunks with transport=p2p
+                  (copy-engine copies from the peers' symmetric memory: no SMs; CUDA only), plus chunks=4 without local-first (ag_gemm: what hiding chunk 0 behind
+                  the own shard gives) and chunks=4 with one contiguous GEMM per rank block (gemm=mm)
   symm_mem        torch.ops.symm_mem fused op (when this torch has it; --no-symm-mem skips)
   comm_only, gemm_only   the two halves alone: comm_fraction = comm / (comm + gemm)
+
+Timers (--timers, both by default; every provider is measured under each):
+  eager   the schedule called from Python each iteration, as most code runs it
+  graph   the schedule captured once into a CUDA graph (kernels/comm_overlap.capture_graph)
+          and replayed: no per-op host cost. A chunked schedule issues several ops and
+          collectives per chunk; where the host is slower than the GPU, eager timing measures
+          the host, and nothing overlaps. (symm_mem is not captured: eager only.)
+  Speedups compare providers under the same timer.
 
 Every provider is verified before it is timed: fresh random inputs (never zeros), a NaN-poisoned
 output buffer, relative Frobenius error against the plain sequence under the dtype's tolerance
@@ -30,12 +42,14 @@ iterations after --warmup, median (and p20/p80) per rank, then the maximum over 
 is as slow as the slowest rank). Inputs are tens to hundreds of MB, beyond the 60 MB L2.
 
 Output (rank 0): long-format rows appended to <out>/comm_overlap.csv (suite, shape, M, N, K,
-dtype, provider, config, status, error, median_us, p20_us, p80_us, speedup = plain / this,
+dtype, provider, config, timer, status, error, median_us, p20_us, p80_us, speedup = plain / this,
 comm_fraction, rel_err, world_size, device, date, torch, run_id), and a short table printed last
-with the target: speedup >= 1.2 where comm_fraction >= 0.25.
+with the target per timer: speedup >= 1.2 where comm_fraction >= 0.25.
 
---trace: for each suite, the shape with the largest comm_fraction is run again under
-torch.profiler for the plain sequence and the fastest overlap config; each rank writes
+--trace: for each suite, the shape where the best overlap config beat plain by the largest
+factor among shapes with comm_fraction >= 0.25 (else the most comm-heavy shape) is run again
+under torch.profiler, with that row's timer, for the plain sequence and that overlap config;
+each rank writes
 <out>/traces/<suite>_<shape>_<provider>/rank<r>.json.gz, and rank 0 runs advisor's diagnosis on
 each set (as `advisor diagnose <dir>/rank*.json.gz` would) and prints whether exposed_comm fired.
 
@@ -83,7 +97,8 @@ TOLERANCE = {"bf16": 1e-2, "fp16": 2e-3, "fp32": 2e-3}
 TARGET_SPEEDUP = 1.2
 TARGET_COMM_FRACTION = 0.25
 
-COLUMNS = ["suite", "shape", "M", "N", "K", "dtype", "provider", "config", "status", "error",
+TIMERS = ("eager", "graph")
+COLUMNS = ["suite", "shape", "M", "N", "K", "dtype", "provider", "config", "timer", "status", "error",
            "median_us", "p20_us", "p80_us", "speedup", "comm_fraction", "rel_err", "world_size",
            "device", "date", "torch", "run_id"]
 
@@ -123,13 +138,19 @@ def problem(suite: str, shape, world: int) -> dict:
     raise ValueError(f"unknown suite {suite!r}")
 
 
-def providers(suite: str, rows: int, chunks: list[int], symm_mem: bool) -> list[tuple[str, object]]:
+def providers(suite: str, rows: int, chunks: list[int], symm_mem: bool, ctas=(0,), carveout=(0,),
+              p2p: bool = False) -> list[tuple[str, object]]:
     """(provider, Config or None) in the order they run; plain first (the baseline)."""
     out: list[tuple[str, object]] = [("plain", None), ("comm_only", None), ("gemm_only", None),
                                      ("chunked_serial", co.Config(chunks=min(4, rows), comm_stream=False))]
     for c in chunks:
         if c <= rows:
-            out.append(("overlap", co.Config(chunks=c)))
+            for n in ctas:
+                for sms in carveout:
+                    out.append(("overlap", co.Config(chunks=c, comm_ctas=n, sm_carveout=sms)))
+            if p2p:  # copy-engine transfers through symmetric memory: no SMs, so no CTA cap
+                for sms in carveout:
+                    out.append(("overlap", co.Config(chunks=c, transport="p2p", sm_carveout=sms)))
     if suite == "ag_gemm":
         out.append(("overlap", co.Config(chunks=min(4, rows), local_first=False)))
     out.append(("overlap", co.Config(chunks=min(4, rows), gemm="mm")))
@@ -143,9 +164,13 @@ def plan(args, world: int) -> list[dict]:
     for suite in args.suites:
         for shape in args.shapes:
             p = problem(suite, shape, world)
-            for provider, cfg in providers(suite, p["rows"], args.chunks, args.symm_mem):
-                jobs.append({"suite": suite, "shape": shape_text(shape), "provider": provider,
-                             "config": config_json(cfg), **{k: p[k] for k in ("M", "N", "K")}})
+            for timer in args.timers:
+                for provider, cfg in providers(suite, p["rows"], args.chunks, args.symm_mem, args.comm_ctas,
+                                                              args.sm_carveout, args.p2p):
+                    if timer == "graph" and provider == "symm_mem":
+                        continue
+                    jobs.append({"suite": suite, "shape": shape_text(shape), "provider": provider,
+                                 "config": config_json(cfg), "timer": timer, **{k: p[k] for k in ("M", "N", "K")}})
     return jobs
 
 
@@ -174,7 +199,7 @@ def check_launch(world_size: int | None, gpus: int, environ=None) -> str | None:
 def make_row(job: dict, *, status: str, median_us=None, p20_us=None, p80_us=None, rel_err=None,
              error: str = "", env: dict) -> dict:
     ok = status == "ok"
-    return {**{k: job[k] for k in ("suite", "shape", "M", "N", "K", "provider", "config")},
+    return {**{k: job[k] for k in ("suite", "shape", "M", "N", "K", "provider", "config", "timer")},
             "dtype": env["dtype"], "status": status, "error": short_error(error),
             "median_us": median_us if ok else None, "p20_us": p20_us if ok else None,
             "p80_us": p80_us if ok else None, "speedup": None, "comm_fraction": None, "rel_err": rel_err,
@@ -184,10 +209,10 @@ def make_row(job: dict, *, status: str, median_us=None, p20_us=None, p80_us=None
 
 def derive(rows: list[dict]) -> list[dict]:
     """Fill speedup (plain median / this median) and comm_fraction (comm_only / (comm_only +
-    gemm_only)) per (suite, shape, dtype); the halves themselves get no speedup."""
+    gemm_only)) per (suite, shape, dtype, timer); the halves themselves get no speedup."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault((r["suite"], r["shape"], r["dtype"]), []).append(r)
+        groups.setdefault(_key(r), []).append(r)
     for grp in groups.values():
         t = {r["provider"]: r["median_us"] for r in grp if r["status"] == "ok" and r["provider"] in ("plain", "comm_only", "gemm_only")}
         frac = None
@@ -218,41 +243,54 @@ def write_csv(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+def _key(r: dict) -> tuple:
+    return r["suite"], r["shape"], r["dtype"], r.get("timer") or "eager"
+
+
 def summary(rows: list[dict]) -> str:
-    """Per suite and shape: plain, best overlap (config), symm_mem, comm_fraction; then the target."""
-    entries, hits, eligible = [], 0, 0
+    """Per suite, shape and timer: plain, best overlap (config), symm_mem, comm_fraction; then
+    the target, per timer."""
+    entries = []
+    hits: dict[str, list[int]] = {}
     keys = []
     for r in rows:
-        k = (r["suite"], r["shape"], r["dtype"])
+        k = _key(r)
         if k not in keys:
             keys.append(k)
+    symm = {(r["suite"], r["shape"], r["dtype"]): r["speedup"] for r in rows
+            if r["provider"] == "symm_mem" and r["status"] == "ok"}
     for k in keys:
-        grp = [r for r in rows if (r["suite"], r["shape"], r["dtype"]) == k and r["status"] == "ok"]
+        grp = [r for r in rows if _key(r) == k and r["status"] == "ok"]
         by = {}
         for r in grp:
             if r["provider"] not in by or r["median_us"] < by[r["provider"]]["median_us"]:
                 by[r["provider"]] = r
         best = by.get("overlap")
         frac = next((r["comm_fraction"] for r in grp if r["comm_fraction"] is not None), None)
-        e = {"suite": k[0], "shape": k[1], "dtype": k[2], "comm_fraction": frac,
+        e = {"suite": k[0], "shape": k[1], "dtype": k[2], "timer": k[3], "comm_fraction": frac,
              "plain_us": by.get("plain", {}).get("median_us"),
              "overlap_us": best["median_us"] if best else None,
              "best": _short_config(best["config"]) if best else "-",
              "speedup": best["speedup"] if best else None,
              "serial_x": by.get("chunked_serial", {}).get("speedup"),
-             "symm_x": by.get("symm_mem", {}).get("speedup")}
+             "symm_x": symm.get(k[:3]) if k[3] == "eager" else None}
         entries.append(e)
         if frac is not None and frac >= TARGET_COMM_FRACTION:
-            eligible += 1
-            hits += bool(e["speedup"] and e["speedup"] >= TARGET_SPEEDUP)
-    lines = [text_table(entries, [("suite", "suite"), ("shape", "TxHxF"), ("dtype", "dt"),
+            h = hits.setdefault(k[3], [0, 0])
+            h[1] += 1
+            h[0] += bool(e["speedup"] and e["speedup"] >= TARGET_SPEEDUP)
+    lines = [text_table(entries, [("suite", "suite"), ("shape", "TxHxF"), ("dtype", "dt"), ("timer", "timer"),
                                   ("comm_fraction", "comm frac", ".2f"), ("plain_us", "plain us", ".1f"),
                                   ("overlap_us", "overlap us", ".1f"), ("best", "best config"),
                                   ("speedup", "speedup", ".2f"), ("serial_x", "serial chunks x", ".2f"),
                                   ("symm_x", "symm_mem x", ".2f")]).rstrip()]
-    mark = "n/a " if not eligible else ("MET " if hits == eligible else "MISS")
-    lines.append(f"[{mark}] overlap >= {TARGET_SPEEDUP}x over plain where comm_fraction >= {TARGET_COMM_FRACTION}: "
-                 f"{hits}/{eligible} shapes")
+    if not hits:
+        lines.append(f"[n/a ] overlap >= {TARGET_SPEEDUP}x over plain where comm_fraction >= {TARGET_COMM_FRACTION}: "
+                     "no such shape")
+    for timer, (hit, eligible) in hits.items():
+        mark = "MET " if hit == eligible else "MISS"
+        lines.append(f"[{mark}] {timer}: overlap >= {TARGET_SPEEDUP}x over plain where comm_fraction >= "
+                     f"{TARGET_COMM_FRACTION}: {hit}/{eligible} shapes")
     bad = [r for r in rows if r["status"] != "ok"]
     if bad:
         lines.append("failed: " + "; ".join(f"{r['suite']} {r['shape']} {r['provider']} {r['status']}: {r['error'][:80]}" for r in bad[:6]))
@@ -266,8 +304,14 @@ def _short_config(text: str) -> str:
         return str(text)
     if c.get("use_symm_mem"):
         return "symm_mem"
+    if c.get("transport") == "p2p":
+        return (f"p2p chunks={c.get('chunks')}" + ("" if c.get("local_first", True) else " no-local-first")
+                + (" mm" if c.get("gemm", "bmm") == "mm" else "")
+                + (f" carve={c['sm_carveout']}" if c.get("sm_carveout") else ""))
     return (f"chunks={c.get('chunks')}" + ("" if c.get("local_first", True) else " no-local-first")
-            + (" mm" if c.get("gemm", "bmm") == "mm" else ""))
+            + (" mm" if c.get("gemm", "bmm") == "mm" else "")
+            + (f" ctas={c['comm_ctas']}" if c.get("comm_ctas") else "")
+            + (f" carve={c['sm_carveout']}" if c.get("sm_carveout") else ""))
 
 
 def parse_args(argv=None):
@@ -278,6 +322,14 @@ def parse_args(argv=None):
     ap.add_argument("--suites", default=",".join(SUITES), help="comma list of: " + ", ".join(SUITES))
     ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPES), help="input/output dtype (default bf16)")
     ap.add_argument("--chunks", default="2,4,8", help="chunk counts of the overlap provider (default 2,4,8)")
+    ap.add_argument("--comm-ctas", default="0,16", help="CTA caps of the overlap's NCCL collectives, 0 = NCCL's "
+                    "choice (default 0,16); crossed with --chunks")
+    ap.add_argument("--sm-carveout", default="0", help="SMs the overlap's GEMMs leave to the collective (cuBLAS SM "
+                    "count target), 0 = none (default 0; NCCL's ring takes 24 CTAs on 2 H200s: try 0,24); crossed with --chunks")
+    ap.add_argument("--no-p2p", dest="p2p", action="store_false",
+                    help="skip the overlap's copy-engine transport (transport=p2p, symmetric memory; on by default where "
+                    "symmetric memory may be used)")
+    ap.add_argument("--timers", default=None, help="comma list of: eager, graph (default both on cuda; eager on cpu)")
     ap.add_argument("--warmup", type=int, default=10, help="untimed iterations first (default 10)")
     ap.add_argument("--iters", type=int, default=50, help="timed iterations; the median is reported (default 50)")
     ap.add_argument("--trace", action="store_true", help="capture per-rank Kineto traces of plain and best overlap, and diagnose them")
@@ -288,6 +340,9 @@ def parse_args(argv=None):
     ap.add_argument("--out", type=Path, default=None, help="output folder (default: $OUT, else bench/results)")
     ap.add_argument("--csv-name", default="comm_overlap.csv")
     ap.add_argument("--dry-run", action="store_true", help="print the plan for --world-size ranks and exit (no GPU)")
+    ap.add_argument("--summarize", type=Path, default=None, metavar="CSV",
+                    help="print the summary table of a results CSV (its last run, or --run-id) and exit (no GPU)")
+    ap.add_argument("--run-id", default=None, help="with --summarize: the run to summarize")
     ap.add_argument("--world-size", type=int, default=None, help="ranks assumed by --dry-run (default $WORLD_SIZE or 2)")
     ap.add_argument("--pg-timeout-s", type=float, default=180.0,
                     help="process-group timeout: a hung collective fails after this long (default 180)")
@@ -308,11 +363,30 @@ def parse_args(argv=None):
         ap.error("--chunks wants a comma list of integers")
     if not args.chunks or min(args.chunks) < 1:
         ap.error("--chunks wants positive integers")
+    try:
+        args.comm_ctas = sorted({int(c) for c in args.comm_ctas.split(",") if c.strip()})
+    except ValueError:
+        ap.error("--comm-ctas wants a comma list of integers")
+    if not args.comm_ctas or min(args.comm_ctas) < 0:
+        ap.error("--comm-ctas wants integers >= 0")
+    try:
+        args.sm_carveout = sorted({int(c) for c in args.sm_carveout.split(",") if c.strip()})
+    except ValueError:
+        ap.error("--sm-carveout wants a comma list of integers")
+    if not args.sm_carveout or min(args.sm_carveout) < 0:
+        ap.error("--sm-carveout wants integers >= 0")
+    default_timers = TIMERS if args.device == "cuda" else ("eager",)
+    args.timers = [t.strip() for t in args.timers.split(",") if t.strip()] if args.timers else list(default_timers)
+    if not args.timers or any(t not in TIMERS for t in args.timers):
+        ap.error(f"--timers: choose from {', '.join(TIMERS)}")
+    if args.device == "cpu" and "graph" in args.timers:
+        ap.error("--timers graph needs --device cuda (CUDA graphs)")
     if args.warmup < 0 or args.iters < 1 or args.trace_iters < 1:
         ap.error("--warmup >= 0, --iters >= 1 and --trace-iters >= 1")
     if args.quick:
         args.shapes = args.shapes or QUICK_SHAPES
-        args.chunks, args.iters, args.warmup = [4], min(args.iters, 20), min(args.warmup, 5)
+        args.chunks, args.comm_ctas, args.sm_carveout = [4], args.comm_ctas[:1], args.sm_carveout[:1]
+        args.iters, args.warmup = min(args.iters, 20), min(args.warmup, 5)
     args.shapes = args.shapes or DEFAULT_SHAPES
     if args.out is None:
         args.out = Path(os.environ["OUT"]) if os.environ.get("OUT") else HERE / "results"
@@ -374,6 +448,25 @@ def _callable(suite, provider, cfg, t, group):
     if provider == "gemm_only":
         return lambda out=None: torch.mm(a, w)
     return lambda out=None: co.matmul_reduce_scatter(a, w, cfg, group=group, out=out)
+
+
+def _timed_and_checked(fn, timer):
+    """(timed, checked) callables of one provider under a timer. eager: fn itself (checked
+    writes into a caller's poisoned buffer). graph: fn captured once into a CUDA graph;
+    timed replays it, checked poisons the graph's own output, replays, and returns it."""
+    import torch
+
+    if timer == "eager":
+        return fn, fn
+    replay, static = co.capture_graph(lambda: fn())
+
+    def checked(_out=None):
+        if isinstance(static, torch.Tensor):
+            static.fill_(float("nan"))
+        replay()
+        return static
+
+    return (lambda out=None: replay()), checked
 
 
 def _time(fn, warmup, iters, group, device):
@@ -444,48 +537,65 @@ def run_shape(args, suite, shape, env, group, log) -> list[dict]:
     plain_err = _max_over_ranks(_rel_err(ref, _callable(suite, "plain", None, t32, group)()), group, device)
     del t32
     rows = []
-    for provider, cfg in providers(suite, p["rows"], args.chunks, args.symm_mem and env["symm_mem_ok"]):
-        job = {"suite": suite, "shape": shape_text(shape), "provider": provider, "config": config_json(cfg),
-               **{k: p[k] for k in ("M", "N", "K")}}
-        try:
-            fn = _callable(suite, provider, cfg, t, group)
-            err = None
-            if provider == "plain":
-                err = plain_err
-            elif provider not in ("comm_only", "gemm_only"):
-                out = torch.full(p["out"], float("nan"), dtype=dtype, device=device)  # poisoned
-                res = fn(out)
+    for timer in args.timers:
+        for provider, cfg in providers(suite, p["rows"], args.chunks, args.symm_mem and env["symm_mem_ok"],
+                                       args.comm_ctas, args.sm_carveout, args.p2p and env["symm_mem_ok"]):
+            if timer == "graph" and provider == "symm_mem":
+                continue  # torch's fused op is not captured here: eager rows only
+            job = {"suite": suite, "shape": shape_text(shape), "provider": provider, "config": config_json(cfg),
+                   "timer": timer, **{k: p[k] for k in ("M", "N", "K")}}
+            label = f"{suite} {job['shape']} [{timer}] {provider} {_short_config(job['config']) if cfg else ''}"
+            try:
+                fn, checked = _timed_and_checked(_callable(suite, provider, cfg, t, group), timer)
+                err = None
+                if provider == "plain" and timer == "eager":
+                    err = plain_err
+                elif provider not in ("comm_only", "gemm_only"):
+                    out = torch.full(p["out"], float("nan"), dtype=dtype, device=device)  # poisoned
+                    res = checked(out)
+                    _sync(device)
+                    err = _max_over_ranks(_rel_err(res, ref), group, device)
+                    del out, res
+                if err is not None and not err <= TOLERANCE[args.dtype]:
+                    rows.append(make_row(job, status="wrong", rel_err=err,
+                                         error=f"rel err {err:.2e} > {TOLERANCE[args.dtype]:.0e}", env=env))
+                    log(f"{label}: WRONG (rel err {err:.2e})")
+                    continue
+                med, p20, p80 = _time(fn, args.warmup, args.iters, group, device)
+                rows.append(make_row(job, status="ok", median_us=med, p20_us=p20, p80_us=p80, rel_err=err, env=env))
+                log(f"{label}: {med:.1f} us")
+            except Exception as exc:  # keep going: one failing provider must not lose the others' rows
+                rows.append(make_row(job, status="error", error=f"{type(exc).__name__}: {exc}", env=env))
+                log(f"{label}: {type(exc).__name__}: {exc}")
                 _sync(device)
-                err = _max_over_ranks(_rel_err(res, ref), group, device)
-                del out, res
-            if err is not None and not err <= TOLERANCE[args.dtype]:
-                rows.append(make_row(job, status="wrong", rel_err=err, error=f"rel err {err:.2e} > {TOLERANCE[args.dtype]:.0e}", env=env))
-                log(f"{suite} {job['shape']} {provider}: WRONG (rel err {err:.2e})")
-                continue
-            med, p20, p80 = _time(fn, args.warmup, args.iters, group, device)
-            rows.append(make_row(job, status="ok", median_us=med, p20_us=p20, p80_us=p80, rel_err=err, env=env))
-            log(f"{suite} {job['shape']} {provider} {_short_config(job['config']) if cfg else ''}: {med:.1f} us")
-        except Exception as exc:  # keep going: one failing provider must not lose the others' rows
-            rows.append(make_row(job, status="error", error=f"{type(exc).__name__}: {exc}", env=env))
-            log(f"{suite} {job['shape']} {provider}: {type(exc).__name__}: {exc}")
-            _sync(device)
-            dist.barrier(group=group)
+                dist.barrier(group=group)
+            finally:
+                fn = checked = None  # a captured graph's memory goes back before the next provider
     return derive(rows)
 
 
-def trace_picks(rows: list[dict], suite: str) -> tuple[str, list[tuple[str, object]]] | None:
-    """The most comm-heavy shape of a suite, and what to trace there: plain and the fastest
-    overlap config."""
+def trace_picks(rows: list[dict], suite: str) -> tuple[str, str, list[tuple[str, object]]] | None:
+    """Where to trace a suite: (shape, timer, [plain, the fastest overlap config there]).
+
+    The shape and timer where an overlap config beat plain by the largest factor among
+    shapes with comm_fraction >= TARGET_COMM_FRACTION (the case the schedule is for); when
+    no shape qualifies, the most comm-heavy shape under the first timer measured."""
     ok = [r for r in rows if r["suite"] == suite and r["status"] == "ok" and r["comm_fraction"] is not None]
     if not ok:
         return None
-    shape = max(ok, key=lambda r: (r["comm_fraction"], r["shape"]))["shape"]
+    won = [r for r in ok if r["provider"] == "overlap" and r["speedup"] and r["comm_fraction"] >= TARGET_COMM_FRACTION]
+    if won:
+        top = max(won, key=lambda r: (r["speedup"], r["shape"]))
+        shape, timer = top["shape"], top.get("timer") or "eager"
+    else:
+        top = max(ok, key=lambda r: (r["comm_fraction"], r["shape"]))
+        shape, timer = top["shape"], ok[0].get("timer") or "eager"
     picks: list[tuple[str, object]] = [("plain", None)]
-    cands = [r for r in ok if r["shape"] == shape and r["provider"] == "overlap"]
+    cands = [r for r in ok if r["shape"] == shape and (r.get("timer") or "eager") == timer and r["provider"] == "overlap"]
     if cands:
         best = min(cands, key=lambda r: r["median_us"])
         picks.append(("overlap", co.Config(**json.loads(best["config"]))))
-    return shape, picks
+    return shape, timer, picks
 
 
 def capture_traces(args, rows, env, group, log) -> list[dict]:
@@ -502,16 +612,16 @@ def capture_traces(args, rows, env, group, log) -> list[dict]:
         pick = trace_picks(rows, suite)
         if pick is None:
             continue
-        shape_t, picks = pick
+        shape_t, timer, picks = pick
         p = problem(suite, parse_shape(shape_t), world)
         t = _inputs(p, getattr(torch, DTYPES[args.dtype]), device, seed=7 + rank)
         for provider, cfg in picks:
-            fn = _callable(suite, provider, cfg, t, group)
+            fn, _ = _timed_and_checked(_callable(suite, provider, cfg, t, group), timer)
             for _ in range(3):
                 fn()
             _sync(device)
             dist.barrier(group=group)
-            d = args.out / "traces" / f"{suite}_{shape_t}_{provider}"
+            d = args.out / "traces" / f"{suite}_{shape_t}_{timer}_{provider}"
             d.mkdir(parents=True, exist_ok=True)
             with profile(activities=activities, record_shapes=True) as prof:
                 for _ in range(args.trace_iters):
@@ -525,7 +635,7 @@ def capture_traces(args, rows, env, group, log) -> list[dict]:
             raw.unlink()
             dist.barrier(group=group)
             if rank == 0:
-                reports.append(diagnose_dir(d, suite, shape_t, provider, cfg, log))
+                reports.append(diagnose_dir(d, suite, shape_t, provider, cfg, log) | {"timer": timer})
     return reports
 
 
@@ -549,8 +659,31 @@ def diagnose_dir(d: Path, suite: str, shape: str, provider: str, cfg, log) -> di
     return rec
 
 
+def read_rows(path: Path, run_id: str | None = None) -> list[dict]:
+    """Rows of one run of a results CSV (the last run when run_id is None), numbers parsed."""
+    with Path(path).open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        raise SystemExit(f"{path}: no rows")
+    run_id = run_id or rows[-1]["run_id"]
+    rows = [r for r in rows if r["run_id"] == run_id]
+    if not rows:
+        raise SystemExit(f"{path}: no rows of run {run_id!r}")
+    for r in rows:
+        for k in ("median_us", "p20_us", "p80_us", "speedup", "comm_fraction", "rel_err"):
+            r[k] = float(r[k]) if r.get(k) not in (None, "") else None
+        r["timer"] = r.get("timer") or "eager"
+    return rows
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.summarize:
+        rows = read_rows(args.summarize, args.run_id)
+        r0 = rows[0]
+        print(f"run {r0['run_id']}: {r0['world_size']} x {r0['device']}, torch {r0['torch']}, {r0['date']}")
+        print(summary(rows), end="")
+        return 0
     if args.dry_run:
         jobs = plan(args, args.world_size)
         for j in jobs:

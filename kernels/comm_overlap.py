@@ -42,6 +42,26 @@ What
     Partial buffers read by a reduce-scatter are handed to the caching allocator with
     `record_stream`, so their memory is not reused before the collective has read it.
 
+    Transports (`transport`): "nccl" runs each chunk's collective as a NCCL kernel on the
+    communication stream. That kernel holds SMs (24 CTAs for the ring on 2 H200s) while the
+    chunk GEMMs run, and cuBLAS's persistent GEMMs, sized to every SM, then run a second
+    partial wave: measured on 2 H200s, chunk GEMMs ran 1.9-2.7x slower beside the NCCL kernel
+    (capping NCCL at 16 CTAs, `comm_ctas`, or leaving SMs free with `sm_carveout` did not
+    recover it). "p2p" moves the bytes with copy-engine copies from the peers' symmetric-
+    memory buffers over NVLink (cudaMemcpy: no SMs), ordered across GPUs by barrier kernels
+    of torch's symmetric memory: all_gather_matmul publishes the own rows, barriers once,
+    then copies every chunk of every peer while the GEMMs run; matmul_reduce_scatter
+    computes the partials for the other ranks' blocks first (a barrier kernel between two
+    GEMMs marks each chunk written), copies the peers' partials of its own block while the
+    next chunk computes, and runs its own block's GEMM last as `A_own @ W + received` (cuBLAS
+    adds the received partials in its epilogue), which hides the last chunk's copy. Needs
+    CUDA, symmetric memory and NVLink multicast off (symm_mem_status).
+
+    Host cost: a chunked schedule issues several ops and collectives per chunk. Where the
+    host is slower than the GPU (measured: the lent 2-GPU machine), every op waits for its
+    launch and nothing overlaps; capture the step once with capture_graph() (a CUDA graph:
+    NCCL collectives, copies, barriers and side streams included) and replay it.
+
     With `use_symm_mem`, PyTorch's fused ops do the same job with symmetric memory
     (torch.ops.symm_mem.fused_all_gather_matmul / fused_matmul_reduce_scatter: one chunk
     per rank, peer copies through NVLink P2P instead of NCCL kernels), when available and
@@ -57,6 +77,11 @@ When it wins
     collective is tiny (decomposition overhead: more, smaller kernels) or when the GEMM
     chunks fall below a wave of tiles. Time spent waiting for a slower rank is not hidden
     by any of this (advisor reports it as wait_ns).
+    Measured (2 H200s over NVLink, bf16, CUDA graphs, bench/bench_comm_overlap.py, see
+    bench/COMM_OVERLAP.md): transport="p2p" with 2 chunks beat the unoverlapped sequence by
+    1.22-1.69x on all 12 suite shapes where communication is >= a quarter of the step; the
+    NCCL transport by 0.95-1.26x. Replayed eagerly on that machine's slow host, most shapes
+    lose (0.36-1.33x): graph-capture the step.
 
 Caveats
     - NCCL kernels occupy SMs (a few CTAs each) while the GEMM runs: a chunked GEMM can be a
@@ -147,6 +172,14 @@ class Config:
     gemm: str = "bmm"  # "bmm": one batched GEMM per chunk over the ranks' row blocks (strided
     #                    views, weights broadcast with batch stride 0); "mm": one GEMM per rank
     #                    block, every operand and output contiguous (more launches, no layout risk)
+    comm_ctas: int = 0  # NCCL: at most this many CTAs (SMs) per collective, leaving the rest to
+    #                     the concurrent GEMM (a second communicator over the same ranks); 0: NCCL's choice
+    transport: str = "nccl"  # "nccl": chunked NCCL collectives (kernels: they take SMs from the
+    #                          GEMM); "p2p": copy-engine copies from the peers' symmetric-memory
+    #                          buffers over NVLink (no SMs for the transfer; CUDA + symm_mem only)
+    sm_carveout: int = 0  # SMs the chunked GEMMs leave free for the concurrent collective (cuBLAS
+    #                       SM count target): a GEMM sized to every SM otherwise runs the tiles of
+    #                       the SMs the collective holds in a second wave; 0: the GEMM takes all SMs
 
     def __post_init__(self):
         if not isinstance(self.chunks, int) or isinstance(self.chunks, bool) or self.chunks < 1:
@@ -156,24 +189,33 @@ class Config:
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.gemm not in ("bmm", "mm"):
             raise ValueError(f"gemm must be 'bmm' or 'mm', got {self.gemm!r}")
+        if self.transport not in ("nccl", "p2p"):
+            raise ValueError(f"transport must be 'nccl' or 'p2p', got {self.transport!r}")
+        for name in ("comm_ctas", "sm_carveout"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
 
 
 def default_config(rows: int) -> Config:
-    """Four chunks (rows permitting): on an H200, chunks of >= 512 rows keep cuBLAS near its
-    full-size throughput, and the exposed remainder is a quarter of one collective at most."""
-    return Config(chunks=max(1, min(4, rows)))
+    """Two chunks (rows permitting), NCCL transport (it runs anywhere, gloo included): 2 chunks
+    were fastest in 11 of the 12 comm-heavy suite rows on 2 H200s (p2p, graphed), each chunk
+    costing a signal and smaller GEMMs. On NVLink GPUs, transport="p2p" is the faster one."""
+    return Config(chunks=max(1, min(2, rows)))
 
 
 def search_space(rows: int, symm_mem: bool = False) -> list[Config]:
     """Candidates for the benchmark: chunk counts 2/4/8 (rows permitting), the ablations, and
-    the symmetric-memory fused op when it may be used."""
+    where symmetric memory may be used, the p2p transport at each chunk count and the
+    symmetric-memory fused op."""
     out = []
-    for c in (2, 4, 8):
-        if c <= rows:
-            out.append(Config(chunks=c))
+    counts = [c for c in (2, 4, 8) if c <= rows]
+    for c in counts:
+        out.append(Config(chunks=c))
     out.append(Config(chunks=min(4, rows), local_first=False))
     out.append(Config(chunks=min(4, rows), gemm="mm"))
     if symm_mem:
+        out += [Config(chunks=c, transport="p2p") for c in counts]
         out.append(Config(use_symm_mem=True))
     return out
 
@@ -258,6 +300,75 @@ def _on(stream):
     return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
 
 
+_CTA_GROUPS: dict[tuple, object] = {}
+
+
+def comm_group(group, max_ctas: int):
+    """The group to run the chunked collectives on: `group` itself, or (max_ctas > 0, NCCL) a
+    second communicator over the same ranks whose collectives use at most `max_ctas` CTAs.
+
+    Why: a NCCL collective running next to a GEMM takes SMs from it (up to one CTA per
+    channel), and a persistent GEMM sized to every SM then runs part of its tiles in a second
+    wave. Capping the collective's CTAs trades link bandwidth for GEMM throughput.
+    Creating it is collective (every rank of `group` calls this in the same order, as the
+    SPMD schedules do); it is made once per (group, max_ctas) and cached."""
+    if not max_ctas or dist.get_backend(group) != "nccl":
+        return group  # gloo has no CTAs to cap
+    key = (group.group_name, int(max_ctas))
+    g = _CTA_GROUPS.get(key)
+    if g is None:
+        opts = dist.ProcessGroupNCCL.Options()
+        opts.config.max_ctas = int(max_ctas)
+        opts.config.min_ctas = 1
+        g = _CTA_GROUPS[key] = dist.new_group(dist.get_process_group_ranks(group), backend="nccl", pg_options=opts)
+    return g
+
+
+@contextlib.contextmanager
+def sm_carveout(device: torch.device, sms: int):
+    """cuBLAS GEMMs issued inside leave `sms` SMs unused (PyTorch's SM carveout, which sets
+    cuBLAS's SM count target), so that a collective running beside them keeps its SMs
+    without pushing part of the GEMM into a second wave. No-op for sms=0 or on the CPU.
+    Under CUDA-graph capture the choice is baked into the captured kernels."""
+    if not sms or torch.device(device).type != "cuda":
+        yield
+        return
+    get = getattr(torch._C, "_get_sm_carveout_experimental", None)
+    put = getattr(torch._C, "_set_sm_carveout_experimental", None)
+    if get is None or put is None:
+        raise RuntimeError(f"sm_carveout={sms} needs torch._C._set_sm_carveout_experimental "
+                           f"(not in torch {torch.__version__}); use sm_carveout=0")
+    before = get()
+    put(int(sms))
+    try:
+        yield
+    finally:
+        put(before)
+
+
+def capture_graph(fn, *, warmup: int = 2):
+    """Capture `fn()` (every stream it forks, NCCL collectives included) into a CUDA graph.
+
+    Returns (replay, out): `replay()` re-runs the captured work on the current stream with
+    no per-op host cost, and `out` is the tensor fn returned at capture, which each replay
+    rewrites in place. Why: a chunked schedule issues several ops and collectives per chunk;
+    on a slow host the GPU then waits for the launches and nothing overlaps (advisor flags
+    this as gpu_idle). Inputs must stay where they are (graphs read fixed addresses).
+    The warm-up runs first on a side stream (NCCL communicators, cuBLAS handles and
+    workspaces exist before capture, as CUDA graphs require)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return graph.replay, out
+
+
 def symm_mem_status(device: torch.device, group=None) -> tuple[bool, str]:
     """(usable, reason): may the symmetric-memory fused ops run here?"""
     if not multicast_disabled():
@@ -292,6 +403,33 @@ def _symm_group_name(group, device) -> str:
     return name
 
 
+_SYMM_BUFFERS: dict[tuple, tuple] = {}
+
+
+def _symm_buffer(tag: str, shape, dtype, device, group):
+    """(tensor, handle): a symmetric-memory buffer of `shape` on every rank of `group`, made
+    once per (tag, shape, dtype, device, group) and kept (rendezvous is collective and slow;
+    CUDA-graph capture needs it to exist before capture)."""
+    device = torch.device(device)
+    key = (tag, tuple(shape), dtype, device.index, group.group_name)
+    hit = _SYMM_BUFFERS.get(key)
+    if hit is None:
+        _symm_group_name(group, device)  # refuses when symmetric memory may not be used here
+        from torch.distributed import _symmetric_memory as symm
+
+        t = symm.empty(tuple(shape), dtype=dtype, device=device)
+        hit = _SYMM_BUFFERS[key] = (t, symm.rendezvous(t, group))
+    return hit
+
+
+def _p2p_streams(device, what: str):
+    if torch.device(device).type != "cuda":
+        raise RuntimeError(f"{what}: transport='p2p' copies between GPUs through symmetric memory; "
+                           "these tensors are not on a GPU (use transport='nccl')")
+    cur, comm = _streams(torch.device(device), True)
+    return cur, comm
+
+
 # --------------------------------------------------------------------------------------------
 # all-gather + GEMM
 # --------------------------------------------------------------------------------------------
@@ -322,8 +460,14 @@ def all_gather_matmul(x: torch.Tensor, w: torch.Tensor, config: Config | None = 
         _, outs = torch.ops.symm_mem.fused_all_gather_matmul(x.contiguous(), [w], 0, name)
         return y.copy_(outs[0]) if out is not None else outs[0]
     x = x.contiguous()
-    y3 = y.view(world, m, N)
     bounds = chunk_bounds(m, config.chunks)
+    if config.transport == "p2p":
+        views, events, cur = _gather_p2p(x, bounds, g, world, rank, config.local_first)
+        with sm_carveout(x.device, config.sm_carveout):
+            _gather_gemms(x, w, y, views, bounds, events, cur, config, world, rank)
+        cur.wait_stream(_streams(x.device, True)[1])  # the closing barrier: peers are done reading
+        return y
+    cg = comm_group(g, config.comm_ctas)
     bufs = [torch.empty((world * r, K), dtype=x.dtype, device=x.device) for _, r in bounds]
     cur, comm = _streams(x.device, config.comm_stream)
     side = comm is not None and comm is not cur
@@ -332,14 +476,51 @@ def all_gather_matmul(x: torch.Tensor, w: torch.Tensor, config: Config | None = 
     events = []
     for (o, r), buf in zip(bounds, bufs):
         with _on(comm):
-            _all_gather(buf, x[o:o + r], group=g)
+            _all_gather(buf, x[o:o + r], group=cg)
             events.append(comm.record_event() if side else None)
+    views = [buf.view(world, r, K) for buf, (_, r) in zip(bufs, bounds)]
+    with sm_carveout(x.device, config.sm_carveout):
+        _gather_gemms(x, w, y, views, bounds, events, cur, config, world, rank)
+    return y
+
+
+def _gather_p2p(x, bounds, g, world, rank, local_first):
+    """Chunked all-gather by copy engine: every rank publishes its rows in a symmetric buffer;
+    on the communication stream, after a barrier (all published), chunk c's rows of every
+    peer are copied (cudaMemcpy over NVLink: no SMs) into a gathered buffer and an event marks
+    the chunk (and the own rows too, unless local_first computes them from x); a closing
+    barrier (all peers done reading) guards the buffer's next use. Returns ((world, r, K) views per chunk, events, caller's stream)."""
+    m, K = x.shape
+    cur, comm = _p2p_streams(x.device, "all_gather_matmul")
+    shard, h = _symm_buffer("all_gather", (m, K), x.dtype, x.device, g)
+    full = torch.empty((world, m, K), dtype=x.dtype, device=x.device)
+    shard.copy_(x)  # publish (caller's stream: ordered after x is ready)
+    comm.wait_stream(cur)
+    events = []
+    with torch.cuda.stream(comm):
+        h.barrier(channel=0)
+        peers = {q: h.get_buffer(q, (m, K), x.dtype) for q in range(world) if q != rank}
+        for o, r in bounds:
+            for step in range(1 if local_first else 0, world):  # from the next rank on: peers
+                q = (rank + step) % world                           # do not all read one rank
+                full[q, o:o + r].copy_(x[o:o + r] if q == rank else peers[q][o:o + r])
+            events.append(comm.record_event())
+        h.barrier(channel=1)
+    full.record_stream(comm)
+    return [full[:, o:o + r] for o, r in bounds], events, cur
+
+
+def _gather_gemms(x, w, y, views, bounds, events, cur, config, world, rank):
+    """all_gather_matmul's GEMMs on the caller's stream, each after its chunk's event; views[c]
+    is chunk c's gathered rows as (world, r, K)."""
+    m, K = x.shape
+    N = w.shape[1]
+    y3 = y.view(world, m, N)
     if config.local_first:  # own rows need no communication: compute them while chunk 0 arrives
         torch.mm(x, w, out=y[rank * m:(rank + 1) * m])
-    for (o, r), buf, ev in zip(bounds, bufs, events):
+    for (o, r), b3, ev in zip(bounds, views, events):
         if ev is not None:
             cur.wait_event(ev)
-        b3 = buf.view(world, r, K)
         spans = ((0, rank), (rank + 1, world)) if config.local_first else ((0, world),)
         for lo, hi in spans:
             if hi <= lo:
@@ -349,7 +530,6 @@ def all_gather_matmul(x: torch.Tensor, w: torch.Tensor, config: Config | None = 
             else:
                 for q in range(lo, hi):  # rows o..o+r of rank q's block: contiguous in y
                     torch.mm(b3[q], w, out=y[q * m + o:q * m + o + r])
-    return y
 
 
 # --------------------------------------------------------------------------------------------
@@ -375,7 +555,7 @@ def matmul_reduce_scatter(a: torch.Tensor, w: torch.Tensor, config: Config | Non
 
     a: (M, K_r), w: (K_r, N), M divisible by the world size W. Returns this rank's (M/W, N)
     block of the sum over ranks, in `out` when given."""
-    g, world, _ = _group(group)
+    g, world, rank = _group(group)
     M, N, K = _check(a, w, "matmul_reduce_scatter")
     if M % world:
         raise ValueError(f"matmul_reduce_scatter: M={M} is not divisible by the world size {world}")
@@ -387,26 +567,76 @@ def matmul_reduce_scatter(a: torch.Tensor, w: torch.Tensor, config: Config | Non
         res = torch.ops.symm_mem.fused_matmul_reduce_scatter(a.contiguous(), w, "sum", 0, name)
         return y.copy_(res) if out is not None else res
     a3 = a.contiguous().view(world, mo, K)
+    if config.transport == "p2p":
+        return _matmul_reduce_scatter_p2p(a3, w, y, config, g, world, rank)
+    cg = comm_group(g, config.comm_ctas)
     cur, comm = _streams(a.device, config.comm_stream)
     side = comm is not None and comm is not cur
     if side:
         comm.wait_stream(cur)  # y is ready before the side stream writes it
     for o, r in chunk_bounds(mo, config.chunks):
         part = torch.empty((world, r, N), dtype=a.dtype, device=a.device)
-        if config.gemm == "bmm":  # rows o..o+r of every rank's block, one batched GEMM
-            torch.bmm(a3[:, o:o + r], w.expand(world, K, N), out=part)
-        else:
-            for q in range(world):
-                torch.mm(a3[q, o:o + r], w, out=part[q])
+        with sm_carveout(a.device, config.sm_carveout):
+            if config.gemm == "bmm":  # rows o..o+r of every rank's block, one batched GEMM
+                torch.bmm(a3[:, o:o + r], w.expand(world, K, N), out=part)
+            else:
+                for q in range(world):
+                    torch.mm(a3[q, o:o + r], w, out=part[q])
         ev = cur.record_event() if side else None
         with _on(comm):
             if ev is not None:
                 comm.wait_event(ev)
-            _reduce_scatter(y[o:o + r], part.view(world * r, N), group=g)
+            _reduce_scatter(y[o:o + r], part.view(world * r, N), group=cg)
         if side:
             part.record_stream(comm)  # freed below while the collective may still read it
     if side:
         cur.wait_stream(comm)  # the result is ready on the caller's stream
+    return y
+
+
+def _matmul_reduce_scatter_p2p(a3, w, y, config, g, world, rank):
+    """Chunked reduce-scatter by copy engine, own block last.
+
+    Chunk c's GEMM computes this rank's partial rows [o, o+r) of every *other* rank's block
+    into a symmetric buffer, then a barrier kernel on the caller's stream (between two GEMMs,
+    so it finds a free SM) marks every rank's chunk c as written. The communication stream
+    copies the peers' partials of this rank's block for chunk c (cudaMemcpy over NVLink: no
+    SMs) while the next chunk computes. The own block's GEMM needs no communication and runs
+    last, chunk by chunk, as `y = A_own @ W + (sum of the peers' partials)` (cuBLAS adds the
+    received partials in its epilogue, fp32, one rounding): it hides the last chunk's copy.
+    A closing barrier (every rank's copies done) guards the buffer's next use."""
+    _, mo, K = a3.shape
+    N = w.shape[1]
+    cur, comm = _p2p_streams(a3.device, "matmul_reduce_scatter")
+    part, h = _symm_buffer("reduce_scatter", (world, mo, N), a3.dtype, a3.device, g)
+    peers = [(rank + step) % world for step in range(1, world)]  # from the next rank on
+    bufs = {q: h.get_buffer(q, (world, mo, N), a3.dtype) for q in peers}
+    recv = torch.empty((world - 1, mo, N), dtype=a3.dtype, device=a3.device)
+    comm.wait_stream(cur)  # recv exists before the communication stream writes it
+    spans = [(lo, hi) for lo, hi in ((0, rank), (rank + 1, world)) if hi > lo]
+    bounds = chunk_bounds(mo, config.chunks)
+    copied = []
+    with sm_carveout(a3.device, config.sm_carveout):
+        for o, r in bounds:
+            for lo, hi in spans:  # partials for the other ranks' blocks
+                if config.gemm == "bmm":
+                    torch.bmm(a3[lo:hi, o:o + r], w.expand(hi - lo, K, N), out=part[lo:hi, o:o + r])
+                else:
+                    for q in range(lo, hi):
+                        torch.mm(a3[q, o:o + r], w, out=part[q, o:o + r])
+            h.barrier(channel=0)  # every rank's chunk c partials are written
+            ev = cur.record_event()
+            with torch.cuda.stream(comm):
+                comm.wait_event(ev)
+                for i, q in enumerate(peers):
+                    recv[i, o:o + r].copy_(bufs[q][rank, o:o + r])
+                copied.append(comm.record_event())
+        for (o, r), ev in zip(bounds, copied):  # own block last: y = A_own @ W + received
+            cur.wait_event(ev)
+            acc = recv[0, o:o + r] if world == 2 else torch.sum(recv[:, o:o + r], dim=0)
+            torch.addmm(acc, a3[rank, o:o + r], w, out=y[o:o + r])
+    h.barrier(channel=1)  # every rank has copied its partials: the buffer may be rewritten
+    recv.record_stream(comm)
     return y
 
 

@@ -71,7 +71,17 @@ def test_providers_and_plan():
     assert rs[-1][1] == bench.co.Config(chunks=3, gemm="mm")
     args = bench.parse_args(["--quick", "--no-symm-mem"])
     jobs = bench.plan(args, 8)
-    assert len(jobs) == 2 * 2 * 7 - 2  # gemm_rs has no no-local-first row
+    assert len(jobs) == 2 * (2 * 2 * 8 - 2)  # two timers; gemm_rs has no no-local-first row
+    assert len(bench.plan(bench.parse_args(["--quick", "--no-symm-mem", "--no-p2p"]), 8)) == 2 * (2 * 2 * 7 - 2)
+    p2p = [c for p, c in bench.providers("ag_gemm", 64, [2, 4], symm_mem=False, p2p=True) if p == "overlap"]
+    assert [(c.chunks, c.transport) for c in p2p if c.transport == "p2p"] == [(2, "p2p"), (4, "p2p")]
+    assert {j["timer"] for j in jobs} == {"eager", "graph"}
+    # chunks x comm_ctas; symm_mem rows are eager only
+    cfgs = [c for p, c in bench.providers("gemm_rs", 64, [2, 4], symm_mem=True, ctas=[0, 16]) if p == "overlap"]
+    assert [(c.chunks, c.comm_ctas) for c in cfgs] == [(2, 0), (2, 16), (4, 0), (4, 16), (4, 0)]
+    jobs = bench.plan(bench.parse_args(["--quick"]), 2)
+    assert not [j for j in jobs if j["timer"] == "graph" and j["provider"] == "symm_mem"]
+    assert [j for j in jobs if j["timer"] == "eager" and j["provider"] == "symm_mem"]
     assert {j["shape"] for j in jobs} == {"8192x4096x4096", "16384x8192x8192"}
 
 
@@ -94,9 +104,9 @@ def test_main_fails_clearly_without_gpus(monkeypatch, capsys):
     assert "bench_comm_overlap: needs 2 or more GPUs, this machine has 0" in err
 
 
-def _row(suite, shape, provider, us, config="", status="ok"):
+def _row(suite, shape, provider, us, config="", status="ok", timer="eager"):
     return {"suite": suite, "shape": shape, "M": 1, "N": 1, "K": 1, "dtype": "bf16", "provider": provider,
-            "config": config, "status": status, "error": "" if status == "ok" else "boom", "median_us": us,
+            "config": config, "timer": timer, "status": status, "error": "" if status == "ok" else "boom", "median_us": us,
             "p20_us": us, "p80_us": us, "speedup": None, "comm_fraction": None, "rel_err": 0.0, "world_size": 2,
             "device": "test", "date": "2026-11-29T00:00:00Z", "torch": "x", "run_id": "r"}
 
@@ -127,7 +137,7 @@ def test_derive_and_summary():
     ag = next(line for line in lines if line.startswith("ag_gemm"))
     assert "0.30" in ag and "1.25" in ag and "chunks=4" in ag and "800.0" in ag
     # only ag_gemm has comm_fraction >= 0.25, and it reaches 1.2x
-    assert "[MET ] overlap >= 1.2x over plain where comm_fraction >= 0.25: 1/1 shapes" in text
+    assert "[MET ] eager: overlap >= 1.2x over plain where comm_fraction >= 0.25: 1/1 shapes" in text
     assert lines[-1].startswith("failed: gemm_rs B symm_mem error")
     rows[3]["speedup"] = 1.1
     rows[4]["speedup"] = 1.05
@@ -151,9 +161,20 @@ def test_write_csv(tmp_path):
 
 
 def test_trace_picks():
-    shape, picks = bench.trace_picks(_rows(), "ag_gemm")
-    assert shape == "A" and picks[0] == ("plain", None) and picks[1] == ("overlap", bench.co.Config(chunks=4))
+    shape, timer, picks = bench.trace_picks(_rows(), "ag_gemm")
+    assert (shape, timer) == ("A", "eager") and picks == [("plain", None), ("overlap", bench.co.Config(chunks=4))]
     assert bench.trace_picks(_rows(), "nope") is None
+    # gemm_rs: no shape reaches comm_fraction 0.25, so its most comm-heavy shape is traced
+    assert bench.trace_picks(_rows(), "gemm_rs")[:2] == ("B", "eager")
+    # the eligible shape and timer where overlap won most, not the most comm-heavy shape
+    c2 = json.dumps({"chunks": 2, "comm_ctas": 16})
+    rows = _rows() + [_row("ag_gemm", s, p, us, c2 if p == "overlap" else "", timer="graph")
+                      for s, p, us in [("A", "plain", 1000.0), ("A", "comm_only", 250.0), ("A", "gemm_only", 750.0),
+                                       ("A", "overlap", 700.0),
+                                       ("C", "plain", 900.0), ("C", "comm_only", 500.0), ("C", "gemm_only", 500.0),
+                                       ("C", "overlap", 1200.0)]]
+    shape, timer, picks = bench.trace_picks(bench.derive(rows), "ag_gemm")
+    assert (shape, timer) == ("A", "graph") and picks[1] == ("overlap", bench.co.Config(chunks=2, comm_ctas=16))
 
 
 # ----------------------------------------------------------------------------- end to end, CPU
@@ -175,7 +196,7 @@ def _main_worker(rank, world, port, argv):
 
 
 def test_end_to_end_on_two_cpu_ranks(tmp_path):
-    argv = ["--device", "cpu", "--dtype", "fp32", "--shapes", "64x32x32,32x16x64", "--chunks", "2,3",
+    argv = ["--device", "cpu", "--dtype", "fp32", "--shapes", "64x32x32,32x16x64", "--chunks", "2,3", "--comm-ctas", "0,16", "--sm-carveout", "0",
             "--warmup", "1", "--iters", "3", "--trace", "--trace-iters", "2", "--out", str(tmp_path)]
     ctx = mp.start_processes(_main_worker, args=(2, _free_port(), argv), nprocs=2, start_method="fork", join=False)
     deadline = time.monotonic() + 60
@@ -192,7 +213,8 @@ def test_end_to_end_on_two_cpu_ranks(tmp_path):
         for shape in ("64x32x32", "32x16x64"):
             grp = [r for r in rows if r["suite"] == suite and r["shape"] == shape]
             provs = sorted(r["provider"] for r in grp)
-            want = ["chunked_serial", "comm_only", "gemm_only", "overlap", "overlap", "overlap", "plain"]
+            # chunks 2,3 x comm_ctas 0,16 (gloo ignores the cap) + gemm=mm (+ no-local-first)
+            want = ["chunked_serial", "comm_only", "gemm_only"] + ["overlap"] * 5 + ["plain"]
             want += ["overlap"] if suite == "ag_gemm" else []
             assert provs == sorted(want), (suite, shape, provs)
             frac = {float(r["comm_fraction"]) for r in grp}

@@ -95,6 +95,19 @@ def _equivalence_worker(rank, world, store, out_dir, m, mo, K, N):
             assert _rel(co.matmul_reduce_scatter(As[rank], ws[rank], cfg), truth_rs) <= FP32_REL_TOL
             checks += 2
         assert _rel(co.all_gather_matmul_reference(xs[rank], ws[rank]), truth_ag) <= FP32_REL_TOL
+        # The GPU-only knobs run the same schedule on gloo (no CTAs to cap, no SMs to leave);
+        # the copy-engine transport refuses on every rank alike, with the reason.
+        knobs = co.Config(chunks=2, comm_ctas=8, sm_carveout=4)
+        assert _rel(co.all_gather_matmul(xs[rank], ws[rank], knobs), truth_ag) <= FP32_REL_TOL
+        assert _rel(co.matmul_reduce_scatter(As[rank], ws[rank], knobs), truth_rs) <= FP32_REL_TOL
+        for fn, arg in ((co.all_gather_matmul, xs[rank]), (co.matmul_reduce_scatter, As[rank])):
+            try:
+                fn(arg, ws[rank], co.Config(transport="p2p"))
+            except RuntimeError as exc:
+                assert "transport='p2p'" in str(exc) and "not on a GPU" in str(exc)
+            else:
+                raise AssertionError(f"{fn.__name__} ran transport='p2p' on CPU tensors")
+        checks += 4
 
         # A transposed (non-contiguous) input and a caller's output buffer.
         xt = xs[rank].t().contiguous().t()
@@ -118,7 +131,7 @@ def test_decomposed_equals_plain(world, tmp_path):
     # m=6 rows per rank (chunks 4 and 9 do not divide it, 9 > rows), reduce-scatter blocks of
     # 5 rows (chunks 2, 3, 4 do not divide them)
     results = run_ranks(world, _equivalence_worker, tmp_path, 6, 5, 16, 8)
-    per_rank = 6 * 2 * 2 * 2 + 6 * 2 + 6 + 2
+    per_rank = 6 * 2 * 2 * 2 + 6 * 2 + 6 + 4 + 2
     assert [r["checks"] for r in results] == [per_rank] * world
 
 
@@ -191,14 +204,30 @@ def test_config_validation_and_search_space():
         co.Config(comm_stream=1)
     with pytest.raises(ValueError):
         co.Config(gemm="cutlass")
-    assert co.default_config(2) == co.Config(chunks=2)
-    assert co.default_config(4096) == co.Config(chunks=4)
+    for bad in ({"transport": "nvshmem"}, {"comm_ctas": -1}, {"sm_carveout": 1.5}, {"comm_ctas": True}):
+        with pytest.raises(ValueError):
+            co.Config(**bad)
+    assert co.default_config(1) == co.Config(chunks=1)
+    assert co.default_config(4096) == co.Config(chunks=2)
     space = co.search_space(4096)
     assert [(c.chunks, c.local_first, c.gemm) for c in space] == [(2, True, "bmm"), (4, True, "bmm"), (8, True, "bmm"),
                                                                   (4, False, "bmm"), (4, True, "mm")]
-    assert not any(c.use_symm_mem for c in space)
-    assert co.search_space(4096, symm_mem=True)[-1] == co.Config(use_symm_mem=True)
+    assert not any(c.use_symm_mem or c.transport == "p2p" for c in space)
+    symm = co.search_space(4096, symm_mem=True)
+    assert symm[-1] == co.Config(use_symm_mem=True)
+    assert [c.chunks for c in symm if c.transport == "p2p"] == [2, 4, 8]
     assert [c.chunks for c in co.search_space(3)] == [2, 3, 3]
+
+
+def test_cpu_fallbacks_of_the_gpu_knobs():
+    """On the CPU the SM knobs do nothing (no SMs to share) and the p2p transport refuses with
+    a clear reason; capture_graph is CUDA only."""
+    with co.sm_carveout(torch.device("cpu"), 8):
+        pass
+    with co.sm_carveout(torch.device("cuda"), 0):  # 0: nothing to set, on any device
+        pass
+    with pytest.raises(RuntimeError, match="transport='p2p'.*not on a GPU"):
+        co._p2p_streams(torch.device("cpu"), "all_gather_matmul")
 
 
 def test_no_multicast_environment(monkeypatch):

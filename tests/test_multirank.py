@@ -225,7 +225,7 @@ def test_findings_split_waiting_from_recoverable():
         assert f.evidence["slowest_rank"] == 1 and f.evidence["ranks"] == 2
         assert f.evidence["alignment"]["status"] == "aligned"
         assert f.evidence["critical_path"]["compute_by_rank"] == {"1": 2_400_000}
-        assert f.suggestion["collective"] == "all_reduce" and f.suggestion["chunks"] == 4
+        assert f.suggestion["collective"] == "all_reduce" and f.suggestion["chunks"] == 2
         assert f.kernel == AR
     assert fs[1].evidence["alignment"]["offset_ns"] == -OFFSET_1
     md = render("diagnosis.md.j2", d=d)
@@ -261,6 +261,60 @@ def test_overlapped_ranks_are_clean():
     ev = evidence_frames(make_trace(ks, devices=devices(2)))["exposed_comm"]
     assert (ev["exposed_ns"] == 0).all() and (ev["overlapped_ns"] == 2_000_000).all()
     assert ev.attrs["alignment"]["offsets_ns"] == {"0": 0, "1": -333}
+
+
+def _peer_copy(start, dur, rank, stream=30):
+    return {"rank": rank, "device_id": 0, "stream_id": stream, "correlation_id": None, "start_ns": start,
+            "end_ns": start + dur, "dur_ns": dur, "op": "memcpy", "kind": "PtoP", "bytes": 8 << 20}
+
+
+def _copy_engine_step(hidden: bool):
+    """Two ranks, four steps of a copy-engine transport: a symmetric-memory barrier kernel,
+    then a 400 us peer-to-peer copy of the peer's rows, and a 900 us GEMM: under the copy on
+    a side stream (hidden) or after it (exposed)."""
+    ks, cps = [], []
+    for r in (0, 1):
+        for s in range(4):
+            t = s * 2 * P + r * 500
+            ks.append(kernel(t, 5_000, name="barrier_kernel", stream=7, rank=r))
+            cps.append(_peer_copy(t + 5_000, 400_000, r))
+            ks.append(kernel(t + (5_000 if hidden else 405_000), 900_000, name=GEMM, stream=7, rank=r))
+    return make_trace(ks, devices=devices(2), memcpy=cps)
+
+
+def test_peer_copies_and_barrier_kernels_are_communication():
+    # Copy-engine transports (symmetric memory) move bytes with memcpy PtoP, ordered by
+    # barrier kernels: exposed, they are flagged like NCCL kernels; aligned on the barriers.
+    d = diagnose(_copy_engine_step(hidden=False))
+    fs = by_symptom(d, "exposed_comm")
+    assert {f.rank for f in fs} == {0, 1}
+    for f in fs:
+        kinds = f.evidence["collectives"]
+        assert kinds["peer_copy"]["exposed_ns"] == 4 * 400_000 and kinds["barrier"]["count"] == 4
+        assert f.evidence["hidden_fraction"] == 0 and f.confidence == "medium"
+        assert f.evidence["alignment"]["status"] == "aligned"  # on the barriers, not the one-sided copies
+        assert f.suggestion["pattern"].startswith("chunked collective")
+    # Hidden under the GEMM: only the barriers stay exposed, far under the thresholds.
+    assert by_symptom(diagnose(_copy_engine_step(hidden=True)), "exposed_comm") == []
+    assert rk.collective_kind("Memcpy PtoP (Device -> Device)") == "peer_copy"
+    assert rk.collective_kind("barrier_kernel") == "barrier"
+    assert rk.collective_kind("grid_barrier_kernel_v2") == "barrier"
+
+
+def test_mostly_overlapped_schedule_gets_trimming_advice():
+    # Each all-gather runs 300 us beside the GEMM and 150 us after it (2/3 hidden): still
+    # over the thresholds, but the finding says the schedule is already overlapped.
+    ks = []
+    for r in (0, 1):
+        for s in range(4):
+            t = s * P + r * 250
+            ks += [kernel(t, 600_000, name=GEMM, stream=7, rank=r), kernel(t + 300_000, 450_000, name=AG, stream=20, rank=r)]
+    fs = by_symptom(diagnose(make_trace(ks, devices=devices(2))), "exposed_comm")
+    assert {f.rank for f in fs} == {0, 1}
+    for f in fs:
+        assert f.evidence["hidden_fraction"] == pytest.approx(2 / 3, abs=1e-3)
+        assert f.confidence == "low" and f.suggestion["pattern"].startswith("already overlapped")
+        assert "schedule" not in f.suggestion and "p2p" in f.suggestion["try"]
 
 
 def test_message_sizes_when_the_trace_has_them():

@@ -1,8 +1,10 @@
 """exposed_comm: collective communication not hidden behind compute, per rank, across ranks.
 
 What it detects
-    NCCL/RCCL (and custom all-reduce) kernels whose time is not covered by compute kernels
-    running at the same moment on the same device. With several ranks (one trace file per
+    NCCL/RCCL (and custom all-reduce) kernels, and the copy-engine transports' peer-to-peer
+    copies (memcpy PtoP: symmetric memory, NVSHMEM, CUDA IPC) with their signal kernels,
+    whose time is not covered by compute kernels running at the same moment on the same
+    device. With several ranks (one trace file per
     rank), the ranks' clocks are first aligned on the ends of their common collectives
     (advisor.symptoms.ranks), which splits each rank's exposed communication into time spent
     waiting for the last rank to arrive (load imbalance) and the transfer itself, names the
@@ -53,18 +55,36 @@ _SCHEDULES = {
 }
 
 
+def with_peer_copies(kernels: pd.DataFrame, memcpy: pd.DataFrame | None) -> pd.DataFrame:
+    """The kernels frame plus one communication row per peer-to-peer copy (memcpy PtoP): a
+    copy-engine transport moves the collective's bytes with copies instead of kernels, and
+    those copies are exposed or hidden like NCCL kernels are."""
+    if memcpy is None or memcpy.empty or not {"op", "kind"} <= set(memcpy.columns):
+        return kernels
+    p = memcpy[(memcpy["op"] == "memcpy") & (memcpy["kind"] == "PtoP")]
+    if p.empty:
+        return kernels
+    cols = [c for c in ("rank", "device_id", "stream_id", "start_ns", "end_ns", "dur_ns") if c in p.columns]
+    copies = p[cols].assign(name="Memcpy PtoP", is_comm=True)
+    out = pd.concat([kernels, copies], ignore_index=True)
+    out["is_comm"] = out["is_comm"].astype(bool)
+    return out
+
+
 def analysis(ctx: Context, rule: Rule) -> rk.RankAnalysis:
     """The cross-rank analysis, computed once per context."""
     key = ("ranks", int(rule["min_aligned_collectives"]), int(rule["min_bubble_ns"]))
     if key not in ctx.cache:
         ctx.cache[key] = rk.analyze(
-            ctx.kernels, min_matches=int(rule["min_aligned_collectives"]), min_bubble_ns=int(rule["min_bubble_ns"])
+            with_peer_copies(ctx.kernels, ctx.trace.memcpy),
+            min_matches=int(rule["min_aligned_collectives"]),
+            min_bubble_ns=int(rule["min_bubble_ns"]),
         )
     return ctx.cache[key]
 
 
 def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
-    k = ctx.kernels
+    k = with_peer_copies(ctx.kernels, ctx.trace.memcpy)
     if k.empty or not k["is_comm"].any():
         return pd.DataFrame()
     a = analysis(ctx, rule)
@@ -75,6 +95,10 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     # Waiting for the last rank is imbalance, not something overlap hides.
     ev["recoverable_ns"] = ev["exposed_ns"] - (ev["exposed_wait_ns"] if cross else 0)
     ev["recoverable_fraction"] = ev["recoverable_ns"] / ev["busy_ns"].where(ev["busy_ns"] > 0)
+    # Of the communication that is not waiting for a peer, the share already under compute
+    # (a rank that waits long at a barrier for a late peer is not thereby "unoverlapped").
+    transfer = ev["comm_ns"] - (ev["exposed_wait_ns"] if cross else 0)
+    ev["hidden_fraction"] = (ev["overlapped_ns"] / transfer.where(transfer > 0)).clip(upper=1.0)
     ev["offset_ns"] = [al.offset(r) for r in ev["rank"]]
     ev["aligned"] = [al.aligned(r) for r in ev["rank"]]
     ev["alignment_spread_ns"] = [al.spread_ns.get(int(r), 0) for r in ev["rank"]]
@@ -119,6 +143,10 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         top_kind = next(iter(kinds), None)
         top_kernel = kinds[top_kind]["top_kernel"] if top_kind else ""
         confidence = "medium"
+        hidden = row["hidden_fraction"]
+        already = bool(hidden >= rule["already_overlapped_fraction"])
+        if already:
+            confidence = "low"  # what is left is the pipeline's fill/drain and signals: gains are small
         if n_ranks > 1 and (al.get("status") not in ("aligned",) or row["alignment_spread_ns"] > rule["max_alignment_spread_ns"]):
             confidence = "low"  # waits unknown or doubtful: part of the exposure may be imbalance
         evidence = {
@@ -126,6 +154,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
             "overlapped_ns": int(row["overlapped_ns"]),
             "exposed_ns": int(row["exposed_ns"]),
             "exposed_fraction": _num(row["exposed_fraction"]),
+            "hidden_fraction": _num(hidden),
             "recoverable_ns": recoverable,
             "compute_ns": int(row["compute_ns"]),
             "busy_ns": int(row["busy_ns"]),
@@ -153,7 +182,16 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         if info.get("critical_path"):
             evidence["critical_path"] = info["critical_path"]
         suggestion = {"pattern": "chunked collective + GEMM on separate streams", "collective": top_kind}
-        if top_kind in _SCHEDULES:
+        if already:
+            suggestion = {
+                "pattern": "already overlapped: trim the exposed rest (first/last chunk, per-chunk signals, "
+                "SMs the collective takes from the GEMM)",
+                "collective": top_kind,
+                "hidden_fraction": _num(hidden),
+                "try": "fewer chunks; a copy-engine transport (kernels/comm_overlap.py transport='p2p'); "
+                "replay the step from a CUDA graph if the GPU waits on the host",
+            }
+        elif top_kind in _SCHEDULES:
             suggestion.update(schedule=_SCHEDULES[top_kind], chunks=int(rule["suggested_chunks"]))
         out.append(
             Finding(

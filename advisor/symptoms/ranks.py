@@ -64,11 +64,16 @@ from . import intervals
 
 # --------------------------------------------------------------------------- collective kinds
 
-KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "broadcast", "reduce", "other")
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "broadcast", "reduce",
+         "peer_copy", "barrier", "other")
 
 # Order matters: the first pattern that matches names the kind ("ReduceScatter" is not a
 # reduce, "AllReduce" is not a reduce).
 _KIND_PATTERNS = (
+    # copy-engine transports (symmetric memory, NVSHMEM, CUDA IPC): peer-to-peer copies, and
+    # the signal kernels that order them across GPUs
+    ("peer_copy", re.compile(r"memcpy ptop|^peer_copy$", re.I)),
+    ("barrier", re.compile(r"(?:^|[^a-z])barrier_kernel|(?:put|wait)_signal_kernel", re.I)),
     ("reduce_scatter", re.compile(r"reduce_?scatter", re.I)),
     ("all_gather", re.compile(r"all_?gather", re.I)),
     ("all_to_all", re.compile(r"all_?to_?all", re.I)),
@@ -78,8 +83,9 @@ _KIND_PATTERNS = (
     ("reduce", re.compile(r"reduce", re.I)),
 )
 
-# Kinds whose instances complete together on every rank of the group (used for alignment).
-_TOGETHER = frozenset(k for k in KINDS if k != "send_recv")
+# Kinds whose instances complete together on every rank of the group (used for alignment). A
+# peer copy is one-sided: the GPU it reads from takes no part in it.
+_TOGETHER = frozenset(k for k in KINDS if k not in ("send_recv", "peer_copy"))
 
 # Optional per-kernel message facts (Kineto `Collective name`, `In msg nelems`,
 # `Out msg nelems`, `dtype`, `Group size` kernel args). Used when the kernels frame has them.
@@ -96,7 +102,8 @@ ELEMENT_BYTES = {
 
 def collective_kind(name: object) -> str:
     """all_reduce | all_gather | reduce_scatter | all_to_all | send_recv | broadcast | reduce
-    | other, from a communication kernel's name (or Kineto's `Collective name`)."""
+    | peer_copy | barrier | other, from a communication kernel's name (or Kineto's
+    `Collective name`; peer copies are named `Memcpy PtoP`)."""
     text = str(name or "")
     for kind, pat in _KIND_PATTERNS:
         if pat.search(text):
