@@ -410,7 +410,7 @@ def generate_command(strategy, shape, dtype, configs, sm_count, pattern, output)
         v = generate_comm_overlap(pattern, M, N, K, dtype=dtype, knobs=knobs, path=output)
         click.echo(f"wrote {output} (comm_overlap {pattern}, {M}x{N}x{K} {dtype})")
         click.echo("knobs: " + ", ".join(f"{k}={val}" for k, val in v.knobs.items()))
-        click.echo(f"next: torchrun --nproc-per-node <GPUs> {output} --check --bench")
+        click.echo(f"next: torchrun --nproc-per-node <GPUs> {output} --check --bench --graph   (--graph: time CUDA-graph replays; eager chunks can wait on the host)")
         return
     v = generate(strategy, M, N, K, dtype=dtype, knobs=knobs, device=Device(sm_count=sm_count), path=output)
     click.echo(f"wrote {output} ({strategy}, {M}x{N}x{K} {dtype})")

@@ -165,7 +165,7 @@ disable_multicast()
 class Config:
     """Every knob of the overlapped schedules."""
 
-    chunks: int = 4  # pieces of each rank's rows; clamped to the row count
+    chunks: int = 2  # pieces of each rank's rows; clamped to the row count
     comm_stream: bool = True  # collectives on a side stream (False: same chunks, serialized: the ablation)
     local_first: bool = True  # all-gather + GEMM: GEMM the own shard first, hiding chunk 0's gather
     use_symm_mem: bool = False  # torch.ops.symm_mem fused ops instead of the NCCL decomposition

@@ -63,7 +63,7 @@ def test_problem_shapes():
 def test_providers_and_plan():
     names = [(p, c.chunks if c else None) for p, c in bench.providers("ag_gemm", 6, [2, 4, 8], symm_mem=True)]
     assert names == [("plain", None), ("comm_only", None), ("gemm_only", None), ("chunked_serial", 4),
-                     ("overlap", 2), ("overlap", 4), ("overlap", 4), ("overlap", 4), ("symm_mem", 4)]
+                     ("overlap", 2), ("overlap", 4), ("overlap", 4), ("overlap", 4), ("symm_mem", 2)]
     cfgs = [c for p, c in bench.providers("ag_gemm", 6, [4], symm_mem=False) if p == "overlap"]
     assert [(c.local_first, c.gemm) for c in cfgs] == [(True, "bmm"), (False, "bmm"), (True, "mm")]
     rs = bench.providers("gemm_rs", 3, [2, 4], symm_mem=False)
