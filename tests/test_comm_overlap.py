@@ -228,6 +228,7 @@ def test_cpu_fallbacks_of_the_gpu_knobs():
         pass
     with pytest.raises(RuntimeError, match="transport='p2p'.*not on a GPU"):
         co._p2p_streams(torch.device("cpu"), "all_gather_matmul")
+    assert co.free_symmetric_buffers() == 0  # none were made on the CPU
 
 
 def test_no_multicast_environment(monkeypatch):
