@@ -314,6 +314,7 @@ def test_mostly_overlapped_schedule_gets_trimming_advice():
     for f in fs:
         assert f.evidence["hidden_fraction"] == pytest.approx(2 / 3, abs=1e-3)
         assert f.confidence == "low" and f.suggestion["pattern"].startswith("already overlapped")
+        assert "already overlapped" in f.title
         assert "schedule" not in f.suggestion and "p2p" in f.suggestion["try"]
 
 

@@ -197,7 +197,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
             Finding(
                 symptom=SYMPTOM,
                 strategy=rule.strategy,
-                title=rule.title,
+                title=("Communication only partly hidden behind compute (already overlapped)" if already else rule.title),
                 kernel=top_kernel,
                 rank=int(row["rank"]),
                 device_id=None if row["device_id"] < 0 else int(row["device_id"]),
