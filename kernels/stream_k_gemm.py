@@ -502,6 +502,25 @@ def _store_whole(
 
 
 @triton.jit
+def _publish_partial(acc, ws_ptr, counter_ptr, slot, key, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     DETERMINISTIC: tl.constexpr, INT64: tl.constexpr):
+    """Hand in a split tile's partial (into workspace slot `slot`, or added into the tile's
+    fp32 sum at `key`) and count the arrival in the tile's word at `key`; returns the word as
+    it was before this arrival. Both fixups (last-arriver and cooperative) start with this."""
+    TILE: tl.constexpr = BLOCK_M * BLOCK_N
+    local = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    if INT64:
+        local = local.to(tl.int64)
+    if DETERMINISTIC:
+        tl.store(ws_ptr + (slot * TILE + local), acc)
+    else:
+        tl.atomic_add(ws_ptr + (key * TILE + local), acc, sem="relaxed")
+    # all threads' partials are written before the block announces itself
+    tl.debug_barrier()
+    return tl.atomic_add(counter_ptr + key, 1, sem="acq_rel")
+
+
+@triton.jit
 def _hand_in_partial(
     acc, ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
     my_slot, key, j_first, j_last, tile_start, sk_q, sk_r,
@@ -513,16 +532,7 @@ def _hand_in_partial(
     stores the tile. `key` is unique to the
     tile: it indexes the tile's arrival counter (and, for atomic sums, its sum buffer)."""
     TILE: tl.constexpr = BLOCK_M * BLOCK_N
-    local = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    if INT64:
-        local = local.to(tl.int64)
-    if DETERMINISTIC:
-        tl.store(ws_ptr + (my_slot * TILE + local), acc)
-    else:
-        tl.atomic_add(ws_ptr + (key * TILE + local), acc, sem="relaxed")
-    # all threads' partials are written before the block announces itself
-    tl.debug_barrier()
-    arrived = tl.atomic_add(counter_ptr + key, 1, sem="acq_rel")
+    arrived = _publish_partial(acc, ws_ptr, counter_ptr, my_slot, key, BLOCK_M, BLOCK_N, DETERMINISTIC, INT64)
     if arrived == j_last - j_first:
         # Last arriver: every contributor's partial is visible (read via L2, .cg). Summed
         # FIXUP_ROWS rows at a time, so the sum and the loaded partial need no more
@@ -687,16 +697,8 @@ def stream_k_gemm_kernel(
                     # (arrivals in the low 16 bits, claims above; step 2 after the
                     # data-parallel tiles). The final arrival owes the slices of the programs
                     # that claimed before it (they found partials missing).
-                    TILE: tl.constexpr = BLOCK_M * BLOCK_N
-                    local = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-                    if INT64:
-                        local = local.to(tl.int64)
-                    if DETERMINISTIC:
-                        tl.store(ws_ptr + (u * TILE + local), acc)
-                    else:
-                        tl.atomic_add(ws_ptr + (tile_id * TILE + local), acc, sem="relaxed")
-                    tl.debug_barrier()
-                    word = tl.atomic_add(counter_ptr + tile_id, 1, sem="acq_rel")
+                    word = _publish_partial(acc, ws_ptr, counter_ptr, u, tile_id, BLOCK_M, BLOCK_N,
+                                            DETERMINISTIC, INT64)
                     owed = word >> 16
                     if (word & 0xFFFF) == sk_chunks - 1 and owed > 0:
                         # the slices 0..owed-1 of the claims that came first: one row range,
