@@ -304,11 +304,8 @@ def _short_config(text: str) -> str:
         return str(text)
     if c.get("use_symm_mem"):
         return "symm_mem"
-    if c.get("transport") == "p2p":
-        return (f"p2p chunks={c.get('chunks')}" + ("" if c.get("local_first", True) else " no-local-first")
-                + (" mm" if c.get("gemm", "bmm") == "mm" else "")
-                + (f" carve={c['sm_carveout']}" if c.get("sm_carveout") else ""))
-    return (f"chunks={c.get('chunks')}" + ("" if c.get("local_first", True) else " no-local-first")
+    return (("p2p " if c.get("transport") == "p2p" else "") + f"chunks={c.get('chunks')}"
+            + ("" if c.get("local_first", True) else " no-local-first")
             + (" mm" if c.get("gemm", "bmm") == "mm" else "")
             + (f" ctas={c['comm_ctas']}" if c.get("comm_ctas") else "")
             + (f" carve={c['sm_carveout']}" if c.get("sm_carveout") else ""))
