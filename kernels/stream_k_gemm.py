@@ -331,13 +331,56 @@ def default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> 
     """128x128x64 tiles, 4 warps, 4 stages (Triton's standard Hopper tile), deterministic
     fixup. Where TMA can read the shape: the aligned layout with TMA loads and
     `aligned_policy` (the fastest Stream-K variant on every tail shape, H200 2026-11-29;
-    matmul drops TMA when the tensors' strides do not allow it); otherwise pointer loads,
-    contiguous ranges and `default_policy`. fp32 through dp_gemm's `for_dtype`."""
+    matmul drops TMA when the tensors' strides do not allow it), and for a skinny problem
+    (M or N at most 64, where a 128x128 tile would mostly compute padding) the first of the
+    `skinny_points`; otherwise pointer loads, contiguous ranges and `default_policy`. fp32
+    through dp_gemm's `for_dtype`."""
     base = for_dtype(Config(128, 128, 64, 8, 4, 4), dtype)
     tiles = cdiv(M, base.BLOCK_M) * cdiv(N, base.BLOCK_N)
     if tma_shape_ok(M, N, K, dtype):
+        if min(M, N) <= 64:  # the deterministic twin, as everywhere else in this module
+            return next(c for c in skinny_points(M, N, K, dtype, num_sms) if c.deterministic)
         return replace(base, policy=aligned_policy(tiles, num_sms), aligned=True, use_tma=True)
     return replace(base, policy=default_policy(tiles, num_sms))
+
+
+def _pow2_at_least(x: int, lo: int, hi: int) -> int:
+    return min(hi, max(lo, 1 << max(0, (x - 1).bit_length())))
+
+
+def skinny_points(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> list[Config]:
+    """Aligned "sk" configs with TMA loads for problems with less than a wave of 128x128
+    tiles (skinny or long-K): a tile that just covers M (16..128 rows) so that B streams
+    once, 64 or 128 columns, BLOCK_K 128 while the tile is at most 64x64 (bigger loads per
+    stage) else 64, and the deepest pipeline (up to 8 stages) within ~200 KB; the atomic
+    partial sums first (a split tile's cooperative read-out moves one slice of a tile, not
+    every contributor's partial), then the deterministic fixup; then 128x128 tiles on 8
+    warps (two warpgroups, 5 stages), for the compute-heavier ones such as 512x512x65536.
+
+    Measured on the H200 (2026-11-29, bench/probes/skinny_stream_k_tma.json, graph timer):
+    these ran 4-12% behind to 9% ahead of split_k_gemm's best (128x64 8 stages: 39.3 us on
+    128x8192x8192 against 43.0; 128x128 on 8 warps: 54.9 against 64.8 on 512x512x65536;
+    16x4096x16384: 37.1 against 35.6), where the 128x128x64 default had taken 45-67 us."""
+    if cdiv(M, 128) * cdiv(N, 128) >= num_sms or not tma_shape_ok(M, N, K, dtype):
+        return []
+    elt = dtype.itemsize
+    bm = _pow2_at_least(M, 16, 128)
+    out: list[Config] = []
+    for bn in (64, 128):
+        bn = min(bn, _pow2_at_least(N, 16, 128))
+        base = for_dtype(Config(bm, bn, 128 if bm * bn <= 64 * 64 else 64, 8, 4, 2), dtype)
+        per_stage = (bm * base.BLOCK_K + base.BLOCK_K * bn) * elt
+        stages = max(2, min(8, (200 * 1024 - bm * bn * elt) // per_stage))
+        for deterministic in (False, True):
+            cfg = replace(base, num_stages=stages, policy="sk", deterministic=deterministic, aligned=True,
+                          use_tma=True)
+            if cfg not in out and cfg.smem_bytes(dtype) <= SMEM_PER_BLOCK_SM90:
+                out.append(cfg)
+    if fits_shape(128, 128, M, N):
+        cfg = for_dtype(Config(128, 128, 64, 8, 8, 5, "sk", False, aligned=True, use_tma=True), dtype)
+        if cfg.smem_bytes(dtype) <= SMEM_PER_BLOCK_SM90:
+            out.insert(0 if min(M, N) > 64 else len(out), cfg)
+    return out
 
 
 def plausible_policies(tiles: int, num_sms: int) -> list[str]:
@@ -387,7 +430,7 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
     contributor). 4 stages, not 3, for 128x256 pointer loads (192 KB of buffers): staggered
     programs share fewer operand panels in the L2 and the deeper pipeline hides more of that
     latency (4224x4224x8192 hybrid1: 411 us with 4 stages, 464 us with 3, same run)."""
-    out: list[Config] = []
+    out: list[Config] = list(skinny_points(M, N, K, dtype, num_sms))
     if tma_shape_ok(M, N, K, dtype):
         for bm, bn, warps, stages, subtile, deterministic in TMA_POINTS:
             tiles = cdiv(M, bm) * cdiv(N, bn)

@@ -290,3 +290,29 @@ def test_cooperative_fixup_both_paths(monkeypatch):
     for (name, *_), buf in common.SCRATCH._buffers.items():
         if name in ("stream_k_counters", "stream_k_sums"):
             assert not buf.any(), f"{name} left dirty"
+
+
+def test_skinny_points_on_132_sms():
+    # under a wave of 128x128 tiles and TMA-legal: a tile that covers M, deterministic default
+    d = sk.default_config(16, 4096, 16384, torch.bfloat16, 132)
+    assert (d.BLOCK_M, d.BLOCK_N, d.policy, d.aligned, d.use_tma, d.deterministic) == (16, 64, "sk", True, True, True)
+    space = sk.search_space(64, 4096, 14336, torch.bfloat16, 132)
+    assert (space[0].BLOCK_M, space[0].BLOCK_N, space[0].deterministic) == (64, 64, False)
+    # the compute-heavier long-K shapes lead with 128x128 on two warpgroups
+    assert sk.search_space(512, 512, 65536, torch.bfloat16, 132)[0].num_warps == 8
+    # a wave or more of tiles, or strides TMA cannot read: none
+    assert sk.skinny_points(1664, 1408, 8192, torch.bfloat16, 132) == []
+    assert sk.skinny_points(37, 53, 97, torch.bfloat16, 132) == []
+    for cfg_ in sk.skinny_points(64, 4096, 14336, torch.float32, 132):
+        assert cfg_.smem_bytes(torch.float32) <= common.SMEM_PER_BLOCK_SM90
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_skinny_points_run(dtype, monkeypatch):
+    # 24x80 in 32x64 or 32x128 tiles, K ragged against BLOCK_K: every point, both fixups
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
+    M, N, K = 24, 80, 1000
+    points = sk.skinny_points(M, N, K, dtype, 7)
+    assert len(points) >= 3
+    for config in points:
+        run_checked(sk, M, N, K, dtype, config)
