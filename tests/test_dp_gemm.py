@@ -63,6 +63,17 @@ def test_default_config_and_new_output():
     assert torch.linalg.norm(c.double() - ref) / torch.linalg.norm(ref) < 2e-3
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_default_config_for_skinny_and_tiny_k(dtype):
+    # a 128-row, 64-column tile for N <= 64; BLOCK_K no deeper than K (the peeled masked step
+    # of a 64-deep tile spilled 760 bytes on 8192x8x8, sm_90 compile check)
+    cfg = dp.default_config(8192, 8, 8, dtype, 132)
+    assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K) == (128, 64, 16)
+    assert dp.default_config(8192, 8192, 8192, dtype, 132).BLOCK_K >= 32
+    run_checked(dp, 200, 8, 8, dtype, dp.default_config(200, 8, 8, dtype, 3))
+    run_checked(dp, 8, 136, 5, dtype, dp.default_config(8, 136, 5, dtype, 3))
+
+
 def test_search_space_configs_run():
     # every config the autotuner may try for a small shape computes the right answer here
     M, N, K = 40, 72, 130
