@@ -376,8 +376,14 @@ def _parse_knobs(pairs) -> dict:
 
 
 @cli.command("generate")
-@click.argument("strategy", type=click.Choice(["dp", "split_k", "persistent", "stream_k", "warp_specialization", "comm_overlap"]))
-@click.option("--shape", required=True, help="Problem size MxNxK, e.g. 256x256x131072.")
+@click.argument("strategy", type=click.Choice(["dp", "split_k", "persistent", "stream_k", "warp_specialization", "grouped",
+                                               "comm_overlap"]))
+@click.option("--shape", default=None, help="Problem size MxNxK, e.g. 256x256x131072 (required, except for grouped).")
+@click.option("--group", default=None, metavar="COUNT:LO:HI[:SEED]",
+              help="grouped only: COUNT GEMMs whose M, N, K are drawn in LO..HI on multiples of 8 with SEED (default 0), "
+                   "as bench/bench_gemm.py --grouped draws them, e.g. 64:128:512:0.")
+@click.option("--shapes", default=None, metavar="MxNxK,...",
+              help="grouped only: the GEMMs listed (after the --group ones when both are given), e.g. 17x33x70,64x48x128.")
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
 @click.option("--config", "configs", multiple=True, metavar="KEY=VALUE",
               help="Override one knob of the schedule's Config (repeatable), e.g. --config SPLIT_K=8.")
@@ -387,25 +393,63 @@ def _parse_knobs(pairs) -> dict:
               show_default=True, help="comm_overlap only: which tensor-parallel GEMM pattern to overlap.")
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True,
               help="Where to write the variant (a standalone .py file).")
-def generate_command(strategy, shape, dtype, configs, sm_count, pattern, output) -> None:
-    """Write a standalone Triton variant of STRATEGY for one GEMM shape.
+def generate_command(strategy, shape, group, shapes, dtype, configs, sm_count, pattern, output) -> None:
+    """Write a standalone Triton variant of STRATEGY for one GEMM shape (or one group of GEMMs).
 
     The file holds the schedule's kernel (inlined from advisor's kernels/), its knobs baked in
     as a Config (chosen by the analytical model unless you pass --config), a launcher, a
     correctness check and a benchmark. Run it with `python FILE --check` / `--bench`, or
-    import `variant_matmul` from it.
+    import `variant_matmul` (grouped: `variant_grouped_matmul`) from it.
 
     \b
     Strategies: dp (data-parallel baseline), split_k, persistent, stream_k,
-    warp_specialization (Hopper TMA + warp specialization), comm_overlap (a torchrun
-    script overlapping the collective of a tensor-parallel GEMM with its compute;
-    --pattern picks all-gather + GEMM or GEMM + reduce-scatter; knobs: chunks, ...).
+    warp_specialization (Hopper TMA + warp specialization), grouped (many
+    independent GEMMs in one persistent launch; takes --group COUNT:LO:HI[:SEED]
+    and/or --shapes MxNxK,... instead of --shape; knobs from the schedule's
+    default_config for the group; --bench times it against a Python loop of
+    torch.matmul and that loop in a CUDA graph), comm_overlap (a torchrun
+    script overlapping the collective of a tensor-parallel GEMM with its
+    compute; --pattern picks all-gather + GEMM or GEMM + reduce-scatter;
+    knobs: chunks, ...).
+
+    \b
+    Example:
+      advisor generate split_k --shape 256x256x131072 --dtype bf16 -o variant.py
+      advisor generate grouped --group 64:128:512:0 --dtype bf16 -o grouped.py
     """
-    from .generate import generate, generate_comm_overlap, parse_shape
+    from .generate import (
+        GROUPED,
+        generate,
+        generate_comm_overlap,
+        generate_grouped,
+        group_sizes,
+        parse_group,
+        parse_shape,
+        parse_shapes,
+    )
     from .schedule_model import Device
 
-    M, N, K = parse_shape(shape)
     knobs = _parse_knobs(configs)
+    if strategy == GROUPED:
+        if shape is not None:
+            raise AdvisorError("generate grouped takes --group COUNT:LO:HI[:SEED] and/or --shapes MxNxK,..., not --shape")
+        if group is None and shapes is None:
+            raise AdvisorError("generate grouped needs --group COUNT:LO:HI[:SEED] (e.g. 64:128:512:0) "
+                               "and/or --shapes MxNxK,MxNxK,...")
+        spec = parse_group(group) if group is not None else None
+        sizes = (group_sizes(spec) if spec else []) + (parse_shapes(shapes) if shapes is not None else [])
+        v = generate_grouped(sizes, dtype=dtype, knobs=knobs, group=spec, device=Device(sm_count=sm_count), path=output)
+        lo, hi = min(min(s) for s in sizes), max(max(s) for s in sizes)
+        click.echo(f"wrote {output} (grouped, {len(sizes)} GEMMs, M/N/K in {lo}..{hi}, {dtype})")
+        click.echo("knobs: " + ", ".join(f"{k}={val}" for k, val in v.knobs.items()))
+        click.echo(f"chosen by: {v.chosen_by.get('how')} ({v.chosen_by.get('candidates_from', 'given')})")
+        click.echo(f"next: python {output} --check   (then --bench on the GPU: vs a torch.matmul loop and its CUDA graph)")
+        return
+    if group is not None or shapes is not None:
+        raise AdvisorError(f"--group and --shapes are for the grouped strategy; {strategy} takes --shape MxNxK")
+    if shape is None:
+        raise AdvisorError(f"generate {strategy} needs --shape MxNxK, e.g. --shape 4096x4096x8192")
+    M, N, K = parse_shape(shape)
     if strategy == "comm_overlap":
         v = generate_comm_overlap(pattern, M, N, K, dtype=dtype, knobs=knobs, path=output)
         click.echo(f"wrote {output} (comm_overlap {pattern}, {M}x{N}x{K} {dtype})")

@@ -8,6 +8,10 @@ Knobs come, in order of precedence, from the caller (`knobs=`), from measurement
 runner passes the winner), or from the analytical model ranking the schedule's autotune
 search space (needs torch and triton to import the schedule; without them the schedule's
 defaults plus the model's split/policy choice are used, and CHOSEN_BY says so).
+
+`generate_grouped(sizes, ...)` writes the grouped-GEMM variant (many independent GEMMs in
+one persistent launch, kernels/grouped_gemm.py) for a list of (M, N, K); `parse_group`
+reads the bench's COUNT:LO:HI[:SEED] and `group_sizes` draws the group from it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ from .schedule_model import Device, rank, stream_k_policies, suggest_split_k
 
 # strategy ids that generate a GEMM variant -> schedule module (kernel_lib.SCHEDULES names)
 GEMM_STRATEGIES = ("dp", "split_k", "persistent", "stream_k", "warp_specialization")
+GROUPED = "grouped"  # many independent GEMMs in one launch: generate_grouped()
+MAX_GROUP = 65536  # GEMMs in one generated group (every size is written into the file)
+_GROUP_MULTIPLE = 8  # advisor.bench.grouped.group_sizes' default: rows stay 16-byte aligned in 16-bit types
 DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4}
 _IDENT = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 
@@ -42,6 +49,8 @@ class Variant:
     source: str
     path: Path | None = None
     model: list[dict] = field(default_factory=list)
+    # grouped: every member's (M, N, K); M, N and K above are then the group's largest
+    sizes: list[tuple[int, int, int]] = field(default_factory=list)
 
     @property
     def kernel_lines(self) -> int:
@@ -150,6 +159,8 @@ def generate(
 ) -> Variant:
     """Render the variant file for `strategy` on an MxNxK `dtype` GEMM; write it to `path`
     when given. `knobs` override the model's choice knob by knob."""
+    if strategy == GROUPED:
+        raise AdvisorError("strategy 'grouped' takes a group of shapes: use generate_grouped(sizes, ...)")
     if strategy not in GEMM_STRATEGIES:
         raise AdvisorError(f"strategy {strategy!r}: generate supports {', '.join(GEMM_STRATEGIES)}")
     _check_problem(M, N, K, dtype)
@@ -197,6 +208,136 @@ def generate(
         baseline_expr=PySafe(baseline),
     )
     return _finish(Variant(strategy, M, N, K, dtype, final, chosen_by, text, None, model_rows), filename, target)
+
+
+def parse_group(text: str) -> dict[str, int]:
+    """'64:128:512' or '64:128:512:0' -> {"count", "lo", "hi", "seed"}: COUNT GEMMs whose M,
+    N and K are drawn in LO..HI (seed 0 unless given), bench/bench_gemm.py's --grouped."""
+    m = re.fullmatch(r"\s*(\d{1,10}):(\d{1,10}):(\d{1,10})(?::(-?\d{1,19}))?\s*", str(text))
+    if not m:
+        raise AdvisorError(f"group {text!r}: expected COUNT:LO:HI[:SEED] integers, e.g. 64:128:512:0")
+    count, lo, hi = (int(g) for g in m.groups()[:3])
+    seed = int(m.group(4)) if m.group(4) is not None else 0
+    if not 1 <= count <= MAX_GROUP:
+        raise AdvisorError(f"group {text!r}: COUNT must be between 1 and {MAX_GROUP}")
+    if not 1 <= lo <= hi < 2**31:
+        raise AdvisorError(f"group {text!r}: need 1 <= LO <= HI < 2^31")
+    if -(-lo // _GROUP_MULTIPLE) * _GROUP_MULTIPLE > hi:
+        raise AdvisorError(f"group {text!r}: sizes are drawn on multiples of {_GROUP_MULTIPLE} (as the bench does); "
+                           f"LO..HI must contain one")
+    return {"count": count, "lo": lo, "hi": hi, "seed": seed}
+
+
+def group_sizes(group: dict[str, int]) -> list[tuple[int, int, int]]:
+    """The (M, N, K) list for a parse_group() result, drawn by the bench's own function (so
+    the same COUNT:LO:HI:SEED gives the same GEMMs as bench/bench_gemm.py --grouped)."""
+    from .bench.grouped import group_sizes as draw
+
+    return [tuple(s) for s in draw(group["count"], group["lo"], group["hi"], group["seed"], multiple=_GROUP_MULTIPLE)]
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    """'17x33x70,64x48x128' -> [(17, 33, 70), (64, 48, 128)]."""
+    items = str(text).split(",")
+    if len(items) > MAX_GROUP:
+        raise AdvisorError(f"shapes: {len(items)} GEMMs, at most {MAX_GROUP}")
+    return [parse_shape(s) for s in items]
+
+
+def _grouped_knobs(sizes: list[tuple[int, int, int]], dtype: str, dev: Device) -> tuple[dict[str, Any], dict[str, Any], Any]:
+    """The schedule's default_config for this group (needs torch and triton to import it);
+    without them the Config defaults, with block_k halved for fp32 (block_k x 4 bytes: the
+    fp32 search space's k-step; 64 would not fit two programs per SM)."""
+    device_model = {"gpu": dev.name, "sm_count": dev.sm_count}
+    try:
+        import torch
+
+        from .kernel_lib import load
+
+        mod = load(GROUPED)
+    except ImportError:
+        base = _defaults(GROUPED)
+        if dtype == "fp32" and "block_k" in base:
+            base["block_k"] = base["block_k"] // 2
+        return base, {"how": "defaults", "candidates_from": "the schedule's Config defaults (torch/triton not importable here)",
+                      "device_model": device_model}, None
+    from dataclasses import asdict
+
+    tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    cfg = mod.default_config(sizes, tdtype, dev.sm_count)
+    chosen = {"how": "the schedule's default_config", "candidates_from": "its search space for this group",
+              "device_model": device_model}
+    return asdict(cfg), chosen, (mod, tdtype)
+
+
+def generate_grouped(
+    sizes: list[tuple[int, int, int]],
+    dtype: str = "bf16",
+    knobs: dict[str, Any] | None = None,
+    *,
+    group: dict[str, int] | None = None,
+    finding: dict[str, Any] | None = None,
+    device: Device | None = None,
+    tuned_for: dict[str, Any] | None = None,
+    path: str | Path | None = None,
+) -> Variant:
+    """Render the grouped-GEMM variant (kernels/grouped_gemm.py inlined) for the GEMMs in
+    `sizes` ([(M, N, K), ...]); write it to `path` when given. The knobs are the schedule's
+    default_config for the group, overridden knob by knob by `knobs`. `group` (from
+    parse_group) records how the first group["count"] sizes were drawn."""
+    sizes = [tuple(s) for s in (sizes or [])]
+    if not sizes:
+        raise AdvisorError("grouped: no GEMMs; give --group COUNT:LO:HI[:SEED] and/or --shapes MxNxK,...")
+    if len(sizes) > MAX_GROUP:
+        raise AdvisorError(f"grouped: {len(sizes)} GEMMs, at most {MAX_GROUP}")
+    for s in sizes:
+        if len(s) != 3:
+            raise AdvisorError(f"grouped: {s!r} is not an (M, N, K) triple")
+        _check_problem(*s, dtype)
+    sizes = [tuple(int(x) for x in s) for s in sizes]
+    dev = device or Device()
+    final, chosen_by, loaded = _grouped_knobs(sizes, dtype, dev)
+    if knobs:
+        final.update(coerce_knobs(GROUPED, knobs))
+        chosen_by = dict(chosen_by, overridden=sorted(knobs))
+    final = coerce_knobs(GROUPED, final)
+    if loaded is not None:  # a knob set the kernel would refuse fails here, not on the GPU
+        mod, tdtype = loaded
+        try:
+            mod.Config(**final).validate(tdtype)
+        except ValueError as exc:
+            raise AdvisorError(f"grouped knobs: {exc}") from None
+    source, _ = bundle(GROUPED)
+    target = Path(path) if path is not None else None
+    filename = target.name if target is not None else "variant.py"
+    module = target.stem if target is not None else "variant"
+    if not module.isidentifier():
+        module = "variant"
+    tuned = tuned_for or {"gpu": None, "sm_count": None, "compute_capability": None, "smem_per_block_bytes": None}
+    dims = [d for s in sizes for d in s]
+    text = code_environment().get_template("grouped.py.j2").render(
+        strategy=GROUPED,
+        strategy_id=_ident(GROUPED, "strategy"),
+        dtype=dtype,
+        dtype_id=_ident(dtype, "dtype"),
+        count=len(sizes),
+        dim_lo=min(dims),
+        dim_hi=max(dims),
+        sizes=[list(s) for s in sizes],
+        group=dict(group) if group else None,
+        knobs=final,
+        tuned_for=tuned,
+        finding=finding or {},
+        chosen_by=chosen_by,
+        advisor_version=_ident(__version__, "version"),
+        date_id=_ident(_dt.date.today().isoformat(), "date"),
+        filename_id=_ident(filename if _IDENT.match(filename) else "variant.py", "file name"),
+        module_id=_ident(module, "module"),
+        kernel_source=PySafe(source),
+    )
+    M, N, K = (max(s[i] for s in sizes) for i in range(3))
+    variant = Variant(GROUPED, M, N, K, dtype, final, chosen_by, text, sizes=sizes)
+    return _finish(variant, filename, target)
 
 
 def finding_summary(f: Any) -> dict[str, Any]:

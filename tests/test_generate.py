@@ -16,8 +16,21 @@ from click.testing import CliRunner
 from advisor.cli import cli
 from advisor.codegen import bundle, coerce_knobs, config_fields, dependency_order
 from advisor.errors import AdvisorError
-from advisor.generate import generate, parse_shape
-from advisor.schedule_model import Device, predict, rank, stream_k_policies, suggest_split_k
+from advisor.generate import (
+    generate,
+    generate_grouped,
+    group_sizes,
+    parse_group,
+    parse_shape,
+    parse_shapes,
+)
+from advisor.schedule_model import (
+    Device,
+    predict,
+    rank,
+    stream_k_policies,
+    suggest_split_k,
+)
 
 HOSTILE = 'k"""\'\n__import__("pathlib").Path("PWNED").touch()  # {{ 7*7 }} {% raw %} `x` <script>'
 
@@ -120,6 +133,12 @@ def test_generate_rejects_bad_requests(tmp_path):
         generate("dp", 0, 1, 1)
     with pytest.raises(AdvisorError):
         generate("dp", 64, 64, 64, dtype="int8")
+    with pytest.raises(AdvisorError, match="generate_grouped"):
+        generate("grouped", 64, 64, 64)
+    with pytest.raises(AdvisorError):
+        generate_grouped([])
+    with pytest.raises(AdvisorError):
+        generate_grouped([(64, 64, 0)])
 
 
 def test_generate_cli(tmp_path):
@@ -129,6 +148,124 @@ def test_generate_cli(tmp_path):
     assert "BLOCK_M=64" in r.output and out.is_file()
     r = CliRunner().invoke(cli, ["generate", "dp", "--shape", "64x64", "-o", str(out)])
     assert r.exit_code == 2 and "MxNxK" in r.output
+
+
+# ------------------------------------------------------------------------- grouped
+
+
+ODD_GROUP = "17x33x70,45x17x29,70x51x19"  # three GEMMs, odd sizes in 17..70: masks everywhere, no TMA
+
+
+def _imported_modules(tree: ast.AST) -> set[str]:
+    mods = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            mods.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            mods.add("." * node.level + (node.module or ""))
+    return mods
+
+
+def _check_standalone(path: Path) -> ast.Module:
+    text = path.read_text()
+    compile(text, str(path), "exec")
+    tree = ast.parse(text)
+    mods = _imported_modules(tree)
+    assert not [m for m in mods if m.startswith((".", "advisor", "kernels", "advisor_kernels"))], sorted(mods)
+    return tree
+
+
+def test_parse_group_and_shapes():
+    assert parse_group("64:128:512") == {"count": 64, "lo": 128, "hi": 512, "seed": 0}
+    assert parse_group(" 3:17:70:5 ") == {"count": 3, "lo": 17, "hi": 70, "seed": 5}
+    for bad, why in (("3:17", "COUNT:LO:HI"), ("a:b:c", "COUNT:LO:HI"), ("3:17:70:1:2", "COUNT:LO:HI"),
+                     ("0:17:70", "COUNT"), ("3:70:17", "LO <= HI"), ("3:0:70", "LO <= HI"), ("3:1:5", "multiples of 8")):
+        with pytest.raises(AdvisorError, match=why):
+            parse_group(bad)
+    # the same draw as the bench's --grouped (advisor.bench.grouped, which bench/bench_gemm.py's jobs use)
+    from advisor.bench.grouped import group_sizes as bench_draw
+
+    spec = parse_group("5:17:70:3")
+    assert group_sizes(spec) == [tuple(s) for s in bench_draw(5, 17, 70, 3)]
+    assert group_sizes(parse_group("64:128:512")) == [tuple(s) for s in bench_draw()]  # the bench suite's default
+    assert parse_shapes(ODD_GROUP) == [(17, 33, 70), (45, 17, 29), (70, 51, 19)]
+    for bad in ("17x33", "17x33x70,", "17x33x70;45x17x29", ""):
+        with pytest.raises(AdvisorError, match="MxNxK"):
+            parse_shapes(bad)
+
+
+@pytest.mark.interpreter
+def test_generated_grouped_variant_fp16_checks_under_interpreter(tmp_path):
+    path = tmp_path / "grouped_fp16.py"
+    r = CliRunner().invoke(cli, ["generate", "grouped", "--shapes", ODD_GROUP, "--dtype", "fp16", "-o", str(path)])
+    assert r.exit_code == 0, r.output
+    assert "3 GEMMs" in r.output and "default_config" in r.output
+    tree = _check_standalone(path)
+    names = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    assert {"variant_grouped_matmul", "variant_plan", "run_check", "run_bench", "grouped_matmul"} <= names
+    text = path.read_text()
+    assert "SIZES = [[17, 33, 70], [45, 17, 29], [70, 51, 19]]" in text and "GROUP = None" in text
+    p = _run(path, "--check", "--json", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout)
+    assert out["dtype"] == "fp16" and out["gemms"] == 3 and out["sizes"][2] == [70, 51, 19]
+    assert out["check"]["ok"] and out["check"]["rel_err"] < 2e-3
+    p = _run(path, "--check", "--shapes", "17x33", cwd=tmp_path)
+    assert p.returncode == 2 and "--shapes" in p.stderr
+
+
+@pytest.mark.interpreter
+def test_generated_grouped_variant_fp32_checks_under_interpreter(tmp_path):
+    from advisor.kernel_lib import load
+
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "grouped_fp32.py"
+    spec = parse_group("2:17:70:7")
+    sizes = group_sizes(spec) + parse_shapes("33x19x53")
+    v = generate_grouped(sizes, dtype="fp32", group=spec, finding={"kernel": HOSTILE}, path=path)
+    tree = _check_standalone(path)
+    assert any(isinstance(n, ast.Constant) and n.value == HOSTILE for n in ast.walk(tree))
+    assert not any(isinstance(n, ast.Name) and n.id == "__import__" for n in ast.walk(tree))
+    # the baked config is the schedule's default_config for this group
+    from dataclasses import asdict
+
+    assert v.knobs == asdict(load("grouped").default_config(sizes, torch.float32, 132))
+    assert v.sizes == sizes and (v.M, v.N, v.K) == tuple(max(s[i] for s in sizes) for i in range(3))
+    p = _run(path, "--check", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "check ok: 3 GEMMs" in p.stdout
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_generate_grouped_cli_errors(tmp_path):
+    out = tmp_path / "g.py"
+    cases = [
+        (["grouped"], "--group COUNT:LO:HI"),
+        (["grouped", "--group", "3:17"], "COUNT:LO:HI[:SEED]"),
+        (["grouped", "--group", "3:70:17"], "LO <= HI"),
+        (["grouped", "--group", "3:1:5"], "multiples of 8"),
+        (["grouped", "--shapes", "17x33,45x17x29"], "MxNxK"),
+        (["grouped", "--shape", "64x64x64"], "not --shape"),
+        (["grouped", "--shapes", "64x64x64", "--config", "nope=1"], "unknown knob"),
+        (["grouped", "--shapes", "64x64x64", "--config", "block_m=48"], "power of two"),
+        (["grouped", "--shapes", "64x64x64", "--config", "lpt_order=1; import os"], "expected a bool"),
+        (["dp", "--group", "3:17:70"], "for the grouped strategy"),
+        (["split_k", "--shapes", "64x64x64"], "for the grouped strategy"),
+        (["dp"], "needs --shape MxNxK"),
+    ]
+    for args, why in cases:
+        r = CliRunner().invoke(cli, ["generate", *args, "-o", str(out)])
+        assert r.exit_code == 2, (args, r.output)
+        assert why in r.output and len(r.output.strip().splitlines()) == 1, (args, r.output)
+    assert not out.exists()
+    # --group and --shapes together: the drawn GEMMs, then the listed ones; a knob override is kept
+    r = CliRunner().invoke(cli, ["generate", "grouped", "--group", "2:17:70:7", "--shapes", "33x19x53", "--dtype", "bf16",
+                                 "--config", "block_m=32", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    text = out.read_text()
+    assert f"SIZES = {[list(s) for s in group_sizes(parse_group('2:17:70:7'))] + [[33, 19, 53]]}" in text
+    assert "'block_m': 32" in text and "'overridden': ['block_m']" in text
+    assert "grouped" in CliRunner().invoke(cli, ["generate", "--help"]).output
 
 
 # ------------------------------------------------------------------------- the model
