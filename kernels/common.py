@@ -191,6 +191,21 @@ def prepare_output(out: torch.Tensor | None, M: int, N: int, like: torch.Tensor)
     return out
 
 
+def stride_hints(*tensors: torch.Tensor) -> int:
+    """Each stride's power-of-two factor (1..16) of the tensors' two dimensions, packed 5 bits a
+    stride in order (A's two, then B's two): `dp_gemm.mac_loop`'s HINTS. Triton specializes an
+    integer argument only when it divides by 16, so rows of K = 8200 bf16 elements (16-byte
+    aligned: 8200 = 8 x 1025) otherwise get no vector loads; a unit or zero stride gets no
+    hint (1)."""
+    packed, shift = 0, 0
+    for t in tensors:
+        for s in t.stride():
+            m = min(16, s & -s) if s > 1 else 1
+            packed |= m << shift
+            shift += 5
+    return packed
+
+
 def needs_int64_offsets(*tensors: torch.Tensor) -> bool:
     """True when some element offset (sum of index * stride) of a tensor reaches 2**31, so a
     kernel must compute offsets in int64 instead of Triton's default int32."""

@@ -56,6 +56,7 @@ from .common import (
     pipeline_smem_bytes,
     prepare_output,
     self_check,
+    stride_hints,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -223,6 +224,8 @@ def mac_loop(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no K masks at all
     INT64: tl.constexpr,  # compute element offsets in int64
+    RAGGED_K: tl.constexpr = 16,  # depth of the slices the ragged last K step is cut into
+    HINTS: tl.constexpr = 0,  # common.stride_hints(a, b): the strides' known power-of-two factors
 ):
     """fp32 accumulator of A[tile rows, k-range] @ B[k-range, tile cols]. An empty range
     (k_begin >= k_end) returns zeros."""
@@ -240,8 +243,25 @@ def mac_loop(
     # Rows/cols past the edge read valid memory (wrapped); the store drops them.
     rm = rm % M
     rn = rn % N
-    a_ptrs = a_ptr + (rm[:, None] * stride_am + rk[None, :] * stride_ak)
-    b_ptrs = b_ptr + (rk[:, None] * stride_bk + rn[None, :] * stride_bn)
+    # Triton marks an integer argument divisible only when it divides by 16; a K of 8200 (rows
+    # 16-byte aligned: 8200 = 8 x 1025) then left A's loads 2 bytes wide and a 128x128
+    # data-parallel launch on 1664x1408x8200 took 1.2 ms against 94 us at K = 8192 (H200,
+    # 2026-11-29). The host measured each stride's power-of-two factor (HINTS); say so on the
+    # offsets (on the scalar strides the hint is not used).
+    a_rows = rm * stride_am
+    a_cols = rk * stride_ak
+    b_rows = rk * stride_bk
+    b_cols = rn * stride_bn
+    if (HINTS & 31) > 1:
+        a_rows = tl.multiple_of(a_rows, HINTS & 31)
+    if ((HINTS >> 5) & 31) > 1:
+        a_cols = tl.multiple_of(a_cols, (HINTS >> 5) & 31)
+    if ((HINTS >> 10) & 31) > 1:
+        b_rows = tl.multiple_of(b_rows, (HINTS >> 10) & 31)
+    if ((HINTS >> 15) & 31) > 1:
+        b_cols = tl.multiple_of(b_cols, (HINTS >> 15) & 31)
+    a_ptrs = a_ptr + (a_rows[:, None] + a_cols[None, :])
+    b_ptrs = b_ptr + (b_rows[:, None] + b_cols[None, :])
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     # Full BLOCK_K steps need no mask. Only the last step of K can be ragged; it is peeled
     # off the pipelined loop (a mask in every step costs registers and spilled at 128x128).
@@ -256,10 +276,28 @@ def mac_loop(
         b_ptrs += step_b
     if not EVEN_K:  # noqa: SIM102  (compile-time test around a run-time one)
         if k_full < k_end:
+            # The ragged step runs outside the software pipeline, so its operands go through
+            # registers: a whole BLOCK_K-deep masked tile beside the accumulator spilled
+            # (sm_90 compile check, 1664x1408x8200 at 128x128x64: 704 bytes of stack). In
+            # 16-deep slices nothing spills there (dp, split-K; Stream-K 1008 -> 96 bytes),
+            # but persistent_gemm's tile loop spilled more (616 -> 2208 bytes, rm and rn kept
+            # live for the slices' pointers): it passes RAGGED_K=BLOCK_K, the one-slice path.
             k_left = K - k_full * BLOCK_K
-            a = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_K)[None, :] < k_left, other=0.0)
-            b = tl.load(b_ptrs, mask=tl.arange(0, BLOCK_K)[:, None] < k_left, other=0.0)
-            acc = tl.dot(a, b, acc)
+            if RAGGED_K == BLOCK_K:  # one slice: the loop's own pointers, nothing else kept live
+                a = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_K)[None, :] < k_left, other=0.0)
+                b = tl.load(b_ptrs, mask=tl.arange(0, BLOCK_K)[:, None] < k_left, other=0.0)
+                acc = tl.dot(a, b, acc)
+            else:
+                rs = k_full * BLOCK_K + tl.arange(0, RAGGED_K)  # the ragged step's first slice
+                if INT64:
+                    rs = rs.to(tl.int64)
+                a_rag = a_ptr + rm[:, None] * stride_am + rs[None, :] * stride_ak
+                b_rag = b_ptr + rs[:, None] * stride_bk + rn[None, :] * stride_bn
+                rs = tl.arange(0, RAGGED_K)
+                for kk in tl.static_range(0, BLOCK_K, RAGGED_K):
+                    a = tl.load(a_rag + kk * stride_ak, mask=(kk + rs)[None, :] < k_left, other=0.0)
+                    b = tl.load(b_rag + kk * stride_bk, mask=(kk + rs)[:, None] < k_left, other=0.0)
+                    acc = tl.dot(a, b, acc)
     return acc
 
 
@@ -307,14 +345,14 @@ def dp_gemm_kernel(
     # tile shape and order
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     # shape facts fixed by the host
-    EVEN_K: tl.constexpr, INT64: tl.constexpr,
+    EVEN_K: tl.constexpr, INT64: tl.constexpr, STRIDE_HINTS: tl.constexpr,
 ):
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     pid_m, pid_n = tile_coords(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M)
     acc = mac_loop(a_ptr, b_ptr, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
                    pid_m, pid_n, 0, tl.cdiv(K, BLOCK_K),
-                   BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64)
+                   BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64, HINTS=STRIDE_HINTS)
     store_tile(c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc, BLOCK_M, BLOCK_N, INT64)
 
 
@@ -342,7 +380,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K,
         GROUP_M=config.GROUP_M,
         EVEN_K=K % config.BLOCK_K == 0,
-        INT64=needs_int64_offsets(a, b, c),
+        INT64=needs_int64_offsets(a, b, c), STRIDE_HINTS=stride_hints(a, b),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return c

@@ -63,6 +63,7 @@ from .common import (
     pipeline_smem_bytes,
     prepare_output,
     self_check,
+    stride_hints,
 )
 from .dp_gemm import (
     check_block_config,
@@ -234,7 +235,7 @@ def persistent_gemm_kernel(
     EPILOGUE_SUBTILE: tl.constexpr,
     FLATTEN: tl.constexpr,
     # shape facts fixed by the host
-    EVEN_K: tl.constexpr, INT64: tl.constexpr,
+    EVEN_K: tl.constexpr, INT64: tl.constexpr, STRIDE_HINTS: tl.constexpr,
 ):
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -267,7 +268,8 @@ def persistent_gemm_kernel(
         else:
             acc = mac_loop(a_ptr, b_ptr, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
                            pid_m, pid_n, 0, k_iters,
-                           BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64)
+                           BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64, RAGGED_K=BLOCK_K,
+                           HINTS=STRIDE_HINTS)
             store_tile(c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc, BLOCK_M, BLOCK_N, INT64)
 
 
@@ -367,7 +369,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
         USE_TMA=config.use_tma, A_COL_MAJOR=a_col, B_COL_MAJOR=b_col,
         EPILOGUE_SUBTILE=config.EPILOGUE_SUBTILE, FLATTEN=config.FLATTEN,
-        EVEN_K=K % config.BLOCK_K == 0, INT64=needs_int64_offsets(a, b, c),
+        EVEN_K=K % config.BLOCK_K == 0, INT64=needs_int64_offsets(a, b, c), STRIDE_HINTS=stride_hints(a, b),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return c

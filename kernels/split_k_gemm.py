@@ -78,6 +78,7 @@ from .common import (
     pipeline_smem_bytes,
     prepare_output,
     self_check,
+    stride_hints,
 )
 from .dp_gemm import (
     check_block_config,
@@ -297,7 +298,7 @@ def split_k_gemm_kernel(
     FIXUP_ROWS: tl.constexpr,  # last arriver: tile rows reduced at a time
     FIXUP_CHUNK: tl.constexpr,  # fixup: partials summed per load
     # shape facts fixed by the host
-    EVEN_K: tl.constexpr, INT64: tl.constexpr,
+    EVEN_K: tl.constexpr, INT64: tl.constexpr, STRIDE_HINTS: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -313,7 +314,7 @@ def split_k_gemm_kernel(
     k_end = tl.minimum(k_begin + iters_per_split, tl.cdiv(K, BLOCK_K))
     acc = mac_loop(a_ptr, b_ptr, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
                    pid_m, pid_n, k_begin, k_end,
-                   BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64)
+                   BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64, HINTS=STRIDE_HINTS)
 
     if REDUCTION == "none":
         store_tile(c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc, BLOCK_M, BLOCK_N, INT64)
@@ -448,7 +449,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         split, per_split,
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=config.GROUP_M,
         REDUCTION=reduction, FIXUP_ROWS=fixup_rows(BM, BN), FIXUP_CHUNK=fixup_chunk(BM, BN, split),
-        EVEN_K=K % BK == 0, INT64=int64,
+        EVEN_K=K % BK == 0, INT64=int64, STRIDE_HINTS=stride_hints(a, b),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if reduction == "two_phase":

@@ -110,6 +110,7 @@ from .common import (
     pipeline_smem_bytes,
     prepare_output,
     self_check,
+    stride_hints,
 )
 from .dp_gemm import (
     check_block_config,
@@ -498,6 +499,7 @@ def _mac(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INT64: tl.constexpr,
     USE_TMA: tl.constexpr, A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr,
+    HINTS: tl.constexpr = 0,
 ):
     """fp32 accumulator of iterations [k_begin, k_end) of tile (pid_m, pid_n): one TMA box per
     operand and step (edges come back zero-filled), or dp_gemm's pointer loop."""
@@ -518,7 +520,7 @@ def _mac(
             acc = tl.dot(a, b, acc)
     else:
         acc = mac_loop(a_ref, b_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
-                       pid_m, pid_n, k_begin, k_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64)
+                       pid_m, pid_n, k_begin, k_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64, HINTS=HINTS)
     return acc
 
 
@@ -614,6 +616,7 @@ def _dp_tiles(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     USE_TMA: tl.constexpr, A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr,
     EPILOGUE_SUBTILE: tl.constexpr, FLATTEN: tl.constexpr, EVEN_K: tl.constexpr, INT64: tl.constexpr,
+    HINTS: tl.constexpr = 0,
 ):
     """The data-parallel tiles after the Stream-K region, in a persistent loop: program p takes
     tiles sk_tiles + p, + grid, ..."""
@@ -624,7 +627,7 @@ def _dp_tiles(
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         acc = _mac(a_ref, b_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
                    pid_m, pid_n, 0, iters, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64,
-                   USE_TMA, A_COL_MAJOR, B_COL_MAJOR)
+                   USE_TMA, A_COL_MAJOR, B_COL_MAJOR, HINTS=HINTS)
         _store_whole(c_ref, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc,
                      BLOCK_M, BLOCK_N, INT64, USE_TMA, EPILOGUE_SUBTILE)
 
@@ -698,6 +701,7 @@ def stream_k_gemm_kernel(
     # shape facts fixed by the host
     EVEN_K: tl.constexpr, INT64: tl.constexpr,
     DP_FIRST: tl.constexpr,  # data-parallel tiles before the Stream-K work (else after)
+    STRIDE_HINTS: tl.constexpr,
     # diagnosis (GPU only): record start, last Stream-K MAC loop done, Stream-K work done,
     # data-parallel tiles done, end (after the cooperative fixup's claims)
     PHASE_TIMES: tl.constexpr = False,
@@ -714,7 +718,8 @@ def stream_k_gemm_kernel(
     if DP_FIRST:
         _dp_tiles(a_ref, b_ref, c_ref, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                   stride_cm, stride_cn, sk_tiles, pid, grid, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
-                  USE_TMA, A_COL_MAJOR, B_COL_MAJOR, EPILOGUE_SUBTILE, FLATTEN, EVEN_K, INT64)
+                  USE_TMA, A_COL_MAJOR, B_COL_MAJOR, EPILOGUE_SUBTILE, FLATTEN, EVEN_K, INT64,
+                  HINTS=STRIDE_HINTS)
     if pid < sk_programs:
         if ALIGNED:
             # ---- Stream-K region cut into sk_chunks equal K-chunks a tile; unit u is chunk
@@ -728,7 +733,7 @@ def stream_k_gemm_kernel(
                 pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
                 acc = _mac(a_ref, b_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
                            pid_m, pid_n, k0, k1, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64,
-                           USE_TMA, A_COL_MAJOR, B_COL_MAJOR)
+                           USE_TMA, A_COL_MAJOR, B_COL_MAJOR, HINTS=STRIDE_HINTS)
                 if PHASE_TIMES:
                     t_mac = _now(pid)
                 if sk_chunks == 1:
@@ -766,7 +771,7 @@ def stream_k_gemm_kernel(
                 pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
                 acc = _mac(a_ref, b_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
                            pid_m, pid_n, k0, k1, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64,
-                           USE_TMA, A_COL_MAJOR, B_COL_MAJOR)
+                           USE_TMA, A_COL_MAJOR, B_COL_MAJOR, HINTS=STRIDE_HINTS)
                 if PHASE_TIMES:
                     t_mac = _now(pid)
                 if k1 - k0 == iters:
@@ -787,7 +792,8 @@ def stream_k_gemm_kernel(
     if not DP_FIRST:
         _dp_tiles(a_ref, b_ref, c_ref, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                   stride_cm, stride_cn, sk_tiles, pid, grid, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
-                  USE_TMA, A_COL_MAJOR, B_COL_MAJOR, EPILOGUE_SUBTILE, FLATTEN, EVEN_K, INT64)
+                  USE_TMA, A_COL_MAJOR, B_COL_MAJOR, EPILOGUE_SUBTILE, FLATTEN, EVEN_K, INT64,
+                  HINTS=STRIDE_HINTS)
     if PHASE_TIMES:
         t_dp = _now(pid)
     if ALIGNED:  # noqa: SIM102  (compile-time test around a run-time one)
@@ -877,7 +883,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         EPILOGUE_SUBTILE=config.EPILOGUE_SUBTILE, FLATTEN=config.FLATTEN,
         EVEN_K=K % config.BLOCK_K == 0,
         INT64=needs_int64_offsets(a, b, c, ws),
-        DP_FIRST=config.dp_first, PHASE_TIMES=phase_times is not None,
+        DP_FIRST=config.dp_first, STRIDE_HINTS=stride_hints(a, b), PHASE_TIMES=phase_times is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return c
