@@ -10,6 +10,7 @@ from gemm_checks import (
     LAYOUTS,
     check_search_space,
     check_validation,
+    common,
     layout_id,
     run_checked,
 )
@@ -98,3 +99,24 @@ def test_validation():
     with pytest.raises(ValueError, match="shared memory"):
         dp.matmul(torch.randn(8, 8, device=DEVICE), torch.randn(8, 8, device=DEVICE),
                   dp.Config(256, 256, 128, num_warps=8, num_stages=4))
+
+
+def test_stride_hints_are_exact_power_of_two_factors():
+    # a hint the strides do not honour would make the GPU issue misaligned vector loads, so
+    # each packed value must be the largest power of two (<= 16) dividing the stride
+    def unpack(h, n):
+        return [(h >> (5 * i)) & 31 for i in range(n)]
+
+    a = torch.empty(16, 8200)
+    b = torch.empty(8200, 24)
+    assert unpack(common.stride_hints(a, b), 4) == [8, 1, 8, 1]
+    assert unpack(common.stride_hints(a.t(), torch.empty(6, 48)), 4) == [1, 8, 16, 1]
+    assert unpack(common.stride_hints(torch.empty(3, 1).expand(3, 5)), 2) == [1, 1]  # 0 and 1: none
+    assert unpack(common.stride_hints(torch.empty(2, 4096)[:, ::2]), 2) == [16, 2]
+
+
+@pytest.mark.parametrize("K", [97, 1000], ids=["K97", "K1000"])
+def test_ragged_k_slices(K):
+    # the ragged last step in 16-deep slices: K % BLOCK_K of 1 and 40 (4 slices, the last partial)
+    for cfg in (dp.Config(32, 32, 64, 2, 4, 1), dp.Config(16, 32, 32, 2, 4, 1)):
+        run_checked(dp, 37, 45, K, torch.bfloat16, cfg)
