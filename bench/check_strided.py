@@ -48,6 +48,7 @@ def main() -> int:
         rel_error,
         stride_hints,
     )
+    from kernels.dp_gemm import for_dtype
 
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
     failures = 0
@@ -57,7 +58,7 @@ def main() -> int:
                 for ta, tb in ((False, False), (True, False), (False, True)):
                     a, b = random_inputs(M, N, K, dtype, "cuda", transpose_a=ta, transpose_b=tb, seed=M + N + K)
                     out = torch.full((M, N), float("nan"), dtype=dtype, device="cuda")
-                    mod.matmul(a, b, cfg, out=out)
+                    mod.matmul(a, b, for_dtype(cfg, dtype), out=out)
                     err = rel_error(out, reference(a, b))
                     hints = [(stride_hints(a, b) >> (5 * i)) & 31 for i in range(4)]
                     ok = err <= TOLERANCE[dtype]
