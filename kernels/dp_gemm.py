@@ -294,9 +294,14 @@ def mac_loop(
                 a_rag = a_ptr + rm[:, None] * stride_am + rs[None, :] * stride_ak
                 b_rag = b_ptr + rs[:, None] * stride_bk + rn[None, :] * stride_bn
                 rs = tl.arange(0, RAGGED_K)
+                sa = stride_ak
+                sb = stride_bk
+                if INT64:  # kk x stride can pass 2**31 where INT64 is needed at all
+                    sa = stride_ak.to(tl.int64)
+                    sb = stride_bk.to(tl.int64)
                 for kk in tl.static_range(0, BLOCK_K, RAGGED_K):
-                    a = tl.load(a_rag + kk * stride_ak, mask=(kk + rs)[None, :] < k_left, other=0.0)
-                    b = tl.load(b_rag + kk * stride_bk, mask=(kk + rs)[:, None] < k_left, other=0.0)
+                    a = tl.load(a_rag + kk * sa, mask=(kk + rs)[None, :] < k_left, other=0.0)
+                    b = tl.load(b_rag + kk * sb, mask=(kk + rs)[:, None] < k_left, other=0.0)
                     acc = tl.dot(a, b, acc)
     return acc
 

@@ -359,9 +359,10 @@ def skinny_points(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> l
     warps (two warpgroups, 5 stages), for the compute-heavier ones such as 512x512x65536.
 
     Measured on the H200 (2026-11-29, bench/probes/skinny_stream_k_tma.json, graph timer):
-    these ran 4-12% behind to 9% ahead of split_k_gemm's best (128x64 8 stages: 39.3 us on
-    128x8192x8192 against 43.0; 128x128 on 8 warps: 54.9 against 64.8 on 512x512x65536;
-    16x4096x16384: 37.1 against 35.6), where the 128x128x64 default had taken 45-67 us."""
+    from 12% behind to 18% ahead of split_k_gemm's best config in the same run (128x64, 8
+    stages: 39.3 us on 128x8192x8192 against 43.0; 128x128 on 8 warps: 54.9 against 64.8 on
+    512x512x65536; 16x4096x16384: 37.1 against 35.6), where Stream-K's earlier search (128x128
+    tiles only) had found 44-67 us."""
     if cdiv(M, 128) * cdiv(N, 128) >= num_sms or not tma_shape_ok(M, N, K, dtype):
         return []
     elt = dtype.itemsize
