@@ -190,14 +190,14 @@ def parse_args(argv=None):
     args.grouped_text = args.grouped
     args.grouped = dict(GROUPED)
     if args.grouped_text:
-        parts = args.grouped_text.split(":")
+        # the same COUNT:LO:HI[:SEED] parser as `advisor generate grouped`
+        from advisor.errors import AdvisorError
+        from advisor.generate import parse_group
+
         try:
-            vals = [int(x) for x in parts]
-        except ValueError:
-            ap.error("--grouped wants COUNT:LO:HI[:SEED] integers")
-        if len(vals) not in (3, 4) or vals[0] < 1 or not 1 <= vals[1] <= vals[2]:
-            ap.error("--grouped wants COUNT:LO:HI[:SEED] with COUNT >= 1 and 1 <= LO <= HI")
-        args.grouped.update(count=vals[0], lo=vals[1], hi=vals[2], **({"seed": vals[3]} if len(vals) == 4 else {}))
+            args.grouped.update(parse_group(args.grouped_text))
+        except AdvisorError as exc:
+            ap.error(f"--grouped: {exc}")
     if args.out is None:
         args.out = Path(os.environ["OUT"]) if os.environ.get("OUT") else HERE / "results"
     if args.compile_procs is None:

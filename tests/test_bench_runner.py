@@ -659,3 +659,16 @@ def test_grouped_suite_never_uses_the_graph_timer():
     assert grouped_timer("events", "cuda") == "events"
     assert grouped_timer("auto", "cuda") == "do_bench"
     assert grouped_timer("graph", "cpu") == "cpu"
+
+
+def test_bench_gemm_grouped_option_shares_generate_parser(capsys):
+    spec = importlib.util.spec_from_file_location("bench_gemm_cli", REPO / "bench" / "bench_gemm.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    args = mod.parse_args(["--grouped", "8:16:64", "--dry-run"])
+    assert args.grouped == {"count": 8, "lo": 16, "hi": 64, "seed": 0}
+    for bad in ("3:1:5", "x", "0:16:32"):  # no multiple of 8 in range, not integers, no GEMMs
+        with pytest.raises(SystemExit) as exc:
+            mod.parse_args(["--grouped", bad])
+        assert exc.value.code == 2
+    assert "--grouped: group" in capsys.readouterr().err
