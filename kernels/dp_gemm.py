@@ -26,9 +26,15 @@ Caveats
       The wrap keeps Triton's contiguity facts when M and N are multiples of 16, which is what
       lets loads vectorize.
     - Only the last BLOCK_K step of K can be ragged: it is peeled off the main loop and runs
-      masked after it (EVEN_K=False), so the pipelined loop never carries masks.
+      masked after it (EVEN_K=False), in 16-deep slices, so the pipelined loop never carries
+      masks and the peeled step does not spill.
     - Element offsets are int32 unless some tensor spans 2**31 elements, then int64 (INT64).
-    - Inputs may be any strided views (row-major, transposed); nothing is copied.
+    - Inputs may be any strided views (row-major, transposed); nothing is copied. Loads are
+      16 bytes wide only where the leading strides are 16-byte multiples: the host passes
+      each stride's power-of-two factor (`common.stride_hints`), because Triton itself only
+      recognises strides divisible by 16 elements (K = 8200 ran 10x slower without it,
+      bench/probes/ragged_k.json). Rows that are not 16-byte aligned (K = 1000 in bf16)
+      get narrower loads; copy such inputs into padded buffers when they are hot.
 
 Source of the idea
     Triton tutorial 03-matrix-multiplication (grouped ordering, fp32 accumulator, pointer
