@@ -97,6 +97,25 @@ def _finish(variant: Variant, filename: str, target: Path | None) -> Variant:
     return variant
 
 
+def _render(template: str, path: str | Path | None, **context: Any) -> tuple[str, str, Path | None]:
+    """(text, file name, target path or None) of `template` rendered with `context` plus what
+    every variant template shares: the advisor version, today's date, and the file and module
+    names the variant's docstring tells the user to run and import."""
+    target = Path(path) if path is not None else None
+    filename = target.name if target is not None else "variant.py"
+    module = target.stem if target is not None else "variant"
+    if not module.isidentifier():
+        module = "variant"
+    text = code_environment().get_template(template).render(
+        **context,
+        advisor_version=_ident(__version__, "version"),
+        date_id=_ident(_dt.date.today().isoformat(), "date"),
+        filename_id=_ident(filename if _IDENT.match(filename) else "variant.py", "file name"),
+        module_id=_ident(module, "module"),
+    )
+    return text, filename, target
+
+
 def _defaults(strategy: str) -> dict[str, Any]:
     return {f.name: f.default for f in config_fields(strategy)}
 
@@ -182,13 +201,9 @@ def generate(
     else:
         dp_matmul = renamed.get("dp_gemm", {}).get("matmul", "matmul")
         baseline = f"lambda a, b: {dp_matmul}(a, b)  # advisor's data-parallel baseline, default config"
-    target = Path(path) if path is not None else None
-    filename = target.name if target is not None else "variant.py"
-    module = target.stem if target is not None else "variant"
-    if not module.isidentifier():
-        module = "variant"
     tuned = tuned_for or {"gpu": None, "sm_count": None, "compute_capability": None, "smem_per_block_bytes": None}
-    text = code_environment().get_template("variant.py.j2").render(
+    text, filename, target = _render(
+        "variant.py.j2", path,
         strategy=strategy,
         strategy_id=_ident(strategy, "strategy"),
         dtype=dtype,
@@ -200,10 +215,6 @@ def generate(
         tuned_for=tuned,
         finding=finding or {},
         chosen_by=chosen_by,
-        advisor_version=_ident(__version__, "version"),
-        date_id=_ident(_dt.date.today().isoformat(), "date"),
-        filename_id=_ident(filename if _IDENT.match(filename) else "variant.py", "file name"),
-        module_id=_ident(module, "module"),
         kernel_source=PySafe(source),
         baseline_expr=PySafe(baseline),
     )
@@ -308,14 +319,10 @@ def generate_grouped(
         except ValueError as exc:
             raise AdvisorError(f"grouped knobs: {exc}") from None
     source, _ = bundle(GROUPED)
-    target = Path(path) if path is not None else None
-    filename = target.name if target is not None else "variant.py"
-    module = target.stem if target is not None else "variant"
-    if not module.isidentifier():
-        module = "variant"
     tuned = tuned_for or {"gpu": None, "sm_count": None, "compute_capability": None, "smem_per_block_bytes": None}
     dims = [d for s in sizes for d in s]
-    text = code_environment().get_template("grouped.py.j2").render(
+    text, filename, target = _render(
+        "grouped.py.j2", path,
         strategy=GROUPED,
         strategy_id=_ident(GROUPED, "strategy"),
         dtype=dtype,
@@ -329,10 +336,6 @@ def generate_grouped(
         tuned_for=tuned,
         finding=finding or {},
         chosen_by=chosen_by,
-        advisor_version=_ident(__version__, "version"),
-        date_id=_ident(_dt.date.today().isoformat(), "date"),
-        filename_id=_ident(filename if _IDENT.match(filename) else "variant.py", "file name"),
-        module_id=_ident(module, "module"),
         kernel_source=PySafe(source),
     )
     M, N, K = (max(s[i] for s in sizes) for i in range(3))
@@ -371,9 +374,8 @@ def generate_comm_overlap(
         final.update(coerce_knobs("comm_overlap", knobs))
     final = coerce_knobs("comm_overlap", final)
     source, _ = bundle("comm_overlap")
-    target = Path(path) if path is not None else None
-    filename = target.name if target is not None else "variant.py"
-    text = code_environment().get_template("comm_overlap.py.j2").render(
+    text, filename, target = _render(
+        "comm_overlap.py.j2", path,
         pattern=pattern,
         pattern_id=_ident(pattern, "pattern"),
         dtype=dtype,
@@ -383,9 +385,6 @@ def generate_comm_overlap(
         K=K,
         knobs=final,
         finding=finding or {},
-        advisor_version=_ident(__version__, "version"),
-        date_id=_ident(_dt.date.today().isoformat(), "date"),
-        filename_id=_ident(filename if _IDENT.match(filename) else "variant.py", "file name"),
         kernel_source=PySafe(source),
     )
     chosen = {"how": "defaults" if not knobs else "given", "pattern": pattern}
