@@ -81,6 +81,7 @@ from .common import (
     stride_hints,
 )
 from .dp_gemm import (
+    _next_pow2,
     check_block_config,
     check_smem,
     fits_shape,
@@ -179,8 +180,8 @@ def _tile_for(M: int, N: int) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps) for a skinny 16-bit problem: BLOCK_M just covers
     M (up to 128) so B is streamed once; BLOCK_K 128 while the tile is small (bigger loads per
     stage), 64 for 128-row tiles (wgmma-bound)."""
-    bm = min(128, max(16, 1 << max(0, (M - 1).bit_length())))
-    bn = min(128, max(16, 1 << max(0, (N - 1).bit_length())))
+    bm = min(128, max(16, _next_pow2(M)))
+    bn = min(128, max(16, _next_pow2(N)))
     bk = 64 if bm >= 128 else 128
     return bm, bn, bk, 4
 

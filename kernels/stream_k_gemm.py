@@ -113,6 +113,7 @@ from .common import (
     stride_hints,
 )
 from .dp_gemm import (
+    _next_pow2,
     check_block_config,
     check_smem,
     fits_shape,
@@ -345,10 +346,6 @@ def default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> 
     return replace(base, policy=default_policy(tiles, num_sms))
 
 
-def _pow2_at_least(x: int, lo: int, hi: int) -> int:
-    return min(hi, max(lo, 1 << max(0, (x - 1).bit_length())))
-
-
 def skinny_points(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> list[Config]:
     """Aligned "sk" configs with TMA loads for problems with less than a wave of 128x128
     tiles (skinny or long-K): a tile that just covers M (16..128 rows) so that B streams
@@ -366,10 +363,10 @@ def skinny_points(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> l
     if cdiv(M, 128) * cdiv(N, 128) >= num_sms or not tma_shape_ok(M, N, K, dtype):
         return []
     elt = dtype.itemsize
-    bm = _pow2_at_least(M, 16, 128)
+    bm = min(128, max(16, _next_pow2(M)))
     out: list[Config] = []
     for bn in (64, 128):
-        bn = min(bn, _pow2_at_least(N, 16, 128))
+        bn = min(bn, max(16, _next_pow2(N)))
         base = for_dtype(Config(bm, bn, 128 if bm * bn <= 64 * 64 else 64, 8, 4, 2), dtype)
         per_stage = (bm * base.BLOCK_K + base.BLOCK_K * bn) * elt
         stages = max(2, min(8, (200 * 1024 - bm * bn * elt) // per_stage))
