@@ -60,6 +60,10 @@ METRICS: dict[str, str] = {
     "dram_pct": "dram__throughput.avg.pct_of_peak_sustained_elapsed",
     "dram_read_bytes": "dram__bytes_read.sum",
     "dram_write_bytes": "dram__bytes_write.sum",
+    # L2: a schedule can be bound there without DRAM being busy, when every program re-reads
+    # the same small operand (a 128-row A tile read by each of 128 column tiles)
+    "l2_pct": "lts__throughput.avg.pct_of_peak_sustained_elapsed",
+    "l2_hit_pct": "lts__t_sector_hit_rate.pct",
     "achieved_occupancy_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
     "theoretical_occupancy_pct": "sm__maximum_warps_per_active_cycle_pct",
     "waves_per_sm": "launch__waves_per_multiprocessor",
@@ -216,20 +220,24 @@ def summarize(provider: str, kernels: list[dict], *, compulsory_bytes: float | N
         "dram_pct": _weighted(ks, "dram_pct"),
         "dram_bytes": dram_bytes,
         "dram_x_compulsory": (dram_bytes / compulsory_bytes) if dram_bytes and compulsory_bytes else None,
+        "l2_pct": _weighted(ks, "l2_pct"),
+        "l2_hit_pct": _weighted(ks, "l2_hit_pct"),
     }
 
 
 def explain(s: dict) -> str:
     """One reading of a provider's counters, from fixed thresholds (a hint, not a verdict)."""
     notes = []
-    busy, tensor, dram = s.get("sm_busy_pct"), s.get("tensor_pct"), s.get("dram_pct")
+    busy, tensor, dram, l2 = s.get("sm_busy_pct"), s.get("tensor_pct"), s.get("dram_pct"), s.get("l2_pct")
     if busy is not None and busy < 85:
         notes.append(f"SMs idle {100 - busy:.0f}% of the time (partial wave or too few CTAs)")
     if dram is not None and dram >= 70:
         notes.append("memory-bound (DRAM near peak)")
+    elif l2 is not None and l2 >= 70:
+        notes.append("L2-bound (L2 near peak, DRAM not: operands re-read from L2)")
     if tensor is not None and tensor >= 85:  # cuBLAS kept it 93% busy on the H200's big GEMMs
         notes.append("tensor pipe busy")
-    elif tensor is not None and (dram is None or dram < 70):  # neither pipe nor memory saturated
+    elif tensor is not None and (dram is None or dram < 70) and (l2 is None or l2 < 70):  # nothing saturated
         notes.append("tensor pipe under-fed (latency: pipeline depth, TMA/math overlap, occupancy)")
     x = s.get("dram_x_compulsory")
     if x is not None and x > 1.5:

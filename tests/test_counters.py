@@ -48,6 +48,7 @@ def test_summarize_weights_by_time_and_takes_waves_from_the_longest_kernel():
     assert s["waves_per_sm"] == 1.08
     assert s["dram_bytes"] == 6e6 and s["dram_x_compulsory"] == pytest.approx(2.0)
     assert s["dram_pct"] is None  # not collected: no made-up number
+    assert s["l2_pct"] is None and s["l2_hit_pct"] is None
 
 
 def test_explain_names_what_limits_the_kernel():
@@ -57,6 +58,10 @@ def test_explain_names_what_limits_the_kernel():
     assert "memory-bound" in mem and "under-fed" not in mem and "3.0x the compulsory" in mem and "2 kernels" in mem
     assert C.explain({"sm_busy_pct": 97.0, "tensor_pct": 90.0, "dram_pct": 20.0, "kernels": 1}) == "tensor pipe busy"
     assert "under-fed" in C.explain({"sm_busy_pct": 97.0, "tensor_pct": 71.0, "dram_pct": 20.0, "kernels": 1})
+    # L2 saturated while DRAM is not: the operands are re-read from L2, not a latency problem
+    l2 = C.explain({"sm_busy_pct": 97.0, "tensor_pct": 50.0, "dram_pct": 60.0, "l2_pct": 88.0, "kernels": 1})
+    assert "L2-bound" in l2 and "under-fed" not in l2
+    assert "L2" not in C.explain({"sm_busy_pct": 97.0, "tensor_pct": 50.0, "dram_pct": 90.0, "l2_pct": 88.0, "kernels": 1})
 
 
 def test_usable_metrics_filters_by_the_query_but_keeps_launch_attributes():
