@@ -15,7 +15,10 @@ What
                  sum out with an atomic exchange against zero (so the next launch needs no
                  memset), casts it to C's dtype, stores it and resets the counter. One launch. NOT
                  deterministic: fp32 additions happen in arrival order, so the last bits can
-                 differ from run to run.
+                 differ from run to run. Spreading a tile's adds over several sum buffers
+                 (fewer adds queued per address) only made 32x32x131072 slower: the last
+                 arriver's read-out is a latency chain, not the adds (H200, 2026-12-01,
+                 bench/results/probe_configs/README.md).
     "two_phase"  each program stores its partial into a workspace [SPLIT_K, M, N]; a second,
                  small kernel sums the SPLIT_K partials of each element in split order and
                  casts. Deterministic. Two launches; the partials make a round trip through
@@ -119,10 +122,6 @@ class Config:
     SPLIT_K: int = 4  # requested number of K chunks (see effective_split)
     reduction: str = "two_phase"  # "atomic" | "two_phase" | "fixup" (module docstring)
     REDUCE_BLOCK: int = 512  # two_phase: output elements per program of the reduction kernel
-    # atomic: fp32 sum buffers per tile; chunk s adds into buffer s % ATOMIC_COPIES, so each
-    # address takes SPLIT_K / ATOMIC_COPIES atomic adds instead of SPLIT_K, and the last
-    # arriver adds the buffers up
-    ATOMIC_COPIES: int = 1
 
     def __post_init__(self):
         check_block_config(self)
@@ -132,17 +131,14 @@ class Config:
             raise ValueError(f"reduction={self.reduction!r}: must be one of {REDUCTIONS}")
         if self.REDUCE_BLOCK < 16 or self.REDUCE_BLOCK & (self.REDUCE_BLOCK - 1):
             raise ValueError(f"REDUCE_BLOCK={self.REDUCE_BLOCK!r}: must be a power of two >= 16")
-        if not isinstance(self.ATOMIC_COPIES, int) or self.ATOMIC_COPIES < 1:
-            raise ValueError(f"ATOMIC_COPIES={self.ATOMIC_COPIES!r}: must be a positive integer")
 
     def smem_bytes(self, dtype: torch.dtype) -> int:
         elt = dtype.itemsize
         return pipeline_smem_bytes(self.BLOCK_M, self.BLOCK_N, self.BLOCK_K, self.num_stages, elt)
 
     def describe(self) -> str:
-        copies = f" x{self.ATOMIC_COPIES}" if self.reduction == "atomic" and self.ATOMIC_COPIES > 1 else ""
         return (f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_M} w{self.num_warps} "
-                f"s{self.num_stages} split{self.SPLIT_K} {self.reduction}{copies}")
+                f"s{self.num_stages} split{self.SPLIT_K} {self.reduction}")
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -305,7 +301,6 @@ def split_k_gemm_kernel(
     REDUCTION: tl.constexpr,
     FIXUP_ROWS: tl.constexpr,  # last arriver: tile rows reduced at a time
     FIXUP_CHUNK: tl.constexpr,  # fixup: partials summed per load
-    COPIES: tl.constexpr,  # atomic: sum buffers per tile (chunk s adds into buffer s % COPIES)
     # shape facts fixed by the host
     EVEN_K: tl.constexpr, INT64: tl.constexpr, STRIDE_HINTS: tl.constexpr,
 ):
@@ -346,8 +341,7 @@ def split_k_gemm_kernel(
         if INT64:
             tile_off = tile_off.to(tl.int64)
         if REDUCTION == "atomic":
-            # buffer split % COPIES of the tile: COPIES times fewer adds queue on one address
-            tl.atomic_add(ws_ptr + ((tile_off * COPIES + split % COPIES) * TILE + local), acc, sem="relaxed")
+            tl.atomic_add(ws_ptr + (tile_off * TILE + local), acc, sem="relaxed")
         else:  # fixup
             tl.store(ws_ptr + (tile_off * split_k + split) * TILE + local, acc)
         # Every thread's partial must be in memory before this program announces itself: the
@@ -370,11 +364,9 @@ def split_k_gemm_kernel(
                     # an element before its reader loaded it (on the H200 that lost about half
                     # of the sums for 128-row tiles). Exchanged as int32 bits (the interpreter
                     # has no float exchange); the bits are the fp32 sum.
-                    bits = ws_ptr.to(tl.pointer_type(tl.int32)) + (tile_off * COPIES * TILE + rows)
-                    zeros = tl.zeros((FIXUP_ROWS, BLOCK_N), dtype=tl.int32)
-                    total = tl.atomic_xchg(bits, zeros, sem="relaxed").to(tl.float32, bitcast=True)
-                    for c in tl.range(1, COPIES):
-                        total += tl.atomic_xchg(bits + c * TILE, zeros, sem="relaxed").to(tl.float32, bitcast=True)
+                    bits = ws_ptr.to(tl.pointer_type(tl.int32)) + (tile_off * TILE + rows)
+                    total = tl.atomic_xchg(bits, tl.zeros((FIXUP_ROWS, BLOCK_N), dtype=tl.int32),
+                                           sem="relaxed").to(tl.float32, bitcast=True)
                 else:
                     # fixed split order -> the same bits whatever the arrival order;
                     # FIXUP_CHUNK partials per load keep several loads in flight
@@ -442,7 +434,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
 
     ws = counters = c  # placeholders: the "none" kernel never touches them
     if reduction == "atomic":
-        ws = SCRATCH.get("split_k_sums", tiles * config.ATOMIC_COPIES * BM * BN, torch.float32, a.device)
+        ws = SCRATCH.get("split_k_sums", tiles * BM * BN, torch.float32, a.device)
         counters = SCRATCH.get("split_k_counters", tiles, torch.int32, a.device)
     elif reduction == "fixup":
         ws = torch.empty(tiles * split * BM * BN, dtype=torch.float32, device=a.device)
@@ -461,7 +453,6 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         split, per_split,
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=config.GROUP_M,
         REDUCTION=reduction, FIXUP_ROWS=fixup_rows(BM, BN), FIXUP_CHUNK=fixup_chunk(BM, BN, split),
-        COPIES=min(config.ATOMIC_COPIES, split),
         EVEN_K=K % BK == 0, INT64=int64, STRIDE_HINTS=stride_hints(a, b),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )

@@ -3,8 +3,6 @@ uneven and over-asked splits, determinism, workspace reuse across launches."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 import torch
 from gemm_checks import (
@@ -54,20 +52,6 @@ def test_split_larger_than_k_steps(reduction):
     # SPLIT_K=64 over 3 K-steps runs 3 one-step chunks; M < BLOCK_M and N < BLOCK_N
     assert sk.effective_split(40, 16, 64) == (3, 1)
     run_checked(sk, 5, 7, 40, torch.float16, cfg(reduction, split=64, bm=16, bn=16, bk=16))
-
-
-@pytest.mark.parametrize("copies", [2, 3, 8])
-def test_atomic_copies(copies):
-    # chunks spread over `copies` sum buffers (8 > the 7 chunks: clamped to 7); the last
-    # arriver adds them all; the pool must come back zeroed for the next launch
-    config = replace(cfg("atomic", split=7, bm=16, bn=16, bk=16), ATOMIC_COPIES=copies)
-    run_checked(sk, 37, 53, 200, torch.bfloat16, config, seed=copies)
-    run_checked(sk, 20, 30, 120, torch.float32, config, seed=copies + 1)
-    for (name, *_), buf in common.SCRATCH._buffers.items():
-        if name.startswith("split_k"):
-            assert not buf.any(), f"{name} left dirty"
-    with pytest.raises(ValueError, match="ATOMIC_COPIES"):
-        replace(config, ATOMIC_COPIES=0)
 
 
 def test_effective_split():
