@@ -58,10 +58,6 @@ def configs(sk):
         sk.Config(**t128, policy="hybrid1", aligned=True, use_tma=True, deterministic=False),
         sk.Config(**t256, policy="hybrid1", aligned=True, use_tma=True),
         sk.Config(**t128, policy="hybrid1"),
-        # arrivals counted after the first data-parallel tile (2026-12-01)
-        sk.Config(**t128, policy="hybrid1", aligned=True, use_tma=True, defer_arrival=True),
-        sk.Config(**t128, policy="hybrid1", aligned=True, use_tma=True, deterministic=False, defer_arrival=True),
-        sk.Config(**t256, policy="hybrid1", aligned=True, use_tma=True, defer_arrival=True),
     ]
 
 

@@ -151,22 +151,16 @@ class Config:
     EPILOGUE_SUBTILE: bool = False  # TMA only: store C tiles as two BLOCK_N/2-wide halves
     FLATTEN: bool = False  # flatten the data-parallel tile loop and its K loop for the pipeliner
     dp_first: bool = False  # data-parallel tiles before the Stream-K work (measured slower, see TMA_POINTS)
-    # aligned fixup: count the arrivals after the first data-parallel tile instead of right
-    # after the hand-in, so the partials drain to memory while that tile computes
-    defer_arrival: bool = False
 
     def __post_init__(self):
         check_block_config(self)
         if self.policy not in POLICIES:
             raise ValueError(f"policy={self.policy!r}: must be one of {POLICIES}")
-        for name in ("deterministic", "aligned", "use_tma", "EPILOGUE_SUBTILE", "FLATTEN", "dp_first", "defer_arrival"):
+        for name in ("deterministic", "aligned", "use_tma", "EPILOGUE_SUBTILE", "FLATTEN", "dp_first"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}={getattr(self, name)!r}: must be a bool")
         if self.EPILOGUE_SUBTILE and not self.use_tma:
             raise ValueError("EPILOGUE_SUBTILE splits the TMA store: it needs use_tma=True")
-        if self.defer_arrival and (not self.aligned or self.dp_first):
-            raise ValueError("defer_arrival moves the aligned fixup's arrival behind the first data-parallel "
-                             "tile: it needs aligned=True and dp_first=False")
 
     def smem_bytes(self, dtype: torch.dtype) -> int:
         """Pipeline buffers, plus C's staging tile where it cannot reuse them: the TMA store's
@@ -182,7 +176,7 @@ class Config:
                 f"s{self.num_stages} {self.policy}{' aligned' if self.aligned else ''}"
                 f"{'' if self.deterministic else ' atomic'}{' tma' if self.use_tma else ''}"
                 f"{' subtile' if self.EPILOGUE_SUBTILE else ''}{' flat' if self.FLATTEN else ''}"
-                f"{' dpfirst' if self.dp_first else ''}{' defer' if self.defer_arrival else ''}")
+                f"{' dpfirst' if self.dp_first else ''}")
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -551,10 +545,11 @@ def _store_whole(
 
 
 @triton.jit
-def _write_partial(acc, ws_ptr, slot, key, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   DETERMINISTIC: tl.constexpr, INT64: tl.constexpr):
-    """Hand in a split tile's partial: into workspace slot `slot`, or added into the tile's
-    fp32 sum at `key`. Nobody may read it before `_count_arrival` has published it."""
+def _publish_partial(acc, ws_ptr, counter_ptr, slot, key, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     DETERMINISTIC: tl.constexpr, INT64: tl.constexpr):
+    """Hand in a split tile's partial (into workspace slot `slot`, or added into the tile's
+    fp32 sum at `key`) and count the arrival in the tile's word at `key`; returns the word as
+    it was before this arrival. Both fixups (last-arriver and cooperative) start with this."""
     TILE: tl.constexpr = BLOCK_M * BLOCK_N
     local = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     if INT64:
@@ -563,45 +558,12 @@ def _write_partial(acc, ws_ptr, slot, key, BLOCK_M: tl.constexpr, BLOCK_N: tl.co
         tl.store(ws_ptr + (slot * TILE + local), acc)
     else:
         tl.atomic_add(ws_ptr + (key * TILE + local), acc, sem="relaxed")
-
-
-@triton.jit
-def _count_arrival(counter_ptr, key):
-    """Publish this program's partials written so far and count its arrival in the tile's
-    word at `key`; returns the word as it was before. The release waits for the partial's
-    writes to reach memory: a 64-128 KB burst from every program at once (~3 us a program on
-    the tail shapes, H200 2026-11-29)."""
-    # all threads' partials are written before the block announces itself
+    # all threads' partials are written before the block announces itself. (Counting the
+    # arrival later, after the first data-parallel tile, so that the writes drain meanwhile,
+    # was measured no faster: issuing the writes alone takes ~2 of the ~3 us, H200
+    # 2026-12-01, bench/results/probe_configs/README.md.)
     tl.debug_barrier()
     return tl.atomic_add(counter_ptr + key, 1, sem="acq_rel")
-
-
-@triton.jit
-def _publish_partial(acc, ws_ptr, counter_ptr, slot, key, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     DETERMINISTIC: tl.constexpr, INT64: tl.constexpr):
-    """Hand in a split tile's partial and count the arrival; returns the tile's word as it
-    was before this arrival. Both fixups (last-arriver and cooperative) start with this."""
-    _write_partial(acc, ws_ptr, slot, key, BLOCK_M, BLOCK_N, DETERMINISTIC, INT64)
-    return _count_arrival(counter_ptr, key)
-
-
-@triton.jit
-def _arrive_aligned(
-    ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, tile_id, sk_tiles, sk_chunks,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FIXUP_ROWS: tl.constexpr, INT64: tl.constexpr,
-    DETERMINISTIC: tl.constexpr,
-):
-    """Cooperative fixup, arrival: count it in the tile's word (arrivals in the low 16 bits,
-    claims above). The final arrival owes the slices of the programs that claimed before it
-    (they found partials missing) and sums them: rows 0 .. owed x BLOCK_M / chunks,
-    FIXUP_ROWS at a time (slice by slice, a 132-chunk tile of 1-row slices took ~1 ms when
-    no data-parallel tile delayed the claims)."""
-    word = _count_arrival(counter_ptr, tile_id)
-    owed = word >> 16
-    if (word & 0xFFFF) == sk_chunks - 1 and owed > 0:
-        _reduce_rows(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
-                     tile_id, sk_tiles, sk_chunks, 0, owed * BLOCK_M // sk_chunks,
-                     BLOCK_M, BLOCK_N, FIXUP_ROWS, INT64, DETERMINISTIC)
 
 
 @triton.jit
@@ -651,18 +613,18 @@ def _hand_in_partial(
 @triton.jit
 def _dp_tiles(
     a_ref, b_ref, c_ref, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-    first, stop, grid,
+    sk_tiles, pid, grid,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     USE_TMA: tl.constexpr, A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr,
     EPILOGUE_SUBTILE: tl.constexpr, FLATTEN: tl.constexpr, EVEN_K: tl.constexpr, INT64: tl.constexpr,
     HINTS: tl.constexpr = 0,
 ):
-    """Data-parallel tiles first, first + grid, ... below stop, in a persistent loop (program p
-    takes tiles sk_tiles + p, + grid, ... of those after the Stream-K region)."""
+    """The data-parallel tiles after the Stream-K region, in a persistent loop: program p takes
+    tiles sk_tiles + p, + grid, ..."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     iters = tl.cdiv(K, BLOCK_K)
-    for tile_id in tl.range(first, stop, grid, flatten=FLATTEN):
+    for tile_id in tl.range(sk_tiles + pid, num_pid_m * num_pid_n, grid, flatten=FLATTEN):
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         acc = _mac(a_ref, b_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
                    pid_m, pid_n, 0, iters, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64,
@@ -740,7 +702,6 @@ def stream_k_gemm_kernel(
     # shape facts fixed by the host
     EVEN_K: tl.constexpr, INT64: tl.constexpr,
     DP_FIRST: tl.constexpr,  # data-parallel tiles before the Stream-K work (else after)
-    DEFER_ARRIVAL: tl.constexpr,  # aligned: count arrivals after the first data-parallel tile
     STRIDE_HINTS: tl.constexpr,
     # diagnosis (GPU only): record start, last Stream-K MAC loop done, Stream-K work done,
     # data-parallel tiles done, end (after the cooperative fixup's claims)
@@ -751,14 +712,13 @@ def stream_k_gemm_kernel(
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     iters = tl.cdiv(K, BLOCK_K)
-    num_tiles = num_pid_m * num_pid_n
     PHASES: tl.constexpr = 5  # stamps a program (PHASE_TIMES)
     if PHASE_TIMES:
         t_start = _now(pid)
         t_mac = t_start
     if DP_FIRST:
         _dp_tiles(a_ref, b_ref, c_ref, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                  stride_cm, stride_cn, sk_tiles + pid, num_tiles, grid, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+                  stride_cm, stride_cn, sk_tiles, pid, grid, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
                   USE_TMA, A_COL_MAJOR, B_COL_MAJOR, EPILOGUE_SUBTILE, FLATTEN, EVEN_K, INT64,
                   HINTS=STRIDE_HINTS)
     if pid < sk_programs:
@@ -782,14 +742,20 @@ def stream_k_gemm_kernel(
                                  BLOCK_M, BLOCK_N, INT64, USE_TMA, EPILOGUE_SUBTILE)
                 else:
                     # Cooperative fixup, step 1: hand in the partial (its own slot, or added
-                    # into the tile's fp32 sum) and count the arrival, now or (DEFER_ARRIVAL)
-                    # after the first data-parallel tile; step 2, the claims, comes after the
-                    # data-parallel tiles.
-                    _write_partial(acc, ws_ptr, u, tile_id, BLOCK_M, BLOCK_N, DETERMINISTIC, INT64)
-                    if not DEFER_ARRIVAL:
-                        _arrive_aligned(ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
-                                        tile_id, sk_tiles, sk_chunks, BLOCK_M, BLOCK_N, FIXUP_ROWS, INT64,
-                                        DETERMINISTIC)
+                    # into the tile's fp32 sum) and count the arrival in the tile's word
+                    # (arrivals in the low 16 bits, claims above; step 2 after the
+                    # data-parallel tiles). The final arrival owes the slices of the programs
+                    # that claimed before it (they found partials missing).
+                    word = _publish_partial(acc, ws_ptr, counter_ptr, u, tile_id, BLOCK_M, BLOCK_N,
+                                            DETERMINISTIC, INT64)
+                    owed = word >> 16
+                    if (word & 0xFFFF) == sk_chunks - 1 and owed > 0:
+                        # the slices 0..owed-1 of the claims that came first: one row range,
+                        # FIXUP_ROWS at a time (slice by slice, a 132-chunk tile of 1-row
+                        # slices took ~1 ms when no data-parallel tile delayed the claims)
+                        _reduce_rows(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
+                                     tile_id, sk_tiles, sk_chunks, 0, owed * BLOCK_M // sk_chunks,
+                                     BLOCK_M, BLOCK_N, FIXUP_ROWS, INT64, DETERMINISTIC)
         else:
             # ---- Stream-K program: iterations [my_start, end) of the region, tile by tile.
             # Programs start at staggered K offsets: Nsight Compute on the H200 (2026-11-29,
@@ -825,25 +791,8 @@ def stream_k_gemm_kernel(
     if PHASE_TIMES:
         t_sk = _now(pid)
     if not DP_FIRST:
-        dp_first_tile = sk_tiles + pid
-        if DEFER_ARRIVAL:
-            # The partials' writes drain while the first data-parallel tile computes; its
-            # arrival then costs no wait, and the claims (after the last data-parallel tile)
-            # still come well after every arrival when programs have several tiles.
-            _dp_tiles(a_ref, b_ref, c_ref, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                      stride_cm, stride_cn, dp_first_tile, tl.minimum(num_tiles, dp_first_tile + 1), grid,
-                      BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, A_COL_MAJOR, B_COL_MAJOR,
-                      EPILOGUE_SUBTILE, FLATTEN, EVEN_K, INT64, HINTS=STRIDE_HINTS)
-            if pid < sk_programs and sk_chunks > 1:
-                for u in range(pid, sk_tiles * sk_chunks, grid):
-                    tile_id = u % sk_tiles
-                    pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-                    _arrive_aligned(ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
-                                    tile_id, sk_tiles, sk_chunks, BLOCK_M, BLOCK_N, FIXUP_ROWS, INT64,
-                                    DETERMINISTIC)
-            dp_first_tile += grid
         _dp_tiles(a_ref, b_ref, c_ref, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                  stride_cm, stride_cn, dp_first_tile, num_tiles, grid, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+                  stride_cm, stride_cn, sk_tiles, pid, grid, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
                   USE_TMA, A_COL_MAJOR, B_COL_MAJOR, EPILOGUE_SUBTILE, FLATTEN, EVEN_K, INT64,
                   HINTS=STRIDE_HINTS)
     if PHASE_TIMES:
@@ -935,8 +884,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         EPILOGUE_SUBTILE=config.EPILOGUE_SUBTILE, FLATTEN=config.FLATTEN,
         EVEN_K=K % config.BLOCK_K == 0,
         INT64=needs_int64_offsets(a, b, c, ws),
-        DP_FIRST=config.dp_first, DEFER_ARRIVAL=config.defer_arrival, STRIDE_HINTS=stride_hints(a, b),
-        PHASE_TIMES=phase_times is not None,
+        DP_FIRST=config.dp_first, STRIDE_HINTS=stride_hints(a, b), PHASE_TIMES=phase_times is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return c

@@ -4,8 +4,6 @@ workspace reuse, and the schedule arithmetic on the H200's 132 SMs."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 import torch
 from gemm_checks import (
@@ -251,27 +249,6 @@ def test_data_parallel_tiles_first(aligned, deterministic, monkeypatch):
     for policy in ("hybrid1", "hybrid2"):
         cfg = sk.Config(16, 16, 16, 2, 4, 1, policy, deterministic, aligned=aligned, use_tma=aligned, dp_first=True)
         run_checked(sk, *TMA_SHAPE, torch.float16, cfg)
-
-
-@pytest.mark.parametrize("deterministic", [True, False], ids=["fixup", "atomic"])
-@pytest.mark.parametrize("use_tma", [False, True], ids=["ptr", "tma"])
-def test_deferred_arrival(deterministic, use_tma, monkeypatch):
-    # arrivals counted after the first data-parallel tile: with 2 (hybrid1), 1 (hybrid2, and
-    # several units a program) and no data-parallel tiles (sk) on 7 SMs; the deterministic
-    # fixup gives the same bits as with arrivals at once, and the scratch comes back clean
-    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
-    for i, policy in enumerate(("hybrid1", "hybrid2", "sk")):
-        cfg = replace(acfg(policy, deterministic, use_tma), defer_arrival=True)
-        c, a, b = run_checked(sk, *TMA_SHAPE, torch.float32, cfg, seed=20 + i)
-        if deterministic:
-            assert torch.equal(c, sk.matmul(a, b, replace(cfg, defer_arrival=False)))
-    for (name, *_), buf in common.SCRATCH._buffers.items():
-        if name.startswith("stream_k"):
-            assert not buf.any(), f"{name} left dirty"
-    with pytest.raises(ValueError, match="defer_arrival"):
-        sk.Config(policy="hybrid1", defer_arrival=True)
-    with pytest.raises(ValueError, match="defer_arrival"):
-        replace(acfg(), dp_first=True, defer_arrival=True)
 
 
 def test_aligned_is_bit_identical_and_leaves_scratch_clean(monkeypatch):
