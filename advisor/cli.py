@@ -143,7 +143,7 @@ counters_opt = click.option(
     "--counters", is_flag=True,
     help="After timing, profile one call of each verified provider under Nsight Compute (ncu) and report the "
          "counters that explain the result: tensor-pipe activity, SM busy, achieved occupancy, waves per SM, DRAM "
-         "throughput and traffic. Needs ncu (PATH, $NCU or a standard install); skipped with a note otherwise.")
+         "throughput and traffic, L2 throughput. Needs ncu (PATH, $NCU or a standard install); skipped with a note otherwise.")
 
 
 @cli.command("diagnose")

@@ -13,6 +13,10 @@ and reduces the per-kernel counters to one line per provider:
     waves per SM         of the longest kernel, as Nsight Compute computes them
     DRAM throughput      % of peak, and DRAM bytes over the compulsory bytes (A, B read once,
                          C written once): > 1 means operands were re-read from HBM
+    L2 throughput        % of peak, and the L2 hit rate: near peak with DRAM not means the
+                         schedule re-reads a small operand from L2 (every column tile
+                         streaming the same A rows), which only sharing loads (cluster
+                         multicast) or wider tiles relieve
 
 Clocks are left as they are (`--clock-control none`: the device notes say not to lock them),
 caches are flushed between replay passes (ncu's default), so the counter durations are of a
