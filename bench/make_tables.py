@@ -141,6 +141,9 @@ def build_results(rows: list[dict], *, source: str = "bench/results/h200.csv") -
         "day's runs (4267 GB/s); the harness now times ceilings eagerly.\n\n",
     ]
     parts.append(targets_section(rows))
+    parts.append("Why a target is missed, with the profiles behind it (Nsight Compute counters, phase "
+                 "timestamps, cuBLAS's kernels, the probes tried and dropped): the README's \"Measured on "
+                 "the H200\" section and `bench/results/probe_configs/README.md`.\n\n")
     parts.append(ceilings_section(rows))
     suites = list(ALL_SUITES) + sorted({r.get("suite") for r in rows} - set(ALL_SUITES) - {"ceiling", "timer_check"})
     for s in suites:
