@@ -1,6 +1,6 @@
 """GPU check: the atomic (read-and-clear) reductions under back-to-back launches.
 
-    python3 bench/check_atomic_reductions.py [--launches 60]
+    python3 bench/check_atomic_reductions.py [--launches 60] [--match SUBSTRING]
 
 Split-K's "atomic" reduction and Stream-K's atomic fixup add fp32 partials into a pooled
 sum buffer and hand it back zeroed (kernels/common.ZeroedScratch), so each launch depends
@@ -42,11 +42,20 @@ def cases():
     yield ("stream_k sk aligned atomic 128x64", sp,
            sp.Config(128, 64, 64, 8, 4, 7, "sk", False, aligned=True, use_tma=True), (256, 256, 131072))
     yield ("stream_k sk contiguous atomic", sp, sp.Config(**t128, policy="sk", deterministic=False), (2176, 2176, 2048))
+    # the same read-out on Stream-K tiles cut into row pieces (SK_SPLIT_M): 64- and 32-row
+    # pieces of 128x128 and 128x256 tiles, one sum and counter a piece
+    yield ("stream_k hybrid1 aligned atomic m/2", sp,
+           sp.Config(**t128, policy="hybrid1", deterministic=False, aligned=True, use_tma=True, SK_SPLIT_M=2),
+           (1664, 1408, 8192))
+    yield ("stream_k hybrid1 aligned atomic 128x256 m/4", sp,
+           sp.Config(128, 256, 64, 8, 8, 3, "hybrid1", False, aligned=True, use_tma=True, SK_SPLIT_M=4),
+           (2304, 2304, 4096))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--launches", type=int, default=60)
+    ap.add_argument("--match", default="", help="only the cases whose name contains this")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("check_atomic_reductions: needs a CUDA GPU", file=sys.stderr)
@@ -56,6 +65,8 @@ def main() -> int:
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, {args.launches} launches a config")
     failures = 0
     for name, mod, cfg, (M, N, K) in cases():
+        if args.match not in name:
+            continue
         worst, bad = 0.0, 0
         for i in range(args.launches):
             if i % 5 == 0:

@@ -1,6 +1,9 @@
 """Probe: where does a Stream-K launch spend its time? Per-program phase timestamps (H200).
 
-    python3 bench/probe_stream_k_phases.py [--shapes 1664x1408x8192,...]
+    python3 bench/probe_stream_k_phases.py [--shapes 1664x1408x8192,...] [--variants FILE]
+
+(--variants: the stream_k_gemm configs of a bench/probe_configs.py variants file instead of
+the built-in list.)
 
 Question (2026-11-29). The aligned Stream-K schedules of bench/probe_stream_k_tail.py ran
 15-30 us slower than "one data-parallel round + the Stream-K share of a tile" predicts,
@@ -49,7 +52,12 @@ from advisor.kernel_lib import load
 SHAPES = "1664x1408x8192,2304x2304x4096,4224x4224x8192"
 
 
-def configs(sk):
+def configs(sk, variants: str | None = None):
+    if variants:
+        import json
+
+        spec = json.loads(Path(variants).read_text())
+        return [sk.Config(**v["config"]) for v in spec["variants"] if v["schedule"] == "stream_k_gemm"]
     t128 = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 4}
     t256 = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
     return [
@@ -84,6 +92,7 @@ def phase_columns(t, sk_programs: int) -> list[tuple[float, float]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default=SHAPES)
+    ap.add_argument("--variants", default=None, help="a probe_configs.py variants file: its stream_k_gemm configs")
     args = ap.parse_args()
     import torch
 
@@ -95,7 +104,7 @@ def main() -> int:
         a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
         ref = torch.matmul(a, b).float()
-        for cfg in configs(sk):
+        for cfg in configs(sk, args.variants):
             plan = sk.plan_schedule(M, N, K, cfg, torch.cuda.get_device_properties(0).multi_processor_count)
             runs = [torch.zeros(sk.PHASES * plan.grid, dtype=torch.int64, device="cuda") for _ in range(LAUNCHES)]
             try:

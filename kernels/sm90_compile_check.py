@@ -13,6 +13,7 @@ Usage (repository root, TRITON_INTERPRET unset)
     python -m kernels.sm90_compile_check dp_gemm split_k_gemm --shapes 8192x8192x8192
     python -m kernels.sm90_compile_check --all
     python -m kernels.sm90_compile_check --all --default-only --shapes 1280x1280x4096
+    python -m kernels.sm90_compile_check --variants bench/probes/tail_split_m.json
 
 Caveats
     Compile-only: it proves the configs build and fit in 227 KB of shared memory (a failure
@@ -97,11 +98,12 @@ def main(argv=None) -> int:
     parser.add_argument("--transposed", action="store_true", help="also compile with a transposed A and B")
     parser.add_argument("--default-only", action="store_true",
                         help="only each schedule's default config (what matmul(a, b) runs), not its search space")
+    parser.add_argument("--variants", default=None,
+                        help="a bench/probe_configs.py variants file: compile exactly its configs on its shapes "
+                             "(bf16 unless --dtypes says otherwise), before spending device time on them")
     args = parser.parse_args(argv)
-
-    import torch
-    from triton.runtime import driver
-    from triton.runtime.jit import JITFunction
+    if args.variants:
+        return _check_variants(args)
 
     schedules = args.schedules or []
     if args.all:
@@ -109,10 +111,54 @@ def main(argv=None) -> int:
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes] if args.shapes else [
         (8192, 8192, 8192), (4096, 4096, 8192), (1664, 1408, 8192), (4224, 4224, 8192),
         (16, 4096, 16384), (256, 256, 131072), (32, 32, 131072), (128, 8192, 8192), (37, 53, 97)]
+    jobs = []
+    for name in schedules:
+        mod = _load(name)
+        for (M, N, K) in shapes:
+            for dname in args.dtypes:
+                dtype = getattr(_torch(), dname)
+                default = mod.default_config(M, N, K, dtype, 132)
+                configs = [] if args.default_only else list(mod.search_space(M, N, K, dtype, 132))
+                if default not in configs:
+                    configs.append(default)
+                jobs += [(name, mod, (M, N, K), dname, cfg) for cfg in configs]
+    return _compile_all(jobs, args.transposed)
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _load(name: str):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from advisor.kernel_lib import load
 
-    modules = {name: load(name) for name in schedules}
+    return load(name)
+
+
+def _check_variants(args) -> int:
+    """The configs of a probe's variants file, each on its shapes (the file's, or its own)."""
+    import json
+
+    spec = json.loads(Path(args.variants).read_text())
+    dtypes = args.dtypes if args.dtypes != ["bfloat16", "float16", "float32"] else ["bfloat16"]
+    jobs = []
+    for v in spec["variants"]:
+        mod = _load(v["schedule"])
+        cfg = mod.Config(**v["config"])
+        for shape in v.get("shapes") or spec["shapes"]:
+            jobs += [(v["schedule"], mod, tuple(int(x) for x in shape.split("x")), d, cfg) for d in dtypes]
+    return _compile_all(jobs, args.transposed)
+
+
+def _compile_all(jobs: list, transposed: bool) -> int:
+    """Compile each (schedule, module, shape, dtype, config) job for sm_90 through the
+    schedule's own host matmul; print registers, shared memory and spills a kernel."""
+    torch = _torch()
+    from triton.runtime import driver
+    from triton.runtime.jit import JITFunction
 
     driver.set_active(_Sm90Driver())
     compiled: list = []
@@ -128,44 +174,37 @@ def main(argv=None) -> int:
     os.environ.setdefault("ADVISOR_NUM_SMS", "132")
     failures = spills = 0
     seen = set()
+    layouts = [(False, False), (True, True)] if transposed else [(False, False)]
     try:
-        for name, mod in modules.items():
-            for (M, N, K) in shapes:
-                for dname in args.dtypes:
-                    dtype = getattr(torch, dname)
-                    layouts = [(False, False), (True, True)] if args.transposed else [(False, False)]
-                    default = mod.default_config(M, N, K, dtype, 132)
-                    configs = [] if args.default_only else list(mod.search_space(M, N, K, dtype, 132))
-                    if default not in configs:
-                        configs.append(default)
-                    for cfg in configs:
-                        for ta, tb in layouts:
-                            a = torch.empty((K, M) if ta else (M, K), dtype=dtype)
-                            b = torch.empty((N, K) if tb else (K, N), dtype=dtype)
-                            a, b = (a.t() if ta else a), (b.t() if tb else b)
-                            compiled.clear()
-                            try:
-                                mod.matmul(a, b, cfg)
-                            except Exception as exc:  # noqa: BLE001  (report every failing config, then exit 1)
-                                failures += 1
-                                print(f"FAIL {name} {M}x{N}x{K} {dname} {cfg.describe()}: {type(exc).__name__}: {exc}")
-                                continue
-                            for kname, kernel in compiled:
-                                key = kernel.hash
-                                if key in seen:
-                                    continue
-                                seen.add(key)
-                                res = _resource_usage(kernel.asm["cubin"])
-                                ptx = kernel.asm["ptx"]
-                                mma = "wgmma" if "wgmma" in ptx else ("mma" if "mma.sync" in ptx else "none")
-                                smem = kernel.metadata.shared
-                                bad = smem > SM90_SMEM
-                                spills += res["stack"] > 0
-                                failures += bad
-                                label = "FAIL" if bad else ("SPILL" if res["stack"] > 0 else "ok")
-                                print(f"{label:5s} {name:16s} {kname:24s} {M}x{N}x{K} {dname:8s} "
-                                      f"{cfg.describe():40s} smem={smem // 1024:3d}KB regs={res['regs']:3d} "
-                                      f"stack={res['stack']} {mma}")
+        for name, mod, (M, N, K), dname, cfg in jobs:
+            dtype = getattr(torch, dname)
+            for ta, tb in layouts:
+                a = torch.empty((K, M) if ta else (M, K), dtype=dtype)
+                b = torch.empty((N, K) if tb else (K, N), dtype=dtype)
+                a, b = (a.t() if ta else a), (b.t() if tb else b)
+                compiled.clear()
+                try:
+                    mod.matmul(a, b, cfg)
+                except Exception as exc:  # noqa: BLE001  (report every failing config, then exit 1)
+                    failures += 1
+                    print(f"FAIL {name} {M}x{N}x{K} {dname} {cfg.describe()}: {type(exc).__name__}: {exc}")
+                    continue
+                for kname, kernel in compiled:
+                    key = kernel.hash
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    res = _resource_usage(kernel.asm["cubin"])
+                    ptx = kernel.asm["ptx"]
+                    mma = "wgmma" if "wgmma" in ptx else ("mma" if "mma.sync" in ptx else "none")
+                    smem = kernel.metadata.shared
+                    bad = smem > SM90_SMEM
+                    spills += res["stack"] > 0
+                    failures += bad
+                    label = "FAIL" if bad else ("SPILL" if res["stack"] > 0 else "ok")
+                    print(f"{label:5s} {name:16s} {kname:24s} {M}x{N}x{K} {dname:8s} "
+                          f"{cfg.describe():40s} smem={smem // 1024:3d}KB regs={res['regs']:3d} "
+                          f"stack={res['stack']} {mma}")
     finally:
         JITFunction.run = original_run
         driver._active = None  # the next use of Triton's driver looks for a real GPU again

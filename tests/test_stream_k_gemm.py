@@ -316,3 +316,82 @@ def test_skinny_points_run(dtype, monkeypatch):
     assert len(points) >= 3
     for config in points:
         run_checked(sk, M, N, K, dtype, config)
+
+
+# ---- Stream-K tiles cut into row pieces (SK_SPLIT_M) -----------------------------------------
+
+
+def scfg(split, policy="hybrid1", deterministic=True, use_tma=False, bm=32):
+    return sk.Config(bm, 16, 16, 2, 4, 1, policy, deterministic, aligned=True, use_tma=use_tma, SK_SPLIT_M=split)
+
+
+def test_split_plan_arithmetic():
+    # 1664x1408x8192 in 128x128 tiles on 132 SMs: the 11 tail tiles in 22 half-tiles of 64 rows,
+    # each cut into 132 // 22 = 6 K-chunks (132 units, one a program), a counter and a slot a unit
+    plan = sk.plan_schedule(1664, 1408, 8192, sk.Config(128, 128, 64, 8, 4, 5, "hybrid1", aligned=True,
+                                                        SK_SPLIT_M=2), 132)
+    assert (plan.sk_tiles, plan.sk_pieces, plan.chunks, plan.sk_programs, plan.grid) == (11, 22, 6, 132, 132)
+    assert (plan.fixup_keys, plan.partial_slots, plan.dp_tiles) == (22, 132, 132)
+    # without the split: 11 tiles x 12 chunks, partials twice the size
+    plan = sk.plan_schedule(1664, 1408, 8192, sk.Config(128, 128, 64, 8, 4, 5, "hybrid1", aligned=True), 132)
+    assert (plan.sk_pieces, plan.chunks, plan.partial_slots) == (11, 12, 132)
+    assert sk.Config(128, 256, SK_SPLIT_M=4, aligned=True).sk_block_m == 32
+    # the interpreter cases below: multi-round units, and pieces that need no K-chunks
+    assert sk.plan_schedule(*TMA_SHAPE, scfg(2), 7).chunks == 5
+    assert sk.plan_schedule(*TMA_SHAPE, scfg(4, "sk", bm=64), 7).chunks == 2
+    plan = sk.plan_schedule(224, 16, 40, scfg(2, "sk"), 7)
+    assert (plan.sk_pieces, plan.chunks, plan.split_tiles) == (14, 1, False)
+
+
+def test_split_validation():
+    with pytest.raises(ValueError, match="aligned"):
+        sk.Config(SK_SPLIT_M=2)
+    with pytest.raises(ValueError, match="1, 2 or 4"):
+        sk.Config(aligned=True, SK_SPLIT_M=3)
+    with pytest.raises(ValueError, match="under the 16"):
+        sk.Config(32, 16, 16, aligned=True, SK_SPLIT_M=4)
+    assert "m/2" in scfg(2).describe() and "m/" not in scfg(1).describe()
+
+
+@pytest.mark.parametrize("deterministic", [True, False], ids=["fixup", "atomic"])
+@pytest.mark.parametrize("use_tma", [False, True], ids=["ptr", "tma"])
+@pytest.mark.parametrize("split,policy,bm", [(2, "hybrid1", 32), (4, "sk", 64), (2, "hybrid2", 32)])
+def test_split_pieces(split, policy, bm, use_tma, deterministic, monkeypatch):
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
+    run_checked(sk, *TMA_SHAPE, torch.float16, scfg(split, policy, deterministic, use_tma, bm))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS, ids=layout_id)
+def test_split_dtypes_and_layouts(layout, dtype, monkeypatch):
+    # column-major A goes through the pieces' own transposed descriptor
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
+    run_checked(sk, *TMA_SHAPE, dtype, scfg(2, use_tma=True), layout=layout)
+
+
+def test_split_unchunked_pieces_and_clean_scratch(monkeypatch):
+    # 7 tiles x 2 pieces on 7 SMs: one K-chunk a piece, stored by pointer without a fixup;
+    # then split tiles in both fixups, deterministic twice bit-identical, scratch left zeroed
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
+    for use_tma in (False, True):
+        run_checked(sk, 224, 16, 40, torch.bfloat16, scfg(2, "sk", use_tma=use_tma))
+    first, a, b = run_checked(sk, *TMA_SHAPE, torch.float32, scfg(2, use_tma=True), seed=31)
+    assert torch.equal(first, sk.matmul(a, b, scfg(2, use_tma=True)))
+    run_checked(sk, *TMA_SHAPE, torch.float16, scfg(4, "sk", deterministic=False, bm=64), seed=32)
+    for (name, *_), buf in common.SCRATCH._buffers.items():
+        if name.startswith("stream_k"):
+            assert not buf.any(), f"{name} left dirty"
+
+
+def test_split_points_in_the_search():
+    # tail shapes with a data-parallel body get the 64-row pieces; a split-free plan (2304^2:
+    # 120 pieces, one K-chunk each) only its deterministic flavour (both would be one kernel)
+    def split(shape):
+        return [(c.deterministic, c.policy) for c in sk.search_space(*shape, torch.bfloat16, 132) if c.SK_SPLIT_M > 1]
+    assert split((1664, 1408, 8192)) == [(False, "hybrid1"), (True, "hybrid1")]
+    assert split((2304, 2304, 4096)) == [(True, "hybrid1")]
+    # all-Stream-K skinny shapes: the pieces re-read B and lost 20-40% there, so none
+    for shape in [(512, 512, 65536), (256, 256, 131072), (128, 8192, 8192), (16, 4096, 16384)]:
+        assert split(shape) == []
+    for config in sk.search_space(1664, 1408, 8192, torch.bfloat16, 132):
+        assert config.smem_bytes(torch.bfloat16) <= common.SMEM_PER_BLOCK_SM90
