@@ -151,26 +151,22 @@ class Config:
     EPILOGUE_SUBTILE: bool = False  # TMA only: store C tiles as two BLOCK_N/2-wide halves
     FLATTEN: bool = False  # flatten the data-parallel tile loop and its K loop for the pipeliner
     dp_first: bool = False  # data-parallel tiles before the Stream-K work (measured slower, see TMA_POINTS)
-    # aligned only: cut each Stream-K tile into SK_SPLIT_M x SK_SPLIT_N pieces of
-    # BLOCK_M / SK_SPLIT_M rows and BLOCK_N / SK_SPLIT_N columns before its K-chunks, so a
-    # split tile's partials (handed in, then read by the claims) are that fraction of a tile
-    # each; the pieces' MAC loops run at the smaller tile's rate (see TMA_POINTS)
+    # aligned only: cut each Stream-K tile into this many row pieces of BLOCK_M / SK_SPLIT_M
+    # rows before its K-chunks, so a split tile's partials (handed in, then read by the
+    # claims) are 1/SK_SPLIT_M of a tile each (measured: TMA_POINTS)
     SK_SPLIT_M: int = 1
-    SK_SPLIT_N: int = 1
 
     def __post_init__(self):
         check_block_config(self)
         if self.policy not in POLICIES:
             raise ValueError(f"policy={self.policy!r}: must be one of {POLICIES}")
-        for name, block in (("SK_SPLIT_M", self.BLOCK_M), ("SK_SPLIT_N", self.BLOCK_N)):
-            split = getattr(self, name)
-            if split not in (1, 2, 4):
-                raise ValueError(f"{name}={split!r}: must be 1, 2 or 4")
-            if split > 1 and not self.aligned:
-                raise ValueError(f"{name} cuts the aligned layout's Stream-K tiles: it needs aligned=True")
-            if block // split < 16:
-                raise ValueError(f"{name}={split}: pieces of a {block}-wide tile side would be {block // split} "
-                                 f"wide, under the 16 tl.dot needs")
+        if self.SK_SPLIT_M not in (1, 2, 4):
+            raise ValueError(f"SK_SPLIT_M={self.SK_SPLIT_M!r}: must be 1, 2 or 4")
+        if self.SK_SPLIT_M > 1 and not self.aligned:
+            raise ValueError("SK_SPLIT_M cuts the aligned layout's Stream-K tiles: it needs aligned=True")
+        if self.BLOCK_M // self.SK_SPLIT_M < 16:
+            raise ValueError(f"SK_SPLIT_M={self.SK_SPLIT_M}: pieces of BLOCK_M={self.BLOCK_M} would have "
+                             f"{self.BLOCK_M // self.SK_SPLIT_M} rows, under the 16 tl.dot needs")
         for name in ("deterministic", "aligned", "use_tma", "EPILOGUE_SUBTILE", "FLATTEN", "dp_first"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}={getattr(self, name)!r}: must be a bool")
@@ -188,7 +184,6 @@ class Config:
 
     def describe(self) -> str:
         split = f" m/{self.SK_SPLIT_M}" if self.SK_SPLIT_M > 1 else ""
-        split += f" n/{self.SK_SPLIT_N}" if self.SK_SPLIT_N > 1 else ""
         return (f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_M} w{self.num_warps} "
                 f"s{self.num_stages} {self.policy}{' aligned' if self.aligned else ''}"
                 f"{'' if self.deterministic else ' atomic'}{' tma' if self.use_tma else ''}"
@@ -199,11 +194,6 @@ class Config:
     def sk_block_m(self) -> int:
         """Rows of a Stream-K piece: a tile's rows cut SK_SPLIT_M ways."""
         return self.BLOCK_M // self.SK_SPLIT_M
-
-    @property
-    def sk_block_n(self) -> int:
-        """Columns of a Stream-K piece: a tile's columns cut SK_SPLIT_N ways."""
-        return self.BLOCK_N // self.SK_SPLIT_N
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -222,13 +212,12 @@ class Plan:
     chunks: int = 0  # aligned: K-chunks a Stream-K piece is cut into (0: contiguous ranges)
     num_sms: int = 0  # programs the data-parallel tiles are spread over (persistent loop)
     split_m: int = 1  # aligned: row pieces a Stream-K tile is cut into (Config.SK_SPLIT_M)
-    split_n: int = 1  # aligned: column pieces a Stream-K tile is cut into (Config.SK_SPLIT_N)
 
     @property
     def sk_pieces(self) -> int:
-        """Units of the Stream-K region before K-chunking: its tiles, each cut into split_m x
-        split_n pieces (aligned), or its tiles (contiguous)."""
-        return self.sk_tiles * self.split_m * self.split_n
+        """Units of the Stream-K region before K-chunking: its tiles, each cut into split_m
+        row pieces (aligned), or its tiles (contiguous)."""
+        return self.sk_tiles * self.split_m
 
     @property
     def dp_tiles(self) -> int:
@@ -310,17 +299,17 @@ def aligned_chunks(sk_tiles: int, iters: int, num_sms: int) -> int:
 @functools.lru_cache(maxsize=512)  # pure in its arguments; saves host time per call
 def plan_schedule(M: int, N: int, K: int, config: Config, num_sms: int) -> Plan:
     """Contiguous: the region's sk_tiles x iters iterations split evenly over min(SMs,
-    iterations) programs. Aligned: each region tile cut into SK_SPLIT_M x SK_SPLIT_N pieces and
-    each piece into `aligned_chunks` equal K-chunks; unit u (chunk u // pieces of piece
-    u % pieces) goes to program u mod SMs."""
+    iterations) programs. Aligned: each region tile cut into SK_SPLIT_M row pieces and each
+    piece into `aligned_chunks` equal K-chunks; unit u (chunk u // pieces of piece u % pieces)
+    goes to program u mod SMs."""
     tiles = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N)
     iters = cdiv(K, config.BLOCK_K)
     sk_tiles = sk_tile_count(config.policy, tiles, num_sms)
     if config.aligned:
-        pieces = sk_tiles * config.SK_SPLIT_M * config.SK_SPLIT_N
+        pieces = sk_tiles * config.SK_SPLIT_M
         chunks = aligned_chunks(pieces, iters, num_sms) if sk_tiles else 0
         return Plan(tiles, iters, sk_tiles, min(num_sms, pieces * chunks), 0, 0, chunks, num_sms,
-                    config.SK_SPLIT_M, config.SK_SPLIT_N)
+                    config.SK_SPLIT_M)
     total = sk_tiles * iters
     programs = min(num_sms, total)
     q, r = divmod(total, programs) if programs else (0, 0)
@@ -456,7 +445,10 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 # and 63.7 against 66.5 (deterministic), faster in 8 and 9 of 9 interleaved rounds; on
 # 2304^2x4096 the 120 pieces need no K-chunks, hence no fixup (70.4 against 71.2 us for the
 # best unsplit config). On 2176^2 and 3072^2 the pieces' MAC loops (smaller tiles, B read
-# twice) cost more than the fixup saved (5-13% slower); 4-row-piece splits lost everywhere.
+# twice) cost more than the fixup saved (5-13% slower); 4-way row splits lost everywhere. Column
+# pieces (an SK_SPLIT_N knob, at commit e6eb523: 128x128 pieces of the 128x256 winners) halved
+# the hand-in there too but slowed the pieces' MAC loops as much, and won on no shape
+# (bench/probes/tail_split_n.json).
 TMA_POINTS = (
     (128, 256, 8, 3, False, True, 1), (128, 256, 8, 4, True, True, 1),
     (128, 128, 4, 4, False, True, 1), (128, 128, 4, 5, False, True, 1),
@@ -726,8 +718,8 @@ def _reduce_rows(
 @triton.jit(launch_metadata=gemm_launch_metadata("stream_k_gemm"))
 def stream_k_gemm_kernel(
     # A (M, K), B (K, N), C (M, N): element pointers, or host TensorDescriptors when USE_TMA;
-    # A and B once more for the Stream-K pieces (descriptors of the pieces' boxes)
-    a_ref, b_ref, c_ref, a_sk_ref, b_sk_ref,
+    # A once more for the Stream-K pieces (a descriptor of BLOCK_M / SK_SPLIT_M-row boxes)
+    a_ref, b_ref, c_ref, a_sk_ref,
     # C as an element pointer (the fixup stores split tiles through it), fixup state: fp32
     # partials (per-contributor slots, or per-tile sums) and int32 arrival counters; int64
     # phase timestamps, 4 a program (PHASE_TIMES only)
@@ -746,7 +738,6 @@ def stream_k_gemm_kernel(
     # schedule options
     ALIGNED: tl.constexpr, DETERMINISTIC: tl.constexpr,
     SK_SPLIT_M: tl.constexpr,  # aligned: row pieces a Stream-K tile is cut into
-    SK_SPLIT_N: tl.constexpr,  # aligned: column pieces a Stream-K tile is cut into
     FIXUP_ROWS: tl.constexpr,  # rows summed at a time by a last arriver (or final arrival's owed slices)
     SLICE_ROWS: tl.constexpr,  # rows summed at a time in the cooperative fixup (aligned)
     USE_TMA: tl.constexpr,
@@ -768,9 +759,7 @@ def stream_k_gemm_kernel(
     iters = tl.cdiv(K, BLOCK_K)
     PHASES: tl.constexpr = 5  # stamps a program (PHASE_TIMES)
     SK_BM: tl.constexpr = BLOCK_M // SK_SPLIT_M  # rows of a Stream-K piece (aligned)
-    SK_BN: tl.constexpr = BLOCK_N // SK_SPLIT_N  # columns of a Stream-K piece
-    SUBS: tl.constexpr = SK_SPLIT_M * SK_SPLIT_N  # pieces a Stream-K tile
-    pieces = sk_tiles * SUBS  # Stream-K pieces (aligned)
+    pieces = sk_tiles * SK_SPLIT_M  # Stream-K pieces (aligned)
     if PHASE_TIMES:
         t_start = _now(pid)
         t_mac = t_start
@@ -781,38 +770,37 @@ def stream_k_gemm_kernel(
                   HINTS=STRIDE_HINTS)
     if pid < sk_programs:
         if ALIGNED:
-            # ---- Stream-K region: each tile cut into SUBS pieces of SK_BM x SK_BN, each
-            # piece into sk_chunks equal K-chunks; unit u is chunk u // pieces of piece
+            # ---- Stream-K region: each tile cut into SK_SPLIT_M row pieces of SK_BM rows,
+            # each piece into sk_chunks equal K-chunks; unit u is chunk u // pieces of piece
             # u % pieces, so the programs running at the same time work at the same K offsets
-            # and share operand panels in the L2. Piece v is piece v % SUBS (row-major) of
-            # tile v // SUBS: its partial is 1/SUBS of a tile, and so is every fixup transfer
-            # below (partials, arrival counters and slots are a piece's).
+            # and share operand panels in the L2. Piece v is rows sub = v % SK_SPLIT_M of
+            # tile v // SK_SPLIT_M: a piece's partial is 1/SK_SPLIT_M of a tile, and so is
+            # every fixup transfer below (partials, arrival counters and slots are a piece's).
             for u in range(pid, pieces * sk_chunks, grid):
                 v = u % pieces
                 chunk = u // pieces
                 k0 = chunk * iters // sk_chunks
                 k1 = (chunk + 1) * iters // sk_chunks
-                pid_m, pid_n = tile_coords(v // SUBS, num_pid_m, num_pid_n, GROUP_M)
-                pid_m = pid_m * SK_SPLIT_M + (v % SUBS) // SK_SPLIT_N  # in pieces of SK_BM rows
-                pid_n = pid_n * SK_SPLIT_N + (v % SUBS) % SK_SPLIT_N  # and SK_BN columns
-                acc = _mac(a_sk_ref, b_sk_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
-                           pid_m, pid_n, k0, k1, SK_BM, SK_BN, BLOCK_K, EVEN_K, INT64,
+                pid_m, pid_n = tile_coords(v // SK_SPLIT_M, num_pid_m, num_pid_n, GROUP_M)
+                pid_m = pid_m * SK_SPLIT_M + v % SK_SPLIT_M  # in pieces of SK_BM rows
+                acc = _mac(a_sk_ref, b_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
+                           pid_m, pid_n, k0, k1, SK_BM, BLOCK_N, BLOCK_K, EVEN_K, INT64,
                            USE_TMA, A_COL_MAJOR, B_COL_MAJOR, HINTS=STRIDE_HINTS)
                 if PHASE_TIMES:
                     t_mac = _now(pid)
                 if sk_chunks == 1:
-                    if SUBS == 1:
+                    if SK_SPLIT_M == 1:
                         _store_whole(c_ref, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc,
                                      BLOCK_M, BLOCK_N, INT64, USE_TMA, EPILOGUE_SUBTILE)
                     else:  # C's descriptor has whole-tile boxes: store the piece by pointer
-                        store_tile(c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc, SK_BM, SK_BN, INT64)
+                        store_tile(c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc, SK_BM, BLOCK_N, INT64)
                 else:
                     # Cooperative fixup, step 1: hand in the partial (its own slot, or added
                     # into the piece's fp32 sum) and count the arrival in the piece's word
                     # (arrivals in the low 16 bits, claims above; step 2 after the
                     # data-parallel tiles). The final arrival owes the slices of the programs
                     # that claimed before it (they found partials missing).
-                    word = _publish_partial(acc, ws_ptr, counter_ptr, u, v, SK_BM, SK_BN,
+                    word = _publish_partial(acc, ws_ptr, counter_ptr, u, v, SK_BM, BLOCK_N,
                                             DETERMINISTIC, INT64)
                     owed = word >> 16
                     if (word & 0xFFFF) == sk_chunks - 1 and owed > 0:
@@ -821,7 +809,7 @@ def stream_k_gemm_kernel(
                         # slices took ~1 ms when no data-parallel tile delayed the claims)
                         _reduce_rows(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
                                      v, pieces, sk_chunks, 0, owed * SK_BM // sk_chunks,
-                                     SK_BM, SK_BN, FIXUP_ROWS, INT64, DETERMINISTIC)
+                                     SK_BM, BLOCK_N, FIXUP_ROWS, INT64, DETERMINISTIC)
         else:
             # ---- Stream-K program: iterations [my_start, end) of the region, tile by tile.
             # Programs start at staggered K offsets: Nsight Compute on the H200 (2026-11-29,
@@ -876,15 +864,14 @@ def stream_k_gemm_kernel(
             # once; an acquire-only claim was no faster.
             for u in range(pid, pieces * sk_chunks, grid):
                 v = u % pieces
-                pid_m, pid_n = tile_coords(v // SUBS, num_pid_m, num_pid_n, GROUP_M)
-                pid_m = pid_m * SK_SPLIT_M + (v % SUBS) // SK_SPLIT_N
-                pid_n = pid_n * SK_SPLIT_N + (v % SUBS) % SK_SPLIT_N
+                pid_m, pid_n = tile_coords(v // SK_SPLIT_M, num_pid_m, num_pid_n, GROUP_M)
+                pid_m = pid_m * SK_SPLIT_M + v % SK_SPLIT_M
                 word = tl.atomic_add(counter_ptr + v, 1 << 16, sem="acq_rel")
                 k = word >> 16
                 if (word & 0xFFFF) == sk_chunks:
                     _reduce_rows(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
                                  v, pieces, sk_chunks, k * SK_BM // sk_chunks,
-                                 (k + 1) * SK_BM // sk_chunks, SK_BM, SK_BN, SLICE_ROWS, INT64,
+                                 (k + 1) * SK_BM // sk_chunks, SK_BM, BLOCK_N, SLICE_ROWS, INT64,
                                  DETERMINISTIC)
                 if k == sk_chunks - 1:
                     tl.atomic_xchg(counter_ptr + v, 0, sem="relaxed")
@@ -920,7 +907,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         config, layouts = tma_or_pointer_loads(default_config(M, N, K, a.dtype, sms), a, b, c)
     check_smem(config, a.dtype)
     plan = plan_schedule(M, N, K, config, sms)
-    piece_elems = config.sk_block_m * config.sk_block_n  # the fixup's unit: a Stream-K piece
+    piece_elems = config.sk_block_m * config.BLOCK_N  # the fixup's unit: a Stream-K piece
 
     # Without split tiles the fixup code never runs, but the compiler still type-checks it:
     # the placeholders must be int32 counters and fp32 partials (C as a placeholder failed to
@@ -933,28 +920,26 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
                          torch.float32, a.device)
     if config.use_tma:
         a_arg, b_arg, c_arg, a_col, b_col = tma_descriptors(a, b, c, M, N, K, config, layouts)
-        a_sk, b_sk = a_arg, b_arg
-        if config.SK_SPLIT_M > 1 or config.SK_SPLIT_N > 1:  # the pieces' boxes
-            piece = replace(config, BLOCK_M=config.sk_block_m, BLOCK_N=config.sk_block_n, SK_SPLIT_M=1,
-                            SK_SPLIT_N=1, EPILOGUE_SUBTILE=False)
-            a_sk, b_sk = tma_descriptors(a, b, c, M, N, K, piece, layouts)[:2]
+        a_sk = a_arg
+        if config.SK_SPLIT_M > 1:  # the pieces' A boxes: sk_block_m rows
+            rows = replace(config, BLOCK_M=config.sk_block_m, SK_SPLIT_M=1)
+            a_sk = tma_descriptors(a, b, c, M, N, K, rows, layouts)[0]
     else:
         a_arg, b_arg, c_arg, a_col, b_col = a, b, c, False, False
-        a_sk, b_sk = a, b
+        a_sk = a
     if phase_times is not None and (phase_times.dtype != torch.int64 or phase_times.numel() < PHASES * plan.grid
                                     or not phase_times.is_cuda):
         raise ValueError(f"phase_times must be a CUDA int64 tensor of >= {PHASES * plan.grid} elements")
     stream_k_gemm_kernel[(plan.grid,)](
-        a_arg, b_arg, c_arg, a_sk, b_sk,
+        a_arg, b_arg, c_arg, a_sk,
         c, ws, counters, c if phase_times is None else phase_times,
         M, N, K,
         *a.stride(), *b.stride(), *c.stride(),
         plan.sk_programs, plan.sk_tiles, plan.sk_iters_per_program, plan.sk_extra, plan.chunks,
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
         ALIGNED=config.aligned, DETERMINISTIC=config.deterministic, SK_SPLIT_M=config.SK_SPLIT_M,
-        SK_SPLIT_N=config.SK_SPLIT_N,
-        FIXUP_ROWS=fixup_rows(config.sk_block_m, config.sk_block_n),
-        SLICE_ROWS=slice_rows(config.sk_block_m, config.sk_block_n, plan.chunks),
+        FIXUP_ROWS=fixup_rows(config.sk_block_m, config.BLOCK_N),
+        SLICE_ROWS=slice_rows(config.sk_block_m, config.BLOCK_N, plan.chunks),
         USE_TMA=config.use_tma, A_COL_MAJOR=a_col, B_COL_MAJOR=b_col,
         EPILOGUE_SUBTILE=config.EPILOGUE_SUBTILE, FLATTEN=config.FLATTEN,
         EVEN_K=K % config.BLOCK_K == 0,

@@ -114,7 +114,7 @@ def test_split_pieces_are_modelled():
     t128 = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "policy": "hybrid1", "aligned": True, "deterministic": False}
     whole = sm.predict("stream_k", t128, 1664, 1408, 8192, 2, dev)
     halves = sm.predict("stream_k", dict(t128, SK_SPLIT_M=2), 1664, 1408, 8192, 2, dev)
-    assert "x 2 pieces of 64x128 in 6 K-chunks" in halves.notes and "12 K-chunks" in whole.notes
+    assert "x 2 row pieces in 6 K-chunks" in halves.notes and "12 K-chunks" in whole.notes
     assert whole.predicted_us < halves.predicted_us < 1.5 * whole.predicted_us
     # 2304^2x4096: 120 pieces fill one round with no K-chunks, so no fixup bytes at all
     split_free = sm.predict("stream_k", dict(t128, SK_SPLIT_M=2), 2304, 2304, 4096, 2, dev)

@@ -321,9 +321,8 @@ def test_skinny_points_run(dtype, monkeypatch):
 # ---- Stream-K tiles cut into row pieces (SK_SPLIT_M) -----------------------------------------
 
 
-def scfg(split, policy="hybrid1", deterministic=True, use_tma=False, bm=32, split_n=1, bn=16):
-    return sk.Config(bm, bn, 16, 2, 4, 1, policy, deterministic, aligned=True, use_tma=use_tma, SK_SPLIT_M=split,
-                     SK_SPLIT_N=split_n)
+def scfg(split, policy="hybrid1", deterministic=True, use_tma=False, bm=32):
+    return sk.Config(bm, 16, 16, 2, 4, 1, policy, deterministic, aligned=True, use_tma=use_tma, SK_SPLIT_M=split)
 
 
 def test_split_plan_arithmetic():
@@ -396,26 +395,3 @@ def test_split_points_in_the_search():
         assert split(shape) == []
     for config in sk.search_space(1664, 1408, 8192, torch.bfloat16, 132):
         assert config.smem_bytes(torch.bfloat16) <= common.SMEM_PER_BLOCK_SM90
-
-
-@pytest.mark.parametrize("deterministic", [True, False], ids=["fixup", "atomic"])
-@pytest.mark.parametrize("use_tma", [False, True], ids=["ptr", "tma"])
-@pytest.mark.parametrize("split_m,split_n,bm,bn", [(1, 2, 16, 32), (2, 2, 32, 32), (1, 4, 16, 64)])
-def test_column_and_block_pieces(split_m, split_n, bm, bn, use_tma, deterministic, monkeypatch):
-    # pieces cut along N (B's own piece descriptor) and along both sides, on 72x48x72 / 7 SMs
-    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
-    config = scfg(split_m, "hybrid1", deterministic, use_tma, bm, split_n, bn)
-    plan = sk.plan_schedule(*TMA_SHAPE, config, 7)
-    assert plan.sk_pieces == plan.sk_tiles * split_m * split_n and plan.sk_tiles > 0
-    run_checked(sk, *TMA_SHAPE, torch.float16, config)
-
-
-@pytest.mark.parametrize("layout", LAYOUTS, ids=layout_id)
-def test_column_pieces_layouts(layout, monkeypatch):
-    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
-    run_checked(sk, *TMA_SHAPE, torch.bfloat16, scfg(1, use_tma=True, bm=16, split_n=2, bn=32), layout=layout)
-    assert "n/2" in scfg(1, bm=16, split_n=2, bn=32).describe()
-    with pytest.raises(ValueError, match="SK_SPLIT_N"):
-        sk.Config(16, 16, 16, aligned=True, SK_SPLIT_N=2)
-    with pytest.raises(ValueError, match="aligned=True"):
-        sk.Config(SK_SPLIT_N=2)
