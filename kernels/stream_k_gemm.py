@@ -21,7 +21,10 @@ What
         units when the region is at most half a wave, e.g. 11 tail tiles x 12 chunks on 132
         SMs; otherwise the chunk count whose rounds finish soonest); unit u = chunk
         u // sk_tiles of tile u % sk_tiles goes to program u mod P, so programs running at
-        the same time read the same K panels.
+        the same time read the same K panels. With SK_SPLIT_M each region tile is first cut
+        into row pieces, and the pieces are K-chunked and reduced as the tiles would be:
+        smaller partials (the hand-in is mostly the cost of writing them while every program
+        does the same) for a MAC loop on a smaller tile.
 
     A tile split between programs is reduced by a fixup:
 
@@ -62,19 +65,19 @@ What
 When it wins
     GEMMs whose tile count leaves a partial last wave on a big GPU, e.g. on 132 SMs:
     1664x1408 (143 tiles of 128x128), 2176^2 (153 of 128x256), 2304^2 (162), 3072^2 (288),
-    4224^2 (561). Measured on the H200 (2026-11-29, bench/RESULTS.md, run
-    20261129T154704Z-1058): aligned + TMA hybrid1 was our fastest schedule on all five,
-    1.08-1.31x our data-parallel baseline (1.17x geomean), with the atomic fixup on four of
-    them, but 0.89-0.97x cuBLAS (0.91-0.99x geomean over four runs that day, cuBLAS's own
-    times moving by up to 12%). cuBLAS picks tiles that Triton's power-of-two blocks cannot
+    4224^2 (561). Measured on the H200 (bench/RESULTS.md): aligned + TMA hybrid1 is our
+    fastest schedule on all five, 1.12-1.40x our data-parallel baseline (1.20x geomean, run
+    20261201T074432Z-430), with 64-row pieces (SK_SPLIT_M=2) on 1664x1408 and 2304^2, but
+    0.90-1.01x cuBLAS (0.91-0.99x geomean over the runs of 2026-11-29 and 2026-12-01, cuBLAS's
+    own times moving by up to 12%). cuBLAS picks tiles that Triton's power-of-two blocks cannot
     express, so that the waves come out nearly full and no fixup is needed: 128x160 on 1664x1408 (117 tiles,
     one wave), 320x128 on 2176^2, 192x192 on 3072^2 and 4224^2
     (bench/probe_cublas_kernels.py).
 
 Caveats
     - Workspaces: deterministic partial slots (allocated per call: 2 x P tiles contiguous,
-      sk_tiles x chunks tiles aligned, fp32); atomic sum tiles and int32 counters, one a
-      program (contiguous) or a region tile (aligned), from kernels/common.py's
+      pieces x chunks pieces aligned, fp32); atomic sum tiles and int32 counters, one a
+      program (contiguous) or a region piece (aligned), from kernels/common.py's
       ZeroedScratch pool (per device and stream), left zeroed by the kernel.
     - TMA needs 16-byte aligned bases and leading strides (persistent_gemm's caveats); an
       explicit use_tma=True config raises ValueError otherwise, the default config falls

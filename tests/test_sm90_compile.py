@@ -13,6 +13,7 @@ because the tests import the kernels under TRITON_INTERPRET=1.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -33,3 +34,24 @@ def test_stream_k_defaults_compile_for_sm90(shape, plan):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"{plan} tma" in proc.stdout, proc.stdout  # the plan this shape is here for
     assert "0 failure(s)" in proc.stdout
+
+
+def test_variants_file_compiles_its_configs(tmp_path):
+    # --variants compiles exactly a probe's configs (here the 64-row Stream-K pieces the tail
+    # search added on 2026-12-01, whose one-chunk branch stores by pointer) on their shapes,
+    # and reports a config the schedule refuses as a failure
+    spec = {"shapes": ["2304x2304x4096"], "variants": [
+        {"schedule": "stream_k_gemm", "config": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4,
+                                                 "num_stages": 5, "policy": "hybrid1", "aligned": True,
+                                                 "use_tma": True, "SK_SPLIT_M": 2}},
+        {"schedule": "dp_gemm", "config": {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 128, "num_warps": 8,
+                                           "num_stages": 4}, "shapes": ["512x512x512"]}]}
+    path = tmp_path / "variants.json"
+    path.write_text(json.dumps(spec))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-m", "kernels.sm90_compile_check", "--variants", str(path)],
+                          check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "hybrid1 aligned tma m/2" in proc.stdout and "2304x2304x4096 bfloat16" in proc.stdout
+    assert "FAIL dp_gemm 512x512x512 bfloat16" in proc.stdout and "shared memory" in proc.stdout
+    assert "1 failure(s)" in proc.stdout
