@@ -94,7 +94,8 @@ def main(argv=None) -> int:
     parser.add_argument("schedules", nargs="*", default=[])
     parser.add_argument("--all", action="store_true", help="dp, split-k, persistent and stream-k")
     parser.add_argument("--shapes", nargs="*", default=None, help="MxNxK ... (default: the issue's suites)")
-    parser.add_argument("--dtypes", nargs="*", default=["bfloat16", "float16", "float32"])
+    parser.add_argument("--dtypes", nargs="*", default=None,
+                        help="torch dtype names (default: bfloat16 float16 float32; with --variants, bfloat16)")
     parser.add_argument("--transposed", action="store_true", help="also compile with a transposed A and B")
     parser.add_argument("--default-only", action="store_true",
                         help="only each schedule's default config (what matmul(a, b) runs), not its search space")
@@ -102,8 +103,11 @@ def main(argv=None) -> int:
                         help="a bench/probe_configs.py variants file: compile exactly its configs on its shapes "
                              "(bf16 unless --dtypes says otherwise), before spending device time on them")
     args = parser.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     if args.variants:
-        return _check_variants(args)
+        return _check_variants(args.variants, args.dtypes or ["bfloat16"], args.transposed)
+
+    import torch
 
     schedules = args.schedules or []
     if args.all:
@@ -115,8 +119,8 @@ def main(argv=None) -> int:
     for name in schedules:
         mod = _load(name)
         for (M, N, K) in shapes:
-            for dname in args.dtypes:
-                dtype = getattr(_torch(), dname)
+            for dname in args.dtypes or ["bfloat16", "float16", "float32"]:
+                dtype = getattr(torch, dname)
                 default = mod.default_config(M, N, K, dtype, 132)
                 configs = [] if args.default_only else list(mod.search_space(M, N, K, dtype, 132))
                 if default not in configs:
@@ -125,38 +129,31 @@ def main(argv=None) -> int:
     return _compile_all(jobs, args.transposed)
 
 
-def _torch():
-    import torch
-
-    return torch
-
-
 def _load(name: str):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    """A schedule module (main has put the repository root on sys.path)."""
     from advisor.kernel_lib import load
 
     return load(name)
 
 
-def _check_variants(args) -> int:
+def _check_variants(path: str, dtypes: list[str], transposed: bool) -> int:
     """The configs of a probe's variants file, each on its shapes (the file's, or its own)."""
     import json
 
-    spec = json.loads(Path(args.variants).read_text())
-    dtypes = args.dtypes if args.dtypes != ["bfloat16", "float16", "float32"] else ["bfloat16"]
+    spec = json.loads(Path(path).read_text())
     jobs = []
     for v in spec["variants"]:
         mod = _load(v["schedule"])
         cfg = mod.Config(**v["config"])
         for shape in v.get("shapes") or spec["shapes"]:
             jobs += [(v["schedule"], mod, tuple(int(x) for x in shape.split("x")), d, cfg) for d in dtypes]
-    return _compile_all(jobs, args.transposed)
+    return _compile_all(jobs, transposed)
 
 
 def _compile_all(jobs: list, transposed: bool) -> int:
     """Compile each (schedule, module, shape, dtype, config) job for sm_90 through the
     schedule's own host matmul; print registers, shared memory and spills a kernel."""
-    torch = _torch()
+    import torch
     from triton.runtime import driver
     from triton.runtime.jit import JITFunction
 

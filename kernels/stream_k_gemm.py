@@ -529,6 +529,14 @@ def _now(x):
 
 
 @triton.jit
+def _piece_coords(v, num_pid_m, num_pid_n, GROUP_M: tl.constexpr, SK_SPLIT_M: tl.constexpr):
+    """(pid_m, pid_n) of Stream-K piece v, in units of BLOCK_M / SK_SPLIT_M rows and BLOCK_N
+    columns: row piece v % SK_SPLIT_M of region tile v // SK_SPLIT_M (grouped order)."""
+    pid_m, pid_n = tile_coords(v // SK_SPLIT_M, num_pid_m, num_pid_n, GROUP_M)
+    return pid_m * SK_SPLIT_M + v % SK_SPLIT_M, pid_n
+
+
+@triton.jit
 def _slot(j, tile_start, sk_q, sk_r):
     """Workspace slot of contiguous-range program j's partial of the split tile starting at
     iteration tile_start: slot 2j holds the tile where j's range starts, 2j + 1 the one where
@@ -784,8 +792,7 @@ def stream_k_gemm_kernel(
                 chunk = u // pieces
                 k0 = chunk * iters // sk_chunks
                 k1 = (chunk + 1) * iters // sk_chunks
-                pid_m, pid_n = tile_coords(v // SK_SPLIT_M, num_pid_m, num_pid_n, GROUP_M)
-                pid_m = pid_m * SK_SPLIT_M + v % SK_SPLIT_M  # in pieces of SK_BM rows
+                pid_m, pid_n = _piece_coords(v, num_pid_m, num_pid_n, GROUP_M, SK_SPLIT_M)
                 acc = _mac(a_sk_ref, b_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
                            pid_m, pid_n, k0, k1, SK_BM, BLOCK_N, BLOCK_K, EVEN_K, INT64,
                            USE_TMA, A_COL_MAJOR, B_COL_MAJOR, HINTS=STRIDE_HINTS)
@@ -867,8 +874,7 @@ def stream_k_gemm_kernel(
             # once; an acquire-only claim was no faster.
             for u in range(pid, pieces * sk_chunks, grid):
                 v = u % pieces
-                pid_m, pid_n = tile_coords(v // SK_SPLIT_M, num_pid_m, num_pid_n, GROUP_M)
-                pid_m = pid_m * SK_SPLIT_M + v % SK_SPLIT_M
+                pid_m, pid_n = _piece_coords(v, num_pid_m, num_pid_n, GROUP_M, SK_SPLIT_M)
                 word = tl.atomic_add(counter_ptr + v, 1 << 16, sem="acq_rel")
                 k = word >> 16
                 if (word & 0xFFFF) == sk_chunks:
