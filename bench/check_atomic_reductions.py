@@ -36,7 +36,7 @@ def cases():
     yield "split_k 32x32x128 w4 split128", sk, sk.Config(32, 32, 128, 8, 4, 6, 128, "atomic"), (32, 32, 131072)
     yield "split_k 128x128x64 ragged", sk, sk.Config(128, 128, 64, 8, 4, 4, 5, "atomic"), (1000, 1032, 4104)
     # Stream-K's atomic fixups: the aligned cooperative read-out and the contiguous last arriver
-    t128 = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=5)
+    t128 = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 5}
     yield ("stream_k hybrid1 aligned atomic", sp,
            sp.Config(**t128, policy="hybrid1", deterministic=False, aligned=True, use_tma=True), (1664, 1408, 8192))
     yield ("stream_k sk aligned atomic 128x64", sp,
@@ -50,6 +50,20 @@ def cases():
     yield ("stream_k hybrid1 aligned atomic 128x256 m/4", sp,
            sp.Config(128, 256, 64, 8, 8, 3, "hybrid1", False, aligned=True, use_tma=True, SK_SPLIT_M=4),
            (2304, 2304, 4096))
+    # the TMA hand-in (bulk reduce-add into the sum, or bulk store into the slot, then a wait
+    # for completion before the arrival), right away and deferred behind a data-parallel tile
+    # (2176^2: two such tiles a program), on 128x128 partials in 2 strips and 128x256 in 8
+    for det in (False, True):
+        name = "atomic" if not det else "deterministic"
+        yield (f"stream_k hybrid1 aligned {name} tmahand", sp,
+               sp.Config(**t128, policy="hybrid1", deterministic=det, aligned=True, use_tma=True, tma_hand_in=True),
+               (1664, 1408, 8192))
+        yield (f"stream_k hybrid1 aligned {name} tmahand defer", sp,
+               sp.Config(**t128, policy="hybrid1", deterministic=det, aligned=True, use_tma=True, tma_hand_in=True,
+                         defer_arrival=True), (2176, 2176, 8192))
+        yield (f"stream_k hybrid1 aligned {name} 128x256 tmahand defer", sp,
+               sp.Config(128, 256, 64, 8, 8, 3, "hybrid1", det, aligned=True, use_tma=True, tma_hand_in=True,
+                         defer_arrival=True), (3072, 3072, 4096))
 
 
 def main() -> int:

@@ -149,6 +149,34 @@ def fix_interpreter_bf16_dot() -> None:
     builder.create_dot = create_dot
 
 
+def fix_interpreter_descriptor_reduce() -> None:
+    """Give the CPU interpreter the TMA reductions (`tensor_descriptor.atomic_add`).
+
+    Triton 3.6's interpreter builds `descriptor_load` and `descriptor_store` but has no
+    `create_descriptor_reduce`, so a kernel that reduce-adds a block through a tensor
+    descriptor cannot run under TRITON_INTERPRET=1. This adds it as what the hardware does:
+    an element-wise atomic add of the block into the descriptor's box, clipped at the
+    tensor's bounds like the TMA. Only ADD is provided (the one our kernels use).
+    Idempotent; a no-op when the interpreter is not in use."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return
+    from triton._C.libtriton import ir
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    if hasattr(builder, "create_descriptor_reduce"):
+        return
+
+    def create_descriptor_reduce(self, kind, desc, value, indices):
+        if kind != ir.DESCRIPTOR_REDUCE_KIND.ADD:
+            raise NotImplementedError(f"descriptor reduce {kind} under the interpreter")
+        ptrs, mask = desc.materialize_pointers(indices)
+        op = ir.ATOMIC_OP.FADD if value.dtype.scalar.is_floating() else ir.ATOMIC_OP.ADD
+        self.create_atomic_rmw(op, ptrs, value, mask, ir.MEM_SEMANTIC.RELAXED, None)
+
+    builder.create_descriptor_reduce = create_descriptor_reduce
+
+
 def random_inputs(M: int, N: int, K: int, dtype: torch.dtype, device, *, transpose_a=False, transpose_b=False, seed=None):
     """Fresh normal inputs (never zeros), optionally as transposed views."""
     g = torch.Generator(device="cpu")

@@ -96,6 +96,7 @@ Source of the idea
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import asdict, dataclass, replace
 
 import torch
@@ -107,6 +108,7 @@ from .common import (
     SMEM_PER_BLOCK_SM90,
     cdiv,
     check_matmul_inputs,
+    fix_interpreter_descriptor_reduce,
     gemm_launch_metadata,
     needs_int64_offsets,
     num_sms,
@@ -126,7 +128,12 @@ from .dp_gemm import (
     store_tile,
     tile_coords,
 )
-from .persistent_gemm import tma_descriptors, tma_or_pointer_loads, tma_shape_ok
+from .persistent_gemm import (
+    TensorDescriptor,
+    tma_descriptors,
+    tma_or_pointer_loads,
+    tma_shape_ok,
+)
 
 POLICIES = ("dp", "sk", "hybrid1", "hybrid2", "hybrid3", "hybrid4")
 PHASES = 5  # phase_times stamps a program: start, Stream-K MAC done, hand-in done, dp done, end
@@ -158,6 +165,13 @@ class Config:
     # rows before its K-chunks, so a split tile's partials (handed in, then read by the
     # claims) are 1/SK_SPLIT_M of a tile each (measured: TMA_POINTS)
     SK_SPLIT_M: int = 1
+    # aligned + TMA only: hand in a split piece's partial as one bulk TMA operation from shared
+    # memory (a reduce-add into the piece's fp32 sum, or a store into its slot) instead of
+    # per-thread atomics or stores; the arrival then waits for the bulk write to complete
+    tma_hand_in: bool = False
+    # with tma_hand_in: a program with two or more data-parallel tiles counts its arrivals
+    # after the first of them, so the bulk writes complete while that tile computes
+    defer_arrival: bool = False
 
     def __post_init__(self):
         check_block_config(self)
@@ -170,11 +184,18 @@ class Config:
         if self.BLOCK_M // self.SK_SPLIT_M < 16:
             raise ValueError(f"SK_SPLIT_M={self.SK_SPLIT_M}: pieces of BLOCK_M={self.BLOCK_M} would have "
                              f"{self.BLOCK_M // self.SK_SPLIT_M} rows, under the 16 tl.dot needs")
-        for name in ("deterministic", "aligned", "use_tma", "EPILOGUE_SUBTILE", "FLATTEN", "dp_first"):
+        for name in ("deterministic", "aligned", "use_tma", "EPILOGUE_SUBTILE", "FLATTEN", "dp_first",
+                     "tma_hand_in", "defer_arrival"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}={getattr(self, name)!r}: must be a bool")
         if self.EPILOGUE_SUBTILE and not self.use_tma:
             raise ValueError("EPILOGUE_SUBTILE splits the TMA store: it needs use_tma=True")
+        if self.tma_hand_in and not (self.aligned and self.use_tma):
+            raise ValueError("tma_hand_in hands in the aligned layout's partials through TMA: it needs "
+                             "aligned=True and use_tma=True")
+        if self.defer_arrival and (not self.tma_hand_in or self.dp_first):
+            raise ValueError("defer_arrival counts the TMA hand-in's arrivals after the first data-parallel "
+                             "tile: it needs tma_hand_in=True and dp_first=False")
 
     def smem_bytes(self, dtype: torch.dtype) -> int:
         """Pipeline buffers, plus C's staging tile where it cannot reuse them: the TMA store's
@@ -183,7 +204,11 @@ class Config:
         elt = dtype.itemsize
         pipe = pipeline_smem_bytes(self.BLOCK_M, self.BLOCK_N, self.BLOCK_K, self.num_stages, elt)
         staged = self.use_tma or self.FLATTEN
-        return pipe + (self.BLOCK_M * self.BLOCK_N * elt // (2 if self.EPILOGUE_SUBTILE else 1) if staged else 0)
+        c_tile = self.BLOCK_M * self.BLOCK_N * elt // (2 if self.EPILOGUE_SUBTILE else 1) if staged else 0
+        # the TMA hand-in's staging strip for a piece's fp32 partial comes on top (sm_90
+        # compile check; with SK_SPLIT_M the pieces' smaller pipeline sometimes leaves room)
+        strip = self.sk_block_m * self.BLOCK_N * 4 // hand_in_strips(self, dtype) if self.tma_hand_in else 0
+        return pipe + c_tile + strip
 
     def describe(self) -> str:
         split = f" m/{self.SK_SPLIT_M}" if self.SK_SPLIT_M > 1 else ""
@@ -191,7 +216,8 @@ class Config:
                 f"s{self.num_stages} {self.policy}{' aligned' if self.aligned else ''}"
                 f"{'' if self.deterministic else ' atomic'}{' tma' if self.use_tma else ''}"
                 f"{' subtile' if self.EPILOGUE_SUBTILE else ''}{' flat' if self.FLATTEN else ''}"
-                f"{' dpfirst' if self.dp_first else ''}{split}")
+                f"{' dpfirst' if self.dp_first else ''}{split}{' tmahand' if self.tma_hand_in else ''}"
+                f"{' defer' if self.defer_arrival else ''}")
 
     @property
     def sk_block_m(self) -> int:
@@ -317,6 +343,20 @@ def plan_schedule(M: int, N: int, K: int, config: Config, num_sms: int) -> Plan:
     programs = min(num_sms, total)
     q, r = divmod(total, programs) if programs else (0, 0)
     return Plan(tiles, iters, sk_tiles, programs, q, r, 0, num_sms)
+
+
+def hand_in_strips(config: Config, dtype: torch.dtype) -> int:
+    """Column strips (1, 2, 4 or 8) the TMA hand-in stages a piece's fp32 partial in: the
+    fewest, at most a 64 KB strip, whose staging buffer fits beside the pipeline and C's
+    staging tile in the 227 KB of shared memory (both stay allocated: sm_90 compile check);
+    strips keep at least 16 columns."""
+    piece = config.sk_block_m * config.BLOCK_N * 4
+    others = replace(config, tma_hand_in=False, defer_arrival=False).smem_bytes(dtype)
+    for strips in (1, 2, 4, 8):
+        if config.BLOCK_N // strips <= 16 or (piece // strips <= 64 * 1024
+                                              and others + piece // strips <= SMEM_PER_BLOCK_SM90):
+            return strips
+    return 8
 
 
 def fixup_rows(block_m: int, block_n: int) -> int:
@@ -599,11 +639,11 @@ def _store_whole(
 
 
 @triton.jit
-def _publish_partial(acc, ws_ptr, counter_ptr, slot, key, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     DETERMINISTIC: tl.constexpr, INT64: tl.constexpr):
-    """Hand in a split tile's partial (into workspace slot `slot`, or added into the tile's
-    fp32 sum at `key`) and count the arrival in the tile's word at `key`; returns the word as
-    it was before this arrival. Both fixups (last-arriver and cooperative) start with this."""
+def _write_partial(acc, ws_ptr, slot, key, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   DETERMINISTIC: tl.constexpr, INT64: tl.constexpr):
+    """Hand in a split tile's partial: into workspace slot `slot`, or added into the tile's
+    fp32 sum at `key`, by every thread for its own elements. Nobody may read it before
+    `_count_arrival` has published it."""
     TILE: tl.constexpr = BLOCK_M * BLOCK_N
     local = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     if INT64:
@@ -612,12 +652,120 @@ def _publish_partial(acc, ws_ptr, counter_ptr, slot, key, BLOCK_M: tl.constexpr,
         tl.store(ws_ptr + (slot * TILE + local), acc)
     else:
         tl.atomic_add(ws_ptr + (key * TILE + local), acc, sem="relaxed")
+
+
+@triton.jit
+def _write_partial_tma(acc, ws_ref, slot, key, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       STRIPS: tl.constexpr, DETERMINISTIC: tl.constexpr):
+    """The same hand-in as bulk TMA operations: the partial is staged in shared memory and the
+    TMA unit stores it into slot `slot` or reduce-adds it into the sum at `key` (ws_ref: the
+    workspace as rows of BLOCK_N fp32, boxes of one piece's rows and BLOCK_N / STRIPS
+    columns). STRIPS column strips (1, 2, 4 or 8, `hand_in_strips`): the staging buffer comes
+    on top of the kernel's others (the sm_90 compile check: a whole 128x128 fp32 partial took
+    the 5-stage kernel from 192 to 256 KB), so big partials go in narrower strips. Where
+    per-thread writes issue one scalar fp32 atomic an element (Triton 3.6 on sm_90), this is
+    a few bulk instructions; only their completion, which `_count_arrival` waits for, takes
+    time."""
+    row = (slot if DETERMINISTIC else key) * BLOCK_M
+    if STRIPS == 1:
+        _tma_put(ws_ref, row, 0, acc, DETERMINISTIC)
+    else:
+        H: tl.constexpr = BLOCK_N // 2
+        left, right = _halves(acc, BLOCK_M, H)
+        _put_half(ws_ref, row, 0, left, BLOCK_M, H, STRIPS // 2, DETERMINISTIC)
+        _put_half(ws_ref, row, H, right, BLOCK_M, H, STRIPS // 2, DETERMINISTIC)
+
+
+@triton.jit
+def _put_half(ws_ref, row, col, x, BLOCK_M: tl.constexpr, W: tl.constexpr, STRIPS: tl.constexpr,
+              DETERMINISTIC: tl.constexpr):
+    """Columns [col, col + W) of a partial in STRIPS (1, 2 or 4) strips."""
+    if STRIPS == 1:
+        _tma_put(ws_ref, row, col, x, DETERMINISTIC)
+    else:
+        H: tl.constexpr = W // 2
+        left, right = _halves(x, BLOCK_M, H)
+        if STRIPS == 2:
+            _tma_put(ws_ref, row, col, left, DETERMINISTIC)
+            _tma_put(ws_ref, row, col + H, right, DETERMINISTIC)
+        else:
+            Q: tl.constexpr = H // 2
+            q0, q1 = _halves(left, BLOCK_M, Q)
+            q2, q3 = _halves(right, BLOCK_M, Q)
+            _tma_put(ws_ref, row, col, q0, DETERMINISTIC)
+            _tma_put(ws_ref, row, col + Q, q1, DETERMINISTIC)
+            _tma_put(ws_ref, row, col + 2 * Q, q2, DETERMINISTIC)
+            _tma_put(ws_ref, row, col + 3 * Q, q3, DETERMINISTIC)
+
+
+@triton.jit
+def _halves(x, BLOCK_M: tl.constexpr, H: tl.constexpr):
+    """The left and right H columns of a BLOCK_M x 2H block."""
+    return tl.split(tl.permute(tl.reshape(x, (BLOCK_M, 2, H)), (0, 2, 1)))
+
+
+@triton.jit
+def _tma_put(ws_ref, row, col, x, DETERMINISTIC: tl.constexpr):
+    if DETERMINISTIC:
+        ws_ref.store([row, col], x)
+    else:
+        ws_ref.atomic_add([row, col], x)
+
+
+@triton.jit
+def _bulk_writes_done(x):
+    """Wait until this thread's bulk (TMA) writes are complete in global memory, and order
+    them before its later generic-proxy accesses. Triton's own wait after a TMA store or
+    reduction (cp.async.bulk.wait_group.read) only waits until the shared-memory source has
+    been read; a release after that alone would not publish the data. `x` only gives the asm
+    an operand; GPU only (the interpreter writes at once and has no inline asm)."""
+    return tl.inline_asm_elementwise(
+        "cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;\n\tmov.u32 $0, $1;",
+        "=r,r", [x], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _count_arrival(counter_ptr, key, BULK_WAIT: tl.constexpr = False):
+    """Publish this program's partials written so far and count its arrival in the tile's
+    word at `key`; returns the word as it was before. BULK_WAIT: the partials were written by
+    TMA, so wait for their completion first."""
+    if BULK_WAIT:
+        _bulk_writes_done(key)
     # all threads' partials are written before the block announces itself. (Counting the
-    # arrival later, after the first data-parallel tile, so that the writes drain meanwhile,
-    # was measured no faster: issuing the writes alone takes ~2 of the ~3 us, H200
+    # arrival later, after the first data-parallel tile, so that per-thread writes drain
+    # meanwhile, was measured no faster: issuing them alone takes ~2 of the ~3 us, H200
     # 2026-12-01, bench/results/probe_configs/README.md.)
     tl.debug_barrier()
     return tl.atomic_add(counter_ptr + key, 1, sem="acq_rel")
+
+
+@triton.jit
+def _publish_partial(acc, ws_ptr, counter_ptr, slot, key, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     DETERMINISTIC: tl.constexpr, INT64: tl.constexpr):
+    """Hand in a split tile's partial (into workspace slot `slot`, or added into the tile's
+    fp32 sum at `key`) and count the arrival in the tile's word at `key`; returns the word as
+    it was before this arrival. Both fixups (last-arriver and cooperative) start with this."""
+    _write_partial(acc, ws_ptr, slot, key, BLOCK_M, BLOCK_N, DETERMINISTIC, INT64)
+    return _count_arrival(counter_ptr, key)
+
+
+@triton.jit
+def _arrive_aligned(
+    ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, v, pieces, sk_chunks,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FIXUP_ROWS: tl.constexpr, INT64: tl.constexpr,
+    DETERMINISTIC: tl.constexpr, BULK_WAIT: tl.constexpr,
+):
+    """Cooperative fixup, arrival at piece v: count it in the piece's word (arrivals in the
+    low 16 bits, claims above). The final arrival owes the slices of the programs that claimed
+    before it (they found partials missing) and sums them: rows 0 .. owed x BLOCK_M / chunks,
+    FIXUP_ROWS at a time (slice by slice, a 132-chunk tile of 1-row slices took ~1 ms when
+    no data-parallel tile delayed the claims)."""
+    word = _count_arrival(counter_ptr, v, BULK_WAIT)
+    owed = word >> 16
+    if (word & 0xFFFF) == sk_chunks - 1 and owed > 0:
+        _reduce_rows(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
+                     v, pieces, sk_chunks, 0, owed * BLOCK_M // sk_chunks,
+                     BLOCK_M, BLOCK_N, FIXUP_ROWS, INT64, DETERMINISTIC)
 
 
 @triton.jit
@@ -667,18 +815,18 @@ def _hand_in_partial(
 @triton.jit
 def _dp_tiles(
     a_ref, b_ref, c_ref, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-    sk_tiles, pid, grid,
+    first, stop, grid,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     USE_TMA: tl.constexpr, A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr,
     EPILOGUE_SUBTILE: tl.constexpr, FLATTEN: tl.constexpr, EVEN_K: tl.constexpr, INT64: tl.constexpr,
     HINTS: tl.constexpr = 0,
 ):
-    """The data-parallel tiles after the Stream-K region, in a persistent loop: program p takes
-    tiles sk_tiles + p, + grid, ..."""
+    """Data-parallel tiles first, first + grid, ... below stop, in a persistent loop (program
+    p takes tiles sk_tiles + p, + grid, ... of those after the Stream-K region)."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     iters = tl.cdiv(K, BLOCK_K)
-    for tile_id in tl.range(sk_tiles + pid, num_pid_m * num_pid_n, grid, flatten=FLATTEN):
+    for tile_id in tl.range(first, stop, grid, flatten=FLATTEN):
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         acc = _mac(a_ref, b_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
                    pid_m, pid_n, 0, iters, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64,
@@ -731,6 +879,8 @@ def stream_k_gemm_kernel(
     # A (M, K), B (K, N), C (M, N): element pointers, or host TensorDescriptors when USE_TMA;
     # A once more for the Stream-K pieces (a descriptor of BLOCK_M / SK_SPLIT_M-row boxes)
     a_ref, b_ref, c_ref, a_sk_ref,
+    # the fixup workspace as rows of BLOCK_N fp32 with one-piece boxes (TMA_HAND_IN), else ws_ptr
+    ws_ref,
     # C as an element pointer (the fixup stores split tiles through it), fixup state: fp32
     # partials (per-contributor slots, or per-tile sums) and int32 arrival counters; int64
     # phase timestamps, 4 a program (PHASE_TIMES only)
@@ -758,6 +908,10 @@ def stream_k_gemm_kernel(
     # shape facts fixed by the host
     EVEN_K: tl.constexpr, INT64: tl.constexpr,
     DP_FIRST: tl.constexpr,  # data-parallel tiles before the Stream-K work (else after)
+    TMA_HAND_IN: tl.constexpr,  # aligned: partials handed in by bulk TMA operations (ws_ref)
+    HAND_IN_STRIPS: tl.constexpr,  # TMA_HAND_IN: column strips a partial goes in (hand_in_strips)
+    DEFER_ARRIVAL: tl.constexpr,  # with TMA_HAND_IN: arrivals after the first of >= 2 dp tiles
+    BULK_WAIT: tl.constexpr,  # wait for the bulk writes' completion (GPU; the interpreter has no asm)
     STRIDE_HINTS: tl.constexpr,
     # diagnosis (GPU only): record start, last Stream-K MAC loop done, Stream-K work done,
     # data-parallel tiles done, end (after the cooperative fixup's claims)
@@ -771,12 +925,20 @@ def stream_k_gemm_kernel(
     PHASES: tl.constexpr = 5  # stamps a program (PHASE_TIMES)
     SK_BM: tl.constexpr = BLOCK_M // SK_SPLIT_M  # rows of a Stream-K piece (aligned)
     pieces = sk_tiles * SK_SPLIT_M  # Stream-K pieces (aligned)
+    num_tiles = num_pid_m * num_pid_n
+    dp_start = sk_tiles + pid  # this program's first data-parallel tile
+    # DEFER_ARRIVAL: only a program with two or more data-parallel tiles counts its arrivals
+    # late (after the first), so its claims still come a whole tile after every arrival
+    # (one-tile programs deferring found partials missing at their claims: H200 2026-12-01)
+    late = False
+    if DEFER_ARRIVAL:
+        late = (pid < sk_programs) & (sk_chunks > 1) & (dp_start + grid < num_tiles)
     if PHASE_TIMES:
         t_start = _now(pid)
         t_mac = t_start
     if DP_FIRST:
         _dp_tiles(a_ref, b_ref, c_ref, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                  stride_cm, stride_cn, sk_tiles, pid, grid, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+                  stride_cm, stride_cn, dp_start, num_tiles, grid, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
                   USE_TMA, A_COL_MAJOR, B_COL_MAJOR, EPILOGUE_SUBTILE, FLATTEN, EVEN_K, INT64,
                   HINTS=STRIDE_HINTS)
     if pid < sk_programs:
@@ -810,16 +972,14 @@ def stream_k_gemm_kernel(
                     # (arrivals in the low 16 bits, claims above; step 2 after the
                     # data-parallel tiles). The final arrival owes the slices of the programs
                     # that claimed before it (they found partials missing).
-                    word = _publish_partial(acc, ws_ptr, counter_ptr, u, v, SK_BM, BLOCK_N,
-                                            DETERMINISTIC, INT64)
-                    owed = word >> 16
-                    if (word & 0xFFFF) == sk_chunks - 1 and owed > 0:
-                        # the slices 0..owed-1 of the claims that came first: one row range,
-                        # FIXUP_ROWS at a time (slice by slice, a 132-chunk tile of 1-row
-                        # slices took ~1 ms when no data-parallel tile delayed the claims)
-                        _reduce_rows(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
-                                     v, pieces, sk_chunks, 0, owed * SK_BM // sk_chunks,
-                                     SK_BM, BLOCK_N, FIXUP_ROWS, INT64, DETERMINISTIC)
+                    if TMA_HAND_IN:
+                        _write_partial_tma(acc, ws_ref, u, v, SK_BM, BLOCK_N, HAND_IN_STRIPS, DETERMINISTIC)
+                    else:
+                        _write_partial(acc, ws_ptr, u, v, SK_BM, BLOCK_N, DETERMINISTIC, INT64)
+                    if not late:
+                        _arrive_aligned(ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
+                                        v, pieces, sk_chunks, SK_BM, BLOCK_N, FIXUP_ROWS, INT64,
+                                        DETERMINISTIC, TMA_HAND_IN and BULK_WAIT)
         else:
             # ---- Stream-K program: iterations [my_start, end) of the region, tile by tile.
             # Programs start at staggered K offsets: Nsight Compute on the H200 (2026-11-29,
@@ -855,8 +1015,22 @@ def stream_k_gemm_kernel(
     if PHASE_TIMES:
         t_sk = _now(pid)
     if not DP_FIRST:
+        if DEFER_ARRIVAL:
+            # the first data-parallel tile while the bulk writes complete, then the arrivals
+            _dp_tiles(a_ref, b_ref, c_ref, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                      stride_cm, stride_cn, dp_start, tl.where(late, dp_start + 1, dp_start), grid,
+                      BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, A_COL_MAJOR, B_COL_MAJOR,
+                      EPILOGUE_SUBTILE, FLATTEN, EVEN_K, INT64, HINTS=STRIDE_HINTS)
+            if late:
+                for u in range(pid, pieces * sk_chunks, grid):
+                    v = u % pieces
+                    pid_m, pid_n = _piece_coords(v, num_pid_m, num_pid_n, GROUP_M, SK_SPLIT_M)
+                    _arrive_aligned(ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
+                                    v, pieces, sk_chunks, SK_BM, BLOCK_N, FIXUP_ROWS, INT64,
+                                    DETERMINISTIC, BULK_WAIT)
+                dp_start += grid
         _dp_tiles(a_ref, b_ref, c_ref, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                  stride_cm, stride_cn, sk_tiles, pid, grid, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+                  stride_cm, stride_cn, dp_start, num_tiles, grid, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
                   USE_TMA, A_COL_MAJOR, B_COL_MAJOR, EPILOGUE_SUBTILE, FLATTEN, EVEN_K, INT64,
                   HINTS=STRIDE_HINTS)
     if PHASE_TIMES:
@@ -898,6 +1072,13 @@ def stream_k_gemm_kernel(
 # --------------------------------------------------------------------------------------------
 
 
+def _interpreted(kernel) -> bool:
+    """Whether `kernel` runs under the CPU interpreter (decided when the module was imported,
+    as Triton does; the sm_90 compile check sets TRITON_INTERPRET later, for its CPU tensors,
+    and must still compile the GPU code)."""
+    return not isinstance(kernel, triton.runtime.JITFunction)
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
            out: torch.Tensor | None = None, phase_times: torch.Tensor | None = None) -> torch.Tensor:
     """C = a @ b with the Stream-K schedule. a: (M, K), b: (K, N), fp16/bf16/fp32, any strides
@@ -936,11 +1117,17 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     else:
         a_arg, b_arg, c_arg, a_col, b_col = a, b, c, False, False
         a_sk = a
+    ws_arg = ws
+    if config.tma_hand_in and plan.split_tiles:
+        # the workspace as rows of BLOCK_N fp32, one box a piece (slot or sum)
+        ws_arg = TensorDescriptor(ws, [ws.numel() // config.BLOCK_N, config.BLOCK_N], [config.BLOCK_N, 1],
+                                  [config.sk_block_m, config.BLOCK_N // hand_in_strips(config, a.dtype)])
+        fix_interpreter_descriptor_reduce()
     if phase_times is not None and (phase_times.dtype != torch.int64 or phase_times.numel() < PHASES * plan.grid
                                     or not phase_times.is_cuda):
         raise ValueError(f"phase_times must be a CUDA int64 tensor of >= {PHASES * plan.grid} elements")
     stream_k_gemm_kernel[(plan.grid,)](
-        a_arg, b_arg, c_arg, a_sk,
+        a_arg, b_arg, c_arg, a_sk, ws_arg,
         c, ws, counters, c if phase_times is None else phase_times,
         M, N, K,
         *a.stride(), *b.stride(), *c.stride(),
@@ -953,15 +1140,15 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         EPILOGUE_SUBTILE=config.EPILOGUE_SUBTILE, FLATTEN=config.FLATTEN,
         EVEN_K=K % config.BLOCK_K == 0,
         INT64=needs_int64_offsets(a, b, c, ws),
-        DP_FIRST=config.dp_first, STRIDE_HINTS=stride_hints(a, b), PHASE_TIMES=phase_times is not None,
+        DP_FIRST=config.dp_first, TMA_HAND_IN=config.tma_hand_in and plan.split_tiles,
+        HAND_IN_STRIPS=hand_in_strips(config, a.dtype), DEFER_ARRIVAL=config.defer_arrival and plan.split_tiles,
+        BULK_WAIT=not _interpreted(stream_k_gemm_kernel), STRIDE_HINTS=stride_hints(a, b), PHASE_TIMES=phase_times is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return c
 
 
 if __name__ == "__main__":
-    import os
-
     if os.environ.get("TRITON_INTERPRET") == "1":
         for policy in POLICIES:
             self_check(matmul, [(70, 50, 80)], config=Config(16, 16, 16, 2, 4, 1, policy, True))
