@@ -169,9 +169,6 @@ class Config:
     # memory (a reduce-add into the piece's fp32 sum, or a store into its slot) instead of
     # per-thread atomics or stores; the arrival then waits for the bulk write to complete
     tma_hand_in: bool = False
-    # with tma_hand_in: a program with two or more data-parallel tiles counts its arrivals
-    # after the first of them, so the bulk writes complete while that tile computes
-    defer_arrival: bool = False
 
     def __post_init__(self):
         check_block_config(self)
@@ -185,7 +182,7 @@ class Config:
             raise ValueError(f"SK_SPLIT_M={self.SK_SPLIT_M}: pieces of BLOCK_M={self.BLOCK_M} would have "
                              f"{self.BLOCK_M // self.SK_SPLIT_M} rows, under the 16 tl.dot needs")
         for name in ("deterministic", "aligned", "use_tma", "EPILOGUE_SUBTILE", "FLATTEN", "dp_first",
-                     "tma_hand_in", "defer_arrival"):
+                     "tma_hand_in"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}={getattr(self, name)!r}: must be a bool")
         if self.EPILOGUE_SUBTILE and not self.use_tma:
@@ -193,9 +190,6 @@ class Config:
         if self.tma_hand_in and not (self.aligned and self.use_tma):
             raise ValueError("tma_hand_in hands in the aligned layout's partials through TMA: it needs "
                              "aligned=True and use_tma=True")
-        if self.defer_arrival and (not self.tma_hand_in or self.dp_first):
-            raise ValueError("defer_arrival counts the TMA hand-in's arrivals after the first data-parallel "
-                             "tile: it needs tma_hand_in=True and dp_first=False")
 
     def smem_bytes(self, dtype: torch.dtype) -> int:
         """Pipeline buffers, plus C's staging tile where it cannot reuse them: the TMA store's
@@ -216,8 +210,7 @@ class Config:
                 f"s{self.num_stages} {self.policy}{' aligned' if self.aligned else ''}"
                 f"{'' if self.deterministic else ' atomic'}{' tma' if self.use_tma else ''}"
                 f"{' subtile' if self.EPILOGUE_SUBTILE else ''}{' flat' if self.FLATTEN else ''}"
-                f"{' dpfirst' if self.dp_first else ''}{split}{' tmahand' if self.tma_hand_in else ''}"
-                f"{' defer' if self.defer_arrival else ''}")
+                f"{' dpfirst' if self.dp_first else ''}{split}{' tmahand' if self.tma_hand_in else ''}")
 
     @property
     def sk_block_m(self) -> int:
@@ -351,7 +344,7 @@ def hand_in_strips(config: Config, dtype: torch.dtype) -> int:
     staging tile in the 227 KB of shared memory (both stay allocated: sm_90 compile check);
     strips keep at least 16 columns."""
     piece = config.sk_block_m * config.BLOCK_N * 4
-    others = replace(config, tma_hand_in=False, defer_arrival=False).smem_bytes(dtype)
+    others = replace(config, tma_hand_in=False).smem_bytes(dtype)
     for strips in (1, 2, 4, 8):
         if config.BLOCK_N // strips <= 16 or (piece // strips <= 64 * 1024
                                               and others + piece // strips <= SMEM_PER_BLOCK_SM90):
@@ -472,7 +465,7 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 
 
 # TMA points of the aligned search: (BLOCK_M, BLOCK_N, warps, stages, subtiled epilogue,
-# deterministic, SK_SPLIT_M). 128x256 with 4 stages only fits (227 KB) when C is staged in halves. The
+# deterministic, SK_SPLIT_M, tma_hand_in). 128x256 with 4 stages only fits (227 KB) when C is staged in halves. The
 # atomic flavour of the fastest tiles too: with its cooperative read-out (each contributor
 # takes 1/chunks of the tile's running sum) its claims took 2-3 us against 4-5 us for the
 # deterministic claims, and it ran 1-4% faster on four of the five tail shapes in one
@@ -491,12 +484,16 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 # twice) cost more than the fixup saved (5-13% slower); 4-way row splits lost everywhere. Column
 # pieces (an SK_SPLIT_N knob, at commit e6eb523: 128x128 pieces of the 128x256 winners) halved
 # the hand-in there too but slowed the pieces' MAC loops as much, and won on no shape
-# (bench/probes/tail_split_n.json).
+# (bench/probes/tail_split_n.json). The TMA hand-in (last field, tma_hand_in) on the atomic
+# 128x256 tile: 3-4% faster on 3072^2x4096 in two graph-timed runs (124.5 -> 119.9 us, 123.7
+# -> 118.6), 1.5-3% on 2176^2x8192, level on 2304^2 and 4224^2; on 128x128 tiles it was 2-5%
+# slower (H200, 2026-12-01, bench/probes/tail_tma_hand_in*.json).
 TMA_POINTS = (
-    (128, 256, 8, 3, False, True, 1), (128, 256, 8, 4, True, True, 1),
-    (128, 128, 4, 4, False, True, 1), (128, 128, 4, 5, False, True, 1),
-    (128, 128, 4, 5, False, False, 1), (128, 256, 8, 3, False, False, 1), (128, 256, 8, 4, True, False, 1),
-    (128, 128, 4, 5, False, False, 2), (128, 128, 4, 5, False, True, 2),
+    (128, 256, 8, 3, False, True, 1, False), (128, 256, 8, 4, True, True, 1, False),
+    (128, 128, 4, 4, False, True, 1, False), (128, 128, 4, 5, False, True, 1, False),
+    (128, 128, 4, 5, False, False, 1, False), (128, 256, 8, 3, False, False, 1, False),
+    (128, 256, 8, 4, True, False, 1, False), (128, 256, 8, 3, False, False, 1, True),
+    (128, 128, 4, 5, False, False, 2, False), (128, 128, 4, 5, False, True, 2, False),
 )
 
 
@@ -513,13 +510,14 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
     latency (4224x4224x8192 hybrid1: 411 us with 4 stages, 464 us with 3, same run)."""
     out: list[Config] = list(skinny_points(M, N, K, dtype, num_sms))
     if tma_shape_ok(M, N, K, dtype):
-        for bm, bn, warps, stages, subtile, deterministic, split_m in TMA_POINTS:
+        for bm, bn, warps, stages, subtile, deterministic, split_m, tma_hand_in in TMA_POINTS:
             tiles = cdiv(M, bm) * cdiv(N, bn)
             if not fits_shape(bm, bn, M, N) or tiles % num_sms == 0:
                 continue
             base = for_dtype(Config(bm, bn, 64, 8, warps, stages), dtype)
             cfg = Config(bm, bn, base.BLOCK_K, 8, base.num_warps, stages, aligned_policy(tiles, num_sms),
-                         deterministic, aligned=True, use_tma=True, EPILOGUE_SUBTILE=subtile, SK_SPLIT_M=split_m)
+                         deterministic, aligned=True, use_tma=True, EPILOGUE_SUBTILE=subtile, SK_SPLIT_M=split_m,
+                         tma_hand_in=tma_hand_in)
             plan = plan_schedule(M, N, K, cfg, num_sms)
             # row pieces only beside a data-parallel body: on skinny shapes (all Stream-K) the
             # pieces re-read B and lost 20-40% (bench/probes/skinny_split_m.json)
@@ -732,9 +730,10 @@ def _count_arrival(counter_ptr, key, BULK_WAIT: tl.constexpr = False):
     if BULK_WAIT:
         _bulk_writes_done(key)
     # all threads' partials are written before the block announces itself. (Counting the
-    # arrival later, after the first data-parallel tile, so that per-thread writes drain
-    # meanwhile, was measured no faster: issuing them alone takes ~2 of the ~3 us, H200
-    # 2026-12-01, bench/results/probe_configs/README.md.)
+    # arrival after the first data-parallel tile instead, so that the writes complete
+    # meanwhile, was measured no faster, for per-thread and for bulk writes alike: every
+    # program hands in at once and the L2 takes the partials at ~2.4 TB/s, H200 2026-12-01,
+    # bench/results/probe_configs/README.md.)
     tl.debug_barrier()
     return tl.atomic_add(counter_ptr + key, 1, sem="acq_rel")
 
@@ -910,7 +909,6 @@ def stream_k_gemm_kernel(
     DP_FIRST: tl.constexpr,  # data-parallel tiles before the Stream-K work (else after)
     TMA_HAND_IN: tl.constexpr,  # aligned: partials handed in by bulk TMA operations (ws_ref)
     HAND_IN_STRIPS: tl.constexpr,  # TMA_HAND_IN: column strips a partial goes in (hand_in_strips)
-    DEFER_ARRIVAL: tl.constexpr,  # with TMA_HAND_IN: arrivals after the first of >= 2 dp tiles
     BULK_WAIT: tl.constexpr,  # wait for the bulk writes' completion (GPU; the interpreter has no asm)
     STRIDE_HINTS: tl.constexpr,
     # diagnosis (GPU only): record start, last Stream-K MAC loop done, Stream-K work done,
@@ -926,19 +924,12 @@ def stream_k_gemm_kernel(
     SK_BM: tl.constexpr = BLOCK_M // SK_SPLIT_M  # rows of a Stream-K piece (aligned)
     pieces = sk_tiles * SK_SPLIT_M  # Stream-K pieces (aligned)
     num_tiles = num_pid_m * num_pid_n
-    dp_start = sk_tiles + pid  # this program's first data-parallel tile
-    # DEFER_ARRIVAL: only a program with two or more data-parallel tiles counts its arrivals
-    # late (after the first), so its claims still come a whole tile after every arrival
-    # (one-tile programs deferring found partials missing at their claims: H200 2026-12-01)
-    late = False
-    if DEFER_ARRIVAL:
-        late = (pid < sk_programs) & (sk_chunks > 1) & (dp_start + grid < num_tiles)
     if PHASE_TIMES:
         t_start = _now(pid)
         t_mac = t_start
     if DP_FIRST:
         _dp_tiles(a_ref, b_ref, c_ref, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                  stride_cm, stride_cn, dp_start, num_tiles, grid, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+                  stride_cm, stride_cn, sk_tiles + pid, num_tiles, grid, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
                   USE_TMA, A_COL_MAJOR, B_COL_MAJOR, EPILOGUE_SUBTILE, FLATTEN, EVEN_K, INT64,
                   HINTS=STRIDE_HINTS)
     if pid < sk_programs:
@@ -976,10 +967,9 @@ def stream_k_gemm_kernel(
                         _write_partial_tma(acc, ws_ref, u, v, SK_BM, BLOCK_N, HAND_IN_STRIPS, DETERMINISTIC)
                     else:
                         _write_partial(acc, ws_ptr, u, v, SK_BM, BLOCK_N, DETERMINISTIC, INT64)
-                    if not late:
-                        _arrive_aligned(ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
-                                        v, pieces, sk_chunks, SK_BM, BLOCK_N, FIXUP_ROWS, INT64,
-                                        DETERMINISTIC, TMA_HAND_IN and BULK_WAIT)
+                    _arrive_aligned(ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
+                                    v, pieces, sk_chunks, SK_BM, BLOCK_N, FIXUP_ROWS, INT64,
+                                    DETERMINISTIC, TMA_HAND_IN and BULK_WAIT)
         else:
             # ---- Stream-K program: iterations [my_start, end) of the region, tile by tile.
             # Programs start at staggered K offsets: Nsight Compute on the H200 (2026-11-29,
@@ -1015,22 +1005,8 @@ def stream_k_gemm_kernel(
     if PHASE_TIMES:
         t_sk = _now(pid)
     if not DP_FIRST:
-        if DEFER_ARRIVAL:
-            # the first data-parallel tile while the bulk writes complete, then the arrivals
-            _dp_tiles(a_ref, b_ref, c_ref, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                      stride_cm, stride_cn, dp_start, tl.where(late, dp_start + 1, dp_start), grid,
-                      BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, A_COL_MAJOR, B_COL_MAJOR,
-                      EPILOGUE_SUBTILE, FLATTEN, EVEN_K, INT64, HINTS=STRIDE_HINTS)
-            if late:
-                for u in range(pid, pieces * sk_chunks, grid):
-                    v = u % pieces
-                    pid_m, pid_n = _piece_coords(v, num_pid_m, num_pid_n, GROUP_M, SK_SPLIT_M)
-                    _arrive_aligned(ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
-                                    v, pieces, sk_chunks, SK_BM, BLOCK_N, FIXUP_ROWS, INT64,
-                                    DETERMINISTIC, BULK_WAIT)
-                dp_start += grid
         _dp_tiles(a_ref, b_ref, c_ref, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                  stride_cm, stride_cn, dp_start, num_tiles, grid, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+                  stride_cm, stride_cn, sk_tiles + pid, num_tiles, grid, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
                   USE_TMA, A_COL_MAJOR, B_COL_MAJOR, EPILOGUE_SUBTILE, FLATTEN, EVEN_K, INT64,
                   HINTS=STRIDE_HINTS)
     if PHASE_TIMES:
@@ -1141,7 +1117,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         EVEN_K=K % config.BLOCK_K == 0,
         INT64=needs_int64_offsets(a, b, c, ws),
         DP_FIRST=config.dp_first, TMA_HAND_IN=config.tma_hand_in and plan.split_tiles,
-        HAND_IN_STRIPS=hand_in_strips(config, a.dtype), DEFER_ARRIVAL=config.defer_arrival and plan.split_tiles,
+        HAND_IN_STRIPS=hand_in_strips(config, a.dtype),
         BULK_WAIT=not _interpreted(stream_k_gemm_kernel), STRIDE_HINTS=stride_hints(a, b), PHASE_TIMES=phase_times is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )

@@ -64,3 +64,20 @@ def test_provider_names_and_shape_filters(tmp_path):
     assert shapes == ["64x64x64", "32x32x32"]
     assert [v["provider"] for v in variants] == ["dp", "split_k"]
     assert variants[0]["shapes"] == set() and variants[1]["shapes"] == {"32x32x32"}
+
+
+def test_precompile_jobs_follow_the_variants_shapes():
+    # bench/precompile.py warms exactly the (schedule, config, shape) calls the probe will
+    # make: a variant's own shapes, else the file's, narrowed by --shapes; --phases only the
+    # Stream-K ones (the phase probe runs nothing else)
+    from precompile import jobs_of
+
+    spec = {"shapes": ["64x64x64", "32x32x32"], "variants": [
+        {"schedule": "stream_k_gemm", "config": {"policy": "sk"}},
+        {"schedule": "split_k_gemm", "config": {"SPLIT_K": 2}, "shapes": ["32x32x32"]}]}
+    assert jobs_of(spec, None, False) == [
+        ("stream_k_gemm", {"policy": "sk"}, "64x64x64"), ("stream_k_gemm", {"policy": "sk"}, "32x32x32"),
+        ("split_k_gemm", {"SPLIT_K": 2}, "32x32x32")]
+    assert jobs_of(spec, ["32x32x32"], True) == [("stream_k_gemm", {"policy": "sk"}, "32x32x32")]
+    # 6 variants on the 5 tail shapes, 2 on 1664x1408x8192 only
+    assert len(jobs_of(json.loads((ROOT / "bench/probes/tail_tma_hand_in.json").read_text()), None, False)) == 32

@@ -4,6 +4,8 @@ workspace reuse, and the schedule arithmetic on the H200's 132 SMs."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from gemm_checks import (
@@ -395,3 +397,94 @@ def test_split_points_in_the_search():
         assert split(shape) == []
     for config in sk.search_space(1664, 1408, 8192, torch.bfloat16, 132):
         assert config.smem_bytes(torch.bfloat16) <= common.SMEM_PER_BLOCK_SM90
+
+
+# ---- The TMA hand-in (tma_hand_in) -----------------------------------------------------------
+
+
+def tcfg(policy="hybrid1", deterministic=True, split=1, bm=16, bn=16):
+    return sk.Config(bm, bn, 16, 2, 4, 1, policy, deterministic, aligned=True, use_tma=True, SK_SPLIT_M=split,
+                     tma_hand_in=True)
+
+
+@pytest.mark.parametrize("deterministic", [True, False], ids=["fixup", "atomic"])
+@pytest.mark.parametrize("policy", ["hybrid1", "hybrid2", "sk"])
+def test_tma_hand_in_policies(policy, deterministic, monkeypatch):
+    # the partials go through the workspace's descriptor (the interpreter's reduce-add is
+    # kernels/common's patch); multi-round plans (hybrid2, sk) hand in several a program
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
+    assert sk.plan_schedule(*TMA_SHAPE, tcfg(policy), 7).split_tiles
+    run_checked(sk, *TMA_SHAPE, torch.float16, tcfg(policy, deterministic))
+
+
+@pytest.mark.parametrize("strips", [2, 4, 8])
+@pytest.mark.parametrize("deterministic", [True, False], ids=["fixup", "atomic"])
+def test_tma_hand_in_strips(strips, deterministic, monkeypatch):
+    # a partial in 2, 4 or 8 column strips (each strip's box offset and columns); at H200 sizes
+    # the strips come from shared memory, so they are forced here on a 64-column tile
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
+    monkeypatch.setattr(sk, "hand_in_strips", lambda config, dtype: strips)
+    for dtype in (torch.float32, torch.bfloat16):
+        run_checked(sk, 80, 136, 72, dtype, tcfg(deterministic=deterministic, bn=64), seed=strips)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS, ids=layout_id)
+def test_tma_hand_in_dtypes_layouts_and_pieces(layout, dtype, monkeypatch):
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
+    run_checked(sk, *TMA_SHAPE, dtype, tcfg(deterministic=False), layout=layout)
+    run_checked(sk, *TMA_SHAPE, dtype, tcfg(split=2, bm=32), layout=layout)
+
+
+def test_tma_hand_in_bit_identical_and_clean_scratch(monkeypatch):
+    # deterministic: the bulk-stored partials are summed in chunk order, so the same bits as
+    # the per-thread hand-in; atomic: the sums are handed back zeroed
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
+    first, a, b = run_checked(sk, *TMA_SHAPE, torch.float32, tcfg(), seed=41)
+    assert torch.equal(first, sk.matmul(a, b, replace(tcfg(), tma_hand_in=False)))
+    run_checked(sk, *TMA_SHAPE, torch.float16, tcfg(deterministic=False), seed=42)
+    run_checked(sk, *TMA_SHAPE, torch.float16, tcfg(deterministic=False), seed=43)
+    for (name, *_), buf in common.SCRATCH._buffers.items():
+        if name.startswith("stream_k"):
+            assert not buf.any(), f"{name} left dirty"
+
+
+def test_tma_hand_in_validation_strips_and_search():
+    with pytest.raises(ValueError, match="tma_hand_in"):
+        sk.Config(aligned=True, tma_hand_in=True)
+    with pytest.raises(ValueError, match="tma_hand_in"):
+        sk.Config(use_tma=True, tma_hand_in=True)
+    with pytest.raises(TypeError, match="tma_hand_in"):
+        sk.Config(aligned=True, use_tma=True, tma_hand_in=1)
+    assert "tmahand" in tcfg().describe() and "tmahand" not in acfg().describe()
+    # the strips on the H200's tiles (sm_90 compile check: a 128x128 fp32 partial in 2 strips
+    # took the 5-stage kernel to 224 KB, a 128x256 one in 8 strips the 3-stage kernel too)
+    t128 = sk.Config(128, 128, 64, 8, 4, 5, "hybrid1", False, aligned=True, use_tma=True, tma_hand_in=True)
+    t256 = sk.Config(128, 256, 64, 8, 8, 3, "hybrid1", False, aligned=True, use_tma=True, tma_hand_in=True)
+    assert sk.hand_in_strips(t128, torch.bfloat16) == 2 and sk.hand_in_strips(t256, torch.bfloat16) == 8
+    assert t128.smem_bytes(torch.bfloat16) == 224 * 1024 == t256.smem_bytes(torch.bfloat16)
+    assert sk.hand_in_strips(replace(t128, SK_SPLIT_M=2), torch.bfloat16) == 1
+    # the tail search holds the atomic 128x256 point with it, which fits
+    for shape in [(2176, 2176, 8192), (3072, 3072, 4096), (4224, 4224, 8192)]:
+        bulk = [c for c in sk.search_space(*shape, torch.bfloat16, 132) if c.tma_hand_in]
+        assert [(c.BLOCK_N, c.deterministic, c.policy) for c in bulk] == [(256, False, "hybrid1")]
+        assert all(c.smem_bytes(torch.bfloat16) <= common.SMEM_PER_BLOCK_SM90 for c in bulk)
+
+
+def test_interpreter_descriptor_reduce_patch():
+    # kernels/common gives the interpreter the TMA reduce-add: clipped at the tensor's edge
+    import triton
+    import triton.language as tl
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    common.fix_interpreter_descriptor_reduce()
+
+    @triton.jit
+    def add_block(desc, BM: tl.constexpr, BN: tl.constexpr):
+        desc.atomic_add([8, 8], tl.full((BM, BN), 1.5, tl.float32))
+
+    x = torch.arange(12 * 20, dtype=torch.float32).reshape(12, 20)
+    want = x.clone()
+    want[8:, 8:24] += 1.5
+    add_block[(1,)](TensorDescriptor(x, [12, 20], [20, 1], [8, 16]), BM=8, BN=16)
+    assert torch.equal(x, want)
