@@ -13,7 +13,8 @@ Stream-K work (partials handed in) ends, after its data-parallel tiles, and at i
 (after the cooperative fixup's claims). For each config this prints the launch span (first
 start to last end) and, over the programs, the median and max of: the start skew, the
 Stream-K MAC time, the hand-in (last arrivers stand out in the max), the data-parallel
-tiles, the claims and the end skew; each cell is the median over 5 recorded launches,
+tiles, the claims, the end skew, and the claims of the programs without Stream-K work
+(helper_claims; nan when every program has Stream-K work); each cell is the median over 5 recorded launches,
 after 3 warm-up launches, with fresh random bf16 inputs (not rotated: the operands may sit
 in the L2, unlike bench_gemm.py's timings); each output is compared with torch.matmul
 first. The columns assume the Stream-K work comes first (dp_first=False).
@@ -85,6 +86,7 @@ def phase_columns(t, sk_programs: int) -> list[tuple[float, float]]:
         [(t[i, 3] - t[i, 2]).item() for i in range(grid)],  # data-parallel tiles
         [(t[i, 4] - t[i, 3]).item() for i in sk_rows],  # claims (cooperative fixup)
         [(t_end - t[i, 4]).item() for i in range(grid)],  # end skew
+        [(t[i, 4] - t[i, 3]).item() for i in range(sk_programs, grid)],  # helper claims (helper_claims)
     ]
     return [(t_end - t0, t_end - t0)] + [(statistics.median(p), max(p)) if p else (float("nan"),) * 2 for p in phases]
 
@@ -98,7 +100,7 @@ def main() -> int:
 
     sk = load("stream_k_gemm")
     print(f"{'shape':>16} {'config':<44} {'span':>6} | med/max us: {'start':>15} {'sk mac':>15} "
-          f"{'hand-in':>15} {'dp':>15} {'claims':>15} {'end skew':>15} | err")
+          f"{'hand-in':>15} {'dp':>15} {'claims':>15} {'end skew':>15} {'others claims':>15} | err")
     for shape in args.shapes.split(","):
         M, N, K = parse_shape(shape)
         a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)

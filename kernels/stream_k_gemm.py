@@ -169,6 +169,12 @@ class Config:
     # memory (a reduce-add into the piece's fp32 sum, or a store into its slot) instead of
     # per-thread atomics or stores; the arrival then waits for the bulk write to complete
     tma_hand_in: bool = False
+    # aligned only: where the plan leaves programs without Stream-K work ("helpers", e.g. 12
+    # of 132 on 3072^2x4096 with 128x256 tiles), they claim the split pieces whole after
+    # their data-parallel tiles, instead of every contributor claiming a slice of each at the
+    # end: the helpers, spared the Stream-K phase, finish it early anyway. No helpers: the
+    # contributors' cooperative claims as without it.
+    helper_claims: bool = False
 
     def __post_init__(self):
         check_block_config(self)
@@ -182,11 +188,13 @@ class Config:
             raise ValueError(f"SK_SPLIT_M={self.SK_SPLIT_M}: pieces of BLOCK_M={self.BLOCK_M} would have "
                              f"{self.BLOCK_M // self.SK_SPLIT_M} rows, under the 16 tl.dot needs")
         for name in ("deterministic", "aligned", "use_tma", "EPILOGUE_SUBTILE", "FLATTEN", "dp_first",
-                     "tma_hand_in"):
+                     "tma_hand_in", "helper_claims"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}={getattr(self, name)!r}: must be a bool")
         if self.EPILOGUE_SUBTILE and not self.use_tma:
             raise ValueError("EPILOGUE_SUBTILE splits the TMA store: it needs use_tma=True")
+        if self.helper_claims and not self.aligned:
+            raise ValueError("helper_claims changes the aligned layout's cooperative fixup: it needs aligned=True")
         if self.tma_hand_in and not (self.aligned and self.use_tma):
             raise ValueError("tma_hand_in hands in the aligned layout's partials through TMA: it needs "
                              "aligned=True and use_tma=True")
@@ -210,7 +218,8 @@ class Config:
                 f"s{self.num_stages} {self.policy}{' aligned' if self.aligned else ''}"
                 f"{'' if self.deterministic else ' atomic'}{' tma' if self.use_tma else ''}"
                 f"{' subtile' if self.EPILOGUE_SUBTILE else ''}{' flat' if self.FLATTEN else ''}"
-                f"{' dpfirst' if self.dp_first else ''}{split}{' tmahand' if self.tma_hand_in else ''}")
+                f"{' dpfirst' if self.dp_first else ''}{split}{' tmahand' if self.tma_hand_in else ''}"
+                f"{' helpers' if self.helper_claims else ''}")
 
     @property
     def sk_block_m(self) -> int:
@@ -752,19 +761,23 @@ def _publish_partial(acc, ws_ptr, counter_ptr, slot, key, BLOCK_M: tl.constexpr,
 def _arrive_aligned(
     ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, v, pieces, sk_chunks,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FIXUP_ROWS: tl.constexpr, INT64: tl.constexpr,
-    DETERMINISTIC: tl.constexpr, BULK_WAIT: tl.constexpr,
+    DETERMINISTIC: tl.constexpr, BULK_WAIT: tl.constexpr, HELPERS: tl.constexpr,
 ):
     """Cooperative fixup, arrival at piece v: count it in the piece's word (arrivals in the
     low 16 bits, claims above). The final arrival owes the slices of the programs that claimed
     before it (they found partials missing) and sums them: rows 0 .. owed x BLOCK_M / chunks,
     FIXUP_ROWS at a time (slice by slice, a 132-chunk tile of 1-row slices took ~1 ms when
-    no data-parallel tile delayed the claims)."""
+    no data-parallel tile delayed the claims). HELPERS: the one claim, a helper's, was of
+    every slice, so the final arrival sums the whole piece and, being the last to touch the
+    word, clears it."""
     word = _count_arrival(counter_ptr, v, BULK_WAIT)
     owed = word >> 16
     if (word & 0xFFFF) == sk_chunks - 1 and owed > 0:
         _reduce_rows(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
                      v, pieces, sk_chunks, 0, owed * BLOCK_M // sk_chunks,
                      BLOCK_M, BLOCK_N, FIXUP_ROWS, INT64, DETERMINISTIC)
+        if HELPERS:
+            tl.atomic_xchg(counter_ptr + v, 0, sem="relaxed")
 
 
 @triton.jit
@@ -909,6 +922,7 @@ def stream_k_gemm_kernel(
     DP_FIRST: tl.constexpr,  # data-parallel tiles before the Stream-K work (else after)
     TMA_HAND_IN: tl.constexpr,  # aligned: partials handed in by bulk TMA operations (ws_ref)
     HAND_IN_STRIPS: tl.constexpr,  # TMA_HAND_IN: column strips a partial goes in (hand_in_strips)
+    HELPERS: tl.constexpr,  # aligned: programs pid >= sk_programs claim the split pieces whole
     BULK_WAIT: tl.constexpr,  # wait for the bulk writes' completion (GPU; the interpreter has no asm)
     STRIDE_HINTS: tl.constexpr,
     # diagnosis (GPU only): record start, last Stream-K MAC loop done, Stream-K work done,
@@ -969,7 +983,7 @@ def stream_k_gemm_kernel(
                         _write_partial(acc, ws_ptr, u, v, SK_BM, BLOCK_N, DETERMINISTIC, INT64)
                     _arrive_aligned(ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
                                     v, pieces, sk_chunks, SK_BM, BLOCK_N, FIXUP_ROWS, INT64,
-                                    DETERMINISTIC, TMA_HAND_IN and BULK_WAIT)
+                                    DETERMINISTIC, TMA_HAND_IN and BULK_WAIT, HELPERS)
         else:
             # ---- Stream-K program: iterations [my_start, end) of the region, tile by tile.
             # Programs start at staggered K offsets: Nsight Compute on the H200 (2026-11-29,
@@ -1011,7 +1025,21 @@ def stream_k_gemm_kernel(
                   HINTS=STRIDE_HINTS)
     if PHASE_TIMES:
         t_dp = _now(pid)
-    if ALIGNED:  # noqa: SIM102  (compile-time test around a run-time one)
+    if ALIGNED and HELPERS:
+        if pid >= sk_programs:
+            # Helper claims: a program without Stream-K work takes pieces pid - sk_programs,
+            # + helpers, ... whole (one claim of every slice), after its data-parallel tiles,
+            # which began while the contributors were still in the Stream-K phase, so every
+            # partial is normally in. If not, the final arrival sums the piece instead.
+            for v in range(pid - sk_programs, pieces, grid - sk_programs):
+                pid_m, pid_n = _piece_coords(v, num_pid_m, num_pid_n, GROUP_M, SK_SPLIT_M)
+                word = tl.atomic_add(counter_ptr + v, sk_chunks << 16, sem="acq_rel")
+                if (word & 0xFFFF) == sk_chunks:
+                    _reduce_rows(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
+                                 v, pieces, sk_chunks, 0, SK_BM, SK_BM, BLOCK_N, FIXUP_ROWS, INT64,
+                                 DETERMINISTIC)
+                    tl.atomic_xchg(counter_ptr + v, 0, sem="relaxed")
+    elif ALIGNED:  # noqa: SIM102  (compile-time test around a run-time one)
         if pid < sk_programs and sk_chunks > 1:
             # Cooperative fixup, step 2: claim a slice of each split tile this program worked
             # on. With every partial in (the usual case by now) the k-th claimer sums slice k,
@@ -1118,6 +1146,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         INT64=needs_int64_offsets(a, b, c, ws),
         DP_FIRST=config.dp_first, TMA_HAND_IN=config.tma_hand_in and plan.split_tiles,
         HAND_IN_STRIPS=hand_in_strips(config, a.dtype),
+        HELPERS=config.helper_claims and plan.split_tiles and plan.grid > plan.sk_programs,
         BULK_WAIT=not _interpreted(stream_k_gemm_kernel), STRIDE_HINTS=stride_hints(a, b), PHASE_TIMES=phase_times is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )

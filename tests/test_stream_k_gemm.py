@@ -488,3 +488,80 @@ def test_interpreter_descriptor_reduce_patch():
     want[8:, 8:24] += 1.5
     add_block[(1,)](TensorDescriptor(x, [12, 20], [20, 1], [8, 16]), BM=8, BN=16)
     assert torch.equal(x, want)
+
+
+# ---- Helper claims (helper_claims) and launch order -------------------------------------------
+
+
+@pytest.fixture
+def reversed_launch_order(monkeypatch):
+    """Run the interpreter's programs in reverse pid order (the GPU promises no order): then the
+    helpers, the highest pids, claim before any contributor has handed in, and the cooperative
+    claims of the lower pids come before the arrivals of the higher ones."""
+    from triton.runtime import interpreter
+
+    original = interpreter.InterpreterBuilder.set_grid_idx
+
+    def set_grid_idx(self, x, y, z):
+        original(self, self.grid_dim[0] - 1 - x, y, z)
+
+    monkeypatch.setattr(interpreter.InterpreterBuilder, "set_grid_idx", set_grid_idx)
+
+
+def hcfg(policy="hybrid1", deterministic=True, split=1, bm=16, use_tma=False, tma_hand_in=False):
+    return sk.Config(bm, 16, 16, 2, 4, 1, policy, deterministic, aligned=True, use_tma=use_tma or tma_hand_in,
+                     SK_SPLIT_M=split, tma_hand_in=tma_hand_in, helper_claims=True)
+
+
+# (shape, config, helpers, pieces) on 7 SMs: 1 tile x 5 chunks (2 helpers, one piece); 3 tiles
+# x 2 chunks (1 helper takes 3 pieces); 1 tile in 2 row pieces x 3 chunks (1 helper, 2 pieces)
+HELPER_CASES = [((72, 48, 72), hcfg(), 2, 1), ((80, 32, 72), hcfg(), 1, 3),
+                ((160, 48, 72), hcfg(split=2, bm=32), 1, 2)]
+
+
+def test_helper_plans():
+    for shape, config, helpers, pieces in HELPER_CASES:
+        plan = sk.plan_schedule(*shape, config, 7)
+        assert plan.split_tiles and (plan.grid - plan.sk_programs, plan.sk_pieces) == (helpers, pieces), shape
+    # no helpers (every program has Stream-K work): the contributors' claims, as without the knob
+    plan = sk.plan_schedule(1664, 1408, 8192, sk.Config(128, 128, 64, 8, 4, 5, "hybrid1", aligned=True,
+                                                         helper_claims=True), 132)
+    assert plan.grid == plan.sk_programs == 132
+    with pytest.raises(ValueError, match="helper_claims"):
+        sk.Config(helper_claims=True)
+    assert "helpers" in hcfg().describe()
+
+
+@pytest.mark.parametrize("order", ["pid", "reversed"])
+@pytest.mark.parametrize("deterministic", [True, False], ids=["fixup", "atomic"])
+@pytest.mark.parametrize("case", range(len(HELPER_CASES)))
+def test_helper_claims(case, deterministic, order, request, monkeypatch):
+    # in pid order the helpers claim after every arrival and sum the pieces; reversed, they
+    # claim first and the final arrivals sum the pieces and clear the words
+    if order == "reversed":
+        request.getfixturevalue("reversed_launch_order")
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
+    shape, config, *_ = HELPER_CASES[case]
+    config = replace(config, deterministic=deterministic)
+    for tma_hand_in in (False, True):
+        c = replace(config, use_tma=tma_hand_in, tma_hand_in=tma_hand_in)
+        first, a, b = run_checked(sk, *shape, torch.float32, c, seed=50 + case)
+        if deterministic:  # the same bits as the contributors' claims
+            assert torch.equal(first, sk.matmul(a, b, replace(c, helper_claims=False)))
+        run_checked(sk, *shape, torch.bfloat16, c, seed=60 + case)
+    for (name, *_), buf in common.SCRATCH._buffers.items():
+        if name.startswith("stream_k"):
+            assert not buf.any(), f"{name} left dirty"
+
+
+@pytest.mark.parametrize("deterministic", [True, False], ids=["fixup", "atomic"])
+@pytest.mark.parametrize("policy", ["hybrid1", "hybrid2", "sk"])
+def test_aligned_fixup_in_reversed_launch_order(policy, deterministic, reversed_launch_order, monkeypatch):
+    # the cooperative fixup never waits on another program, so any launch order gives the
+    # right answer and leaves the scratch clean (claims before arrivals go to the final arrival)
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
+    for config in (acfg(policy, deterministic, use_tma=True), scfg(2, policy, deterministic, use_tma=True)):
+        run_checked(sk, *TMA_SHAPE, torch.float16, config)
+    for (name, *_), buf in common.SCRATCH._buffers.items():
+        if name.startswith("stream_k"):
+            assert not buf.any(), f"{name} left dirty"
