@@ -51,19 +51,23 @@ def cases():
            sp.Config(128, 256, 64, 8, 8, 3, "hybrid1", False, aligned=True, use_tma=True, SK_SPLIT_M=4),
            (2304, 2304, 4096))
     # the TMA hand-in (bulk reduce-add into the sum, or bulk store into the slot, then a wait
-    # for completion before the arrival), right away and deferred behind a data-parallel tile
-    # (2176^2: two such tiles a program), on 128x128 partials in 2 strips and 128x256 in 8
+    # for completion before the arrival) on 128x128 partials in 2 strips and 128x256 in 8; and
+    # helper claims (the programs without Stream-K work sum the pieces whole: 7 of them on
+    # 2176^2 with 128x128 tiles, 12 on 3072^2 with 128x256 ones)
     for det in (False, True):
         name = "atomic" if not det else "deterministic"
         yield (f"stream_k hybrid1 aligned {name} tmahand", sp,
                sp.Config(**t128, policy="hybrid1", deterministic=det, aligned=True, use_tma=True, tma_hand_in=True),
                (1664, 1408, 8192))
-        yield (f"stream_k hybrid1 aligned {name} tmahand defer", sp,
-               sp.Config(**t128, policy="hybrid1", deterministic=det, aligned=True, use_tma=True, tma_hand_in=True,
-                         defer_arrival=True), (2176, 2176, 8192))
-        yield (f"stream_k hybrid1 aligned {name} 128x256 tmahand defer", sp,
+        yield (f"stream_k hybrid1 aligned {name} 128x256 tmahand", sp,
+               sp.Config(128, 256, 64, 8, 8, 3, "hybrid1", det, aligned=True, use_tma=True, tma_hand_in=True),
+               (3072, 3072, 4096))
+        yield (f"stream_k hybrid1 aligned {name} helpers", sp,
+               sp.Config(**t128, policy="hybrid1", deterministic=det, aligned=True, use_tma=True, helper_claims=True),
+               (2176, 2176, 8192))
+        yield (f"stream_k hybrid1 aligned {name} 128x256 tmahand helpers", sp,
                sp.Config(128, 256, 64, 8, 8, 3, "hybrid1", det, aligned=True, use_tma=True, tma_hand_in=True,
-                         defer_arrival=True), (3072, 3072, 4096))
+                         helper_claims=True), (3072, 3072, 4096))
 
 
 def main() -> int:
