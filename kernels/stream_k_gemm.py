@@ -361,6 +361,17 @@ def hand_in_strips(config: Config, dtype: torch.dtype) -> int:
     return 8
 
 
+def helper_rows(config: Config) -> int:
+    """Rows of a piece a helper claim reads at a time. Atomic sums: up to 128 fp32 a thread
+    (the whole 128x128 piece at 4 warps, 128x256 at 8; the data-parallel accumulators are
+    dead by then), so a helper has one round trip a piece, not one a 8192-value block (the
+    latter read ~230 KB in ~20 us on the H200, 2026-12-01). Deterministic sums keep
+    fixup_rows: their partial blocks stream through shared memory, several in flight."""
+    if config.deterministic:
+        return fixup_rows(config.sk_block_m, config.BLOCK_N)
+    return max(1, min(config.sk_block_m, 128 * 32 * config.num_warps // config.BLOCK_N))
+
+
 def fixup_rows(block_m: int, block_n: int) -> int:
     """Rows of a split tile the last arriver sums at a time: 8192 fp32 values (64 registers a
     thread at 4 warps), so the running sum and one loaded partial fit beside each other (the
@@ -923,6 +934,7 @@ def stream_k_gemm_kernel(
     TMA_HAND_IN: tl.constexpr,  # aligned: partials handed in by bulk TMA operations (ws_ref)
     HAND_IN_STRIPS: tl.constexpr,  # TMA_HAND_IN: column strips a partial goes in (hand_in_strips)
     HELPERS: tl.constexpr,  # aligned: programs pid >= sk_programs claim the split pieces whole
+    HELPER_ROWS: tl.constexpr,  # HELPERS: rows a helper reads at a time (helper_rows)
     BULK_WAIT: tl.constexpr,  # wait for the bulk writes' completion (GPU; the interpreter has no asm)
     STRIDE_HINTS: tl.constexpr,
     # diagnosis (GPU only): record start, last Stream-K MAC loop done, Stream-K work done,
@@ -1036,7 +1048,7 @@ def stream_k_gemm_kernel(
                 word = tl.atomic_add(counter_ptr + v, sk_chunks << 16, sem="acq_rel")
                 if (word & 0xFFFF) == sk_chunks:
                     _reduce_rows(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
-                                 v, pieces, sk_chunks, 0, SK_BM, SK_BM, BLOCK_N, FIXUP_ROWS, INT64,
+                                 v, pieces, sk_chunks, 0, SK_BM, SK_BM, BLOCK_N, HELPER_ROWS, INT64,
                                  DETERMINISTIC)
                     tl.atomic_xchg(counter_ptr + v, 0, sem="relaxed")
     elif ALIGNED:  # noqa: SIM102  (compile-time test around a run-time one)
@@ -1147,6 +1159,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         DP_FIRST=config.dp_first, TMA_HAND_IN=config.tma_hand_in and plan.split_tiles,
         HAND_IN_STRIPS=hand_in_strips(config, a.dtype),
         HELPERS=config.helper_claims and plan.split_tiles and plan.grid > plan.sk_programs,
+        HELPER_ROWS=helper_rows(config),
         BULK_WAIT=not _interpreted(stream_k_gemm_kernel), STRIDE_HINTS=stride_hints(a, b), PHASE_TIMES=phase_times is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
