@@ -361,6 +361,17 @@ def hand_in_strips(config: Config, dtype: torch.dtype) -> int:
     return 8
 
 
+MAX_HELPER_PIECES = 32  # pieces a helper may claim (the kernel keeps them in an int32 mask)
+
+
+def uses_helpers(config: Config, plan: Plan) -> bool:
+    """Whether a launch runs helper claims: asked for, tiles split, programs without Stream-K
+    work, and at most MAX_HELPER_PIECES pieces each (else the contributors' claims)."""
+    helpers = plan.grid - plan.sk_programs
+    return (config.helper_claims and plan.split_tiles and helpers > 0
+            and cdiv(plan.sk_pieces, helpers) <= MAX_HELPER_PIECES)
+
+
 def helper_rows(config: Config) -> int:
     """Rows of a piece a helper claim reads at a time. Atomic sums: up to 128 fp32 a thread
     (the whole 128x128 piece at 4 warps, 128x256 at 8; the data-parallel accumulators are
@@ -1042,15 +1053,27 @@ def stream_k_gemm_kernel(
             # Helper claims: a program without Stream-K work takes pieces pid - sk_programs,
             # + helpers, ... whole (one claim of every slice), after its data-parallel tiles,
             # which began while the contributors were still in the Stream-K phase, so every
-            # partial is normally in. If not, the final arrival sums the piece instead.
-            for v in range(pid - sk_programs, pieces, grid - sk_programs):
-                pid_m, pid_n = _piece_coords(v, num_pid_m, num_pid_n, GROUP_M, SK_SPLIT_M)
+            # partial is normally in; if not, the final arrival sums the piece instead. All
+            # claims first, then the read-outs: a claim's release waits for this program's
+            # earlier writes, so claiming between read-outs would wait for each one's stores
+            # (a helper took ~5.5 us a 64 KB piece that way, H200 2026-12-01). The host keeps
+            # a helper's pieces within the 32 bits of `found`.
+            helpers = grid - sk_programs
+            found = 0
+            j = 0
+            for v in range(pid - sk_programs, pieces, helpers):
                 word = tl.atomic_add(counter_ptr + v, sk_chunks << 16, sem="acq_rel")
-                if (word & 0xFFFF) == sk_chunks:
+                found |= ((word & 0xFFFF) == sk_chunks).to(tl.int32) << j
+                j += 1
+            j = 0
+            for v in range(pid - sk_programs, pieces, helpers):
+                if (found >> j) & 1:
+                    pid_m, pid_n = _piece_coords(v, num_pid_m, num_pid_n, GROUP_M, SK_SPLIT_M)
                     _reduce_rows(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
                                  v, pieces, sk_chunks, 0, SK_BM, SK_BM, BLOCK_N, HELPER_ROWS, INT64,
                                  DETERMINISTIC)
                     tl.atomic_xchg(counter_ptr + v, 0, sem="relaxed")
+                j += 1
     elif ALIGNED:  # noqa: SIM102  (compile-time test around a run-time one)
         if pid < sk_programs and sk_chunks > 1:
             # Cooperative fixup, step 2: claim a slice of each split tile this program worked
@@ -1158,7 +1181,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         INT64=needs_int64_offsets(a, b, c, ws),
         DP_FIRST=config.dp_first, TMA_HAND_IN=config.tma_hand_in and plan.split_tiles,
         HAND_IN_STRIPS=hand_in_strips(config, a.dtype),
-        HELPERS=config.helper_claims and plan.split_tiles and plan.grid > plan.sk_programs,
+        HELPERS=uses_helpers(config, plan),
         HELPER_ROWS=helper_rows(config),
         BULK_WAIT=not _interpreted(stream_k_gemm_kernel), STRIDE_HINTS=stride_hints(a, b), PHASE_TIMES=phase_times is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
