@@ -496,7 +496,7 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 
 
 # TMA points of the aligned search: (BLOCK_M, BLOCK_N, warps, stages, subtiled epilogue,
-# deterministic, SK_SPLIT_M, tma_hand_in). 128x256 with 4 stages only fits (227 KB) when C is staged in halves. The
+# deterministic, SK_SPLIT_M, tma_hand_in, helper_claims). 128x256 with 4 stages only fits (227 KB) when C is staged in halves. The
 # atomic flavour of the fastest tiles too: with its cooperative read-out (each contributor
 # takes 1/chunks of the tile's running sum) its claims took 2-3 us against 4-5 us for the
 # deterministic claims, and it ran 1-4% faster on four of the five tail shapes in one
@@ -518,14 +518,33 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 # (bench/probes/tail_split_n.json). The TMA hand-in (last field, tma_hand_in) on the atomic
 # 128x256 tile: 3-4% faster on 3072^2x4096 in two graph-timed runs (124.5 -> 119.9 us, 123.7
 # -> 118.6), 1.5-3% on 2176^2x8192, level on 2304^2 and 4224^2; on 128x128 tiles it was 2-5%
-# slower (H200, 2026-12-01, bench/probes/tail_tma_hand_in*.json).
+# slower (H200, 2026-12-01, bench/probes/tail_tma_hand_in*.json). Helper claims (last
+# field) on that point, only where each helper's pieces are at most HELPER_BYTES: the helpers
+# read out ~14 KB/us, so 256 KB (3072^2x4096: 12 helpers, 2 pieces of 128 KB each) takes
+# ~18 us, about the Stream-K phase they skip; there they won 2-4% in three runs (120.1 ->
+# 118.3 us with the TMA hand-in), and lost 3-12% wherever the helpers had more to read
+# (2176^2, 2304^2; bench/probes/tail_helper_claims*.json).
 TMA_POINTS = (
-    (128, 256, 8, 3, False, True, 1, False), (128, 256, 8, 4, True, True, 1, False),
-    (128, 128, 4, 4, False, True, 1, False), (128, 128, 4, 5, False, True, 1, False),
-    (128, 128, 4, 5, False, False, 1, False), (128, 256, 8, 3, False, False, 1, False),
-    (128, 256, 8, 4, True, False, 1, False), (128, 256, 8, 3, False, False, 1, True),
-    (128, 128, 4, 5, False, False, 2, False), (128, 128, 4, 5, False, True, 2, False),
+    (128, 256, 8, 3, False, True, 1, False, False), (128, 256, 8, 4, True, True, 1, False, False),
+    (128, 128, 4, 4, False, True, 1, False, False), (128, 128, 4, 5, False, True, 1, False, False),
+    (128, 128, 4, 5, False, False, 1, False, False), (128, 256, 8, 3, False, False, 1, False, False),
+    (128, 256, 8, 4, True, False, 1, False, False), (128, 256, 8, 3, False, False, 1, True, False),
+    (128, 256, 8, 3, False, False, 1, True, True),
+    (128, 128, 4, 5, False, False, 2, False, False), (128, 128, 4, 5, False, True, 2, False, False),
 )
+HELPER_BYTES = 256 * 1024  # fp32 partial bytes a helper may have to read out (TMA_POINTS)
+
+
+def helper_bytes(config: Config, plan: Plan) -> int:
+    """fp32 bytes the busiest helper reads out (0 without helper claims): its pieces' sums,
+    or every chunk's partial of them (deterministic)."""
+    if not uses_helpers(config, plan):
+        return 0
+    pieces = cdiv(plan.sk_pieces, plan.grid - plan.sk_programs)
+    return pieces * config.sk_block_m * config.BLOCK_N * 4 * (plan.chunks if config.deterministic else 1)
+
+
+
 
 
 def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> list[Config]:
@@ -541,19 +560,21 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
     latency (4224x4224x8192 hybrid1: 411 us with 4 stages, 464 us with 3, same run)."""
     out: list[Config] = list(skinny_points(M, N, K, dtype, num_sms))
     if tma_shape_ok(M, N, K, dtype):
-        for bm, bn, warps, stages, subtile, deterministic, split_m, tma_hand_in in TMA_POINTS:
+        for bm, bn, warps, stages, subtile, deterministic, split_m, tma_hand_in, helpers in TMA_POINTS:
             tiles = cdiv(M, bm) * cdiv(N, bn)
             if not fits_shape(bm, bn, M, N) or tiles % num_sms == 0:
                 continue
             base = for_dtype(Config(bm, bn, 64, 8, warps, stages), dtype)
             cfg = Config(bm, bn, base.BLOCK_K, 8, base.num_warps, stages, aligned_policy(tiles, num_sms),
                          deterministic, aligned=True, use_tma=True, EPILOGUE_SUBTILE=subtile, SK_SPLIT_M=split_m,
-                         tma_hand_in=tma_hand_in)
+                         tma_hand_in=tma_hand_in, helper_claims=helpers)
             plan = plan_schedule(M, N, K, cfg, num_sms)
             # row pieces only beside a data-parallel body: on skinny shapes (all Stream-K) the
             # pieces re-read B and lost 20-40% (bench/probes/skinny_split_m.json)
             wanted = plan.split_tiles if split_m == 1 else (
                 plan.dp_tiles > 0 and plan.sk_tiles > 0 and (plan.split_tiles or deterministic))
+            if helpers:  # only where the helpers have little to read
+                wanted = 0 < helper_bytes(cfg, plan) <= HELPER_BYTES
             if cfg.smem_bytes(dtype) <= SMEM_PER_BLOCK_SM90 and cfg not in out and wanted:
                 out.append(cfg)
     for bm, bn, warps, stages in ((128, 128, 4, 4), (128, 256, 8, 4)):
@@ -1059,21 +1080,20 @@ def stream_k_gemm_kernel(
             # (a helper took ~5.5 us a 64 KB piece that way, H200 2026-12-01). The host keeps
             # a helper's pieces within the 32 bits of `found`.
             helpers = grid - sk_programs
+            mine = tl.cdiv(pieces - (pid - sk_programs), helpers)  # pieces pid - sk_programs + j helpers
             found = 0
-            j = 0
-            for v in range(pid - sk_programs, pieces, helpers):
+            for j in range(mine):
+                v = pid - sk_programs + j * helpers
                 word = tl.atomic_add(counter_ptr + v, sk_chunks << 16, sem="acq_rel")
                 found |= ((word & 0xFFFF) == sk_chunks).to(tl.int32) << j
-                j += 1
-            j = 0
-            for v in range(pid - sk_programs, pieces, helpers):
+            for j in range(mine):
                 if (found >> j) & 1:
+                    v = pid - sk_programs + j * helpers
                     pid_m, pid_n = _piece_coords(v, num_pid_m, num_pid_n, GROUP_M, SK_SPLIT_M)
                     _reduce_rows(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
                                  v, pieces, sk_chunks, 0, SK_BM, SK_BM, BLOCK_N, HELPER_ROWS, INT64,
                                  DETERMINISTIC)
                     tl.atomic_xchg(counter_ptr + v, 0, sem="relaxed")
-                j += 1
     elif ALIGNED:  # noqa: SIM102  (compile-time test around a run-time one)
         if pid < sk_programs and sk_chunks > 1:
             # Cooperative fixup, step 2: claim a slice of each split tile this program worked

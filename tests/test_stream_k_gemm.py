@@ -466,7 +466,7 @@ def test_tma_hand_in_validation_strips_and_search():
     assert sk.hand_in_strips(replace(t128, SK_SPLIT_M=2), torch.bfloat16) == 1
     # the tail search holds the atomic 128x256 point with it, which fits
     for shape in [(2176, 2176, 8192), (3072, 3072, 4096), (4224, 4224, 8192)]:
-        bulk = [c for c in sk.search_space(*shape, torch.bfloat16, 132) if c.tma_hand_in]
+        bulk = [c for c in sk.search_space(*shape, torch.bfloat16, 132) if c.tma_hand_in and not c.helper_claims]
         assert [(c.BLOCK_N, c.deterministic, c.policy) for c in bulk] == [(256, False, "hybrid1")]
         assert all(c.smem_bytes(torch.bfloat16) <= common.SMEM_PER_BLOCK_SM90 for c in bulk)
 
@@ -530,6 +530,31 @@ def test_helper_plans():
     with pytest.raises(ValueError, match="helper_claims"):
         sk.Config(helper_claims=True)
     assert "helpers" in hcfg().describe()
+    # more than 32 pieces a helper (the kernel's bit mask): the contributors' claims instead
+    config = hcfg("sk")
+    plan = sk.plan_schedule(16 * 70, 16, 32, config, 7)  # 70 tiles x 2 chunks over 7 programs: no helpers
+    assert not sk.uses_helpers(config, plan) and sk.helper_bytes(config, plan) == 0
+    many = sk.Plan(tiles=300, iters_per_tile=4, sk_tiles=99, sk_programs=130, sk_iters_per_program=0, sk_extra=0,
+                   chunks=2, num_sms=132, split_m=1)
+    assert many.grid - many.sk_programs == 2 and not sk.uses_helpers(config, many)  # 50 pieces a helper
+    assert sk.uses_helpers(config, replace(many, sk_tiles=64))
+
+
+def test_helper_points_in_the_search():
+    # only where a helper reads at most HELPER_BYTES: 3072^2x4096 with 128x256 tiles (12 helpers,
+    # 2 pieces of 128 KB); 2176^2 (6 helpers, 4 pieces) and 2304^2 (12 helpers, 3) have more,
+    # 1664x1408 and 4224^2 no helpers at all
+    def helpers(shape):
+        return [(c.BLOCK_N, c.tma_hand_in) for c in sk.search_space(*shape, torch.bfloat16, 132) if c.helper_claims]
+    assert helpers((3072, 3072, 4096)) == [(256, True)]
+    for shape in [(1664, 1408, 8192), (2176, 2176, 8192), (2304, 2304, 4096), (4224, 4224, 8192)]:
+        assert helpers(shape) == [], shape
+    t256 = sk.Config(128, 256, 64, 8, 8, 3, "hybrid1", False, aligned=True, use_tma=True, tma_hand_in=True,
+                     helper_claims=True)
+    assert sk.helper_bytes(t256, sk.plan_schedule(3072, 3072, 4096, t256, 132)) == 256 * 1024
+    assert sk.helper_bytes(t256, sk.plan_schedule(2176, 2176, 8192, t256, 132)) == 512 * 1024
+    det = replace(t256, deterministic=True)  # every chunk's partial: 5 chunks
+    assert sk.helper_bytes(det, sk.plan_schedule(3072, 3072, 4096, det, 132)) == 5 * 256 * 1024
 
 
 @pytest.mark.parametrize("order", ["pid", "reversed"])
