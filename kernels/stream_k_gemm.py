@@ -47,9 +47,19 @@ What
         a barrier: Triton gave them different thread layouts) and stores the tile. fp32
         additions in arrival order: not bit-reproducible.
 
+    Two options of the aligned fixup (measured on the H200, bench/results/probe_configs/):
+    tma_hand_in hands a partial in as bulk TMA operations from shared memory (a reduce-add
+    into the sum, or a store into the slot; the arrival then waits for their completion),
+    which made the atomic 128x256 tile 2-4% faster on 3072^2x4096 but the 128x128 one slower
+    (the hand-in is bound by the L2 taking every program's partial at once, not by issuing
+    it). helper_claims lets the programs a plan leaves without Stream-K work claim the split
+    pieces whole after their data-parallel tiles; they read ~14 KB/us each, so it only pays
+    where they have little to read (3072^2x4096: 2-4% faster; 2176^2 and 2304^2: slower).
+
     No program ever waits for another (no spin-wait): the schedule cannot deadlock whatever
     the launch order, and the CPU interpreter (programs one at a time, pid order) runs it
-    unchanged, there through the final-arrival path.
+    unchanged, there through the final-arrival path (the tests also run it in reversed
+    order).
 
     Loads and stores: pointer loads (dp_gemm's `mac_loop`) or, with use_tma, host tensor
     descriptors as in persistent_gemm (TMA boxes zero-filled at the edges, TMA stores of C,
@@ -68,8 +78,9 @@ When it wins
     4224^2 (561). Measured on the H200 (bench/RESULTS.md): aligned + TMA hybrid1 is our
     fastest schedule on all five, 1.12-1.40x our data-parallel baseline (1.20x geomean, run
     20261201T074432Z-430), with 64-row pieces (SK_SPLIT_M=2) on 1664x1408 and 2304^2, but
-    0.90-1.01x cuBLAS (0.91-0.99x geomean over the runs of 2026-11-29 and 2026-12-01, cuBLAS's
-    own times moving by up to 12%). cuBLAS picks tiles that Triton's power-of-two blocks cannot
+    0.90-1.01x cuBLAS (0.91-0.99x geomean over the runs of 2026-11-29 and 2026-12-01, 0.97x in
+    the last four; cuBLAS's own times moving by up to 12%: the H200 runs these GEMMs at its
+    700 W cap, its SM clock 1390-1580 MHz after a second of them, bench/probe_clocks.py). cuBLAS picks tiles that Triton's power-of-two blocks cannot
     express, so that the waves come out nearly full and no fixup is needed: 128x160 on 1664x1408 (117 tiles,
     one wave), 320x128 on 2176^2, 192x192 on 3072^2 and 4224^2
     (bench/probe_cublas_kernels.py).
@@ -526,12 +537,15 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 # (2176^2, 2304^2; bench/probes/tail_helper_claims*.json).
 TMA_POINTS = (
     (128, 256, 8, 3, False, True, 1, False, False), (128, 256, 8, 4, True, True, 1, False, False),
-    (128, 128, 4, 4, False, True, 1, False, False), (128, 128, 4, 5, False, True, 1, False, False),
+    (128, 128, 4, 5, False, True, 1, False, False),
     (128, 128, 4, 5, False, False, 1, False, False), (128, 256, 8, 3, False, False, 1, False, False),
     (128, 256, 8, 4, True, False, 1, False, False), (128, 256, 8, 3, False, False, 1, True, False),
     (128, 256, 8, 3, False, False, 1, True, True),
     (128, 128, 4, 5, False, False, 2, False, False), (128, 128, 4, 5, False, True, 2, False, False),
 )
+# The 4-stage 128x128 deterministic point (the default config's twin, which the bench always
+# times anyway) left the list when the helper point came, to stay within 12 candidates: the
+# 5-stage one has beaten it since 2026-11-29 (1 win in 6 finals against 4 in 16).
 HELPER_BYTES = 256 * 1024  # fp32 partial bytes a helper may have to read out (TMA_POINTS)
 
 

@@ -856,6 +856,12 @@ class Config:
     # memory (a reduce-add into the piece's fp32 sum, or a store into its slot) instead of
     # per-thread atomics or stores; the arrival then waits for the bulk write to complete
     tma_hand_in: bool = False
+    # aligned only: where the plan leaves programs without Stream-K work ("helpers", e.g. 12
+    # of 132 on 3072^2x4096 with 128x256 tiles), they claim the split pieces whole after
+    # their data-parallel tiles, instead of every contributor claiming a slice of each at the
+    # end: the helpers, spared the Stream-K phase, finish it early anyway. No helpers: the
+    # contributors' cooperative claims as without it.
+    helper_claims: bool = False
 
     def __post_init__(self):
         check_block_config(self)
@@ -869,11 +875,13 @@ class Config:
             raise ValueError(f"SK_SPLIT_M={self.SK_SPLIT_M}: pieces of BLOCK_M={self.BLOCK_M} would have "
                              f"{self.BLOCK_M // self.SK_SPLIT_M} rows, under the 16 tl.dot needs")
         for name in ("deterministic", "aligned", "use_tma", "EPILOGUE_SUBTILE", "FLATTEN", "dp_first",
-                     "tma_hand_in"):
+                     "tma_hand_in", "helper_claims"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}={getattr(self, name)!r}: must be a bool")
         if self.EPILOGUE_SUBTILE and not self.use_tma:
             raise ValueError("EPILOGUE_SUBTILE splits the TMA store: it needs use_tma=True")
+        if self.helper_claims and not self.aligned:
+            raise ValueError("helper_claims changes the aligned layout's cooperative fixup: it needs aligned=True")
         if self.tma_hand_in and not (self.aligned and self.use_tma):
             raise ValueError("tma_hand_in hands in the aligned layout's partials through TMA: it needs "
                              "aligned=True and use_tma=True")
@@ -897,7 +905,8 @@ class Config:
                 f"s{self.num_stages} {self.policy}{' aligned' if self.aligned else ''}"
                 f"{'' if self.deterministic else ' atomic'}{' tma' if self.use_tma else ''}"
                 f"{' subtile' if self.EPILOGUE_SUBTILE else ''}{' flat' if self.FLATTEN else ''}"
-                f"{' dpfirst' if self.dp_first else ''}{split}{' tmahand' if self.tma_hand_in else ''}")
+                f"{' dpfirst' if self.dp_first else ''}{split}{' tmahand' if self.tma_hand_in else ''}"
+                f"{' helpers' if self.helper_claims else ''}")
 
     @property
     def sk_block_m(self) -> int:
@@ -1039,6 +1048,28 @@ def hand_in_strips(config: Config, dtype: torch.dtype) -> int:
     return 8
 
 
+MAX_HELPER_PIECES = 32  # pieces a helper may claim (the kernel keeps them in an int32 mask)
+
+
+def uses_helpers(config: Config, plan: Plan) -> bool:
+    """Whether a launch runs helper claims: asked for, tiles split, programs without Stream-K
+    work, and at most MAX_HELPER_PIECES pieces each (else the contributors' claims)."""
+    helpers = plan.grid - plan.sk_programs
+    return (config.helper_claims and plan.split_tiles and helpers > 0
+            and cdiv(plan.sk_pieces, helpers) <= MAX_HELPER_PIECES)
+
+
+def helper_rows(config: Config) -> int:
+    """Rows of a piece a helper claim reads at a time. Atomic sums: up to 128 fp32 a thread
+    (the whole 128x128 piece at 4 warps, 128x256 at 8; the data-parallel accumulators are
+    dead by then), so a helper has one round trip a piece, not one a 8192-value block (the
+    latter read ~230 KB in ~20 us on the H200, 2026-12-01). Deterministic sums keep
+    fixup_rows: their partial blocks stream through shared memory, several in flight."""
+    if config.deterministic:
+        return fixup_rows(config.sk_block_m, config.BLOCK_N)
+    return max(1, min(config.sk_block_m, 128 * 32 * config.num_warps // config.BLOCK_N))
+
+
 def fixup_rows(block_m: int, block_n: int) -> int:
     """Rows of a split tile the last arriver sums at a time: 8192 fp32 values (64 registers a
     thread at 4 warps), so the running sum and one loaded partial fit beside each other (the
@@ -1152,7 +1183,7 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 
 
 # TMA points of the aligned search: (BLOCK_M, BLOCK_N, warps, stages, subtiled epilogue,
-# deterministic, SK_SPLIT_M, tma_hand_in). 128x256 with 4 stages only fits (227 KB) when C is staged in halves. The
+# deterministic, SK_SPLIT_M, tma_hand_in, helper_claims). 128x256 with 4 stages only fits (227 KB) when C is staged in halves. The
 # atomic flavour of the fastest tiles too: with its cooperative read-out (each contributor
 # takes 1/chunks of the tile's running sum) its claims took 2-3 us against 4-5 us for the
 # deterministic claims, and it ran 1-4% faster on four of the five tail shapes in one
@@ -1174,14 +1205,33 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 # (bench/probes/tail_split_n.json). The TMA hand-in (last field, tma_hand_in) on the atomic
 # 128x256 tile: 3-4% faster on 3072^2x4096 in two graph-timed runs (124.5 -> 119.9 us, 123.7
 # -> 118.6), 1.5-3% on 2176^2x8192, level on 2304^2 and 4224^2; on 128x128 tiles it was 2-5%
-# slower (H200, 2026-12-01, bench/probes/tail_tma_hand_in*.json).
+# slower (H200, 2026-12-01, bench/probes/tail_tma_hand_in*.json). Helper claims (last
+# field) on that point, only where each helper's pieces are at most HELPER_BYTES: the helpers
+# read out ~14 KB/us, so 256 KB (3072^2x4096: 12 helpers, 2 pieces of 128 KB each) takes
+# ~18 us, about the Stream-K phase they skip; there they won 2-4% in three runs (120.1 ->
+# 118.3 us with the TMA hand-in), and lost 3-12% wherever the helpers had more to read
+# (2176^2, 2304^2; bench/probes/tail_helper_claims*.json).
 TMA_POINTS = (
-    (128, 256, 8, 3, False, True, 1, False), (128, 256, 8, 4, True, True, 1, False),
-    (128, 128, 4, 4, False, True, 1, False), (128, 128, 4, 5, False, True, 1, False),
-    (128, 128, 4, 5, False, False, 1, False), (128, 256, 8, 3, False, False, 1, False),
-    (128, 256, 8, 4, True, False, 1, False), (128, 256, 8, 3, False, False, 1, True),
-    (128, 128, 4, 5, False, False, 2, False), (128, 128, 4, 5, False, True, 2, False),
+    (128, 256, 8, 3, False, True, 1, False, False), (128, 256, 8, 4, True, True, 1, False, False),
+    (128, 128, 4, 4, False, True, 1, False, False), (128, 128, 4, 5, False, True, 1, False, False),
+    (128, 128, 4, 5, False, False, 1, False, False), (128, 256, 8, 3, False, False, 1, False, False),
+    (128, 256, 8, 4, True, False, 1, False, False), (128, 256, 8, 3, False, False, 1, True, False),
+    (128, 256, 8, 3, False, False, 1, True, True),
+    (128, 128, 4, 5, False, False, 2, False, False), (128, 128, 4, 5, False, True, 2, False, False),
 )
+HELPER_BYTES = 256 * 1024  # fp32 partial bytes a helper may have to read out (TMA_POINTS)
+
+
+def helper_bytes(config: Config, plan: Plan) -> int:
+    """fp32 bytes the busiest helper reads out (0 without helper claims): its pieces' sums,
+    or every chunk's partial of them (deterministic)."""
+    if not uses_helpers(config, plan):
+        return 0
+    pieces = cdiv(plan.sk_pieces, plan.grid - plan.sk_programs)
+    return pieces * config.sk_block_m * config.BLOCK_N * 4 * (plan.chunks if config.deterministic else 1)
+
+
+
 
 
 def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> list[Config]:
@@ -1197,19 +1247,21 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
     latency (4224x4224x8192 hybrid1: 411 us with 4 stages, 464 us with 3, same run)."""
     out: list[Config] = list(skinny_points(M, N, K, dtype, num_sms))
     if tma_shape_ok(M, N, K, dtype):
-        for bm, bn, warps, stages, subtile, deterministic, split_m, tma_hand_in in TMA_POINTS:
+        for bm, bn, warps, stages, subtile, deterministic, split_m, tma_hand_in, helpers in TMA_POINTS:
             tiles = cdiv(M, bm) * cdiv(N, bn)
             if not fits_shape(bm, bn, M, N) or tiles % num_sms == 0:
                 continue
             base = for_dtype(Config(bm, bn, 64, 8, warps, stages), dtype)
             cfg = Config(bm, bn, base.BLOCK_K, 8, base.num_warps, stages, aligned_policy(tiles, num_sms),
                          deterministic, aligned=True, use_tma=True, EPILOGUE_SUBTILE=subtile, SK_SPLIT_M=split_m,
-                         tma_hand_in=tma_hand_in)
+                         tma_hand_in=tma_hand_in, helper_claims=helpers)
             plan = plan_schedule(M, N, K, cfg, num_sms)
             # row pieces only beside a data-parallel body: on skinny shapes (all Stream-K) the
             # pieces re-read B and lost 20-40% (bench/probes/skinny_split_m.json)
             wanted = plan.split_tiles if split_m == 1 else (
                 plan.dp_tiles > 0 and plan.sk_tiles > 0 and (plan.split_tiles or deterministic))
+            if helpers:  # only where the helpers have little to read
+                wanted = 0 < helper_bytes(cfg, plan) <= HELPER_BYTES
             if cfg.smem_bytes(dtype) <= SMEM_PER_BLOCK_SM90 and cfg not in out and wanted:
                 out.append(cfg)
     for bm, bn, warps, stages in ((128, 128, 4, 4), (128, 256, 8, 4)):
@@ -1439,19 +1491,23 @@ def _publish_partial(acc, ws_ptr, counter_ptr, slot, key, BLOCK_M: tl.constexpr,
 def _arrive_aligned(
     ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, v, pieces, sk_chunks,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FIXUP_ROWS: tl.constexpr, INT64: tl.constexpr,
-    DETERMINISTIC: tl.constexpr, BULK_WAIT: tl.constexpr,
+    DETERMINISTIC: tl.constexpr, BULK_WAIT: tl.constexpr, HELPERS: tl.constexpr,
 ):
     """Cooperative fixup, arrival at piece v: count it in the piece's word (arrivals in the
     low 16 bits, claims above). The final arrival owes the slices of the programs that claimed
     before it (they found partials missing) and sums them: rows 0 .. owed x BLOCK_M / chunks,
     FIXUP_ROWS at a time (slice by slice, a 132-chunk tile of 1-row slices took ~1 ms when
-    no data-parallel tile delayed the claims)."""
+    no data-parallel tile delayed the claims). HELPERS: the one claim, a helper's, was of
+    every slice, so the final arrival sums the whole piece and, being the last to touch the
+    word, clears it."""
     word = _count_arrival(counter_ptr, v, BULK_WAIT)
     owed = word >> 16
     if (word & 0xFFFF) == sk_chunks - 1 and owed > 0:
         _reduce_rows(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
                      v, pieces, sk_chunks, 0, owed * BLOCK_M // sk_chunks,
                      BLOCK_M, BLOCK_N, FIXUP_ROWS, INT64, DETERMINISTIC)
+        if HELPERS:
+            tl.atomic_xchg(counter_ptr + v, 0, sem="relaxed")
 
 
 @triton.jit
@@ -1596,6 +1652,8 @@ def stream_k_gemm_kernel(
     DP_FIRST: tl.constexpr,  # data-parallel tiles before the Stream-K work (else after)
     TMA_HAND_IN: tl.constexpr,  # aligned: partials handed in by bulk TMA operations (ws_ref)
     HAND_IN_STRIPS: tl.constexpr,  # TMA_HAND_IN: column strips a partial goes in (hand_in_strips)
+    HELPERS: tl.constexpr,  # aligned: programs pid >= sk_programs claim the split pieces whole
+    HELPER_ROWS: tl.constexpr,  # HELPERS: rows a helper reads at a time (helper_rows)
     BULK_WAIT: tl.constexpr,  # wait for the bulk writes' completion (GPU; the interpreter has no asm)
     STRIDE_HINTS: tl.constexpr,
     # diagnosis (GPU only): record start, last Stream-K MAC loop done, Stream-K work done,
@@ -1656,7 +1714,7 @@ def stream_k_gemm_kernel(
                         _write_partial(acc, ws_ptr, u, v, SK_BM, BLOCK_N, DETERMINISTIC, INT64)
                     _arrive_aligned(ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
                                     v, pieces, sk_chunks, SK_BM, BLOCK_N, FIXUP_ROWS, INT64,
-                                    DETERMINISTIC, TMA_HAND_IN and BULK_WAIT)
+                                    DETERMINISTIC, TMA_HAND_IN and BULK_WAIT, HELPERS)
         else:
             # ---- Stream-K program: iterations [my_start, end) of the region, tile by tile.
             # Programs start at staggered K offsets: Nsight Compute on the H200 (2026-11-29,
@@ -1698,7 +1756,32 @@ def stream_k_gemm_kernel(
                   HINTS=STRIDE_HINTS)
     if PHASE_TIMES:
         t_dp = _now(pid)
-    if ALIGNED:  # noqa: SIM102  (compile-time test around a run-time one)
+    if ALIGNED and HELPERS:
+        if pid >= sk_programs:
+            # Helper claims: a program without Stream-K work takes pieces pid - sk_programs,
+            # + helpers, ... whole (one claim of every slice), after its data-parallel tiles,
+            # which began while the contributors were still in the Stream-K phase, so every
+            # partial is normally in; if not, the final arrival sums the piece instead. All
+            # claims first, then the read-outs: a claim's release waits for this program's
+            # earlier writes, so claiming between read-outs would wait for each one's stores
+            # (a helper took ~5.5 us a 64 KB piece that way, H200 2026-12-01). The host keeps
+            # a helper's pieces within the 32 bits of `found`.
+            helpers = grid - sk_programs
+            mine = tl.cdiv(pieces - (pid - sk_programs), helpers)  # pieces pid - sk_programs + j helpers
+            found = 0
+            for j in range(mine):
+                v = pid - sk_programs + j * helpers
+                word = tl.atomic_add(counter_ptr + v, sk_chunks << 16, sem="acq_rel")
+                found |= ((word & 0xFFFF) == sk_chunks).to(tl.int32) << j
+            for j in range(mine):
+                if (found >> j) & 1:
+                    v = pid - sk_programs + j * helpers
+                    pid_m, pid_n = _piece_coords(v, num_pid_m, num_pid_n, GROUP_M, SK_SPLIT_M)
+                    _reduce_rows(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
+                                 v, pieces, sk_chunks, 0, SK_BM, SK_BM, BLOCK_N, HELPER_ROWS, INT64,
+                                 DETERMINISTIC)
+                    tl.atomic_xchg(counter_ptr + v, 0, sem="relaxed")
+    elif ALIGNED:  # noqa: SIM102  (compile-time test around a run-time one)
         if pid < sk_programs and sk_chunks > 1:
             # Cooperative fixup, step 2: claim a slice of each split tile this program worked
             # on. With every partial in (the usual case by now) the k-th claimer sums slice k,
@@ -1805,6 +1888,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         INT64=needs_int64_offsets(a, b, c, ws),
         DP_FIRST=config.dp_first, TMA_HAND_IN=config.tma_hand_in and plan.split_tiles,
         HAND_IN_STRIPS=hand_in_strips(config, a.dtype),
+        HELPERS=uses_helpers(config, plan),
+        HELPER_ROWS=helper_rows(config),
         BULK_WAIT=not _interpreted(stream_k_gemm_kernel), STRIDE_HINTS=stride_hints(a, b), PHASE_TIMES=phase_times is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
@@ -1838,7 +1923,8 @@ KNOBS = {'BLOCK_M': 128,
  'FLATTEN': False,
  'dp_first': False,
  'SK_SPLIT_M': 2,
- 'tma_hand_in': False}
+ 'tma_hand_in': False,
+ 'helper_claims': False}
 CONFIG = Config(**KNOBS)
 TUNED_FOR = {'gpu': 'NVIDIA H200',
  'sm_count': 132,
@@ -1869,11 +1955,11 @@ FINDING = {'symptom': 'tail_wave',
  'suggestion': {'full_waves': 1, 'tail_tiles': 11, 'sk_programs': 132, 'policy': 'hybrid1'}}
 CHOSEN_BY = {'how': 'measured',
  'budget_s': 30.0,
- 'median_us': 58.58,
+ 'median_us': 59.55,
  'recommended': False,
- 'verdict': 'no generated schedule beats torch.matmul by more than 3%; torch.matmul is 1.44x '
-            'the observed kernel: use it (best candidate stream_k: 1.43x the observed kernel, '
-            '0.99x torch.matmul, 1.40x our data-parallel baseline)',
+ 'verdict': 'no generated schedule beats torch.matmul by more than 3%; torch.matmul is 1.50x '
+            'the observed kernel: use it (best candidate stream_k: 1.40x the observed kernel, '
+            '0.94x torch.matmul, 1.36x our data-parallel baseline)',
  'overridden': ['BLOCK_K',
                 'BLOCK_M',
                 'BLOCK_N',
@@ -1884,6 +1970,7 @@ CHOSEN_BY = {'how': 'measured',
                 'aligned',
                 'deterministic',
                 'dp_first',
+                'helper_claims',
                 'num_stages',
                 'num_warps',
                 'policy',
