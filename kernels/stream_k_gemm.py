@@ -80,10 +80,10 @@ When it wins
     20261201T074432Z-430), with 64-row pieces (SK_SPLIT_M=2) on 1664x1408 and 2304^2, but
     0.90-1.01x cuBLAS (0.91-0.99x geomean over the runs of 2026-11-29 and 2026-12-01, 0.97x in
     the last four; cuBLAS's own times moving by up to 12%: the H200 runs these GEMMs at its
-    700 W cap, its SM clock 1390-1580 MHz after a second of them, bench/probe_clocks.py). cuBLAS picks tiles that Triton's power-of-two blocks cannot
-    express, so that the waves come out nearly full and no fixup is needed: 128x160 on 1664x1408 (117 tiles,
-    one wave), 320x128 on 2176^2, 192x192 on 3072^2 and 4224^2
-    (bench/probe_cublas_kernels.py).
+    700 W cap, its SM clock 1390-1580 MHz after a second of them, bench/probe_clocks.py).
+    cuBLAS picks tiles that Triton's power-of-two blocks cannot express, so that the waves
+    come out nearly full and no fixup is needed: 128x160 on 1664x1408 (117 tiles, one wave),
+    320x128 on 2176^2, 192x192 on 3072^2 and 4224^2 (bench/probe_cublas_kernels.py).
 
 Caveats
     - Workspaces: deterministic partial slots (allocated per call: 2 x P tiles contiguous,
@@ -507,34 +507,35 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 
 
 # TMA points of the aligned search: (BLOCK_M, BLOCK_N, warps, stages, subtiled epilogue,
-# deterministic, SK_SPLIT_M, tma_hand_in, helper_claims). 128x256 with 4 stages only fits (227 KB) when C is staged in halves. The
-# atomic flavour of the fastest tiles too: with its cooperative read-out (each contributor
-# takes 1/chunks of the tile's running sum) its claims took 2-3 us against 4-5 us for the
-# deterministic claims, and it ran 1-4% faster on four of the five tail shapes in one
-# side-by-side run (H200, 2026-11-29, bench/probes/tail_atomic_fixup.json; before that
-# read-out it lost on every tail shape). 128x128 with 5 stages ran 1-3% faster than with 4 on
-# four of the five tail shapes (1% slower on 4224^2), and 1-5% faster in a second run
-# (bench/probes/tail_stages.json, tail_group_m.json); 6 stages, BLOCK_K 128 and GROUP_M 2-16
-# did not help. Not searched, measured slower on all
-# five tail shapes that day: FLATTEN (within noise) and dp_first (1664x1408x8192: 85 us
-# against 65 us). SK_SPLIT_M=2 on the 5-stage 128x128 tile, both fixups (H200, 2026-12-01,
-# bench/probes/tail_split_m*.json): 64-row pieces halve the partials, so the hand-in took 2.0
-# instead of 3.8 us a program on 1664x1408x8192 and the launch 62.9 against 65.0 us (atomic)
-# and 63.7 against 66.5 (deterministic), faster in 8 and 9 of 9 interleaved rounds; on
-# 2304^2x4096 the 120 pieces need no K-chunks, hence no fixup (70.4 against 71.2 us for the
-# best unsplit config). On 2176^2 and 3072^2 the pieces' MAC loops (smaller tiles, B read
-# twice) cost more than the fixup saved (5-13% slower); 4-way row splits lost everywhere. Column
-# pieces (an SK_SPLIT_N knob, at commit e6eb523: 128x128 pieces of the 128x256 winners) halved
-# the hand-in there too but slowed the pieces' MAC loops as much, and won on no shape
-# (bench/probes/tail_split_n.json). The TMA hand-in (last field, tma_hand_in) on the atomic
-# 128x256 tile: 3-4% faster on 3072^2x4096 in two graph-timed runs (124.5 -> 119.9 us, 123.7
-# -> 118.6), 1.5-3% on 2176^2x8192, level on 2304^2 and 4224^2; on 128x128 tiles it was 2-5%
-# slower (H200, 2026-12-01, bench/probes/tail_tma_hand_in*.json). Helper claims (last
-# field) on that point, only where each helper's pieces are at most HELPER_BYTES: the helpers
-# read out ~14 KB/us, so 256 KB (3072^2x4096: 12 helpers, 2 pieces of 128 KB each) takes
-# ~18 us, about the Stream-K phase they skip; there they won 2-4% in three runs (120.1 ->
-# 118.3 us with the TMA hand-in), and lost 3-12% wherever the helpers had more to read
-# (2176^2, 2304^2; bench/probes/tail_helper_claims*.json).
+# deterministic, SK_SPLIT_M, tma_hand_in, helper_claims). 128x256 with 4 stages only fits
+# (227 KB) when C is staged in halves. The atomic flavour of the fastest tiles too: with its
+# cooperative read-out (each contributor takes 1/chunks of the tile's running sum) its
+# claims took 2-3 us against 4-5 us for the deterministic claims, and it ran 1-4% faster on
+# four of the five tail shapes in one side-by-side run (H200, 2026-11-29,
+# bench/probes/tail_atomic_fixup.json; before that read-out it lost on every tail shape).
+# 128x128 with 5 stages ran 1-3% faster than with 4 on four of the five tail shapes (1%
+# slower on 4224^2), and 1-5% faster in a second run (bench/probes/tail_stages.json,
+# tail_group_m.json); 6 stages, BLOCK_K 128 and GROUP_M 2-16 did not help. Not searched,
+# measured slower on all five tail shapes that day: FLATTEN (within noise) and dp_first
+# (1664x1408x8192: 85 us against 65 us). SK_SPLIT_M=2 on the 5-stage 128x128 tile, both
+# fixups (H200, 2026-12-01, bench/probes/tail_split_m*.json): 64-row pieces halve the
+# partials, so the hand-in took 2.0 instead of 3.8 us a program on 1664x1408x8192 and the
+# launch 62.9 against 65.0 us (atomic) and 63.7 against 66.5 (deterministic), faster in 8
+# and 9 of 9 interleaved rounds; on 2304^2x4096 the 120 pieces need no K-chunks, hence no
+# fixup (70.4 against 71.2 us for the best unsplit config). On 2176^2 and 3072^2 the pieces'
+# MAC loops (smaller tiles, B read twice) cost more than the fixup saved (5-13% slower);
+# 4-way row splits lost everywhere. Column pieces (an SK_SPLIT_N knob, at commit e6eb523:
+# 128x128 pieces of the 128x256 winners) halved the hand-in there too but slowed the pieces'
+# MAC loops as much, and won on no shape (bench/probes/tail_split_n.json). The TMA hand-in
+# (8th field, tma_hand_in) on the atomic 128x256 tile: 3-4% faster on 3072^2x4096 in two
+# graph-timed runs (124.5 -> 119.9 us, 123.7 -> 118.6), 1.5-3% on 2176^2x8192, level on
+# 2304^2 and 4224^2; on 128x128 tiles it was 2-5% slower (H200, 2026-12-01,
+# bench/probes/tail_tma_hand_in*.json). Helper claims (last field) on that point, only where
+# each helper's pieces are at most HELPER_BYTES: the helpers read out ~14 KB/us, so 256 KB
+# (3072^2x4096: 12 helpers, 2 pieces of 128 KB each) takes ~18 us, about the Stream-K phase
+# they skip; there they won 2-4% in three runs (120.1 -> 118.3 us with the TMA hand-in), and
+# lost 3-12% wherever the helpers had more to read (2176^2, 2304^2;
+# bench/probes/tail_helper_claims*.json).
 TMA_POINTS = (
     (128, 256, 8, 3, False, True, 1, False, False), (128, 256, 8, 4, True, True, 1, False, False),
     (128, 128, 4, 5, False, True, 1, False, False),
@@ -1217,7 +1218,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         HAND_IN_STRIPS=hand_in_strips(config, a.dtype),
         HELPERS=uses_helpers(config, plan),
         HELPER_ROWS=helper_rows(config),
-        BULK_WAIT=not _interpreted(stream_k_gemm_kernel), STRIDE_HINTS=stride_hints(a, b), PHASE_TIMES=phase_times is not None,
+        BULK_WAIT=not _interpreted(stream_k_gemm_kernel), STRIDE_HINTS=stride_hints(a, b),
+        PHASE_TIMES=phase_times is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return c
