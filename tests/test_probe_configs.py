@@ -81,3 +81,16 @@ def test_precompile_jobs_follow_the_variants_shapes():
     assert jobs_of(spec, ["32x32x32"], True) == [("stream_k_gemm", {"policy": "sk"}, "32x32x32")]
     # 6 variants on the 5 tail shapes, 2 on 1664x1408x8192 only
     assert len(jobs_of(json.loads((ROOT / "bench/probes/tail_tma_hand_in.json").read_text()), None, False)) == 32
+
+
+def test_probe_clocks_reads_nvidia_smi_samples():
+    # bench/probe_clocks.py: nvidia-smi's CSV lines (timestamp, SM MHz, W, C, reasons bitmask);
+    # the header-less lines it prints, with an unparsable one skipped
+    from probe_clocks import parse_samples
+
+    text = ("2026/12/01 09:10:11.123, 1980, 650.12, 55, 0x0000000000000004\n"
+            "[N/A]\n2026/12/01 09:10:11.223, 1582, 691.00, 58, 0x0000000000000000\n")
+    samples = parse_samples(text)
+    assert [s[1:] for s in samples] == [(1980.0, 650.12, 55.0, "0x0000000000000004"),
+                                        (1582.0, 691.0, 58.0, "0x0000000000000000")]
+    assert abs((samples[1][0] - samples[0][0]) - 0.1) < 1e-6
