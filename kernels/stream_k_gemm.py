@@ -682,6 +682,12 @@ def _mac(
 
 
 @triton.jit
+def _halves(x, BLOCK_M: tl.constexpr, H: tl.constexpr):
+    """The left and right H columns of a BLOCK_M x 2H block."""
+    return tl.split(tl.permute(tl.reshape(x, (BLOCK_M, 2, H)), (0, 2, 1)))
+
+
+@triton.jit
 def _store_whole(
     c_ref, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr,
@@ -693,8 +699,7 @@ def _store_whole(
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         if EPILOGUE_SUBTILE:
-            halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
-            left, right = tl.split(halves)
+            left, right = _halves(acc, BLOCK_M, BLOCK_N // 2)
             c_ref.store([off_m, off_n], left.to(c_ref.dtype))
             c_ref.store([off_m, off_n + BLOCK_N // 2], right.to(c_ref.dtype))
         else:
@@ -761,12 +766,6 @@ def _put_half(ws_ref, row, col, x, BLOCK_M: tl.constexpr, W: tl.constexpr, STRIP
             _tma_put(ws_ref, row, col + Q, q1, DETERMINISTIC)
             _tma_put(ws_ref, row, col + 2 * Q, q2, DETERMINISTIC)
             _tma_put(ws_ref, row, col + 3 * Q, q3, DETERMINISTIC)
-
-
-@triton.jit
-def _halves(x, BLOCK_M: tl.constexpr, H: tl.constexpr):
-    """The left and right H columns of a BLOCK_M x 2H block."""
-    return tl.split(tl.permute(tl.reshape(x, (BLOCK_M, 2, H)), (0, 2, 1)))
 
 
 @triton.jit
@@ -1191,11 +1190,12 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     else:
         a_arg, b_arg, c_arg, a_col, b_col = a, b, c, False, False
         a_sk = a
-    ws_arg = ws
+    ws_arg, strips = ws, 1
     if config.tma_hand_in and plan.split_tiles:
-        # the workspace as rows of BLOCK_N fp32, one box a piece (slot or sum)
+        # the workspace as rows of BLOCK_N fp32, one box a piece's strip (slot or sum)
+        strips = hand_in_strips(config, a.dtype)
         ws_arg = TensorDescriptor(ws, [ws.numel() // config.BLOCK_N, config.BLOCK_N], [config.BLOCK_N, 1],
-                                  [config.sk_block_m, config.BLOCK_N // hand_in_strips(config, a.dtype)])
+                                  [config.sk_block_m, config.BLOCK_N // strips])
         fix_interpreter_descriptor_reduce()
     if phase_times is not None and (phase_times.dtype != torch.int64 or phase_times.numel() < PHASES * plan.grid
                                     or not phase_times.is_cuda):
@@ -1215,7 +1215,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         EVEN_K=K % config.BLOCK_K == 0,
         INT64=needs_int64_offsets(a, b, c, ws),
         DP_FIRST=config.dp_first, TMA_HAND_IN=config.tma_hand_in and plan.split_tiles,
-        HAND_IN_STRIPS=hand_in_strips(config, a.dtype),
+        HAND_IN_STRIPS=strips,
         HELPERS=uses_helpers(config, plan),
         HELPER_ROWS=helper_rows(config),
         BULK_WAIT=not _interpreted(stream_k_gemm_kernel), STRIDE_HINTS=stride_hints(a, b),
