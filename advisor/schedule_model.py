@@ -162,15 +162,17 @@ def predict(strategy: str, cfg: Any, M: int, N: int, K: int, elt: int, dev: Devi
             sk_us, handoff, fixup_bytes = 0.0, 0.0, 0.0
             notes = f"policy {policy}: {dp_tiles} data-parallel tiles"
         elif aligned:
-            # SK_SPLIT_M cuts each Stream-K tile into row pieces first: smaller partials to hand
-            # in and claim, but the pieces' MAC loops run at a smaller tile's rate
+            # SK_SPLIT_M x SK_SPLIT_N cut each Stream-K tile into pieces first: smaller partials
+            # to hand in and claim (or, whole_pieces, none), but the pieces' MAC loops run at a
+            # smaller tile's rate
             split_m = int(_knob(cfg, "SK_SPLIT_M", default=1))
-            pieces = sk_tiles * split_m
-            tile_bytes /= split_m
-            chunks = aligned_chunks(pieces, iters, sms)
+            split_n = int(_knob(cfg, "SK_SPLIT_N", default=1))
+            pieces = sk_tiles * split_m * split_n
+            tile_bytes /= split_m * split_n
+            chunks = 1 if _knob(cfg, "whole_pieces", default=False) else aligned_chunks(pieces, iters, sms)
             units = pieces * chunks
             rounds = math.ceil(units / min(sms, units))
-            sk_us = rounds * math.ceil(iters / chunks) * _iter_us(bm // split_m, bn, bk, dev)
+            sk_us = rounds * math.ceil(iters / chunks) * _iter_us(bm // split_m, bn // split_n, bk, dev)
             # the Stream-K tiles' operand panels are read at the same time by every chunk:
             # the phase cannot beat reading them once
             rows, cols = _grouped_span(sk_tiles, M, N, bm, bn)
@@ -185,7 +187,7 @@ def predict(strategy: str, cfg: Any, M: int, N: int, K: int, elt: int, dev: Devi
             claim_bytes = tile_bytes if deterministic else tile_bytes / chunks
             handoff = rounds * (2 * _HANDOFF_US + (tile_bytes + claim_bytes) / sm_bytes_per_us) if split else 0.0
             fixup_bytes = (2 * tile_bytes * (units if deterministic else pieces)) if split else 0
-            cut = f" x {split_m} row pieces" if split_m > 1 else ""
+            cut = f" x {split_m * split_n} pieces of {bm // split_m}x{bn // split_n}" if split_m * split_n > 1 else ""
             notes = (f"policy {policy}, aligned: {dp_tiles} data-parallel tiles, {sk_tiles} Stream-K tiles{cut} "
                      f"in {chunks} K-chunk{'s' if chunks > 1 else ''} ({rounds} round{'s' if rounds > 1 else ''} of units)")
         else:

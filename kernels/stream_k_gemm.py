@@ -172,9 +172,11 @@ class Config:
     EPILOGUE_SUBTILE: bool = False  # TMA only: store C tiles as two BLOCK_N/2-wide halves
     FLATTEN: bool = False  # flatten the data-parallel tile loop and its K loop for the pipeliner
     dp_first: bool = False  # data-parallel tiles before the Stream-K work (measured slower, see TMA_POINTS)
-    # aligned only: cut each Stream-K tile into this many row pieces of BLOCK_M / SK_SPLIT_M
-    # rows before its K-chunks, so a split tile's partials (handed in, then read by the
-    # claims) are 1/SK_SPLIT_M of a tile each (measured: TMA_POINTS)
+    # aligned only: cut each Stream-K tile into SK_SPLIT_M x SK_SPLIT_N pieces of BLOCK_M /
+    # SK_SPLIT_M rows and BLOCK_N / SK_SPLIT_N columns before its K-chunks, so a split tile's
+    # partials (handed in, then read by the claims) are that fraction of a tile each, or, where
+    # the pieces fill no more than one round of programs, the region needs no K-chunks and no
+    # fixup at all: a round of smaller data-parallel pieces (measured: TMA_POINTS)
     SK_SPLIT_M: int = 1
     # aligned + TMA only: hand in a split piece's partial as one bulk TMA operation from shared
     # memory (a reduce-add into the piece's fp32 sum, or a store into its slot) instead of
@@ -186,24 +188,33 @@ class Config:
     # end: the helpers, spared the Stream-K phase, finish it early anyway. No helpers: the
     # contributors' cooperative claims as without it.
     helper_claims: bool = False
+    SK_SPLIT_N: int = 1  # column pieces (see SK_SPLIT_M)
+    # aligned only: never cut the Stream-K pieces into K-chunks: the region runs as rounds of
+    # whole pieces, each stored directly, with no fixup (aligned_chunks would otherwise pick
+    # the chunks that balance the MAC work best, and a fixup on top)
+    whole_pieces: bool = False
 
     def __post_init__(self):
         check_block_config(self)
         if self.policy not in POLICIES:
             raise ValueError(f"policy={self.policy!r}: must be one of {POLICIES}")
-        if self.SK_SPLIT_M not in (1, 2, 4):
-            raise ValueError(f"SK_SPLIT_M={self.SK_SPLIT_M!r}: must be 1, 2 or 4")
-        if self.SK_SPLIT_M > 1 and not self.aligned:
-            raise ValueError("SK_SPLIT_M cuts the aligned layout's Stream-K tiles: it needs aligned=True")
-        if self.BLOCK_M // self.SK_SPLIT_M < 16:
-            raise ValueError(f"SK_SPLIT_M={self.SK_SPLIT_M}: pieces of BLOCK_M={self.BLOCK_M} would have "
-                             f"{self.BLOCK_M // self.SK_SPLIT_M} rows, under the 16 tl.dot needs")
+        for name, block, side in (("SK_SPLIT_M", "BLOCK_M", "rows"), ("SK_SPLIT_N", "BLOCK_N", "columns")):
+            split, size = getattr(self, name), getattr(self, block)
+            if split not in (1, 2, 4):
+                raise ValueError(f"{name}={split!r}: must be 1, 2 or 4")
+            if split > 1 and not self.aligned:
+                raise ValueError(f"{name} cuts the aligned layout's Stream-K tiles: it needs aligned=True")
+            if size // split < 16:
+                raise ValueError(f"{name}={split}: pieces of {block}={size} would have {size // split} "
+                                 f"{side}, under the 16 tl.dot needs")
         for name in ("deterministic", "aligned", "use_tma", "EPILOGUE_SUBTILE", "FLATTEN", "dp_first",
-                     "tma_hand_in", "helper_claims"):
+                     "tma_hand_in", "helper_claims", "whole_pieces"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}={getattr(self, name)!r}: must be a bool")
         if self.EPILOGUE_SUBTILE and not self.use_tma:
             raise ValueError("EPILOGUE_SUBTILE splits the TMA store: it needs use_tma=True")
+        if self.whole_pieces and not self.aligned:
+            raise ValueError("whole_pieces runs the aligned layout's Stream-K pieces unsplit: it needs aligned=True")
         if self.helper_claims and not self.aligned:
             raise ValueError("helper_claims changes the aligned layout's cooperative fixup: it needs aligned=True")
         if self.tma_hand_in and not (self.aligned and self.use_tma):
@@ -220,22 +231,28 @@ class Config:
         c_tile = self.BLOCK_M * self.BLOCK_N * elt // (2 if self.EPILOGUE_SUBTILE else 1) if staged else 0
         # the TMA hand-in's staging strip for a piece's fp32 partial comes on top (sm_90
         # compile check; with SK_SPLIT_M the pieces' smaller pipeline sometimes leaves room)
-        strip = self.sk_block_m * self.BLOCK_N * 4 // hand_in_strips(self, dtype) if self.tma_hand_in else 0
+        strip = self.sk_block_m * self.sk_block_n * 4 // hand_in_strips(self, dtype) if self.tma_hand_in else 0
         return pipe + c_tile + strip
 
     def describe(self) -> str:
         split = f" m/{self.SK_SPLIT_M}" if self.SK_SPLIT_M > 1 else ""
+        split += f" n/{self.SK_SPLIT_N}" if self.SK_SPLIT_N > 1 else ""
         return (f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_M} w{self.num_warps} "
                 f"s{self.num_stages} {self.policy}{' aligned' if self.aligned else ''}"
                 f"{'' if self.deterministic else ' atomic'}{' tma' if self.use_tma else ''}"
                 f"{' subtile' if self.EPILOGUE_SUBTILE else ''}{' flat' if self.FLATTEN else ''}"
                 f"{' dpfirst' if self.dp_first else ''}{split}{' tmahand' if self.tma_hand_in else ''}"
-                f"{' helpers' if self.helper_claims else ''}")
+                f"{' helpers' if self.helper_claims else ''}{' whole' if self.whole_pieces else ''}")
 
     @property
     def sk_block_m(self) -> int:
         """Rows of a Stream-K piece: a tile's rows cut SK_SPLIT_M ways."""
         return self.BLOCK_M // self.SK_SPLIT_M
+
+    @property
+    def sk_block_n(self) -> int:
+        """Columns of a Stream-K piece: a tile's columns cut SK_SPLIT_N ways."""
+        return self.BLOCK_N // self.SK_SPLIT_N
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -254,12 +271,13 @@ class Plan:
     chunks: int = 0  # aligned: K-chunks a Stream-K piece is cut into (0: contiguous ranges)
     num_sms: int = 0  # programs the data-parallel tiles are spread over (persistent loop)
     split_m: int = 1  # aligned: row pieces a Stream-K tile is cut into (Config.SK_SPLIT_M)
+    split_n: int = 1  # aligned: column pieces a Stream-K tile is cut into (Config.SK_SPLIT_N)
 
     @property
     def sk_pieces(self) -> int:
-        """Units of the Stream-K region before K-chunking: its tiles, each cut into split_m
-        row pieces (aligned), or its tiles (contiguous)."""
-        return self.sk_tiles * self.split_m
+        """Units of the Stream-K region before K-chunking: its tiles, each cut into split_m x
+        split_n pieces (aligned), or its tiles (contiguous)."""
+        return self.sk_tiles * self.split_m * self.split_n
 
     @property
     def dp_tiles(self) -> int:
@@ -341,17 +359,17 @@ def aligned_chunks(sk_tiles: int, iters: int, num_sms: int) -> int:
 @functools.lru_cache(maxsize=512)  # pure in its arguments; saves host time per call
 def plan_schedule(M: int, N: int, K: int, config: Config, num_sms: int) -> Plan:
     """Contiguous: the region's sk_tiles x iters iterations split evenly over min(SMs,
-    iterations) programs. Aligned: each region tile cut into SK_SPLIT_M row pieces and each
-    piece into `aligned_chunks` equal K-chunks; unit u (chunk u // pieces of piece u % pieces)
-    goes to program u mod SMs."""
+    iterations) programs. Aligned: each region tile cut into SK_SPLIT_M x SK_SPLIT_N pieces and
+    each piece into `aligned_chunks` equal K-chunks (one with whole_pieces); unit u (chunk
+    u // pieces of piece u % pieces) goes to program u mod SMs."""
     tiles = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N)
     iters = cdiv(K, config.BLOCK_K)
     sk_tiles = sk_tile_count(config.policy, tiles, num_sms)
     if config.aligned:
-        pieces = sk_tiles * config.SK_SPLIT_M
-        chunks = aligned_chunks(pieces, iters, num_sms) if sk_tiles else 0
+        pieces = sk_tiles * config.SK_SPLIT_M * config.SK_SPLIT_N
+        chunks = (1 if config.whole_pieces else aligned_chunks(pieces, iters, num_sms)) if sk_tiles else 0
         return Plan(tiles, iters, sk_tiles, min(num_sms, pieces * chunks), 0, 0, chunks, num_sms,
-                    config.SK_SPLIT_M)
+                    config.SK_SPLIT_M, config.SK_SPLIT_N)
     total = sk_tiles * iters
     programs = min(num_sms, total)
     q, r = divmod(total, programs) if programs else (0, 0)
@@ -363,10 +381,10 @@ def hand_in_strips(config: Config, dtype: torch.dtype) -> int:
     fewest, at most a 64 KB strip, whose staging buffer fits beside the pipeline and C's
     staging tile in the 227 KB of shared memory (both stay allocated: sm_90 compile check);
     strips keep at least 16 columns."""
-    piece = config.sk_block_m * config.BLOCK_N * 4
+    piece = config.sk_block_m * config.sk_block_n * 4
     others = replace(config, tma_hand_in=False).smem_bytes(dtype)
     for strips in (1, 2, 4, 8):
-        if config.BLOCK_N // strips <= 16 or (piece // strips <= 64 * 1024
+        if config.sk_block_n // strips <= 16 or (piece // strips <= 64 * 1024
                                               and others + piece // strips <= SMEM_PER_BLOCK_SM90):
             return strips
     return 8
@@ -390,8 +408,8 @@ def helper_rows(config: Config) -> int:
     latter read ~230 KB in ~20 us on the H200, 2026-12-01). Deterministic sums keep
     fixup_rows: their partial blocks stream through shared memory, several in flight."""
     if config.deterministic:
-        return fixup_rows(config.sk_block_m, config.BLOCK_N)
-    return max(1, min(config.sk_block_m, 128 * 32 * config.num_warps // config.BLOCK_N))
+        return fixup_rows(config.sk_block_m, config.sk_block_n)
+    return max(1, min(config.sk_block_m, 128 * 32 * config.num_warps // config.sk_block_n))
 
 
 def fixup_rows(block_m: int, block_n: int) -> int:
@@ -537,12 +555,13 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 # lost 3-12% wherever the helpers had more to read (2176^2, 2304^2;
 # bench/probes/tail_helper_claims*.json).
 TMA_POINTS = (
-    (128, 256, 8, 3, False, True, 1, False, False), (128, 256, 8, 4, True, True, 1, False, False),
-    (128, 128, 4, 5, False, True, 1, False, False),
-    (128, 128, 4, 5, False, False, 1, False, False), (128, 256, 8, 3, False, False, 1, False, False),
-    (128, 256, 8, 4, True, False, 1, False, False), (128, 256, 8, 3, False, False, 1, True, False),
-    (128, 256, 8, 3, False, False, 1, True, True),
-    (128, 128, 4, 5, False, False, 2, False, False), (128, 128, 4, 5, False, True, 2, False, False),
+    (128, 256, 8, 3, False, True, 1, False, False, 1), (128, 256, 8, 4, True, True, 1, False, False, 1),
+    (128, 128, 4, 5, False, True, 1, False, False, 1),
+    (128, 128, 4, 5, False, False, 1, False, False, 1), (128, 256, 8, 3, False, False, 1, False, False, 1),
+    (128, 256, 8, 4, True, False, 1, False, False, 1), (128, 256, 8, 3, False, False, 1, True, False, 1),
+    (128, 256, 8, 3, False, False, 1, True, True, 1),
+    (128, 128, 4, 5, False, False, 2, False, False, 1), (128, 128, 4, 5, False, True, 2, False, False, 1),
+    (128, 256, 8, 3, False, True, 2, False, False, 2),
 )
 # The 4-stage 128x128 deterministic point (the default config's twin, which the bench always
 # times anyway) left the list when the helper point came, to stay within 12 candidates: the
@@ -556,7 +575,7 @@ def helper_bytes(config: Config, plan: Plan) -> int:
     if not uses_helpers(config, plan):
         return 0
     pieces = cdiv(plan.sk_pieces, plan.grid - plan.sk_programs)
-    return pieces * config.sk_block_m * config.BLOCK_N * 4 * (plan.chunks if config.deterministic else 1)
+    return pieces * config.sk_block_m * config.sk_block_n * 4 * (plan.chunks if config.deterministic else 1)
 
 
 
@@ -575,19 +594,23 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
     latency (4224x4224x8192 hybrid1: 411 us with 4 stages, 464 us with 3, same run)."""
     out: list[Config] = list(skinny_points(M, N, K, dtype, num_sms))
     if tma_shape_ok(M, N, K, dtype):
-        for bm, bn, warps, stages, subtile, deterministic, split_m, tma_hand_in, helpers in TMA_POINTS:
+        for bm, bn, warps, stages, subtile, deterministic, split_m, tma_hand_in, helpers, split_n in TMA_POINTS:
             tiles = cdiv(M, bm) * cdiv(N, bn)
             if not fits_shape(bm, bn, M, N) or tiles % num_sms == 0:
                 continue
             base = for_dtype(Config(bm, bn, 64, 8, warps, stages), dtype)
             cfg = Config(bm, bn, base.BLOCK_K, 8, base.num_warps, stages, aligned_policy(tiles, num_sms),
                          deterministic, aligned=True, use_tma=True, EPILOGUE_SUBTILE=subtile, SK_SPLIT_M=split_m,
-                         tma_hand_in=tma_hand_in, helper_claims=helpers)
+                         tma_hand_in=tma_hand_in, helper_claims=helpers, SK_SPLIT_N=split_n,
+                         whole_pieces=split_n > 1)
             plan = plan_schedule(M, N, K, cfg, num_sms)
             # row pieces only beside a data-parallel body: on skinny shapes (all Stream-K) the
             # pieces re-read B and lost 20-40% (bench/probes/skinny_split_m.json)
             wanted = plan.split_tiles if split_m == 1 else (
                 plan.dp_tiles > 0 and plan.sk_tiles > 0 and (plan.split_tiles or deterministic))
+            if split_n > 1:  # quarter pieces only as one split-free round (whole_pieces):
+                # column pieces with K-chunks lost everywhere (bench/probes/tail_split_n.json)
+                wanted = plan.dp_tiles > 0 and 0 < plan.sk_pieces <= num_sms
             if helpers:  # only where the helpers have little to read
                 wanted = 0 < helper_bytes(cfg, plan) <= HELPER_BYTES
             if cfg.smem_bytes(dtype) <= SMEM_PER_BLOCK_SM90 and cfg not in out and wanted:
@@ -634,11 +657,15 @@ def _now(x):
 
 
 @triton.jit
-def _piece_coords(v, num_pid_m, num_pid_n, GROUP_M: tl.constexpr, SK_SPLIT_M: tl.constexpr):
-    """(pid_m, pid_n) of Stream-K piece v, in units of BLOCK_M / SK_SPLIT_M rows and BLOCK_N
-    columns: row piece v % SK_SPLIT_M of region tile v // SK_SPLIT_M (grouped order)."""
-    pid_m, pid_n = tile_coords(v // SK_SPLIT_M, num_pid_m, num_pid_n, GROUP_M)
-    return pid_m * SK_SPLIT_M + v % SK_SPLIT_M, pid_n
+def _piece_coords(v, num_pid_m, num_pid_n, GROUP_M: tl.constexpr, SK_SPLIT_M: tl.constexpr,
+                  SK_SPLIT_N: tl.constexpr):
+    """(pid_m, pid_n) of Stream-K piece v, in units of BLOCK_M / SK_SPLIT_M rows and
+    BLOCK_N / SK_SPLIT_N columns: piece s = v % (SK_SPLIT_M x SK_SPLIT_N) of region tile
+    v // (SK_SPLIT_M x SK_SPLIT_N) (grouped order), row s // SK_SPLIT_N, column s % SK_SPLIT_N."""
+    SUBS: tl.constexpr = SK_SPLIT_M * SK_SPLIT_N
+    pid_m, pid_n = tile_coords(v // SUBS, num_pid_m, num_pid_n, GROUP_M)
+    s = v % SUBS
+    return pid_m * SK_SPLIT_M + s // SK_SPLIT_N, pid_n * SK_SPLIT_N + s % SK_SPLIT_N
 
 
 @triton.jit
@@ -946,9 +973,9 @@ def _reduce_rows(
 @triton.jit(launch_metadata=gemm_launch_metadata("stream_k_gemm"))
 def stream_k_gemm_kernel(
     # A (M, K), B (K, N), C (M, N): element pointers, or host TensorDescriptors when USE_TMA;
-    # A once more for the Stream-K pieces (a descriptor of BLOCK_M / SK_SPLIT_M-row boxes)
-    a_ref, b_ref, c_ref, a_sk_ref,
-    # the fixup workspace as rows of BLOCK_N fp32 with one-piece boxes (TMA_HAND_IN), else ws_ptr
+    # A and B once more for the Stream-K pieces (descriptors of the pieces' boxes)
+    a_ref, b_ref, c_ref, a_sk_ref, b_sk_ref,
+    # the fixup workspace as rows of a piece's width in fp32 with one-piece boxes (TMA_HAND_IN), else ws_ptr
     ws_ref,
     # C as an element pointer (the fixup stores split tiles through it), fixup state: fp32
     # partials (per-contributor slots, or per-tile sums) and int32 arrival counters; int64
@@ -968,6 +995,7 @@ def stream_k_gemm_kernel(
     # schedule options
     ALIGNED: tl.constexpr, DETERMINISTIC: tl.constexpr,
     SK_SPLIT_M: tl.constexpr,  # aligned: row pieces a Stream-K tile is cut into
+    SK_SPLIT_N: tl.constexpr,  # aligned: column pieces a Stream-K tile is cut into
     FIXUP_ROWS: tl.constexpr,  # rows summed at a time by a last arriver (or final arrival's owed slices)
     SLICE_ROWS: tl.constexpr,  # rows summed at a time in the cooperative fixup (aligned)
     USE_TMA: tl.constexpr,
@@ -994,7 +1022,9 @@ def stream_k_gemm_kernel(
     iters = tl.cdiv(K, BLOCK_K)
     PHASES: tl.constexpr = 5  # stamps a program (PHASE_TIMES)
     SK_BM: tl.constexpr = BLOCK_M // SK_SPLIT_M  # rows of a Stream-K piece (aligned)
-    pieces = sk_tiles * SK_SPLIT_M  # Stream-K pieces (aligned)
+    SK_BN: tl.constexpr = BLOCK_N // SK_SPLIT_N  # columns of a Stream-K piece (aligned)
+    SUBS: tl.constexpr = SK_SPLIT_M * SK_SPLIT_N  # pieces a Stream-K tile
+    pieces = sk_tiles * SUBS  # Stream-K pieces (aligned)
     num_tiles = num_pid_m * num_pid_n
     if PHASE_TIMES:
         t_start = _now(pid)
@@ -1006,29 +1036,29 @@ def stream_k_gemm_kernel(
                   HINTS=STRIDE_HINTS)
     if pid < sk_programs:
         if ALIGNED:
-            # ---- Stream-K region: each tile cut into SK_SPLIT_M row pieces of SK_BM rows,
-            # each piece into sk_chunks equal K-chunks; unit u is chunk u // pieces of piece
+            # ---- Stream-K region: each tile cut into SUBS pieces of SK_BM x SK_BN, each
+            # piece into sk_chunks equal K-chunks; unit u is chunk u // pieces of piece
             # u % pieces, so the programs running at the same time work at the same K offsets
-            # and share operand panels in the L2. Piece v is rows sub = v % SK_SPLIT_M of
-            # tile v // SK_SPLIT_M: a piece's partial is 1/SK_SPLIT_M of a tile, and so is
-            # every fixup transfer below (partials, arrival counters and slots are a piece's).
+            # and share operand panels in the L2. Piece v is piece v % SUBS of tile v // SUBS
+            # (_piece_coords): its partial is 1/SUBS of a tile, and so is every fixup transfer
+            # below (partials, arrival counters and slots are a piece's).
             for u in range(pid, pieces * sk_chunks, grid):
                 v = u % pieces
                 chunk = u // pieces
                 k0 = chunk * iters // sk_chunks
                 k1 = (chunk + 1) * iters // sk_chunks
-                pid_m, pid_n = _piece_coords(v, num_pid_m, num_pid_n, GROUP_M, SK_SPLIT_M)
-                acc = _mac(a_sk_ref, b_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
-                           pid_m, pid_n, k0, k1, SK_BM, BLOCK_N, BLOCK_K, EVEN_K, INT64,
+                pid_m, pid_n = _piece_coords(v, num_pid_m, num_pid_n, GROUP_M, SK_SPLIT_M, SK_SPLIT_N)
+                acc = _mac(a_sk_ref, b_sk_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
+                           pid_m, pid_n, k0, k1, SK_BM, SK_BN, BLOCK_K, EVEN_K, INT64,
                            USE_TMA, A_COL_MAJOR, B_COL_MAJOR, HINTS=STRIDE_HINTS)
                 if PHASE_TIMES:
                     t_mac = _now(pid)
                 if sk_chunks == 1:
-                    if SK_SPLIT_M == 1:
+                    if SUBS == 1:
                         _store_whole(c_ref, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc,
                                      BLOCK_M, BLOCK_N, INT64, USE_TMA, EPILOGUE_SUBTILE)
                     else:  # C's descriptor has whole-tile boxes: store the piece by pointer
-                        store_tile(c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc, SK_BM, BLOCK_N, INT64)
+                        store_tile(c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc, SK_BM, SK_BN, INT64)
                 else:
                     # Cooperative fixup, step 1: hand in the partial (its own slot, or added
                     # into the piece's fp32 sum) and count the arrival in the piece's word
@@ -1036,11 +1066,11 @@ def stream_k_gemm_kernel(
                     # data-parallel tiles). The final arrival owes the slices of the programs
                     # that claimed before it (they found partials missing).
                     if TMA_HAND_IN:
-                        _write_partial_tma(acc, ws_ref, u, v, SK_BM, BLOCK_N, HAND_IN_STRIPS, DETERMINISTIC)
+                        _write_partial_tma(acc, ws_ref, u, v, SK_BM, SK_BN, HAND_IN_STRIPS, DETERMINISTIC)
                     else:
-                        _write_partial(acc, ws_ptr, u, v, SK_BM, BLOCK_N, DETERMINISTIC, INT64)
+                        _write_partial(acc, ws_ptr, u, v, SK_BM, SK_BN, DETERMINISTIC, INT64)
                     _arrive_aligned(ws_ptr, counter_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
-                                    v, pieces, sk_chunks, SK_BM, BLOCK_N, FIXUP_ROWS, INT64,
+                                    v, pieces, sk_chunks, SK_BM, SK_BN, FIXUP_ROWS, INT64,
                                     DETERMINISTIC, TMA_HAND_IN and BULK_WAIT, HELPERS)
         else:
             # ---- Stream-K program: iterations [my_start, end) of the region, tile by tile.
@@ -1103,9 +1133,9 @@ def stream_k_gemm_kernel(
             for j in range(mine):
                 if (found >> j) & 1:
                     v = pid - sk_programs + j * helpers
-                    pid_m, pid_n = _piece_coords(v, num_pid_m, num_pid_n, GROUP_M, SK_SPLIT_M)
+                    pid_m, pid_n = _piece_coords(v, num_pid_m, num_pid_n, GROUP_M, SK_SPLIT_M, SK_SPLIT_N)
                     _reduce_rows(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
-                                 v, pieces, sk_chunks, 0, SK_BM, SK_BM, BLOCK_N, HELPER_ROWS, INT64,
+                                 v, pieces, sk_chunks, 0, SK_BM, SK_BM, SK_BN, HELPER_ROWS, INT64,
                                  DETERMINISTIC)
                     tl.atomic_xchg(counter_ptr + v, 0, sem="relaxed")
     elif ALIGNED:  # noqa: SIM102  (compile-time test around a run-time one)
@@ -1121,13 +1151,13 @@ def stream_k_gemm_kernel(
             # once; an acquire-only claim was no faster.
             for u in range(pid, pieces * sk_chunks, grid):
                 v = u % pieces
-                pid_m, pid_n = _piece_coords(v, num_pid_m, num_pid_n, GROUP_M, SK_SPLIT_M)
+                pid_m, pid_n = _piece_coords(v, num_pid_m, num_pid_n, GROUP_M, SK_SPLIT_M, SK_SPLIT_N)
                 word = tl.atomic_add(counter_ptr + v, 1 << 16, sem="acq_rel")
                 k = word >> 16
                 if (word & 0xFFFF) == sk_chunks:
                     _reduce_rows(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
                                  v, pieces, sk_chunks, k * SK_BM // sk_chunks,
-                                 (k + 1) * SK_BM // sk_chunks, SK_BM, BLOCK_N, SLICE_ROWS, INT64,
+                                 (k + 1) * SK_BM // sk_chunks, SK_BM, SK_BN, SLICE_ROWS, INT64,
                                  DETERMINISTIC)
                 if k == sk_chunks - 1:
                     tl.atomic_xchg(counter_ptr + v, 0, sem="relaxed")
@@ -1170,7 +1200,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         config, layouts = tma_or_pointer_loads(default_config(M, N, K, a.dtype, sms), a, b, c)
     check_smem(config, a.dtype)
     plan = plan_schedule(M, N, K, config, sms)
-    piece_elems = config.sk_block_m * config.BLOCK_N  # the fixup's unit: a Stream-K piece
+    piece_elems = config.sk_block_m * config.sk_block_n  # the fixup's unit: a Stream-K piece
 
     # Without split tiles the fixup code never runs, but the compiler still type-checks it:
     # the placeholders must be int32 counters and fp32 partials (C as a placeholder failed to
@@ -1183,33 +1213,36 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
                          torch.float32, a.device)
     if config.use_tma:
         a_arg, b_arg, c_arg, a_col, b_col = tma_descriptors(a, b, c, M, N, K, config, layouts)
-        a_sk = a_arg
-        if config.SK_SPLIT_M > 1:  # the pieces' A boxes: sk_block_m rows
-            rows = replace(config, BLOCK_M=config.sk_block_m, SK_SPLIT_M=1)
-            a_sk = tma_descriptors(a, b, c, M, N, K, rows, layouts)[0]
+        a_sk, b_sk = a_arg, b_arg
+        if config.SK_SPLIT_M > 1 or config.SK_SPLIT_N > 1:  # the pieces' A and B boxes
+            piece = replace(config, BLOCK_M=config.sk_block_m, BLOCK_N=config.sk_block_n, SK_SPLIT_M=1,
+                            SK_SPLIT_N=1, EPILOGUE_SUBTILE=False)
+            a_sk, b_sk = tma_descriptors(a, b, c, M, N, K, piece, layouts)[:2]
     else:
         a_arg, b_arg, c_arg, a_col, b_col = a, b, c, False, False
-        a_sk = a
+        a_sk, b_sk = a, b
     ws_arg, strips = ws, 1
     if config.tma_hand_in and plan.split_tiles:
-        # the workspace as rows of BLOCK_N fp32, one box a piece's strip (slot or sum)
+        # the workspace as rows of a piece's width in fp32, one box a piece's strip (slot or sum)
         strips = hand_in_strips(config, a.dtype)
-        ws_arg = TensorDescriptor(ws, [ws.numel() // config.BLOCK_N, config.BLOCK_N], [config.BLOCK_N, 1],
-                                  [config.sk_block_m, config.BLOCK_N // strips])
+        width = config.sk_block_n
+        ws_arg = TensorDescriptor(ws, [ws.numel() // width, width], [width, 1],
+                                  [config.sk_block_m, width // strips])
         fix_interpreter_descriptor_reduce()
     if phase_times is not None and (phase_times.dtype != torch.int64 or phase_times.numel() < PHASES * plan.grid
                                     or not phase_times.is_cuda):
         raise ValueError(f"phase_times must be a CUDA int64 tensor of >= {PHASES * plan.grid} elements")
     stream_k_gemm_kernel[(plan.grid,)](
-        a_arg, b_arg, c_arg, a_sk, ws_arg,
+        a_arg, b_arg, c_arg, a_sk, b_sk, ws_arg,
         c, ws, counters, c if phase_times is None else phase_times,
         M, N, K,
         *a.stride(), *b.stride(), *c.stride(),
         plan.sk_programs, plan.sk_tiles, plan.sk_iters_per_program, plan.sk_extra, plan.chunks,
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
         ALIGNED=config.aligned, DETERMINISTIC=config.deterministic, SK_SPLIT_M=config.SK_SPLIT_M,
-        FIXUP_ROWS=fixup_rows(config.sk_block_m, config.BLOCK_N),
-        SLICE_ROWS=slice_rows(config.sk_block_m, config.BLOCK_N, plan.chunks),
+        SK_SPLIT_N=config.SK_SPLIT_N,
+        FIXUP_ROWS=fixup_rows(config.sk_block_m, config.sk_block_n),
+        SLICE_ROWS=slice_rows(config.sk_block_m, config.sk_block_n, plan.chunks),
         USE_TMA=config.use_tma, A_COL_MAJOR=a_col, B_COL_MAJOR=b_col,
         EPILOGUE_SUBTILE=config.EPILOGUE_SUBTILE, FLATTEN=config.FLATTEN,
         EVEN_K=K % config.BLOCK_K == 0,

@@ -114,9 +114,17 @@ def test_split_pieces_are_modelled():
     t128 = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "policy": "hybrid1", "aligned": True, "deterministic": False}
     whole = sm.predict("stream_k", t128, 1664, 1408, 8192, 2, dev)
     halves = sm.predict("stream_k", dict(t128, SK_SPLIT_M=2), 1664, 1408, 8192, 2, dev)
-    assert "x 2 row pieces in 6 K-chunks" in halves.notes and "12 K-chunks" in whole.notes
+    assert "x 2 pieces of 64x128 in 6 K-chunks" in halves.notes and "12 K-chunks" in whole.notes
     assert whole.predicted_us < halves.predicted_us < 1.5 * whole.predicted_us
     # 2304^2x4096: 120 pieces fill one round with no K-chunks, so no fixup bytes at all
     split_free = sm.predict("stream_k", dict(t128, SK_SPLIT_M=2), 2304, 2304, 4096, 2, dev)
     assert "in 1 K-chunk (" in split_free.notes
     assert split_free.memory_us == pytest.approx(sm._mem_us(2 * (2 * 2304 * 4096 + 2304 * 2304), dev))
+    # quarter pieces of 128x256 tiles kept whole (whole_pieces) on 3072^2x4096: 96 pieces of
+    # 64x128 in one round, no fixup bytes, where aligned_chunks alone would cut them 4 ways
+    t256 = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "policy": "hybrid1", "aligned": True,
+            "SK_SPLIT_M": 2, "SK_SPLIT_N": 2}
+    quarters = sm.predict("stream_k", dict(t256, whole_pieces=True), 3072, 3072, 4096, 2, dev)
+    assert "x 4 pieces of 64x128 in 1 K-chunk (1 round" in quarters.notes
+    assert quarters.memory_us == pytest.approx(sm._mem_us(2 * (2 * 3072 * 4096 + 3072 * 3072), dev))
+    assert "in 4 K-chunks" in sm.predict("stream_k", t256, 3072, 3072, 4096, 2, dev).notes

@@ -399,6 +399,128 @@ def test_split_points_in_the_search():
         assert config.smem_bytes(torch.bfloat16) <= common.SMEM_PER_BLOCK_SM90
 
 
+# ---- Column pieces (SK_SPLIT_N) and whole pieces (whole_pieces) ------------------------------
+
+
+def qcfg(split_m=2, split_n=2, policy="hybrid1", deterministic=True, use_tma=False, whole=False, **kw):
+    return sk.Config(32, 32, 16, 2, 4, 1, policy, deterministic, aligned=True, use_tma=use_tma,
+                     SK_SPLIT_M=split_m, SK_SPLIT_N=split_n, whole_pieces=whole, **kw)
+
+
+# 72x80 in 32x32 tiles: 3 x 3 tiles whose last row and column of pieces lie wholly or partly
+# outside C; K=72: 5 steps of 16, the last one ragged. On 7 SMs "hybrid1" has 2 Stream-K
+# tiles (8 quarter pieces), "sk" all 9 (36 pieces).
+QSHAPE = (72, 80, 72)
+
+
+def test_column_piece_plans():
+    # 3072^2x4096 in 128x256 tiles on 132 SMs: the 24 tail tiles as 96 quarter pieces of
+    # 64x128; whole, they fill one round with no K-chunk and no fixup (36 programs have no
+    # Stream-K work); left to aligned_chunks, 4 K-chunks in 3 rounds of units
+    t256 = sk.Config(128, 256, 64, 8, 8, 3, "hybrid1", aligned=True, use_tma=True, SK_SPLIT_M=2, SK_SPLIT_N=2)
+    plan = sk.plan_schedule(3072, 3072, 4096, replace(t256, whole_pieces=True), 132)
+    assert (plan.sk_tiles, plan.sk_pieces, plan.chunks, plan.sk_programs, plan.grid) == (24, 96, 1, 96, 132)
+    assert not plan.split_tiles and plan.dp_tiles == 264
+    assert sk.plan_schedule(3072, 3072, 4096, t256, 132).chunks == 4
+    assert (t256.sk_block_m, t256.sk_block_n) == (64, 128)
+    # the interpreter cases below
+    assert sk.plan_schedule(*QSHAPE, qcfg(), 7).chunks == 5
+    assert sk.plan_schedule(*QSHAPE, qcfg(whole=True), 7).sk_programs == 7  # 8 pieces: 2 rounds
+    plan = sk.plan_schedule(*QSHAPE, qcfg(1, 2, "sk"), 7)
+    assert (plan.sk_pieces, plan.split_tiles) == (18, True)
+
+
+def test_column_piece_validation():
+    with pytest.raises(ValueError, match="SK_SPLIT_N.*aligned"):
+        sk.Config(SK_SPLIT_N=2)
+    with pytest.raises(ValueError, match="SK_SPLIT_N=3.*1, 2 or 4"):
+        sk.Config(aligned=True, SK_SPLIT_N=3)
+    with pytest.raises(ValueError, match="8 columns, under the 16"):
+        sk.Config(32, 32, 16, aligned=True, SK_SPLIT_N=4)
+    with pytest.raises(ValueError, match="whole_pieces.*aligned"):
+        sk.Config(whole_pieces=True)
+    with pytest.raises(TypeError, match="whole_pieces"):
+        sk.Config(aligned=True, whole_pieces=1)
+    assert "m/2 n/2 whole" in qcfg(whole=True).describe() and "n/" not in scfg(2).describe()
+
+
+@pytest.mark.parametrize("deterministic", [True, False], ids=["fixup", "atomic"])
+@pytest.mark.parametrize("use_tma", [False, True], ids=["ptr", "tma"])
+@pytest.mark.parametrize("split_m,split_n,policy", [(1, 2, "hybrid1"), (2, 2, "sk"), (1, 2, "sk")])
+def test_column_pieces_split(split_m, split_n, policy, use_tma, deterministic, monkeypatch):
+    # K-chunked pieces: the fixup's partials, slots and claims are a piece's 16 or 32 columns
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
+    config = qcfg(split_m, split_n, policy, deterministic, use_tma)
+    assert sk.plan_schedule(*QSHAPE, config, 7).split_tiles
+    run_checked(sk, *QSHAPE, torch.float16, config)
+
+
+@pytest.mark.parametrize("use_tma", [False, True], ids=["ptr", "tma"])
+@pytest.mark.parametrize("split_m,split_n,policy", [(2, 2, "hybrid1"), (2, 2, "sk"), (1, 2, "hybrid2")])
+def test_whole_pieces(split_m, split_n, policy, use_tma, monkeypatch):
+    # no K-chunks: each piece is stored directly, several rounds of pieces a program
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
+    config = qcfg(split_m, split_n, policy, use_tma=use_tma, whole=True)
+    plan = sk.plan_schedule(*QSHAPE, config, 7)
+    assert plan.chunks == 1 and not plan.split_tiles and plan.sk_pieces > plan.sk_programs
+    run_checked(sk, *QSHAPE, torch.bfloat16, config)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS, ids=layout_id)
+def test_column_pieces_dtypes_and_layouts(layout, dtype, monkeypatch):
+    # transposed A or B go through the pieces' own transposed descriptors
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
+    run_checked(sk, *QSHAPE, dtype, qcfg(use_tma=True), layout=layout)
+    run_checked(sk, *QSHAPE, dtype, qcfg(use_tma=True, whole=True), layout=layout)
+
+
+@pytest.mark.parametrize("strips", [1, 2])
+@pytest.mark.parametrize("deterministic", [True, False], ids=["fixup", "atomic"])
+def test_column_pieces_tma_hand_in(strips, deterministic, monkeypatch):
+    # the workspace descriptor's rows are a piece's 32 columns wide (64-column tiles halved),
+    # handed in whole or in two 16-column strips
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
+    monkeypatch.setattr(sk, "hand_in_strips", lambda config, dtype: strips)
+    config = sk.Config(32, 64, 16, 2, 4, 1, "hybrid1", deterministic, aligned=True, use_tma=True, SK_SPLIT_N=2,
+                       tma_hand_in=True)
+    assert sk.plan_schedule(80, 136, 72, config, 7).split_tiles
+    run_checked(sk, 80, 136, 72, torch.float32, config, seed=strips)
+
+
+@pytest.mark.parametrize("order", ["pid", "reversed"])
+def test_column_pieces_claims_and_clean_scratch(order, request, monkeypatch):
+    # helper claims and the cooperative claims on column pieces, in either launch order (the
+    # reversed one sends the claims ahead of the arrivals); atomic sums left zeroed
+    if order == "reversed":
+        request.getfixturevalue("reversed_launch_order")
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
+    helper = qcfg(1, 2, deterministic=False, helper_claims=True)
+    plan = sk.plan_schedule(64, 120, 72, helper, 7)  # 8 tiles: 1 in 2 pieces x 3 chunks, 1 helper
+    assert sk.uses_helpers(helper, plan) and (plan.sk_pieces, plan.chunks, plan.grid - plan.sk_programs) == (2, 3, 1)
+    run_checked(sk, 64, 120, 72, torch.float16, helper, seed=51)
+    run_checked(sk, 64, 120, 72, torch.float16, replace(helper, deterministic=True), seed=52)
+    run_checked(sk, *QSHAPE, torch.float16, qcfg(2, 2, "sk", deterministic=False), seed=53)
+    for (name, *_), buf in common.SCRATCH._buffers.items():
+        if name.startswith("stream_k"):
+            assert not buf.any(), f"{name} left dirty"
+
+
+def test_quarter_points_in_the_search():
+    # quarter pieces of the 128x256 tile, searched only as one split-free round beside a
+    # data-parallel body: the tail shapes whose tail tiles make at most 132 pieces
+    def quarters(shape):
+        return [(c.SK_SPLIT_M, c.SK_SPLIT_N, c.whole_pieces, c.BLOCK_N)
+                for c in sk.search_space(*shape, torch.bfloat16, 132) if c.SK_SPLIT_N > 1]
+    for shape in [(2176, 2176, 8192), (2304, 2304, 4096), (3072, 3072, 4096), (4224, 4224, 8192)]:
+        assert quarters(shape) == [(2, 2, True, 256)], shape
+        for c in sk.search_space(*shape, torch.bfloat16, 132):
+            assert c.smem_bytes(torch.bfloat16) <= common.SMEM_PER_BLOCK_SM90
+    # 1664x1408 in 128x256 tiles has no data-parallel body; skinny shapes are all Stream-K
+    for shape in [(1664, 1408, 8192), (512, 512, 65536), (128, 8192, 8192)]:
+        assert quarters(shape) == [], shape
+
+
 # ---- The TMA hand-in (tma_hand_in) -----------------------------------------------------------
 
 
