@@ -193,6 +193,11 @@ class Config:
     # whole pieces, each stored directly, with no fixup (aligned_chunks would otherwise pick
     # the chunks that balance the MAC work best, and a fixup on top)
     whole_pieces: bool = False
+    # aligned + TMA only: pipeline depth of the Stream-K MAC loop (0: num_stages). A piece's
+    # loop reads little a step, so it needs more steps in flight than the big tile's 3-4
+    # stages allow: 64x128 pieces took 26.5 us at 3 stages, 19-20 at 4 and 15.5 at 5 for the
+    # same 4096-deep K (H200, 2026-12-01, bench/probes/tail_quarter_pieces.json)
+    SK_STAGES: int = 0
 
     def __post_init__(self):
         check_block_config(self)
@@ -213,6 +218,11 @@ class Config:
                 raise TypeError(f"{name}={getattr(self, name)!r}: must be a bool")
         if self.EPILOGUE_SUBTILE and not self.use_tma:
             raise ValueError("EPILOGUE_SUBTILE splits the TMA store: it needs use_tma=True")
+        if not isinstance(self.SK_STAGES, int) or not 0 <= self.SK_STAGES <= 8:
+            raise ValueError(f"SK_STAGES={self.SK_STAGES!r}: must be 0 (num_stages) or 1..8")
+        if self.SK_STAGES and not (self.aligned and self.use_tma):
+            raise ValueError("SK_STAGES deepens the aligned layout's TMA-fed Stream-K loop: it needs "
+                             "aligned=True and use_tma=True")
         if self.whole_pieces and not self.aligned:
             raise ValueError("whole_pieces runs the aligned layout's Stream-K pieces unsplit: it needs aligned=True")
         if self.helper_claims and not self.aligned:
@@ -227,6 +237,8 @@ class Config:
         buffers then stay live across tiles; see persistent_gemm)."""
         elt = dtype.itemsize
         pipe = pipeline_smem_bytes(self.BLOCK_M, self.BLOCK_N, self.BLOCK_K, self.num_stages, elt)
+        if self.SK_STAGES:  # the Stream-K loop's own buffers reuse the tiles' (sm_90 compile check)
+            pipe = max(pipe, pipeline_smem_bytes(self.sk_block_m, self.sk_block_n, self.BLOCK_K, self.SK_STAGES, elt))
         staged = self.use_tma or self.FLATTEN
         c_tile = self.BLOCK_M * self.BLOCK_N * elt // (2 if self.EPILOGUE_SUBTILE else 1) if staged else 0
         # the TMA hand-in's staging strip for a piece's fp32 partial comes on top (sm_90
@@ -242,7 +254,8 @@ class Config:
                 f"{'' if self.deterministic else ' atomic'}{' tma' if self.use_tma else ''}"
                 f"{' subtile' if self.EPILOGUE_SUBTILE else ''}{' flat' if self.FLATTEN else ''}"
                 f"{' dpfirst' if self.dp_first else ''}{split}{' tmahand' if self.tma_hand_in else ''}"
-                f"{' helpers' if self.helper_claims else ''}{' whole' if self.whole_pieces else ''}")
+                f"{' helpers' if self.helper_claims else ''}{' whole' if self.whole_pieces else ''}"
+                f"{f' sks{self.SK_STAGES}' if self.SK_STAGES else ''}")
 
     @property
     def sk_block_m(self) -> int:
@@ -555,17 +568,21 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 # lost 3-12% wherever the helpers had more to read (2176^2, 2304^2;
 # bench/probes/tail_helper_claims*.json).
 TMA_POINTS = (
-    (128, 256, 8, 3, False, True, 1, False, False, 1), (128, 256, 8, 4, True, True, 1, False, False, 1),
-    (128, 128, 4, 5, False, True, 1, False, False, 1),
-    (128, 128, 4, 5, False, False, 1, False, False, 1), (128, 256, 8, 3, False, False, 1, False, False, 1),
-    (128, 256, 8, 4, True, False, 1, False, False, 1), (128, 256, 8, 3, False, False, 1, True, False, 1),
-    (128, 256, 8, 3, False, False, 1, True, True, 1),
-    (128, 128, 4, 5, False, False, 2, False, False, 1), (128, 128, 4, 5, False, True, 2, False, False, 1),
-    (128, 256, 8, 3, False, True, 2, False, False, 2),
+    (128, 256, 8, 3, False, True, 1, False, False, 1, 0), (128, 256, 8, 4, True, True, 1, False, False, 1, 0),
+    (128, 128, 4, 5, False, True, 1, False, False, 1, 0),
+    (128, 128, 4, 5, False, False, 1, False, False, 1, 0), (128, 256, 8, 3, False, False, 1, False, False, 1, 0),
+    (128, 256, 8, 4, True, False, 1, False, False, 1, 0), (128, 256, 8, 3, False, False, 1, True, False, 1, 0),
+    (128, 256, 8, 3, False, False, 1, True, True, 1, 0),
+    (128, 256, 8, 3, False, True, 2, False, False, 2, 5),
+    (128, 128, 4, 5, False, False, 2, False, False, 1, 0), (128, 128, 4, 5, False, True, 2, False, False, 1, 0),
 )
 # The 4-stage 128x128 deterministic point (the default config's twin, which the bench always
 # times anyway) left the list when the helper point came, to stay within 12 candidates: the
 # 5-stage one has beaten it since 2026-11-29 (1 win in 6 finals against 4 in 16).
+# Whole quarter pieces won or tied where K = 4096 (3072^2: 114.0 against 117.7 us for the best
+# other config, 2304^2: 67.1 against 67.2) and lost 5-8% at K = 8192 (4224^2: 447.8 against
+# 425.2; 2176^2: 132.3 against 123.0), 9 interleaved rounds (bench/probes/tail_quarter_pieces_2.json)
+WHOLE_PIECES_MAX_K = 4096
 HELPER_BYTES = 256 * 1024  # fp32 partial bytes a helper may have to read out (TMA_POINTS)
 
 
@@ -594,7 +611,7 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
     latency (4224x4224x8192 hybrid1: 411 us with 4 stages, 464 us with 3, same run)."""
     out: list[Config] = list(skinny_points(M, N, K, dtype, num_sms))
     if tma_shape_ok(M, N, K, dtype):
-        for bm, bn, warps, stages, subtile, deterministic, split_m, tma_hand_in, helpers, split_n in TMA_POINTS:
+        for bm, bn, warps, stages, subtile, deterministic, split_m, tma_hand_in, helpers, split_n, sk_stages in TMA_POINTS:
             tiles = cdiv(M, bm) * cdiv(N, bn)
             if not fits_shape(bm, bn, M, N) or tiles % num_sms == 0:
                 continue
@@ -602,15 +619,20 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
             cfg = Config(bm, bn, base.BLOCK_K, 8, base.num_warps, stages, aligned_policy(tiles, num_sms),
                          deterministic, aligned=True, use_tma=True, EPILOGUE_SUBTILE=subtile, SK_SPLIT_M=split_m,
                          tma_hand_in=tma_hand_in, helper_claims=helpers, SK_SPLIT_N=split_n,
-                         whole_pieces=split_n > 1)
+                         whole_pieces=split_n > 1, SK_STAGES=sk_stages)
             plan = plan_schedule(M, N, K, cfg, num_sms)
             # row pieces only beside a data-parallel body: on skinny shapes (all Stream-K) the
             # pieces re-read B and lost 20-40% (bench/probes/skinny_split_m.json)
+            # and only where their units fill one round: on 3072^2x4096 the 96 pieces in 4
+            # K-chunks (3 rounds of units a program) lost in every run, 12-16% behind the
+            # 128x256 tiles (bench/results/probe_configs/h200_2026-12-01_tail_quarter_pieces*.txt)
             wanted = plan.split_tiles if split_m == 1 else (
-                plan.dp_tiles > 0 and plan.sk_tiles > 0 and (plan.split_tiles or deterministic))
-            if split_n > 1:  # quarter pieces only as one split-free round (whole_pieces):
-                # column pieces with K-chunks lost everywhere (bench/probes/tail_split_n.json)
-                wanted = plan.dp_tiles > 0 and 0 < plan.sk_pieces <= num_sms
+                plan.dp_tiles > 0 and plan.sk_tiles > 0 and (plan.split_tiles or deterministic)
+                and plan.sk_pieces * plan.chunks <= num_sms)
+            if split_n > 1:  # quarter pieces only as one split-free round (whole_pieces; column
+                # pieces with K-chunks lost everywhere, bench/probes/tail_split_n.json), and only
+                # where that round is short: a piece runs the whole K
+                wanted = plan.dp_tiles > 0 and 0 < plan.sk_pieces <= num_sms and K <= WHOLE_PIECES_MAX_K
             if helpers:  # only where the helpers have little to read
                 wanted = 0 < helper_bytes(cfg, plan) <= HELPER_BYTES
             if cfg.smem_bytes(dtype) <= SMEM_PER_BLOCK_SM90 and cfg not in out and wanted:
@@ -683,29 +705,39 @@ def _mac(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INT64: tl.constexpr,
     USE_TMA: tl.constexpr, A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr,
-    HINTS: tl.constexpr = 0,
+    HINTS: tl.constexpr = 0, STAGES: tl.constexpr = 0,
 ):
     """fp32 accumulator of iterations [k_begin, k_end) of tile (pid_m, pid_n): one TMA box per
-    operand and step (edges come back zero-filled), or dp_gemm's pointer loop."""
+    operand and step (edges come back zero-filled), or dp_gemm's pointer loop. STAGES (TMA
+    only): this loop's own pipeline depth (0: the kernel's num_stages)."""
     if USE_TMA:
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for ki in range(k_begin, k_end):
-            off_k = ki * BLOCK_K
-            if A_COL_MAJOR:
-                a = a_ref.load([off_k, off_m]).T
-            else:
-                a = a_ref.load([off_m, off_k])
-            if B_COL_MAJOR:
-                b = b_ref.load([off_n, off_k]).T
-            else:
-                b = b_ref.load([off_k, off_n])
-            acc = tl.dot(a, b, acc)
+        if STAGES == 0:
+            for ki in range(k_begin, k_end):
+                acc = _tma_step(a_ref, b_ref, off_m, off_n, ki * BLOCK_K, acc, A_COL_MAJOR, B_COL_MAJOR)
+        else:
+            for ki in tl.range(k_begin, k_end, num_stages=STAGES):
+                acc = _tma_step(a_ref, b_ref, off_m, off_n, ki * BLOCK_K, acc, A_COL_MAJOR, B_COL_MAJOR)
     else:
         acc = mac_loop(a_ref, b_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
                        pid_m, pid_n, k_begin, k_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64, HINTS=HINTS)
     return acc
+
+
+@triton.jit
+def _tma_step(a_ref, b_ref, off_m, off_n, off_k, acc, A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr):
+    """One K step of a TMA-fed MAC loop: A's and B's boxes at off_k, multiplied into acc."""
+    if A_COL_MAJOR:
+        a = a_ref.load([off_k, off_m]).T
+    else:
+        a = a_ref.load([off_m, off_k])
+    if B_COL_MAJOR:
+        b = b_ref.load([off_n, off_k]).T
+    else:
+        b = b_ref.load([off_k, off_n])
+    return tl.dot(a, b, acc)
 
 
 @triton.jit
@@ -996,6 +1028,7 @@ def stream_k_gemm_kernel(
     ALIGNED: tl.constexpr, DETERMINISTIC: tl.constexpr,
     SK_SPLIT_M: tl.constexpr,  # aligned: row pieces a Stream-K tile is cut into
     SK_SPLIT_N: tl.constexpr,  # aligned: column pieces a Stream-K tile is cut into
+    SK_STAGES: tl.constexpr,  # aligned + TMA: the Stream-K MAC loop's pipeline depth (0: num_stages)
     FIXUP_ROWS: tl.constexpr,  # rows summed at a time by a last arriver (or final arrival's owed slices)
     SLICE_ROWS: tl.constexpr,  # rows summed at a time in the cooperative fixup (aligned)
     USE_TMA: tl.constexpr,
@@ -1050,7 +1083,7 @@ def stream_k_gemm_kernel(
                 pid_m, pid_n = _piece_coords(v, num_pid_m, num_pid_n, GROUP_M, SK_SPLIT_M, SK_SPLIT_N)
                 acc = _mac(a_sk_ref, b_sk_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
                            pid_m, pid_n, k0, k1, SK_BM, SK_BN, BLOCK_K, EVEN_K, INT64,
-                           USE_TMA, A_COL_MAJOR, B_COL_MAJOR, HINTS=STRIDE_HINTS)
+                           USE_TMA, A_COL_MAJOR, B_COL_MAJOR, HINTS=STRIDE_HINTS, STAGES=SK_STAGES)
                 if PHASE_TIMES:
                     t_mac = _now(pid)
                 if sk_chunks == 1:
@@ -1240,7 +1273,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         plan.sk_programs, plan.sk_tiles, plan.sk_iters_per_program, plan.sk_extra, plan.chunks,
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
         ALIGNED=config.aligned, DETERMINISTIC=config.deterministic, SK_SPLIT_M=config.SK_SPLIT_M,
-        SK_SPLIT_N=config.SK_SPLIT_N,
+        SK_SPLIT_N=config.SK_SPLIT_N, SK_STAGES=config.SK_STAGES,
         FIXUP_ROWS=fixup_rows(config.sk_block_m, config.sk_block_n),
         SLICE_ROWS=slice_rows(config.sk_block_m, config.sk_block_n, plan.chunks),
         USE_TMA=config.use_tma, A_COL_MAJOR=a_col, B_COL_MAJOR=b_col,

@@ -389,9 +389,12 @@ def test_split_points_in_the_search():
     # tail shapes with a data-parallel body get the 64-row pieces; a split-free plan (2304^2:
     # 120 pieces, one K-chunk each) only its deterministic flavour (both would be one kernel)
     def split(shape):
-        return [(c.deterministic, c.policy) for c in sk.search_space(*shape, torch.bfloat16, 132) if c.SK_SPLIT_M > 1]
+        return [(c.deterministic, c.policy) for c in sk.search_space(*shape, torch.bfloat16, 132)
+                if c.SK_SPLIT_M > 1 and c.SK_SPLIT_N == 1]
     assert split((1664, 1408, 8192)) == [(False, "hybrid1"), (True, "hybrid1")]
     assert split((2304, 2304, 4096)) == [(True, "hybrid1")]
+    # 3072^2: 96 pieces in 4 K-chunks are 3 rounds of units a program, and lost in every run
+    assert split((3072, 3072, 4096)) == []
     # all-Stream-K skinny shapes: the pieces re-read B and lost 20-40% there, so none
     for shape in [(512, 512, 65536), (256, 256, 131072), (128, 8192, 8192), (16, 4096, 16384)]:
         assert split(shape) == []
@@ -506,18 +509,38 @@ def test_column_pieces_claims_and_clean_scratch(order, request, monkeypatch):
             assert not buf.any(), f"{name} left dirty"
 
 
+def test_sk_stages(monkeypatch):
+    # the Stream-K loop's own pipeline depth: the interpreter ignores it, so this runs the
+    # code path; the sm_90 compile check showed the deeper buffers reuse the tiles' (208 KB
+    # for 128x256 s3 with 6-stage 64x128 pieces, as without them)
+    with pytest.raises(ValueError, match="SK_STAGES.*aligned=True and use_tma=True"):
+        sk.Config(aligned=True, SK_STAGES=6)
+    with pytest.raises(ValueError, match="SK_STAGES=9"):
+        sk.Config(aligned=True, use_tma=True, SK_STAGES=9)
+    q = sk.Config(128, 256, 64, 8, 8, 3, "hybrid1", aligned=True, use_tma=True, SK_SPLIT_M=2, SK_SPLIT_N=2,
+                  whole_pieces=True, SK_STAGES=6)
+    assert "sks6" in q.describe() and q.smem_bytes(torch.bfloat16) == replace(q, SK_STAGES=0).smem_bytes(torch.bfloat16)
+    assert replace(q, SK_STAGES=8).smem_bytes(torch.bfloat16) > q.smem_bytes(torch.bfloat16)  # 192 KB of pieces
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
+    run_checked(sk, *QSHAPE, torch.float16, qcfg(use_tma=True, whole=True, SK_STAGES=3))
+    run_checked(sk, *QSHAPE, torch.float16, qcfg(use_tma=True, deterministic=False, SK_STAGES=2))
+
+
 def test_quarter_points_in_the_search():
-    # quarter pieces of the 128x256 tile, searched only as one split-free round beside a
-    # data-parallel body: the tail shapes whose tail tiles make at most 132 pieces
+    # quarter pieces of the 128x256 tile with 5-stage piece loops, searched only as one
+    # split-free round beside a data-parallel body and with K <= 4096 (a piece runs the whole
+    # K: they lost 5-8% at K = 8192 on the H200)
     def quarters(shape):
-        return [(c.SK_SPLIT_M, c.SK_SPLIT_N, c.whole_pieces, c.BLOCK_N)
+        return [(c.SK_SPLIT_M, c.SK_SPLIT_N, c.whole_pieces, c.BLOCK_N, c.SK_STAGES)
                 for c in sk.search_space(*shape, torch.bfloat16, 132) if c.SK_SPLIT_N > 1]
-    for shape in [(2176, 2176, 8192), (2304, 2304, 4096), (3072, 3072, 4096), (4224, 4224, 8192)]:
-        assert quarters(shape) == [(2, 2, True, 256)], shape
+    for shape in [(2304, 2304, 4096), (3072, 3072, 4096)]:
+        assert quarters(shape) == [(2, 2, True, 256, 5)], shape
         for c in sk.search_space(*shape, torch.bfloat16, 132):
             assert c.smem_bytes(torch.bfloat16) <= common.SMEM_PER_BLOCK_SM90
-    # 1664x1408 in 128x256 tiles has no data-parallel body; skinny shapes are all Stream-K
-    for shape in [(1664, 1408, 8192), (512, 512, 65536), (128, 8192, 8192)]:
+    # K = 8192 (132 and 84 pieces would fit a round); 1664x1408 in 128x256 tiles has no
+    # data-parallel body; skinny shapes are all Stream-K
+    for shape in [(2176, 2176, 8192), (4224, 4224, 8192), (1664, 1408, 8192), (512, 512, 65536),
+                  (128, 8192, 8192)]:
         assert quarters(shape) == [], shape
 
 
