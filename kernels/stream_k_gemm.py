@@ -21,10 +21,15 @@ What
         units when the region is at most half a wave, e.g. 11 tail tiles x 12 chunks on 132
         SMs; otherwise the chunk count whose rounds finish soonest); unit u = chunk
         u // sk_tiles of tile u % sk_tiles goes to program u mod P, so programs running at
-        the same time read the same K panels. With SK_SPLIT_M each region tile is first cut
-        into row pieces, and the pieces are K-chunked and reduced as the tiles would be:
-        smaller partials (the hand-in is mostly the cost of writing them while every program
-        does the same) for a MAC loop on a smaller tile.
+        the same time read the same K panels. With SK_SPLIT_M (and SK_SPLIT_N) each region
+        tile is first cut into row (and column) pieces, and the pieces are K-chunked and
+        reduced as the tiles would be: smaller partials (the hand-in is mostly the cost of
+        writing them while every program does the same) for a MAC loop on a smaller tile.
+        Where the pieces fit one round of programs they need no K-chunks at all (forced by
+        whole_pieces): the region is then a round of small data-parallel pieces, stored
+        directly, with no fixup; their loops read little a step, so SK_STAGES gives them a
+        deeper pipeline than the big tiles' (5 against 3 stages for 64x128 pieces of 128x256
+        tiles: 16-17 against 26.5 us a piece on the H200).
 
     A tile split between programs is reduced by a fixup:
 
@@ -77,10 +82,12 @@ When it wins
     1664x1408 (143 tiles of 128x128), 2176^2 (153 of 128x256), 2304^2 (162), 3072^2 (288),
     4224^2 (561). Measured on the H200 (bench/RESULTS.md): aligned + TMA hybrid1 is our
     fastest schedule on all five, 1.12-1.40x our data-parallel baseline (1.20x geomean, run
-    20261201T074432Z-430), with 64-row pieces (SK_SPLIT_M=2) on 1664x1408 and 2304^2, but
-    0.90-1.01x cuBLAS (0.91-0.99x geomean over the runs of 2026-11-29 and 2026-12-01, 0.97x in
-    the last four; cuBLAS's own times moving by up to 12%: the H200 runs these GEMMs at its
-    700 W cap, its SM clock 1390-1580 MHz after a second of them, bench/probe_clocks.py).
+    20261201T074432Z-430), with 64-row pieces (SK_SPLIT_M=2) on 1664x1408 and whole quarter
+    pieces on 2304^2 (1.04-1.05x cuBLAS in runs 20261201T101147Z-451 and -1055), but
+    0.90-1.05x cuBLAS a shape (0.91-0.99x geomean over the runs of 2026-11-29 and 2026-12-01,
+    0.97-0.98x in the last two; cuBLAS's own times moving by up to 12%: the H200 runs these
+    GEMMs at its 700 W cap, its SM clock 1390-1580 MHz after a second of them,
+    bench/probe_clocks.py).
     cuBLAS picks tiles that Triton's power-of-two blocks cannot express, so that the waves
     come out nearly full and no fixup is needed: 128x160 on 1664x1408 (117 tiles, one wave),
     320x128 on 2176^2, 192x192 on 3072^2 and 4224^2 (bench/probe_cublas_kernels.py).
@@ -538,7 +545,7 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 
 
 # TMA points of the aligned search: (BLOCK_M, BLOCK_N, warps, stages, subtiled epilogue,
-# deterministic, SK_SPLIT_M, tma_hand_in, helper_claims). 128x256 with 4 stages only fits
+# deterministic, SK_SPLIT_M, tma_hand_in, helper_claims, SK_SPLIT_N, SK_STAGES). 128x256 with 4 stages only fits
 # (227 KB) when C is staged in halves. The atomic flavour of the fastest tiles too: with its
 # cooperative read-out (each contributor takes 1/chunks of the tile's running sum) its
 # claims took 2-3 us against 4-5 us for the deterministic claims, and it ran 1-4% faster on
@@ -566,7 +573,12 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 # (3072^2x4096: 12 helpers, 2 pieces of 128 KB each) takes ~18 us, about the Stream-K phase
 # they skip; there they won 2-4% in three runs (120.1 -> 118.3 us with the TMA hand-in), and
 # lost 3-12% wherever the helpers had more to read (2176^2, 2304^2;
-# bench/probes/tail_helper_claims*.json).
+# bench/probes/tail_helper_claims*.json). Whole quarter pieces (SK_SPLIT_N=2 with
+# SK_SPLIT_M=2, whole_pieces, the 64x128 pieces' loops at SK_STAGES=5): the 128x256 tile's
+# tail tiles as one round of pieces with no fixup where K <= 4096 (WHOLE_PIECES_MAX_K); they
+# won 2304^2x4096 in both bench runs since (1.04-1.05x cuBLAS) and 3072^2 in one
+# (bench/probes/tail_quarter_pieces*.json). Searched 7-stage loops for the m/2 pieces too:
+# 1-2% (within noise) on 2304^2 and 2176^2, slower on 1664x1408 in the bench; not kept.
 TMA_POINTS = (
     (128, 256, 8, 3, False, True, 1, False, False, 1, 0), (128, 256, 8, 4, True, True, 1, False, False, 1, 0),
     (128, 128, 4, 5, False, True, 1, False, False, 1, 0),
