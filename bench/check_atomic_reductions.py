@@ -68,6 +68,16 @@ def cases():
         yield (f"stream_k hybrid1 aligned {name} 128x256 tmahand helpers", sp,
                sp.Config(128, 256, 64, 8, 8, 3, "hybrid1", det, aligned=True, use_tma=True, tma_hand_in=True,
                          helper_claims=True), (3072, 3072, 4096))
+    # column and quarter pieces (SK_SPLIT_N): atomic sums and claims a piece's 128 columns wide,
+    # K-chunked with the per-thread and the TMA hand-in; and whole quarter pieces (no fixup,
+    # 5-stage piece loops) as the tail search runs them
+    q = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3,
+         "policy": "hybrid1", "aligned": True, "use_tma": True, "SK_SPLIT_N": 2}
+    yield "stream_k hybrid1 aligned atomic 128x256 n/2", sp, sp.Config(**q, deterministic=False), (3072, 3072, 4096)
+    yield ("stream_k hybrid1 aligned atomic 128x256 m/2 n/2 tmahand", sp,
+           sp.Config(**q, deterministic=False, SK_SPLIT_M=2, tma_hand_in=True), (2176, 2176, 8192))
+    yield ("stream_k hybrid1 aligned 128x256 m/2 n/2 whole sks5", sp,
+           sp.Config(**q, SK_SPLIT_M=2, whole_pieces=True, SK_STAGES=5), (3072, 3072, 4096))
 
 
 def main() -> int:
