@@ -202,8 +202,9 @@ class Config:
     whole_pieces: bool = False
     # aligned + TMA only: pipeline depth of the Stream-K MAC loop (0: num_stages). A piece's
     # loop reads little a step, so it needs more steps in flight than the big tile's 3-4
-    # stages allow: 64x128 pieces took 26.5 us at 3 stages, 19-20 at 4 and 15.5 at 5 for the
-    # same 4096-deep K (H200, 2026-12-01, bench/probes/tail_quarter_pieces.json)
+    # stages allow: 64x128 pieces of 128x256 tiles took 26.5 us at 3 stages, 19-20 at 4 and
+    # 16-17 with SK_STAGES 5-6 for a 4096-deep K (H200, 2026-12-01,
+    # bench/probes/tail_quarter_pieces*.json)
     SK_STAGES: int = 0
 
     def __post_init__(self):
@@ -545,9 +546,10 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 
 
 # TMA points of the aligned search: (BLOCK_M, BLOCK_N, warps, stages, subtiled epilogue,
-# deterministic, SK_SPLIT_M, tma_hand_in, helper_claims, SK_SPLIT_N, SK_STAGES). 128x256 with 4 stages only fits
-# (227 KB) when C is staged in halves. The atomic flavour of the fastest tiles too: with its
-# cooperative read-out (each contributor takes 1/chunks of the tile's running sum) its
+# deterministic, SK_SPLIT_M, tma_hand_in, helper_claims, SK_SPLIT_N, SK_STAGES). 128x256
+# with 4 stages only fits (227 KB) when C is staged in halves. The atomic flavour of the
+# fastest tiles too: with its cooperative read-out (each contributor takes 1/chunks of the
+# tile's running sum) its
 # claims took 2-3 us against 4-5 us for the deterministic claims, and it ran 1-4% faster on
 # four of the five tail shapes in one side-by-side run (H200, 2026-11-29,
 # bench/probes/tail_atomic_fixup.json; before that read-out it lost on every tail shape).
@@ -623,7 +625,8 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
     latency (4224x4224x8192 hybrid1: 411 us with 4 stages, 464 us with 3, same run)."""
     out: list[Config] = list(skinny_points(M, N, K, dtype, num_sms))
     if tma_shape_ok(M, N, K, dtype):
-        for bm, bn, warps, stages, subtile, deterministic, split_m, tma_hand_in, helpers, split_n, sk_stages in TMA_POINTS:
+        for point in TMA_POINTS:
+            bm, bn, warps, stages, subtile, deterministic, split_m, tma_hand_in, helpers, split_n, sk_stages = point
             tiles = cdiv(M, bm) * cdiv(N, bn)
             if not fits_shape(bm, bn, M, N) or tiles % num_sms == 0:
                 continue
