@@ -216,6 +216,21 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
 # --------------------------------------------------------------------------------------------
 
 
+@triton.jit
+def tma_step(a_desc, b_desc, off_m, off_n, off_k, acc, A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr):
+    """One K step of a TMA-fed MAC loop: A's and B's boxes at off_k (descriptors over A^T or
+    B^T when COL_MAJOR; edges come back zero-filled), multiplied into acc."""
+    if A_COL_MAJOR:
+        a = a_desc.load([off_k, off_m]).T
+    else:
+        a = a_desc.load([off_m, off_k])
+    if B_COL_MAJOR:
+        b = b_desc.load([off_n, off_k]).T
+    else:
+        b = b_desc.load([off_k, off_n])
+    return tl.dot(a, b, acc)
+
+
 @triton.jit(launch_metadata=gemm_launch_metadata("persistent_gemm"))
 def persistent_gemm_kernel(
     # A (M, K), B (K, N), C (M, N): element pointers, or host TensorDescriptors when USE_TMA
@@ -248,16 +263,7 @@ def persistent_gemm_kernel(
             off_n = pid_n * BLOCK_N
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for ki in range(k_iters):
-                off_k = ki * BLOCK_K
-                if A_COL_MAJOR:
-                    a = a_ptr.load([off_k, off_m]).T
-                else:
-                    a = a_ptr.load([off_m, off_k])
-                if B_COL_MAJOR:
-                    b = b_ptr.load([off_n, off_k]).T
-                else:
-                    b = b_ptr.load([off_k, off_n])
-                acc = tl.dot(a, b, acc)
+                acc = tma_step(a_ptr, b_ptr, off_m, off_n, ki * BLOCK_K, acc, A_COL_MAJOR, B_COL_MAJOR)
             if EPILOGUE_SUBTILE:
                 halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
                 left, right = tl.split(halves)

@@ -151,6 +151,7 @@ from .persistent_gemm import (
     tma_descriptors,
     tma_or_pointer_loads,
     tma_shape_ok,
+    tma_step,
 )
 
 POLICIES = ("dp", "sk", "hybrid1", "hybrid2", "hybrid3", "hybrid4")
@@ -731,28 +732,14 @@ def _mac(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         if STAGES == 0:
             for ki in range(k_begin, k_end):
-                acc = _tma_step(a_ref, b_ref, off_m, off_n, ki * BLOCK_K, acc, A_COL_MAJOR, B_COL_MAJOR)
+                acc = tma_step(a_ref, b_ref, off_m, off_n, ki * BLOCK_K, acc, A_COL_MAJOR, B_COL_MAJOR)
         else:
             for ki in tl.range(k_begin, k_end, num_stages=STAGES):
-                acc = _tma_step(a_ref, b_ref, off_m, off_n, ki * BLOCK_K, acc, A_COL_MAJOR, B_COL_MAJOR)
+                acc = tma_step(a_ref, b_ref, off_m, off_n, ki * BLOCK_K, acc, A_COL_MAJOR, B_COL_MAJOR)
     else:
         acc = mac_loop(a_ref, b_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
                        pid_m, pid_n, k_begin, k_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64, HINTS=HINTS)
     return acc
-
-
-@triton.jit
-def _tma_step(a_ref, b_ref, off_m, off_n, off_k, acc, A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr):
-    """One K step of a TMA-fed MAC loop: A's and B's boxes at off_k, multiplied into acc."""
-    if A_COL_MAJOR:
-        a = a_ref.load([off_k, off_m]).T
-    else:
-        a = a_ref.load([off_m, off_k])
-    if B_COL_MAJOR:
-        b = b_ref.load([off_n, off_k]).T
-    else:
-        b = b_ref.load([off_k, off_n])
-    return tl.dot(a, b, acc)
 
 
 @triton.jit

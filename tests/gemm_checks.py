@@ -92,3 +92,11 @@ def check_search_space(mod, shapes=None) -> None:
             assert len(set(space)) == len(space), "duplicate configs"
             for cfg in space + [mod.default_config(M, N, K, dtype, 132)]:
                 assert cfg.smem_bytes(dtype) <= common.SMEM_PER_BLOCK_SM90, (cfg, dtype)
+
+
+def assert_scratch_clean(prefix: str) -> None:
+    """Every pooled reduction buffer (kernels/common.SCRATCH) whose name starts with `prefix`
+    is all zeros: the kernels hand their sums and counters back cleared for the next launch."""
+    for (name, *_), buf in common.SCRATCH._buffers.items():
+        if name.startswith(prefix):
+            assert not buf.any(), f"{name} left dirty"

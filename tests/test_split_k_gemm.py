@@ -9,6 +9,7 @@ from gemm_checks import (
     DEVICE,
     DTYPES,
     LAYOUTS,
+    assert_scratch_clean,
     check_search_space,
     check_validation,
     common,
@@ -96,9 +97,7 @@ def test_repeated_launches_reuse_clean_workspace(reduction):
     run_checked(sk, 37, 53, 200, torch.float16, config, seed=1)
     run_checked(sk, 37, 53, 200, torch.float16, config, seed=2)
     run_checked(sk, 64, 20, 150, torch.float16, config, seed=4)
-    for (name, *_), buf in common.SCRATCH._buffers.items():
-        if name.startswith("split_k"):
-            assert not buf.any(), f"{name} left dirty"
+    assert_scratch_clean("split_k")
 
 
 def test_default_config_runs():

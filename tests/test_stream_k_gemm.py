@@ -12,6 +12,7 @@ from gemm_checks import (
     DEVICE,
     DTYPES,
     LAYOUTS,
+    assert_scratch_clean,
     check_search_space,
     check_validation,
     common,
@@ -116,9 +117,7 @@ def test_repeated_launches_reuse_clean_workspace():
         run_checked(sk, *SHAPE, torch.float16, config, seed=1)
         run_checked(sk, *SHAPE, torch.float16, config, seed=2)
         run_checked(sk, 40, 60, 48, torch.float16, config, seed=3)
-    for (name, *_), buf in common.SCRATCH._buffers.items():
-        if name.startswith("stream_k"):
-            assert not buf.any(), f"{name} left dirty"
+    assert_scratch_clean("stream_k")
 
 
 def test_default_config_runs():
@@ -259,9 +258,7 @@ def test_aligned_is_bit_identical_and_leaves_scratch_clean(monkeypatch):
     assert torch.equal(first, sk.matmul(a, b, acfg()))
     run_checked(sk, *TMA_SHAPE, torch.float16, acfg(deterministic=False), seed=12)
     run_checked(sk, *TMA_SHAPE, torch.float16, acfg(deterministic=False, use_tma=True), seed=13)
-    for (name, *_), buf in common.SCRATCH._buffers.items():
-        if name.startswith("stream_k"):
-            assert not buf.any(), f"{name} left dirty"
+    assert_scratch_clean("stream_k")
 
 
 def test_tma_refuses_unaligned_inputs_and_default_falls_back():
@@ -289,9 +286,7 @@ def test_cooperative_fixup_both_paths(monkeypatch):
         assert torch.equal(first, sk.matmul(a, b, acfg("sk")))
         run_checked(sk, 48, 16, 64, dtype, acfg("sk", deterministic=False), seed=22)
         run_checked(sk, 48, 16, 64, dtype, acfg("sk", deterministic=False), seed=23)  # on the cleared scratch
-    for (name, *_), buf in common.SCRATCH._buffers.items():
-        if name in ("stream_k_counters", "stream_k_sums"):
-            assert not buf.any(), f"{name} left dirty"
+    assert_scratch_clean("stream_k")
 
 
 def test_skinny_points_on_132_sms():
@@ -380,9 +375,7 @@ def test_split_unchunked_pieces_and_clean_scratch(monkeypatch):
     first, a, b = run_checked(sk, *TMA_SHAPE, torch.float32, scfg(2, use_tma=True), seed=31)
     assert torch.equal(first, sk.matmul(a, b, scfg(2, use_tma=True)))
     run_checked(sk, *TMA_SHAPE, torch.float16, scfg(4, "sk", deterministic=False, bm=64), seed=32)
-    for (name, *_), buf in common.SCRATCH._buffers.items():
-        if name.startswith("stream_k"):
-            assert not buf.any(), f"{name} left dirty"
+    assert_scratch_clean("stream_k")
 
 
 def test_split_points_in_the_search():
@@ -504,9 +497,7 @@ def test_column_pieces_claims_and_clean_scratch(order, request, monkeypatch):
     run_checked(sk, 64, 120, 72, torch.float16, helper, seed=51)
     run_checked(sk, 64, 120, 72, torch.float16, replace(helper, deterministic=True), seed=52)
     run_checked(sk, *QSHAPE, torch.float16, qcfg(2, 2, "sk", deterministic=False), seed=53)
-    for (name, *_), buf in common.SCRATCH._buffers.items():
-        if name.startswith("stream_k"):
-            assert not buf.any(), f"{name} left dirty"
+    assert_scratch_clean("stream_k")
 
 
 def test_sk_stages(monkeypatch):
@@ -589,9 +580,7 @@ def test_tma_hand_in_bit_identical_and_clean_scratch(monkeypatch):
     assert torch.equal(first, sk.matmul(a, b, replace(tcfg(), tma_hand_in=False)))
     run_checked(sk, *TMA_SHAPE, torch.float16, tcfg(deterministic=False), seed=42)
     run_checked(sk, *TMA_SHAPE, torch.float16, tcfg(deterministic=False), seed=43)
-    for (name, *_), buf in common.SCRATCH._buffers.items():
-        if name.startswith("stream_k"):
-            assert not buf.any(), f"{name} left dirty"
+    assert_scratch_clean("stream_k")
 
 
 def test_tma_hand_in_validation_strips_and_search():
@@ -719,9 +708,7 @@ def test_helper_claims(case, deterministic, order, request, monkeypatch):
         if deterministic:  # the same bits as the contributors' claims
             assert torch.equal(first, sk.matmul(a, b, replace(c, helper_claims=False)))
         run_checked(sk, *shape, torch.bfloat16, c, seed=60 + case)
-    for (name, *_), buf in common.SCRATCH._buffers.items():
-        if name.startswith("stream_k"):
-            assert not buf.any(), f"{name} left dirty"
+    assert_scratch_clean("stream_k")
 
 
 @pytest.mark.parametrize("deterministic", [True, False], ids=["fixup", "atomic"])
@@ -732,6 +719,4 @@ def test_aligned_fixup_in_reversed_launch_order(policy, deterministic, reversed_
     monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
     for config in (acfg(policy, deterministic, use_tma=True), scfg(2, policy, deterministic, use_tma=True)):
         run_checked(sk, *TMA_SHAPE, torch.float16, config)
-    for (name, *_), buf in common.SCRATCH._buffers.items():
-        if name.startswith("stream_k"):
-            assert not buf.any(), f"{name} left dirty"
+    assert_scratch_clean("stream_k")
