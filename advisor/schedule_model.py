@@ -167,7 +167,12 @@ def predict(strategy: str, cfg: Any, M: int, N: int, K: int, elt: int, dev: Devi
             # smaller tile's rate
             split_m = int(_knob(cfg, "SK_SPLIT_M", default=1))
             split_n = int(_knob(cfg, "SK_SPLIT_N", default=1))
-            pieces = sk_tiles * split_m * split_n
+            # edge_first: the ragged last tile column heads the region, each of its tiles only
+            # the column pieces that reach into C
+            edge, edge_cols = 0, 0
+            if _knob(cfg, "edge_first", default=False) and N % bn and N > bn:
+                edge, edge_cols = min(math.ceil(M / bm), sk_tiles), math.ceil((N % bn) / (bn // split_n))
+            pieces = (sk_tiles - edge) * split_m * split_n + edge * split_m * edge_cols
             tile_bytes /= split_m * split_n
             chunks = 1 if _knob(cfg, "whole_pieces", default=False) else aligned_chunks(pieces, iters, sms)
             units = pieces * chunks
@@ -175,7 +180,9 @@ def predict(strategy: str, cfg: Any, M: int, N: int, K: int, elt: int, dev: Devi
             sk_us = rounds * math.ceil(iters / chunks) * _iter_us(bm // split_m, bn // split_n, bk, dev)
             # the Stream-K tiles' operand panels are read at the same time by every chunk:
             # the phase cannot beat reading them once
-            rows, cols = _grouped_span(sk_tiles, M, N, bm, bn)
+            rows, cols = _grouped_span(sk_tiles - edge, M, N, bm, bn)
+            if edge:  # the ragged column's rows and its (narrower) column panel
+                rows, cols = max(rows, edge), cols + edge_cols / split_n
             sk_us = max(sk_us, _mem_us(elt * K * (bm * rows + bn * cols), dev))
             split = chunks > 1
             # each unit hands in its partial, then (cooperative fixup) claims one row slice of a
@@ -188,6 +195,7 @@ def predict(strategy: str, cfg: Any, M: int, N: int, K: int, elt: int, dev: Devi
             handoff = rounds * (2 * _HANDOFF_US + (tile_bytes + claim_bytes) / sm_bytes_per_us) if split else 0.0
             fixup_bytes = (2 * tile_bytes * (units if deterministic else pieces)) if split else 0
             cut = f" x {split_m * split_n} pieces of {bm // split_m}x{bn // split_n}" if split_m * split_n > 1 else ""
+            cut += f" ({pieces} pieces: the ragged column's {edge} tiles first)" if edge else ""
             notes = (f"policy {policy}, aligned: {dp_tiles} data-parallel tiles, {sk_tiles} Stream-K tiles{cut} "
                      f"in {chunks} K-chunk{'s' if chunks > 1 else ''} ({rounds} round{'s' if rounds > 1 else ''} of units)")
         else:

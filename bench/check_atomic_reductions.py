@@ -78,6 +78,13 @@ def cases():
            sp.Config(**q, deterministic=False, SK_SPLIT_M=2, tma_hand_in=True), (2176, 2176, 8192))
     yield ("stream_k hybrid1 aligned 128x256 m/2 n/2 whole sks5", sp,
            sp.Config(**q, SK_SPLIT_M=2, whole_pieces=True, SK_STAGES=5), (3072, 3072, 4096))
+    # the ragged column first (edge_first): the half-empty tiles' right-hand pieces dropped,
+    # atomic (as searched) and deterministic, 25 pieces on 2176^2 and 33 on 4224^2
+    for det in (False, True):
+        name = "atomic" if not det else "deterministic"
+        for shape in ((2176, 2176, 8192), (4224, 4224, 8192)):
+            yield (f"stream_k hybrid1 aligned {name} 128x256 n/2 sks5 edge", sp,
+                   sp.Config(**q, deterministic=det, SK_STAGES=5, edge_first=True), shape)
 
 
 def main() -> int:

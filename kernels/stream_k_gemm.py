@@ -29,7 +29,11 @@ What
         whole_pieces): the region is then a round of small data-parallel pieces, stored
         directly, with no fixup; their loops read little a step, so SK_STAGES gives them a
         deeper pipeline than the big tiles' (5 against 3 stages for 64x128 pieces of 128x256
-        tiles: 16-17 against 26.5 us a piece on the H200).
+        tiles: 16-17 against 26.5 us a piece on the H200). With edge_first, a last tile
+        column that N leaves ragged comes first in the tile order, so its tiles are the
+        region's, and their column pieces wholly right of N are dropped instead of computing
+        zeros (2176^2 in 128x256 tiles: a region of 25 pieces of 128x128 where 21 whole tiles
+        would run; their loops at SK_STAGES=5).
 
     A tile split between programs is reduced by a fixup:
 
@@ -82,10 +86,11 @@ When it wins
     1664x1408 (143 tiles of 128x128), 2176^2 (153 of 128x256), 2304^2 (162), 3072^2 (288),
     4224^2 (561). Measured on the H200 (bench/RESULTS.md): aligned + TMA hybrid1 is our
     fastest schedule on all five, 1.12-1.40x our data-parallel baseline (1.20x geomean, run
-    20261201T074432Z-430), with 64-row pieces (SK_SPLIT_M=2) on 1664x1408 and whole quarter
-    pieces on 2304^2 (1.04-1.05x cuBLAS in runs 20261201T101147Z-451 and -1055), but
-    0.90-1.05x cuBLAS a shape (0.91-0.99x geomean over the runs of 2026-11-29 and 2026-12-01,
-    0.97-0.98x in the last two; cuBLAS's own times moving by up to 12%: the H200 runs these
+    20261201T074432Z-430), with 64-row pieces (SK_SPLIT_M=2) on 1664x1408, whole quarter
+    pieces on 2304^2 (1.04-1.05x cuBLAS in runs 20261201T101147Z-451 and -1055) and the ragged
+    column first on 2176^2 (1.01x in run 20261201T111559Z-537), but 0.90-1.05x cuBLAS a shape
+    (0.91-0.99x geomean over the runs of 2026-11-29 and 2026-12-01, 0.99x in run -537;
+    cuBLAS's own times moving by up to 12%: the H200 runs these
     GEMMs at its 700 W cap, its SM clock 1390-1580 MHz after a second of them,
     bench/probe_clocks.py).
     cuBLAS picks tiles that Triton's power-of-two blocks cannot express, so that the waves
@@ -207,6 +212,13 @@ class Config:
     # 16-17 with SK_STAGES 5-6 for a 4096-deep K (H200, 2026-12-01,
     # bench/probes/tail_quarter_pieces*.json)
     SK_STAGES: int = 0
+    # aligned only: where N leaves the last tile column ragged, that column's tiles come first
+    # in the tile order, so they fall in the Stream-K region, and with SK_SPLIT_N their column
+    # pieces that lie wholly right of N are dropped from the region instead of computing zeros.
+    # A 128x256 tile over the 128 columns 2176 = 8 x 256 + 128 leaves is then one 128x128 piece:
+    # the region of 2176^2 (21 tiles) holds 12.5 tiles' work instead of 21, that of 4224^2
+    # (the 33 ragged tiles) 16.5 instead of 33; the data-parallel tiles are all whole
+    edge_first: bool = False
 
     def __post_init__(self):
         check_block_config(self)
@@ -222,7 +234,7 @@ class Config:
                 raise ValueError(f"{name}={split}: pieces of {block}={size} would have {size // split} "
                                  f"{side}, under the 16 tl.dot needs")
         for name in ("deterministic", "aligned", "use_tma", "EPILOGUE_SUBTILE", "FLATTEN", "dp_first",
-                     "tma_hand_in", "helper_claims", "whole_pieces"):
+                     "tma_hand_in", "helper_claims", "whole_pieces", "edge_first"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}={getattr(self, name)!r}: must be a bool")
         if self.EPILOGUE_SUBTILE and not self.use_tma:
@@ -234,6 +246,8 @@ class Config:
                              "aligned=True and use_tma=True")
         if self.whole_pieces and not self.aligned:
             raise ValueError("whole_pieces runs the aligned layout's Stream-K pieces unsplit: it needs aligned=True")
+        if self.edge_first and not self.aligned:
+            raise ValueError("edge_first orders the aligned layout's Stream-K region: it needs aligned=True")
         if self.helper_claims and not self.aligned:
             raise ValueError("helper_claims changes the aligned layout's cooperative fixup: it needs aligned=True")
         if self.tma_hand_in and not (self.aligned and self.use_tma):
@@ -264,7 +278,7 @@ class Config:
                 f"{' subtile' if self.EPILOGUE_SUBTILE else ''}{' flat' if self.FLATTEN else ''}"
                 f"{' dpfirst' if self.dp_first else ''}{split}{' tmahand' if self.tma_hand_in else ''}"
                 f"{' helpers' if self.helper_claims else ''}{' whole' if self.whole_pieces else ''}"
-                f"{f' sks{self.SK_STAGES}' if self.SK_STAGES else ''}")
+                f"{f' sks{self.SK_STAGES}' if self.SK_STAGES else ''}{' edge' if self.edge_first else ''}")
 
     @property
     def sk_block_m(self) -> int:
@@ -294,12 +308,18 @@ class Plan:
     num_sms: int = 0  # programs the data-parallel tiles are spread over (persistent loop)
     split_m: int = 1  # aligned: row pieces a Stream-K tile is cut into (Config.SK_SPLIT_M)
     split_n: int = 1  # aligned: column pieces a Stream-K tile is cut into (Config.SK_SPLIT_N)
+    # aligned + edge_first: ragged last-column tiles at the head of the region (0: the plain
+    # grouped order), and how many of their split_n column pieces hold part of C
+    edge_tiles: int = 0
+    edge_cols: int = 0
 
     @property
     def sk_pieces(self) -> int:
         """Units of the Stream-K region before K-chunking: its tiles, each cut into split_m x
-        split_n pieces (aligned), or its tiles (contiguous)."""
-        return self.sk_tiles * self.split_m * self.split_n
+        split_n pieces (aligned; a ragged edge tile only into the edge_cols columns that hold
+        part of C), or its tiles (contiguous)."""
+        whole = (self.sk_tiles - self.edge_tiles) * self.split_m * self.split_n
+        return whole + self.edge_tiles * self.split_m * self.edge_cols
 
     @property
     def dp_tiles(self) -> int:
@@ -378,20 +398,35 @@ def aligned_chunks(sk_tiles: int, iters: int, num_sms: int) -> int:
     return best
 
 
+def edge_region(M: int, N: int, config: Config, sk_tiles: int) -> tuple[int, int]:
+    """(edge tiles, edge piece columns) of an edge_first region: where N leaves the last tile
+    column ragged, its tiles (the region's first min(tile rows, sk_tiles)) and the number of
+    the SK_SPLIT_N column pieces of such a tile that reach into C. (0, 0) otherwise: the plain
+    grouped order."""
+    num_pid_n = cdiv(N, config.BLOCK_N)
+    if not (config.edge_first and config.aligned and sk_tiles and N % config.BLOCK_N and num_pid_n > 1):
+        return 0, 0
+    ragged = N - (num_pid_n - 1) * config.BLOCK_N
+    return min(cdiv(M, config.BLOCK_M), sk_tiles), cdiv(ragged, config.sk_block_n)
+
+
 @functools.lru_cache(maxsize=512)  # pure in its arguments; saves host time per call
 def plan_schedule(M: int, N: int, K: int, config: Config, num_sms: int) -> Plan:
     """Contiguous: the region's sk_tiles x iters iterations split evenly over min(SMs,
     iterations) programs. Aligned: each region tile cut into SK_SPLIT_M x SK_SPLIT_N pieces and
     each piece into `aligned_chunks` equal K-chunks (one with whole_pieces); unit u (chunk
-    u // pieces of piece u % pieces) goes to program u mod SMs."""
+    u // pieces of piece u % pieces) goes to program u mod SMs. With edge_first the region
+    starts with the ragged column's tiles and counts only their pieces that reach into C
+    (`edge_region`), so the chunks follow the pieces that really run."""
     tiles = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N)
     iters = cdiv(K, config.BLOCK_K)
     sk_tiles = sk_tile_count(config.policy, tiles, num_sms)
     if config.aligned:
-        pieces = sk_tiles * config.SK_SPLIT_M * config.SK_SPLIT_N
+        edge, cols = edge_region(M, N, config, sk_tiles)
+        plan = Plan(tiles, iters, sk_tiles, 0, 0, 0, 0, num_sms, config.SK_SPLIT_M, config.SK_SPLIT_N, edge, cols)
+        pieces = plan.sk_pieces
         chunks = (1 if config.whole_pieces else aligned_chunks(pieces, iters, num_sms)) if sk_tiles else 0
-        return Plan(tiles, iters, sk_tiles, min(num_sms, pieces * chunks), 0, 0, chunks, num_sms,
-                    config.SK_SPLIT_M, config.SK_SPLIT_N)
+        return replace(plan, sk_programs=min(num_sms, pieces * chunks), chunks=chunks)
     total = sk_tiles * iters
     programs = min(num_sms, total)
     q, r = divmod(total, programs) if programs else (0, 0)
@@ -547,7 +582,7 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 
 
 # TMA points of the aligned search: (BLOCK_M, BLOCK_N, warps, stages, subtiled epilogue,
-# deterministic, SK_SPLIT_M, tma_hand_in, helper_claims, SK_SPLIT_N, SK_STAGES). 128x256
+# deterministic, SK_SPLIT_M, tma_hand_in, helper_claims, SK_SPLIT_N, SK_STAGES, edge_first). 128x256
 # with 4 stages only fits (227 KB) when C is staged in halves. The atomic flavour of the
 # fastest tiles too: with its cooperative read-out (each contributor takes 1/chunks of the
 # tile's running sum) its
@@ -582,14 +617,26 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 # won 2304^2x4096 in both bench runs since (1.04-1.05x cuBLAS) and 3072^2 in one
 # (bench/probes/tail_quarter_pieces*.json). Searched 7-stage loops for the m/2 pieces too:
 # 1-2% (within noise) on 2304^2 and 2176^2, slower on 1664x1408 in the bench; not kept.
+# The ragged column first (last field, edge_first, with 128x128 column pieces at SK_STAGES=5),
+# only where it drops pieces: on 4224^2x8192 (the 33 half-empty tiles as 33 pieces) the
+# Stream-K phase took 21.0 against 24.2 us and its hand-in 3.5 against 6.0 us (phase stamps),
+# 424.9 against 433.9 us graph-timed for the best other config; on 2176^2x8192 it brought the
+# 128x256 tile level with the 128x128 winner (106.0 against 106.2 us span, 119.6 against 118.8
+# graph-timed). At 3 stages the pieces' loop was latency-bound and lost (18.2 against 16.0 us
+# for the unsplit tiles; bench/probes/tail_edge_first*.json, H200 2026-12-01).
 TMA_POINTS = (
-    (128, 256, 8, 3, False, True, 1, False, False, 1, 0), (128, 256, 8, 4, True, True, 1, False, False, 1, 0),
-    (128, 128, 4, 5, False, True, 1, False, False, 1, 0),
-    (128, 128, 4, 5, False, False, 1, False, False, 1, 0), (128, 256, 8, 3, False, False, 1, False, False, 1, 0),
-    (128, 256, 8, 4, True, False, 1, False, False, 1, 0), (128, 256, 8, 3, False, False, 1, True, False, 1, 0),
-    (128, 256, 8, 3, False, False, 1, True, True, 1, 0),
-    (128, 256, 8, 3, False, True, 2, False, False, 2, 5),
-    (128, 128, 4, 5, False, False, 2, False, False, 1, 0), (128, 128, 4, 5, False, True, 2, False, False, 1, 0),
+    (128, 256, 8, 3, False, True, 1, False, False, 1, 0, False),
+    (128, 256, 8, 4, True, True, 1, False, False, 1, 0, False),
+    (128, 128, 4, 5, False, True, 1, False, False, 1, 0, False),
+    (128, 128, 4, 5, False, False, 1, False, False, 1, 0, False),
+    (128, 256, 8, 3, False, False, 1, False, False, 1, 0, False),
+    (128, 256, 8, 4, True, False, 1, False, False, 1, 0, False),
+    (128, 256, 8, 3, False, False, 1, True, False, 1, 0, False),
+    (128, 256, 8, 3, False, False, 1, True, True, 1, 0, False),
+    (128, 256, 8, 3, False, True, 2, False, False, 2, 5, False),
+    (128, 256, 8, 3, False, False, 1, False, False, 2, 5, True),
+    (128, 128, 4, 5, False, False, 2, False, False, 1, 0, False),
+    (128, 128, 4, 5, False, True, 2, False, False, 1, 0, False),
 )
 # The 4-stage 128x128 deterministic point (the default config's twin, which the bench always
 # times anyway) left the list when the helper point came, to stay within 12 candidates: the
@@ -627,7 +674,8 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
     out: list[Config] = list(skinny_points(M, N, K, dtype, num_sms))
     if tma_shape_ok(M, N, K, dtype):
         for point in TMA_POINTS:
-            bm, bn, warps, stages, subtile, deterministic, split_m, tma_hand_in, helpers, split_n, sk_stages = point
+            (bm, bn, warps, stages, subtile, deterministic, split_m, tma_hand_in, helpers, split_n, sk_stages,
+             edge_first) = point
             tiles = cdiv(M, bm) * cdiv(N, bn)
             if not fits_shape(bm, bn, M, N) or tiles % num_sms == 0:
                 continue
@@ -635,7 +683,7 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
             cfg = Config(bm, bn, base.BLOCK_K, 8, base.num_warps, stages, aligned_policy(tiles, num_sms),
                          deterministic, aligned=True, use_tma=True, EPILOGUE_SUBTILE=subtile, SK_SPLIT_M=split_m,
                          tma_hand_in=tma_hand_in, helper_claims=helpers, SK_SPLIT_N=split_n,
-                         whole_pieces=split_n > 1, SK_STAGES=sk_stages)
+                         whole_pieces=split_n > 1 and not edge_first, SK_STAGES=sk_stages, edge_first=edge_first)
             plan = plan_schedule(M, N, K, cfg, num_sms)
             # row pieces only beside a data-parallel body: on skinny shapes (all Stream-K) the
             # pieces re-read B and lost 20-40% (bench/probes/skinny_split_m.json)
@@ -645,12 +693,15 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
             wanted = plan.split_tiles if split_m == 1 else (
                 plan.dp_tiles > 0 and plan.sk_tiles > 0 and (plan.split_tiles or deterministic)
                 and plan.sk_pieces * plan.chunks <= num_sms)
-            if split_n > 1:  # quarter pieces only as one split-free round (whole_pieces; column
+            if split_n > 1 and not edge_first:  # quarter pieces only as one split-free round (whole_pieces; column
                 # pieces with K-chunks lost everywhere, bench/probes/tail_split_n.json), and only
                 # where that round is short: a piece runs the whole K
                 wanted = plan.dp_tiles > 0 and 0 < plan.sk_pieces <= num_sms and K <= WHOLE_PIECES_MAX_K
             if helpers:  # only where the helpers have little to read
                 wanted = 0 < helper_bytes(cfg, plan) <= HELPER_BYTES
+            if edge_first:  # only where the ragged column's empty pieces drop out of a region
+                # beside a data-parallel body (measured there only)
+                wanted = plan.split_tiles and plan.dp_tiles > 0 and 0 < plan.edge_cols < split_n
             if cfg.smem_bytes(dtype) <= SMEM_PER_BLOCK_SM90 and cfg not in out and wanted:
                 out.append(cfg)
     for bm, bn, warps, stages in ((128, 128, 4, 4), (128, 256, 8, 4)):
@@ -695,15 +746,41 @@ def _now(x):
 
 
 @triton.jit
-def _piece_coords(v, num_pid_m, num_pid_n, GROUP_M: tl.constexpr, SK_SPLIT_M: tl.constexpr,
-                  SK_SPLIT_N: tl.constexpr):
+def _tile_at(t, num_pid_m, num_pid_n, GROUP_M: tl.constexpr, EDGE_FIRST: tl.constexpr):
+    """(pid_m, pid_n) of tile t in the schedule's order: grouped (dp_gemm.tile_coords), or with
+    EDGE_FIRST the ragged last tile column first, top to bottom, then the other columns grouped."""
+    if EDGE_FIRST:
+        rest_m, rest_n = tile_coords(tl.maximum(t - num_pid_m, 0), num_pid_m, num_pid_n - 1, GROUP_M)
+        edge = t < num_pid_m
+        pid_m = tl.where(edge, t, rest_m)
+        pid_n = tl.where(edge, num_pid_n - 1, rest_n)
+    else:
+        pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
+    return pid_m, pid_n
+
+
+@triton.jit
+def _piece_coords(v, num_pid_m, num_pid_n, sk_edge, edge_cols, GROUP_M: tl.constexpr,
+                  SK_SPLIT_M: tl.constexpr, SK_SPLIT_N: tl.constexpr, EDGE_FIRST: tl.constexpr):
     """(pid_m, pid_n) of Stream-K piece v, in units of BLOCK_M / SK_SPLIT_M rows and
     BLOCK_N / SK_SPLIT_N columns: piece s = v % (SK_SPLIT_M x SK_SPLIT_N) of region tile
-    v // (SK_SPLIT_M x SK_SPLIT_N) (grouped order), row s // SK_SPLIT_N, column s % SK_SPLIT_N."""
+    v // (SK_SPLIT_M x SK_SPLIT_N) (_tile_at order), row s // SK_SPLIT_N, column s % SK_SPLIT_N.
+    EDGE_FIRST: the first sk_edge region tiles are the ragged column's, and only their first
+    edge_cols piece columns (those that reach into C) are pieces; the whole tiles follow."""
     SUBS: tl.constexpr = SK_SPLIT_M * SK_SPLIT_N
-    pid_m, pid_n = tile_coords(v // SUBS, num_pid_m, num_pid_n, GROUP_M)
-    s = v % SUBS
-    return pid_m * SK_SPLIT_M + s // SK_SPLIT_N, pid_n * SK_SPLIT_N + s % SK_SPLIT_N
+    if EDGE_FIRST:
+        edge_pieces = SK_SPLIT_M * edge_cols  # pieces of a ragged tile
+        in_edge = v < sk_edge * edge_pieces
+        w = tl.maximum(v - sk_edge * edge_pieces, 0)  # piece number among the whole tiles'
+        t = tl.where(in_edge, v // edge_pieces, sk_edge + w // SUBS)
+        row = tl.where(in_edge, (v % edge_pieces) // edge_cols, (w % SUBS) // SK_SPLIT_N)
+        col = tl.where(in_edge, v % edge_cols, w % SK_SPLIT_N)
+    else:
+        t = v // SUBS
+        row = (v % SUBS) // SK_SPLIT_N
+        col = v % SK_SPLIT_N
+    pid_m, pid_n = _tile_at(t, num_pid_m, num_pid_n, GROUP_M, EDGE_FIRST)
+    return pid_m * SK_SPLIT_M + row, pid_n * SK_SPLIT_N + col
 
 
 @triton.jit
@@ -949,15 +1026,15 @@ def _dp_tiles(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     USE_TMA: tl.constexpr, A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr,
     EPILOGUE_SUBTILE: tl.constexpr, FLATTEN: tl.constexpr, EVEN_K: tl.constexpr, INT64: tl.constexpr,
-    HINTS: tl.constexpr = 0,
+    HINTS: tl.constexpr = 0, EDGE_FIRST: tl.constexpr = False,
 ):
-    """Data-parallel tiles first, first + grid, ... below stop, in a persistent loop (program
-    p takes tiles sk_tiles + p, + grid, ... of those after the Stream-K region)."""
+    """Data-parallel tiles first, first + grid, ... below stop (_tile_at order), in a persistent
+    loop (program p takes tiles sk_tiles + p, + grid, ... of those after the Stream-K region)."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     iters = tl.cdiv(K, BLOCK_K)
     for tile_id in tl.range(first, stop, grid, flatten=FLATTEN):
-        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = _tile_at(tile_id, num_pid_m, num_pid_n, GROUP_M, EDGE_FIRST)
         acc = _mac(a_ref, b_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
                    pid_m, pid_n, 0, iters, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64,
                    USE_TMA, A_COL_MAJOR, B_COL_MAJOR, HINTS=HINTS)
@@ -1024,6 +1101,8 @@ def stream_k_gemm_kernel(
     # the plan (see Plan): Stream-K programs and tiles, iterations per program (q, r) for
     # contiguous ranges, K-chunks per tile for aligned ones
     sk_programs, sk_tiles, sk_q, sk_r, sk_chunks,
+    # EDGE_FIRST: ragged-column tiles at the head of the region, piece columns of theirs in C
+    sk_edge, edge_cols,
     # tile shape and order
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     # schedule options
@@ -1031,6 +1110,7 @@ def stream_k_gemm_kernel(
     SK_SPLIT_M: tl.constexpr,  # aligned: row pieces a Stream-K tile is cut into
     SK_SPLIT_N: tl.constexpr,  # aligned: column pieces a Stream-K tile is cut into
     SK_STAGES: tl.constexpr,  # aligned + TMA: the Stream-K MAC loop's pipeline depth (0: num_stages)
+    EDGE_FIRST: tl.constexpr,  # aligned: the ragged last tile column first in the order (Plan.edge_tiles)
     FIXUP_ROWS: tl.constexpr,  # rows summed at a time by a last arriver (or final arrival's owed slices)
     SLICE_ROWS: tl.constexpr,  # rows summed at a time in the cooperative fixup (aligned)
     USE_TMA: tl.constexpr,
@@ -1060,6 +1140,8 @@ def stream_k_gemm_kernel(
     SK_BN: tl.constexpr = BLOCK_N // SK_SPLIT_N  # columns of a Stream-K piece (aligned)
     SUBS: tl.constexpr = SK_SPLIT_M * SK_SPLIT_N  # pieces a Stream-K tile
     pieces = sk_tiles * SUBS  # Stream-K pieces (aligned)
+    if EDGE_FIRST:  # a ragged tile has only the pieces that reach into C (Plan.sk_pieces)
+        pieces = (sk_tiles - sk_edge) * SUBS + sk_edge * SK_SPLIT_M * edge_cols
     num_tiles = num_pid_m * num_pid_n
     if PHASE_TIMES:
         t_start = _now(pid)
@@ -1068,7 +1150,7 @@ def stream_k_gemm_kernel(
         _dp_tiles(a_ref, b_ref, c_ref, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                   stride_cm, stride_cn, sk_tiles + pid, num_tiles, grid, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
                   USE_TMA, A_COL_MAJOR, B_COL_MAJOR, EPILOGUE_SUBTILE, FLATTEN, EVEN_K, INT64,
-                  HINTS=STRIDE_HINTS)
+                  HINTS=STRIDE_HINTS, EDGE_FIRST=EDGE_FIRST)
     if pid < sk_programs:
         if ALIGNED:
             # ---- Stream-K region: each tile cut into SUBS pieces of SK_BM x SK_BN, each
@@ -1082,7 +1164,8 @@ def stream_k_gemm_kernel(
                 chunk = u // pieces
                 k0 = chunk * iters // sk_chunks
                 k1 = (chunk + 1) * iters // sk_chunks
-                pid_m, pid_n = _piece_coords(v, num_pid_m, num_pid_n, GROUP_M, SK_SPLIT_M, SK_SPLIT_N)
+                pid_m, pid_n = _piece_coords(v, num_pid_m, num_pid_n, sk_edge, edge_cols, GROUP_M,
+                                             SK_SPLIT_M, SK_SPLIT_N, EDGE_FIRST)
                 acc = _mac(a_sk_ref, b_sk_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
                            pid_m, pid_n, k0, k1, SK_BM, SK_BN, BLOCK_K, EVEN_K, INT64,
                            USE_TMA, A_COL_MAJOR, B_COL_MAJOR, HINTS=STRIDE_HINTS, STAGES=SK_STAGES)
@@ -1145,7 +1228,7 @@ def stream_k_gemm_kernel(
         _dp_tiles(a_ref, b_ref, c_ref, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                   stride_cm, stride_cn, sk_tiles + pid, num_tiles, grid, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
                   USE_TMA, A_COL_MAJOR, B_COL_MAJOR, EPILOGUE_SUBTILE, FLATTEN, EVEN_K, INT64,
-                  HINTS=STRIDE_HINTS)
+                  HINTS=STRIDE_HINTS, EDGE_FIRST=EDGE_FIRST)
     if PHASE_TIMES:
         t_dp = _now(pid)
     if ALIGNED and HELPERS:
@@ -1168,7 +1251,8 @@ def stream_k_gemm_kernel(
             for j in range(mine):
                 if (found >> j) & 1:
                     v = pid - sk_programs + j * helpers
-                    pid_m, pid_n = _piece_coords(v, num_pid_m, num_pid_n, GROUP_M, SK_SPLIT_M, SK_SPLIT_N)
+                    pid_m, pid_n = _piece_coords(v, num_pid_m, num_pid_n, sk_edge, edge_cols, GROUP_M,
+                                                 SK_SPLIT_M, SK_SPLIT_N, EDGE_FIRST)
                     _reduce_rows(ws_ptr, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n,
                                  v, pieces, sk_chunks, 0, SK_BM, SK_BM, SK_BN, HELPER_ROWS, INT64,
                                  DETERMINISTIC)
@@ -1186,7 +1270,8 @@ def stream_k_gemm_kernel(
             # once; an acquire-only claim was no faster.
             for u in range(pid, pieces * sk_chunks, grid):
                 v = u % pieces
-                pid_m, pid_n = _piece_coords(v, num_pid_m, num_pid_n, GROUP_M, SK_SPLIT_M, SK_SPLIT_N)
+                pid_m, pid_n = _piece_coords(v, num_pid_m, num_pid_n, sk_edge, edge_cols, GROUP_M,
+                                             SK_SPLIT_M, SK_SPLIT_N, EDGE_FIRST)
                 word = tl.atomic_add(counter_ptr + v, 1 << 16, sem="acq_rel")
                 k = word >> 16
                 if (word & 0xFFFF) == sk_chunks:
@@ -1273,9 +1358,10 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         M, N, K,
         *a.stride(), *b.stride(), *c.stride(),
         plan.sk_programs, plan.sk_tiles, plan.sk_iters_per_program, plan.sk_extra, plan.chunks,
+        plan.edge_tiles, max(1, plan.edge_cols),
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
         ALIGNED=config.aligned, DETERMINISTIC=config.deterministic, SK_SPLIT_M=config.SK_SPLIT_M,
-        SK_SPLIT_N=config.SK_SPLIT_N, SK_STAGES=config.SK_STAGES,
+        SK_SPLIT_N=config.SK_SPLIT_N, SK_STAGES=config.SK_STAGES, EDGE_FIRST=plan.edge_tiles > 0,
         FIXUP_ROWS=fixup_rows(config.sk_block_m, config.sk_block_n),
         SLICE_ROWS=slice_rows(config.sk_block_m, config.sk_block_n, plan.chunks),
         USE_TMA=config.use_tma, A_COL_MAJOR=a_col, B_COL_MAJOR=b_col,

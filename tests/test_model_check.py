@@ -128,3 +128,15 @@ def test_split_pieces_are_modelled():
     assert "x 4 pieces of 64x128 in 1 K-chunk (1 round" in quarters.notes
     assert quarters.memory_us == pytest.approx(sm._mem_us(2 * (2 * 3072 * 4096 + 3072 * 3072), dev))
     assert "in 4 K-chunks" in sm.predict("stream_k", t256, 3072, 3072, 4096, 2, dev).notes
+    # edge_first on 4224^2x8192: the 33 ragged tiles as 33 column pieces of 128x128 (the empty
+    # right halves dropped), in 4 K-chunks: less Stream-K work and half-size partials, so
+    # predicted faster than the same tile with both halves
+    cols = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "policy": "hybrid1", "aligned": True,
+            "deterministic": False, "SK_SPLIT_N": 2}
+    edge = sm.predict("stream_k", dict(cols, edge_first=True), 4224, 4224, 8192, 2, dev)
+    both = sm.predict("stream_k", cols, 4224, 4224, 8192, 2, dev)
+    assert "(33 pieces: the ragged column's 33 tiles first) in 4 K-chunks" in edge.notes
+    assert "in 2 K-chunks" in both.notes and edge.predicted_us < both.predicted_us
+    # 3072^2 has no ragged column: the knob changes nothing
+    assert sm.predict("stream_k", dict(cols, edge_first=True), 3072, 3072, 4096, 2, dev).predicted_us == \
+        sm.predict("stream_k", cols, 3072, 3072, 4096, 2, dev).predicted_us

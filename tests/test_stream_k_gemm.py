@@ -523,7 +523,7 @@ def test_quarter_points_in_the_search():
     # K: they lost 5-8% at K = 8192 on the H200)
     def quarters(shape):
         return [(c.SK_SPLIT_M, c.SK_SPLIT_N, c.whole_pieces, c.BLOCK_N, c.SK_STAGES)
-                for c in sk.search_space(*shape, torch.bfloat16, 132) if c.SK_SPLIT_N > 1]
+                for c in sk.search_space(*shape, torch.bfloat16, 132) if c.SK_SPLIT_N > 1 and not c.edge_first]
     for shape in [(2304, 2304, 4096), (3072, 3072, 4096)]:
         assert quarters(shape) == [(2, 2, True, 256, 5)], shape
         for c in sk.search_space(*shape, torch.bfloat16, 132):
@@ -533,6 +533,108 @@ def test_quarter_points_in_the_search():
     for shape in [(2176, 2176, 8192), (4224, 4224, 8192), (1664, 1408, 8192), (512, 512, 65536),
                   (128, 8192, 8192)]:
         assert quarters(shape) == [], shape
+
+
+# ---- The ragged column first (edge_first) ----------------------------------------------------
+
+
+def ecfg(split_m=1, split_n=2, policy="hybrid1", deterministic=True, use_tma=False, **kw):
+    return sk.Config(32, 64, 16, 2, 4, 1, policy, deterministic, aligned=True, use_tma=use_tma,
+                     SK_SPLIT_M=split_m, SK_SPLIT_N=split_n, edge_first=True, **kw)
+
+
+# 80x152 in 32x64 tiles: 3 x 3 tiles, the last tile row ragged (16 of 32 rows) and the last
+# column 24 of 64 columns wide, so its right-hand 32-column piece lies wholly outside C; K=72
+# (the last of 5 steps ragged). On 7 SMs "hybrid1" puts 2 tiles in the region: 2 of the 3
+# ragged-column tiles (the third stays data-parallel), as 2 pieces in 3 K-chunks (1 helper).
+ESHAPE = (80, 152, 72)
+
+
+def test_edge_first_plans():
+    t256 = sk.Config(128, 256, 64, 8, 8, 3, "hybrid1", False, aligned=True, use_tma=True, SK_SPLIT_N=2,
+                     SK_STAGES=5, edge_first=True)
+    # 2176^2: 17 ragged tiles (128 of 256 columns) + 4 whole ones = 25 pieces of 128x128 in 5
+    # K-chunks; 4224^2: the 33 ragged tiles are the region, 33 pieces in 4 K-chunks
+    for shape, want in [((2176, 2176, 8192), (21, 17, 1, 25, 5, 125)), ((4224, 4224, 8192), (33, 33, 1, 33, 4, 132))]:
+        plan = sk.plan_schedule(*shape, t256, 132)
+        assert (plan.sk_tiles, plan.edge_tiles, plan.edge_cols, plan.sk_pieces, plan.chunks, plan.sk_programs) == want
+        assert plan.dp_tiles == plan.tiles - plan.sk_tiles and plan.fixup_keys == plan.sk_pieces
+        unsplit = sk.plan_schedule(*shape, replace(t256, edge_first=False), 132)
+        assert (unsplit.edge_tiles, unsplit.sk_pieces) == (0, 2 * plan.sk_tiles)
+    # no ragged column (3072 = 12 x 256), or one tile column: the plain order
+    assert sk.edge_region(3072, 3072, t256, 24) == (0, 0) and sk.edge_region(64, 200, t256, 1) == (0, 0)
+    # a ragged column more than half full keeps both pieces; unsplit, edge_first only reorders
+    assert sk.edge_region(2176, 2176 + 64, t256, 21) == (17, 2)
+    assert sk.edge_region(2176, 2176, replace(t256, SK_SPLIT_N=1, SK_STAGES=0), 21) == (17, 1)
+    # the interpreter cases below
+    plan = sk.plan_schedule(*ESHAPE, ecfg(), 7)
+    assert (plan.sk_tiles, plan.edge_tiles, plan.sk_pieces, plan.chunks, plan.grid - plan.sk_programs) == (2, 2, 2, 3, 1)
+    assert sk.plan_schedule(*ESHAPE, ecfg(2, 2, "sk"), 7).sk_pieces == 3 * 2 + 6 * 4
+
+
+def test_edge_first_validation():
+    with pytest.raises(ValueError, match="edge_first.*aligned"):
+        sk.Config(edge_first=True)
+    with pytest.raises(TypeError, match="edge_first"):
+        sk.Config(aligned=True, edge_first=1)
+    assert ecfg().describe().endswith("n/2 edge")
+
+
+EDGE_CASES = [
+    # (config, dtype): pieces of the ragged column dropped (hybrid1: one ragged tile left
+    # data-parallel; sk: all of them) or kept (split_n 1), both fixups, pointer and TMA loads
+    (ecfg(), torch.float16), (ecfg(deterministic=False, use_tma=True), torch.float16),
+    (ecfg(use_tma=True), torch.bfloat16), (ecfg(deterministic=False), torch.float32),
+    (ecfg(2, 2, "sk", use_tma=True), torch.float16), (ecfg(2, 2, "sk", deterministic=False), torch.float16),
+    (ecfg(1, 1, "hybrid2"), torch.float16), (ecfg(whole_pieces=True, use_tma=True), torch.bfloat16),
+    (ecfg(deterministic=False, use_tma=True, SK_STAGES=2, tma_hand_in=True), torch.float32),
+]
+
+
+@pytest.mark.parametrize("case", range(len(EDGE_CASES)))
+def test_edge_first(case, monkeypatch):
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
+    config, dtype = EDGE_CASES[case]
+    run_checked(sk, *ESHAPE, dtype, config, seed=70 + case)
+    # a ragged column more than half full (168 = 2 x 64 + 40): both its pieces stay
+    run_checked(sk, 80, 168, 72, dtype, config, seed=80 + case)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=layout_id)
+def test_edge_first_layouts(layout, monkeypatch):
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
+    run_checked(sk, *ESHAPE, torch.float16, ecfg(use_tma=True), layout=layout)
+
+
+@pytest.mark.parametrize("order", ["pid", "reversed"])
+def test_edge_first_claims_and_clean_scratch(order, request, monkeypatch):
+    # the helper (pid 6) and the cooperative claims on the ragged column's pieces, in either
+    # launch order; atomic sums left zeroed
+    if order == "reversed":
+        request.getfixturevalue("reversed_launch_order")
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
+    for deterministic in (True, False):
+        helper = ecfg(deterministic=deterministic, helper_claims=True)
+        assert sk.uses_helpers(helper, sk.plan_schedule(*ESHAPE, helper, 7))
+        run_checked(sk, *ESHAPE, torch.float16, helper, seed=90)
+        run_checked(sk, *ESHAPE, torch.float16, ecfg(2, 2, "sk", deterministic), seed=91)
+    assert_scratch_clean("stream_k")
+
+
+def test_edge_points_in_the_search():
+    # searched only where the ragged column drops pieces beside a data-parallel body: of the
+    # tail shapes 2176^2 and 4224^2 (128 of 256 columns); not 1664x1408 (1408 = 5.5 x 256, but
+    # fewer 128x256 tiles than SMs), 2304^2 and 3072^2 (whole columns), nor skinny shapes
+    def edges(shape):
+        return [(c.BLOCK_N, c.SK_SPLIT_N, c.SK_STAGES, c.deterministic, c.whole_pieces)
+                for c in sk.search_space(*shape, torch.bfloat16, 132) if c.edge_first]
+    for shape in [(2176, 2176, 8192), (4224, 4224, 8192)]:
+        assert edges(shape) == [(256, 2, 5, False, False)], shape
+        for c in sk.search_space(*shape, torch.bfloat16, 132):
+            assert c.smem_bytes(torch.bfloat16) <= common.SMEM_PER_BLOCK_SM90
+    for shape in [(1664, 1408, 8192), (2304, 2304, 4096), (3072, 3072, 4096), (512, 512, 65536),
+                  (128, 8192, 8192), (2176, 2176 + 64, 8192)]:
+        assert edges(shape) == [], shape
 
 
 # ---- The TMA hand-in (tma_hand_in) -----------------------------------------------------------
