@@ -32,8 +32,14 @@ When it wins
 Caveats
     - TMA needs 16-byte aligned base pointers and leading strides, and a unit stride in the
       contiguous dimension (Hopper's tensor-map rules). An explicit `use_tma=True` config
-      raises ValueError on inputs that break them; the default config (config=None) falls
-      back to pointer loads instead.
+      raises ValueError on inputs that break them, unless it is `staged`: then each such
+      operand is first copied into a 16-byte aligned buffer (and C, if TMA cannot store into
+      it, is computed in one and copied out), one pass over that tensor. With config=None the
+      default config stages where the copies cost less than half the GEMM's ideal time
+      (`staging_pays`) and falls back to pointer loads otherwise. Misaligned rows cost the
+      pointer loads their vector width: on the H200 (2026-12-01) a Stream-K GEMM of
+      2000x2900x8192 (B rows of 5800 bytes) took 1010 us on pointer loads, and
+      torch.matmul 395 us.
     - For fp32 (tf32) inputs a transposed operand is legal but slower (wgmma wants tf32
       operands K-major; Triton reshuffles them).
     - PROGRAMS_PER_SM=2 only helps when two programs' shared memory fits one SM (228 KB).
@@ -99,6 +105,9 @@ class Config:
     use_tma: bool = True  # tensor-descriptor (TMA) loads and stores instead of pointer loads
     EPILOGUE_SUBTILE: bool = False  # TMA only: store C as two BLOCK_N/2-wide halves
     FLATTEN: bool = True  # flatten tile and K loops for the software pipeliner
+    # TMA only: copy operands TMA cannot read into 16-byte aligned buffers first, and compute
+    # C in one when TMA cannot store into it (stage_for_tma), instead of raising ValueError
+    staged: bool = False
 
     def __post_init__(self):
         check_block_config(self)
@@ -106,6 +115,7 @@ class Config:
             raise ValueError(f"PROGRAMS_PER_SM={self.PROGRAMS_PER_SM!r}: must be 1..4")
         if self.EPILOGUE_SUBTILE and not self.use_tma:
             raise ValueError("EPILOGUE_SUBTILE splits the TMA store: it needs use_tma=True")
+        check_staged(self)
 
     def smem_bytes(self, dtype: torch.dtype) -> int:
         """Pipeline buffers plus the epilogue's staging buffer for C: the TMA store's source
@@ -122,7 +132,7 @@ class Config:
         # variants through ast.unparse, which on Python 3.12+ would write them with the
         # f-string's own quotes, a syntax error on 3.11 (tests/test_generate.py checks).
         flags = (" tma" if self.use_tma else "") + (" subtile" if self.EPILOGUE_SUBTILE else "")
-        flags += "" if self.FLATTEN else " noflat"
+        flags += ("" if self.FLATTEN else " noflat") + (" staged" if self.staged else "")
         return (f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_M} w{self.num_warps} "
                 f"s{self.num_stages} pps{self.PROGRAMS_PER_SM}{flags}")
 
@@ -166,17 +176,100 @@ def tma_shape_ok(M: int, N: int, K: int, dtype: torch.dtype) -> bool:
     return TensorDescriptor is not None and all((d * elt) % 16 == 0 for d in (M, N, K))
 
 
+def check_staged(config) -> None:
+    """`staged` (a knob of the TMA schedules) is a bool and needs use_tma."""
+    if not isinstance(config.staged, bool):
+        raise TypeError(f"staged={config.staged!r}: must be a bool")
+    if config.staged and not config.use_tma:
+        raise ValueError("staged copies operands for TMA: it needs use_tma=True")
+
+
+# Ideal-time model of staging_pays: the device-to-device copy rate and a sustained bf16 GEMM
+# rate of the H200 (bench/RESULTS.md ceilings: 4.27 TB/s, 680-800 TFLOP/s at 8192^3)
+_COPY_BYTES_PER_S = 4.2e12
+_GEMM_FLOPS_PER_S = 6.5e14
+
+
+def staging_pays(M: int, N: int, K: int, dtype: torch.dtype) -> bool:
+    """Whether configs for this shape should be TMA configs with `staged` set, where the shape
+    breaks tma_shape_ok: TMA descriptors exist, and copying the row-major operands whose rows
+    are misaligned (A's K, or B's and C's N, times the element size not a multiple of 16
+    bytes: read and write of A, of B, and of C once more) takes less than half the GEMM's
+    ideal time, or nothing needs copying at all (only M misaligned). Big GEMMs with a
+    misaligned K or N pass; a skinny memory-bound one with misaligned B rows does not (its
+    copy would move as many bytes as the GEMM reads)."""
+    if TensorDescriptor is None or tma_shape_ok(M, N, K, dtype):
+        return False
+    elt = dtype.itemsize
+    copied = 0
+    if (K * elt) % 16:
+        copied += 2 * M * K * elt
+    if (N * elt) % 16:
+        copied += 2 * K * N * elt + 2 * M * N * elt
+    return copied == 0 or _copies_pay(copied, M, N, K)
+
+
+def _copies_pay(copied_bytes: int, M: int, N: int, K: int) -> bool:
+    """Staging's rule: the copies take less than half the GEMM's ideal time (and there are some)."""
+    return 0 < copied_bytes / _COPY_BYTES_PER_S < 0.5 * 2.0 * M * N * K / _GEMM_FLOPS_PER_S
+
+
+def aligned_empty(rows: int, cols: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """A (rows, cols) row-major view of a buffer whose row stride is padded to 16 bytes."""
+    per = 16 // dtype.itemsize
+    return torch.empty((rows, cdiv(cols, per) * per), dtype=dtype, device=device)[:, :cols]
+
+
+@triton.jit
+def _stage_copy_kernel(src, dst, rows, cols, src_row_stride, dst_row_stride,
+                       BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """dst[r, c] = src[r, c] for a row-major (rows, cols) src and an aligned, padded dst."""
+    r = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    mask = (r < rows)[:, None] & (c < cols)[None, :]
+    x = tl.load(src + (r[:, None] * src_row_stride + c[None, :]), mask=mask)
+    tl.store(dst + (r[:, None] * dst_row_stride + c[None, :]), x, mask=mask)
+
+
+def aligned_copy(x: torch.Tensor) -> torch.Tensor:
+    """`x` copied into an aligned_empty buffer. A row-major source whose rows start on 8-byte
+    boundaries goes through _stage_copy_kernel, anything else through torch's copy_. On the H200
+    (2026-12-01, bench/results/staging/) copy_ into the padded view moved ~1.5 TB/s (read +
+    write), the kernel 2.3-2.6 TB/s on 8-byte aligned rows (1664x8196 bf16: 23.3 against 36.9
+    us) but 1.0 TB/s on 2-byte aligned ones (4096x4095: 66.9 against 44.6 us)."""
+    dst = aligned_empty(*x.shape, x.dtype, x.device)
+    rows, cols = x.shape
+    if x.stride(1) != 1 or x.numel() == 0 or x.data_ptr() % 8 or (x.stride(0) * x.element_size()) % 8:
+        return dst.copy_(x)
+    BR, BC = 16, 256
+    _stage_copy_kernel[(cdiv(rows, BR), cdiv(cols, BC))](x, dst, rows, cols, x.stride(0), dst.stride(0),
+                                                         BLOCK_R=BR, BLOCK_C=BC, num_warps=4)
+    return dst
+
+
+def stage_for_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor):
+    """(a, b, work, staged_out): `a` and `b` as TMA can read them, themselves where tma_layout
+    accepts them, else copied into aligned row-major buffers; `work`, the C the kernel writes:
+    `c` when TMA can store into it (row-major, aligned), else an aligned buffer, and then
+    staged_out is True and the caller copies `work` into `c` after the launch."""
+    a, b = (x if tma_layout(x) else aligned_copy(x) for x in (a, b))
+    if tma_layout(c) == "row":
+        return a, b, c, False
+    return a, b, aligned_empty(*c.shape, c.dtype, c.device), True
+
+
 @functools.lru_cache(maxsize=512)  # pure in its arguments; saves host time per call
 def default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> Config:
     """128x256x64 tiles, 8 warps, 3 stages with TMA (Triton's known-good Hopper point: 144 KB
     of pipeline + 64 KB of C staging) when the problem has at least a wave of such tiles;
     otherwise 128x128x64, 4 warps, 4 stages. TMA whenever the shape allows it (see caveats);
     fp32 through dp_gemm's `for_dtype`."""
-    tma = tma_shape_ok(M, N, K, dtype)
-    small = for_dtype(Config(128, 128, 64, 8, num_warps=4, num_stages=4, use_tma=tma), dtype)
+    staged = staging_pays(M, N, K, dtype)
+    tma = tma_shape_ok(M, N, K, dtype) or staged
+    small = for_dtype(Config(128, 128, 64, 8, num_warps=4, num_stages=4, use_tma=tma, staged=staged), dtype)
     if not (M >= 128 and N >= 256 and cdiv(M, 128) * cdiv(N, 256) >= num_sms):
         return small
-    cfg = for_dtype(Config(128, 256, 64, 8, num_warps=8, num_stages=3, use_tma=tma), dtype)
+    cfg = for_dtype(Config(128, 256, 64, 8, num_warps=8, num_stages=3, use_tma=tma, staged=staged), dtype)
     if not _fits_sm(cfg, dtype) and tma:  # fp32: a 128x256 fp32 C tile is 128 KB; store it in halves
         cfg = replace(cfg, EPILOGUE_SUBTILE=True)
     return cfg if _fits_sm(cfg, dtype) else small
@@ -186,18 +279,20 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
     """At most 12 candidates around the Hopper sweet spot: 128x256 / 256x128 tiles with 8
     warps and 3-4 stages (4 only with a subtiled epilogue, to fit 227 KB), 128x128 tiles, a
     64x128 tile with two programs per SM, and pointer-load twins of the two main points, all
-    pruned by the shape (tile no larger than the problem, TMA only when strides allow it)."""
-    tma = tma_shape_ok(M, N, K, dtype)
+    pruned by the shape (tile no larger than the problem, TMA only when strides allow it or,
+    `staged`, when staging_pays)."""
+    staged = staging_pays(M, N, K, dtype)
+    tma = tma_shape_ok(M, N, K, dtype) or staged
     candidates = [
-        Config(128, 256, 64, 8, 8, 3, 1, tma, False, True),
-        Config(128, 256, 64, 8, 8, 4, 1, tma, tma, True),
-        Config(128, 256, 64, 8, 8, 3, 1, tma, tma, True),
-        Config(256, 128, 64, 8, 8, 3, 1, tma, False, True),
-        Config(128, 256, 64, 8, 8, 3, 1, tma, False, False),
-        Config(128, 128, 64, 8, 4, 4, 1, tma, False, True),
-        Config(128, 128, 64, 8, 8, 4, 1, tma, False, True),
-        Config(128, 128, 128, 8, 8, 3, 1, tma, tma, True),
-        Config(64, 128, 64, 8, 4, 4, 2, tma, False, True),
+        Config(128, 256, 64, 8, 8, 3, 1, tma, False, True, staged),
+        Config(128, 256, 64, 8, 8, 4, 1, tma, tma, True, staged),
+        Config(128, 256, 64, 8, 8, 3, 1, tma, tma, True, staged),
+        Config(256, 128, 64, 8, 8, 3, 1, tma, False, True, staged),
+        Config(128, 256, 64, 8, 8, 3, 1, tma, False, False, staged),
+        Config(128, 128, 64, 8, 4, 4, 1, tma, False, True, staged),
+        Config(128, 128, 64, 8, 8, 4, 1, tma, False, True, staged),
+        Config(128, 128, 128, 8, 8, 3, 1, tma, tma, True, staged),
+        Config(64, 128, 64, 8, 4, 4, 2, tma, False, True, staged),
         Config(128, 256, 64, 8, 8, 3, 1, False, False, True),
         Config(128, 128, 64, 8, 4, 4, 1, False, False, True),
         Config(64, 64, 64, 8, 4, 4, 2, False, False, True),
@@ -308,14 +403,20 @@ def _descriptor(base, shape, strides, block_shape):
 
 def tma_or_pointer_loads(config, a, b, c) -> tuple:
     """A default config's TMA choice checked against the actual tensors: (config, layouts)
-    with the tma_layout of a, b and c when TMA can read and write them, else (the config on
-    pointer loads, None), rather than the ValueError an explicit TMA config raises."""
-    if not config.use_tma:
+    with the tma_layout of a, b and c when TMA can read and write them; else the config
+    staged (config.staged) where copying the misfits costs less than half the GEMM's ideal
+    time (as staging_pays, but for these tensors), else the config on pointer loads, rather
+    than the ValueError an explicit unstaged TMA config raises."""
+    if not config.use_tma or config.staged:
         return config, None
     layouts = (tma_layout(a), tma_layout(b), tma_layout(c))
     if layouts[0] and layouts[1] and layouts[2] == "row":
         return config, layouts
-    return replace(config, use_tma=False, EPILOGUE_SUBTILE=False), None
+    copied = sum(2 * x.numel() * x.element_size() for x, layout in zip((a, b), layouts) if layout is None)
+    copied += 2 * c.numel() * c.element_size() if layouts[2] != "row" else 0
+    if _copies_pay(copied, a.shape[0], b.shape[1], a.shape[1]):
+        return replace(config, staged=True), None
+    return replace(config, use_tma=False, EPILOGUE_SUBTILE=False, staged=False), None
 
 
 def tma_descriptors(a, b, c, M, N, K, cfg: Config, layouts: tuple | None = None):
@@ -356,12 +457,16 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     default config is used and TMA is dropped when the tensors do not allow it; an explicit
     use_tma=True config raises ValueError instead."""
     M, N, K = check_matmul_inputs(a, b)
-    c = prepare_output(out, M, N, a)
+    result = c = prepare_output(out, M, N, a)
     sms = num_sms(a.device)
     layouts = None
     if config is None:
         config, layouts = tma_or_pointer_loads(default_config(M, N, K, a.dtype, sms), a, b, c)
     _check_smem(config, a.dtype)
+    staged_out = False
+    if config.staged:
+        a, b, c, staged_out = stage_for_tma(a, b, c)
+        layouts = None
     tiles = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N)
     grid = (max(1, min(sms * config.PROGRAMS_PER_SM, tiles)),)
     if config.use_tma:
@@ -378,7 +483,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         EVEN_K=K % config.BLOCK_K == 0, INT64=needs_int64_offsets(a, b, c), STRIDE_HINTS=stride_hints(a, b),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
-    return c
+    if staged_out:
+        result.copy_(c)
+    return result
 
 
 if __name__ == "__main__":

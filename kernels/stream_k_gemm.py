@@ -153,6 +153,9 @@ from .dp_gemm import (
 )
 from .persistent_gemm import (
     TensorDescriptor,
+    check_staged,
+    stage_for_tma,
+    staging_pays,
     tma_descriptors,
     tma_or_pointer_loads,
     tma_shape_ok,
@@ -219,9 +222,13 @@ class Config:
     # the region of 2176^2 (21 tiles) holds 12.5 tiles' work instead of 21, that of 4224^2
     # (the 33 ragged tiles) 16.5 instead of 33; the data-parallel tiles are all whole
     edge_first: bool = False
+    # TMA only: operands TMA cannot read are copied into 16-byte aligned buffers first, and C
+    # is computed in one when TMA cannot store into it (persistent_gemm.stage_for_tma)
+    staged: bool = False
 
     def __post_init__(self):
         check_block_config(self)
+        check_staged(self)
         if self.policy not in POLICIES:
             raise ValueError(f"policy={self.policy!r}: must be one of {POLICIES}")
         for name, block, side in (("SK_SPLIT_M", "BLOCK_M", "rows"), ("SK_SPLIT_N", "BLOCK_N", "columns")):
@@ -278,7 +285,8 @@ class Config:
                 f"{' subtile' if self.EPILOGUE_SUBTILE else ''}{' flat' if self.FLATTEN else ''}"
                 f"{' dpfirst' if self.dp_first else ''}{split}{' tmahand' if self.tma_hand_in else ''}"
                 f"{' helpers' if self.helper_claims else ''}{' whole' if self.whole_pieces else ''}"
-                f"{f' sks{self.SK_STAGES}' if self.SK_STAGES else ''}{' edge' if self.edge_first else ''}")
+                f"{f' sks{self.SK_STAGES}' if self.SK_STAGES else ''}{' edge' if self.edge_first else ''}"
+                f"{' staged' if self.staged else ''}")
 
     @property
     def sk_block_m(self) -> int:
@@ -516,14 +524,17 @@ def default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> 
     `aligned_policy` (the fastest Stream-K variant on every tail shape, H200 2026-11-29;
     matmul drops TMA when the tensors' strides do not allow it), and for a skinny problem
     (M or N at most 64, where a 128x128 tile would mostly compute padding) the first of the
-    `skinny_points`; otherwise pointer loads, contiguous ranges and `default_policy`. fp32
-    through dp_gemm's `for_dtype`."""
+    `skinny_points`; the same, `staged`, where the shape's rows break TMA's alignment but
+    copying the misfits costs less than half the GEMM (persistent_gemm.staging_pays);
+    otherwise pointer loads, contiguous ranges and `default_policy`. fp32 through dp_gemm's
+    `for_dtype`."""
     base = for_dtype(Config(128, 128, 64, 8, 4, 4), dtype)
     tiles = cdiv(M, base.BLOCK_M) * cdiv(N, base.BLOCK_N)
-    if tma_shape_ok(M, N, K, dtype):
+    staged = staging_pays(M, N, K, dtype)
+    if tma_shape_ok(M, N, K, dtype) or staged:
         if min(M, N) <= 64:  # the deterministic twin, as everywhere else in this module
             return next(c for c in skinny_points(M, N, K, dtype, num_sms) if c.deterministic)
-        return replace(base, policy=aligned_policy(tiles, num_sms), aligned=True, use_tma=True)
+        return replace(base, policy=aligned_policy(tiles, num_sms), aligned=True, use_tma=True, staged=staged)
     return replace(base, policy=default_policy(tiles, num_sms))
 
 
@@ -540,8 +551,9 @@ def skinny_points(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> l
     from 12% behind to 18% ahead of split_k_gemm's best config in the same run (128x64, 8
     stages: 39.3 us on 128x8192x8192 against 43.0; 128x128 on 8 warps: 54.9 against 64.8 on
     512x512x65536; 16x4096x16384: 37.1 against 35.6), where Stream-K's earlier search (128x128
-    tiles only) had found 44-67 us."""
-    if cdiv(M, 128) * cdiv(N, 128) >= num_sms or not tma_shape_ok(M, N, K, dtype):
+    tiles only) had found 44-67 us. Staged (`staged`) where staging_pays."""
+    staged = staging_pays(M, N, K, dtype)
+    if cdiv(M, 128) * cdiv(N, 128) >= num_sms or not (tma_shape_ok(M, N, K, dtype) or staged):
         return []
     elt = dtype.itemsize
     bm = min(128, max(16, _next_pow2(M)))
@@ -553,11 +565,11 @@ def skinny_points(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> l
         stages = max(2, min(8, (200 * 1024 - bm * bn * elt) // per_stage))
         for deterministic in (False, True):
             cfg = replace(base, num_stages=stages, policy="sk", deterministic=deterministic, aligned=True,
-                          use_tma=True)
+                          use_tma=True, staged=staged)
             if cfg not in out and cfg.smem_bytes(dtype) <= SMEM_PER_BLOCK_SM90:
                 out.append(cfg)
     if fits_shape(128, 128, M, N):
-        cfg = for_dtype(Config(128, 128, 64, 8, 8, 5, "sk", False, aligned=True, use_tma=True), dtype)
+        cfg = for_dtype(Config(128, 128, 64, 8, 8, 5, "sk", False, aligned=True, use_tma=True, staged=staged), dtype)
         if cfg.smem_bytes(dtype) <= SMEM_PER_BLOCK_SM90:
             out.insert(0 if min(M, N) > 64 else len(out), cfg)
     return out
@@ -672,7 +684,8 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
     programs share fewer operand panels in the L2 and the deeper pipeline hides more of that
     latency (4224x4224x8192 hybrid1: 411 us with 4 stages, 464 us with 3, same run)."""
     out: list[Config] = list(skinny_points(M, N, K, dtype, num_sms))
-    if tma_shape_ok(M, N, K, dtype):
+    staged = staging_pays(M, N, K, dtype)
+    if tma_shape_ok(M, N, K, dtype) or staged:
         for point in TMA_POINTS:
             (bm, bn, warps, stages, subtile, deterministic, split_m, tma_hand_in, helpers, split_n, sk_stages,
              edge_first) = point
@@ -683,7 +696,8 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
             cfg = Config(bm, bn, base.BLOCK_K, 8, base.num_warps, stages, aligned_policy(tiles, num_sms),
                          deterministic, aligned=True, use_tma=True, EPILOGUE_SUBTILE=subtile, SK_SPLIT_M=split_m,
                          tma_hand_in=tma_hand_in, helper_claims=helpers, SK_SPLIT_N=split_n,
-                         whole_pieces=split_n > 1 and not edge_first, SK_STAGES=sk_stages, edge_first=edge_first)
+                         whole_pieces=split_n > 1 and not edge_first, SK_STAGES=sk_stages, edge_first=edge_first,
+                         staged=staged)
             plan = plan_schedule(M, N, K, cfg, num_sms)
             # row pieces only beside a data-parallel body: on skinny shapes (all Stream-K) the
             # pieces re-read B and lost 20-40% (bench/probes/skinny_split_m.json)
@@ -693,9 +707,10 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
             wanted = plan.split_tiles if split_m == 1 else (
                 plan.dp_tiles > 0 and plan.sk_tiles > 0 and (plan.split_tiles or deterministic)
                 and plan.sk_pieces * plan.chunks <= num_sms)
-            if split_n > 1 and not edge_first:  # quarter pieces only as one split-free round (whole_pieces; column
-                # pieces with K-chunks lost everywhere, bench/probes/tail_split_n.json), and only
-                # where that round is short: a piece runs the whole K
+            if split_n > 1 and not edge_first:
+                # quarter pieces only as one split-free round (whole_pieces; column pieces with
+                # K-chunks lost everywhere, bench/probes/tail_split_n.json), and only where
+                # that round is short: a piece runs the whole K
                 wanted = plan.dp_tiles > 0 and 0 < plan.sk_pieces <= num_sms and K <= WHOLE_PIECES_MAX_K
             if helpers:  # only where the helpers have little to read
                 wanted = 0 < helper_bytes(cfg, plan) <= HELPER_BYTES
@@ -1307,18 +1322,22 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     """C = a @ b with the Stream-K schedule. a: (M, K), b: (K, N), fp16/bf16/fp32, any strides
     (TMA configs: see persistent_gemm's caveats). Returns `out` (filled) when given, else a new
     (M, N) tensor in a's dtype. Bit-reproducible when config.deterministic (the default). With
-    config=None, TMA is dropped when the tensors do not allow it; an explicit use_tma=True
-    config raises ValueError instead. `phase_times` (diagnosis, GPU only): an int64 tensor of
+    config=None, misfit tensors are staged for TMA where that pays, else TMA is dropped; an
+    explicit use_tma=True config raises ValueError instead unless it is `staged`. `phase_times` (diagnosis, GPU only): an int64 tensor of
     at least PHASES x grid elements that receives each program's %globaltimer stamps (start,
     last Stream-K MAC loop done, Stream-K work done incl. hand-in, data-parallel tiles done,
     end after the fixup claims) in nanoseconds."""
     M, N, K = check_matmul_inputs(a, b)
     sms = num_sms(a.device)
-    c = prepare_output(out, M, N, a)
+    result = c = prepare_output(out, M, N, a)
     layouts = None
     if config is None:
         config, layouts = tma_or_pointer_loads(default_config(M, N, K, a.dtype, sms), a, b, c)
     check_smem(config, a.dtype)
+    staged_out = False
+    if config.staged:
+        a, b, c, staged_out = stage_for_tma(a, b, c)
+        layouts = None
     plan = plan_schedule(M, N, K, config, sms)
     piece_elems = config.sk_block_m * config.sk_block_n  # the fixup's unit: a Stream-K piece
 
@@ -1376,7 +1395,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         PHASE_TIMES=phase_times is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
-    return c
+    if staged_out:
+        result.copy_(c)
+    return result
 
 
 if __name__ == "__main__":

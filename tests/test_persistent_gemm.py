@@ -96,6 +96,82 @@ def test_default_config_falls_back_from_tma():
     assert common.rel_error(c, common.reference(a, b)) <= common.TOLERANCE[torch.float16]
 
 
+# ---- Staged copies for TMA (staged) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS, ids=layout_id)
+def test_staged_misaligned_rows(layout, dtype):
+    # 40x37x45: K and N rows misaligned for every 16-bit layout (74 and 90 bytes), so A, B and
+    # C all go through aligned buffers (fp32: 148 and 180 bytes, the same); a staged config on
+    # a shape TMA reads directly copies nothing
+    staged = ps.Config(16, 32, 16, 2, 4, 2, use_tma=True, staged=True)
+    run_checked(ps, 40, 37, 45, dtype, staged, layout=layout)
+    run_checked(ps, 40, 48, 72, dtype, staged, layout=layout)
+
+
+def test_staged_views_and_out():
+    # an offset view of A (start 2 bytes in) and a column-major, then a misaligned, `out`:
+    # the result lands in the caller's tensor, which is returned
+    staged = ps.Config(16, 32, 16, 2, 4, 2, use_tma=True, staged=True, EPILOGUE_SUBTILE=True)
+    base = torch.randn(40, 80, dtype=torch.float16, device=DEVICE)
+    a, b = base[:, 1:73], torch.randn(72, 48, dtype=torch.float16, device=DEVICE)
+    ref = common.reference(a, b)
+    for out in (torch.empty(48, 40, dtype=torch.float16, device=DEVICE).t(),
+                torch.empty(40, 49, dtype=torch.float16, device=DEVICE)[:, 1:]):
+        common.poison_(out)
+        assert ps.matmul(a, b, staged, out=out) is out
+        assert common.rel_error(out, ref) <= common.TOLERANCE[torch.float16]
+    assert torch.equal(base[:, 1:73], a)  # the inputs are read, never written
+
+
+def test_aligned_copy():
+    # the staging copy: row-major sources with 8-byte aligned rows (36 fp16 = 72 bytes, also
+    # as a view 8 bytes in) through the copy kernel, odd widths, a 2-byte offset view and a
+    # transposed view through torch; always a 16-byte aligned, padded result
+    for shape, view in [((37, 36), lambda t: t), ((40, 80), lambda t: t[:, 4:76]), ((37, 45), lambda t: t),
+                        ((40, 80), lambda t: t[:, 1:73]), ((45, 37), lambda t: t.t()), ((1, 5), lambda t: t)]:
+        x = torch.randn(*shape, dtype=torch.float16, device=DEVICE)
+        y = ps.aligned_copy(view(x))
+        assert torch.equal(y, view(x)) and ps.tma_layout(y) == "row", shape
+
+
+def test_staging_rules():
+    bf16 = torch.bfloat16
+    with pytest.raises(ValueError, match="staged.*use_tma"):
+        ps.Config(use_tma=False, staged=True)
+    with pytest.raises(TypeError, match="staged"):
+        ps.Config(staged=1)
+    assert "staged" in ps.Config(staged=True).describe()
+    # copies under half the GEMM's ideal time: big GEMMs with a misaligned K or N; a skinny one
+    # whose misaligned B would be copied whole does not pay; only M misaligned copies nothing
+    # (row-major A, B and C are all TMA-readable); aligned shapes need no staging
+    for shape, pays in [((2000, 2900, 8192), True), ((1664, 1408, 8196), True), ((3000, 2001, 4096), True),
+                        ((64, 4097, 14336), False), ((16, 4096, 16381), True), ((37, 4096, 4096), True),
+                        ((2176, 2176, 8192), False), ((37, 53, 97), False)]:
+        assert ps.staging_pays(*shape, bf16) == pays, shape
+    cfg = ps.default_config(2000, 2900, 8192, bf16, 132)
+    assert cfg.use_tma and cfg.staged
+    assert not ps.default_config(2176, 2176, 8192, bf16, 132).staged
+    assert not ps.default_config(64, 4097, 14336, bf16, 132).use_tma
+    space = ps.search_space(2000, 2900, 8192, bf16, 132)
+    assert all(c.staged == c.use_tma for c in space) and any(c.staged for c in space)
+    # the default's choice on real tensors: an offset view of a big A is copied (a 34 MB
+    # copy against a ~0.2 ms GEMM), that of a small one falls back to pointer loads
+    f16 = torch.float16
+    cfg = ps.default_config(4096, 4096, 4096, f16, 132)
+    b, c = torch.empty(4096, 4096, dtype=f16), torch.empty(4096, 4096, dtype=f16)
+    readable = torch.empty(4096, 4104, dtype=f16)[:, 8:]  # 16 bytes in, 8208-byte rows
+    assert ps.tma_or_pointer_loads(cfg, readable, b, c)[0] == cfg and cfg.use_tma and not cfg.staged
+    off = torch.empty(4096, 4104, dtype=f16)[:, 1:4097]  # 2 bytes in
+    chosen, layouts = ps.tma_or_pointer_loads(cfg, off, b, c)
+    assert chosen.use_tma and chosen.staged and layouts is None
+    small = torch.empty(40, 80, dtype=torch.float16)[:, 1:73]
+    chosen, _ = ps.tma_or_pointer_loads(ps.default_config(40, 48, 72, torch.float16, 3), small,
+                                        torch.empty(72, 48, dtype=torch.float16), torch.empty(40, 48, dtype=torch.float16))
+    assert not chosen.use_tma and not chosen.staged
+
+
 def test_search_space_configs_run():
     M, N, K = 40, 72, 128
     space = ps.search_space(M, N, K, torch.float16, 3)

@@ -637,6 +637,41 @@ def test_edge_points_in_the_search():
         assert edges(shape) == [], shape
 
 
+# ---- Staged copies for TMA (staged) ---------------------------------------------------------
+
+STAGED_CASES = [acfg(use_tma=True), acfg("sk", False, use_tma=True), scfg(2, "hybrid1", False, use_tma=True),
+                ecfg(use_tma=True, deterministic=False), qcfg(use_tma=True, whole=True)]
+
+
+@pytest.mark.parametrize("case", range(len(STAGED_CASES)))
+def test_staged_misaligned_rows(case, monkeypatch):
+    # 72x83x75 fp16: B's, C's and A's rows misaligned (166 and 150 bytes), so all three go
+    # through aligned buffers; the fixup stores into the staged C too; transposed views as well
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "7")
+    config = replace(STAGED_CASES[case], staged=True)
+    run_checked(sk, 72, 83, 75, torch.float16, config, seed=100 + case)
+    run_checked(sk, 72, 83, 75, torch.bfloat16, config, layout=(True, True), seed=110 + case)
+    with pytest.raises(ValueError, match="TMA"):
+        sk.matmul(*common.random_inputs(72, 83, 75, torch.float16, DEVICE), replace(config, staged=False))
+
+
+def test_staged_search_and_default():
+    bf16 = torch.bfloat16
+    with pytest.raises(ValueError, match="staged.*use_tma"):
+        sk.Config(staged=True)
+    assert "staged" in sk.Config(aligned=True, use_tma=True, staged=True).describe()
+    # 2000x2900x8192 (B and C rows of 5800 bytes): the aligned TMA layout, staged, by default
+    # and in the search (H200 2026-12-01: Stream-K on pointer loads took 1010 us there,
+    # torch.matmul 395); a skinny shape whose B would be copied whole keeps pointer loads
+    cfg = sk.default_config(2000, 2900, 8192, bf16, 132)
+    assert cfg.aligned and cfg.use_tma and cfg.staged
+    space = sk.search_space(2000, 2900, 8192, bf16, 132)
+    assert sum(c.staged for c in space) >= 6 and all(c.staged == c.use_tma for c in space)
+    assert sk.skinny_points(16, 4096, 16381, bf16, 132)[0].staged  # only A (1 MB) is copied
+    assert not sk.default_config(64, 4097, 14336, bf16, 132).use_tma
+    assert not any(c.staged for c in sk.search_space(2176, 2176, 8192, bf16, 132))
+
+
 # ---- The TMA hand-in (tma_hand_in) -----------------------------------------------------------
 
 
