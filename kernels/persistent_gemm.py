@@ -184,8 +184,9 @@ def check_staged(config) -> None:
         raise ValueError("staged copies operands for TMA: it needs use_tma=True")
 
 
-# Ideal-time model of staging_pays: the device-to-device copy rate and a sustained bf16 GEMM
-# rate of the H200 (bench/RESULTS.md ceilings: 4.27 TB/s, 680-800 TFLOP/s at 8192^3)
+# Ideal-time model of staging_pays: the device-to-device copy rate and a sustained 16-bit GEMM
+# rate of the H200 (bench/RESULTS.md ceilings: 4.27 TB/s, 680-800 TFLOP/s at 8192^3); fp32
+# runs as tf32, at half the 16-bit tensor-core rate
 _COPY_BYTES_PER_S = 4.2e12
 _GEMM_FLOPS_PER_S = 6.5e14
 
@@ -206,12 +207,13 @@ def staging_pays(M: int, N: int, K: int, dtype: torch.dtype) -> bool:
         copied += 2 * M * K * elt
     if (N * elt) % 16:
         copied += 2 * K * N * elt + 2 * M * N * elt
-    return copied == 0 or _copies_pay(copied, M, N, K)
+    return copied == 0 or _copies_pay(copied, M, N, K, dtype)
 
 
-def _copies_pay(copied_bytes: int, M: int, N: int, K: int) -> bool:
+def _copies_pay(copied_bytes: int, M: int, N: int, K: int, dtype: torch.dtype) -> bool:
     """Staging's rule: the copies take less than half the GEMM's ideal time (and there are some)."""
-    return 0 < copied_bytes / _COPY_BYTES_PER_S < 0.5 * 2.0 * M * N * K / _GEMM_FLOPS_PER_S
+    rate = _GEMM_FLOPS_PER_S / (2 if dtype == torch.float32 else 1)
+    return 0 < copied_bytes / _COPY_BYTES_PER_S < 0.5 * 2.0 * M * N * K / rate
 
 
 def aligned_empty(rows: int, cols: int, dtype: torch.dtype, device) -> torch.Tensor:
@@ -414,7 +416,7 @@ def tma_or_pointer_loads(config, a, b, c) -> tuple:
         return config, layouts
     copied = sum(2 * x.numel() * x.element_size() for x, layout in zip((a, b), layouts) if layout is None)
     copied += 2 * c.numel() * c.element_size() if layouts[2] != "row" else 0
-    if _copies_pay(copied, a.shape[0], b.shape[1], a.shape[1]):
+    if _copies_pay(copied, a.shape[0], b.shape[1], a.shape[1], a.dtype):
         return replace(config, staged=True), None
     return replace(config, use_tma=False, EPILOGUE_SUBTILE=False, staged=False), None
 

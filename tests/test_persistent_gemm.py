@@ -150,6 +150,8 @@ def test_staging_rules():
                         ((64, 4097, 14336), False), ((16, 4096, 16381), True), ((37, 4096, 4096), True),
                         ((2176, 2176, 8192), False), ((37, 53, 97), False)]:
         assert ps.staging_pays(*shape, bf16) == pays, shape
+    # fp32 copies twice the bytes, but its tf32 GEMM runs at half the rate: the same verdict
+    assert ps.staging_pays(1000, 4095, 4096, torch.float32) and ps.staging_pays(1000, 4095, 4096, bf16)
     cfg = ps.default_config(2000, 2900, 8192, bf16, 132)
     assert cfg.use_tma and cfg.staged
     assert not ps.default_config(2176, 2176, 8192, bf16, 132).staged
