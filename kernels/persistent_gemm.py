@@ -237,8 +237,8 @@ def aligned_copy(x: torch.Tensor) -> torch.Tensor:
     """`x` copied into an aligned_empty buffer. A row-major source whose rows start on 8-byte
     boundaries goes through _stage_copy_kernel, anything else through torch's copy_. On the H200
     (2026-12-01, bench/results/staging/) copy_ into the padded view moved ~1.5 TB/s (read +
-    write), the kernel 2.3-2.6 TB/s on 8-byte aligned rows (1664x8196 bf16: 23.3 against 36.9
-    us) but 1.0 TB/s on 2-byte aligned ones (4096x4095: 66.9 against 44.6 us)."""
+    write), the kernel 2.0-2.6 TB/s on 8-byte aligned rows (1664x8196 bf16: 22.8-23.3 against
+    36.9-37.6 us) but 1.0 TB/s on 2-byte aligned ones (4096x4095: 66.9 against 44.6 us)."""
     dst = aligned_empty(*x.shape, x.dtype, x.device)
     rows, cols = x.shape
     if x.stride(1) != 1 or x.numel() == 0 or x.data_ptr() % 8 or (x.stride(0) * x.element_size()) % 8:
@@ -264,8 +264,8 @@ def stage_for_tma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor):
 def default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> Config:
     """128x256x64 tiles, 8 warps, 3 stages with TMA (Triton's known-good Hopper point: 144 KB
     of pipeline + 64 KB of C staging) when the problem has at least a wave of such tiles;
-    otherwise 128x128x64, 4 warps, 4 stages. TMA whenever the shape allows it (see caveats);
-    fp32 through dp_gemm's `for_dtype`."""
+    otherwise 128x128x64, 4 warps, 4 stages. TMA whenever the shape allows it, or `staged`
+    where staging_pays (see caveats); fp32 through dp_gemm's `for_dtype`."""
     staged = staging_pays(M, N, K, dtype)
     tma = tma_shape_ok(M, N, K, dtype) or staged
     small = for_dtype(Config(128, 128, 64, 8, num_warps=4, num_stages=4, use_tma=tma, staged=staged), dtype)
