@@ -79,6 +79,13 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def aligned_empty(rows: int, cols: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """A (rows, cols) row-major view of a buffer whose row stride is padded to 16 bytes (TMA's
+    rule): where the TMA schedules stage operands and outputs that break it."""
+    per = 16 // dtype.itemsize
+    return torch.empty((rows, cdiv(cols, per) * per), dtype=dtype, device=device)[:, :cols]
+
+
 def poison_(t: torch.Tensor) -> torch.Tensor:
     """Fill with NaN so that any element a kernel forgets to write fails the check."""
     return t.fill_(float("nan"))

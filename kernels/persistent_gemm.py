@@ -61,6 +61,7 @@ import triton.language as tl
 
 from .common import (
     SMEM_PER_BLOCK_SM90,
+    aligned_empty,
     cdiv,
     check_matmul_inputs,
     gemm_launch_metadata,
@@ -214,12 +215,6 @@ def _copies_pay(copied_bytes: int, M: int, N: int, K: int, dtype: torch.dtype) -
     """Staging's rule: the copies take less than half the GEMM's ideal time (and there are some)."""
     rate = _GEMM_FLOPS_PER_S / (2 if dtype == torch.float32 else 1)
     return 0 < copied_bytes / _COPY_BYTES_PER_S < 0.5 * 2.0 * M * N * K / rate
-
-
-def aligned_empty(rows: int, cols: int, dtype: torch.dtype, device) -> torch.Tensor:
-    """A (rows, cols) row-major view of a buffer whose row stride is padded to 16 bytes."""
-    per = 16 // dtype.itemsize
-    return torch.empty((rows, cdiv(cols, per) * per), dtype=dtype, device=device)[:, :cols]
 
 
 @triton.jit

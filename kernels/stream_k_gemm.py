@@ -412,7 +412,7 @@ def edge_region(M: int, N: int, config: Config, sk_tiles: int) -> tuple[int, int
     the SK_SPLIT_N column pieces of such a tile that reach into C. (0, 0) otherwise: the plain
     grouped order."""
     num_pid_n = cdiv(N, config.BLOCK_N)
-    if not (config.edge_first and config.aligned and sk_tiles and N % config.BLOCK_N and num_pid_n > 1):
+    if not (config.edge_first and sk_tiles and N % config.BLOCK_N and num_pid_n > 1):
         return 0, 0
     ragged = N - (num_pid_n - 1) * config.BLOCK_N
     return min(cdiv(M, config.BLOCK_M), sk_tiles), cdiv(ragged, config.sk_block_n)

@@ -92,7 +92,13 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import cdiv, check_matmul_inputs, gemm_launch_metadata, self_check
+from .common import (
+    aligned_empty,
+    cdiv,
+    check_matmul_inputs,
+    gemm_launch_metadata,
+    self_check,
+)
 from .common import num_sms as _num_sms
 
 try:  # host-side TMA descriptors (Triton >= 3.3)
@@ -385,13 +391,6 @@ def tma_problem(x: torch.Tensor) -> str | None:
     return None
 
 
-def _aligned_empty(rows: int, cols: int, dtype, device) -> torch.Tensor:
-    """(rows, cols) view of a buffer whose row stride is padded to 16 bytes."""
-    per = TMA_ALIGN_BYTES // dtype.itemsize
-    ld = cdiv(cols, per) * per
-    return torch.empty((rows, ld), dtype=dtype, device=device)[:, :cols]
-
-
 def _as_tma_operand(x: torch.Tensor, name: str, allow_copy: bool) -> tuple[torch.Tensor, bool]:
     """Return (stored, transposed): `stored` is a TMA-ready row-major matrix holding `x`
     (`x` itself, its storage seen as x.t(), or an aligned copy) and `transposed` says the
@@ -407,7 +406,7 @@ def _as_tma_operand(x: torch.Tensor, name: str, allow_copy: bool) -> tuple[torch
         why = tma_problem(x) or "not TMA-compatible"
         raise ValueError(f"{name} {tuple(x.shape)} with strides {tuple(x.stride())} cannot be read by TMA "
                          f"({why}); pass allow_copy=True to stage it through an aligned copy")
-    staged = _aligned_empty(x.shape[0], x.shape[1], x.dtype, x.device)
+    staged = aligned_empty(x.shape[0], x.shape[1], x.dtype, x.device)
     staged.copy_(x)
     return staged, False
 
@@ -541,11 +540,11 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         if why is not None and not allow_copy:
             raise ValueError(f"out with strides {tuple(out.stride())} cannot be written directly ({why}); "
                              "pass allow_copy=True to stage it")
-        c = out if why is None else _aligned_empty(M, N, a.dtype, a.device)
+        c = out if why is None else aligned_empty(M, N, a.dtype, a.device)
     else:
         c = torch.empty((M, N), dtype=a.dtype, device=a.device)
         if c_problem(c) is not None:  # TMA store and N * elt not a multiple of 16 B
-            c = _aligned_empty(M, N, a.dtype, a.device)
+            c = aligned_empty(M, N, a.dtype, a.device)
 
     BM, BN, BK = config.block_m, config.block_n, config.block_k
     sub_n = BN // config.epilogue_subtile
