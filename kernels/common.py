@@ -254,6 +254,13 @@ def _max_offset(shape: tuple, strides: tuple) -> int:
     return sum((size - 1) * abs(stride) for size, stride in zip(shape, strides))
 
 
+try:  # the current stream's handle without building a torch.cuda.Stream (as Triton's driver does)
+    from torch._C import _cuda_getCurrentRawStream as _raw_stream
+except ImportError:  # a torch built without CUDA
+    def _raw_stream(index: int) -> int:
+        return torch.cuda.current_stream(index).cuda_stream
+
+
 class ZeroedScratch:
     """fp32/int32 scratch buffers that kernels hand back zeroed, cached per (device, stream).
 
@@ -273,7 +280,8 @@ class ZeroedScratch:
     def get(self, name: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         if not isinstance(device, torch.device):
             device = torch.device(device)
-        stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+        stream = _raw_stream(device.index if device.index is not None else torch.cuda.current_device()) \
+            if device.type == "cuda" else 0
         key = (name, dtype, device.type, device.index, stream)
         view = self._views.get((key, numel))
         if view is not None:

@@ -64,6 +64,7 @@ from .common import (
     self_check,
     stride_hints,
 )
+from .launch import launch
 
 # --------------------------------------------------------------------------------------------
 # Knobs
@@ -384,7 +385,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     check_smem(config, a.dtype)
     c = prepare_output(out, M, N, a)
     grid = (cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N),)
-    dp_gemm_kernel[grid](
+    launch(dp_gemm_kernel, grid,
         a, b, c,
         M, N, K,
         a.stride(0), a.stride(1),

@@ -87,8 +87,17 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import SUPPORTED_DTYPES, TOLERANCE, cdiv, fix_interpreter_bf16_dot, poison_, reference, rel_error
+from .common import (
+    SUPPORTED_DTYPES,
+    TOLERANCE,
+    cdiv,
+    fix_interpreter_bf16_dot,
+    poison_,
+    reference,
+    rel_error,
+)
 from .common import num_sms as _num_sms
+from .launch import launch as launch_kernel
 
 # Per-group int64 table row: offsets of A, B, C (elements from the base pointer), M, N, K,
 # stride_am, stride_ak, stride_bk, stride_bn, stride_cm; padded to 16 columns = 128 bytes,
@@ -408,7 +417,7 @@ class GroupedPlan:
         c = self.config
         if c.use_tma and not _interpreting():
             _ensure_allocator()
-        grouped_gemm_kernel[(self.grid,)](
+        launch_kernel(grouped_gemm_kernel, (self.grid,),
             self.As[0], self.groups_dev, self.tiles_dev, self.num_tiles,
             BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
             A_LAYOUT=self.a_layout, B_LAYOUT=self.b_layout, ALIGN=self.align,

@@ -80,6 +80,7 @@ from .dp_gemm import (
     store_tile,
     tile_coords,
 )
+from .launch import launch
 
 try:  # Triton >= 3.4
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -239,8 +240,8 @@ def aligned_copy(x: torch.Tensor) -> torch.Tensor:
     if x.stride(1) != 1 or x.numel() == 0 or x.data_ptr() % 8 or (x.stride(0) * x.element_size()) % 8:
         return dst.copy_(x)
     BR, BC = 16, 256
-    _stage_copy_kernel[(cdiv(rows, BR), cdiv(cols, BC))](x, dst, rows, cols, x.stride(0), dst.stride(0),
-                                                         BLOCK_R=BR, BLOCK_C=BC, num_warps=4)
+    launch(_stage_copy_kernel, (cdiv(rows, BR), cdiv(cols, BC)), x, dst, rows, cols, x.stride(0), dst.stride(0),
+           BLOCK_R=BR, BLOCK_C=BC, num_warps=4)
     return dst
 
 
@@ -470,7 +471,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         a_arg, b_arg, c_arg, a_col, b_col = tma_descriptors(a, b, c, M, N, K, config, layouts)
     else:
         a_arg, b_arg, c_arg, a_col, b_col = a, b, c, False, False
-    persistent_gemm_kernel[grid](
+    launch(persistent_gemm_kernel, grid,
         a_arg, b_arg, c_arg,
         M, N, K,
         *a.stride(), *b.stride(), *c.stride(),

@@ -94,6 +94,7 @@ from .dp_gemm import (
     store_tile,
     tile_coords,
 )
+from .launch import launch
 
 # "atomic" computed wrong outputs on the H200 (Triton 3.6, 2026-11-29: rel. error 0.47-0.58
 # for 128-row tiles) while passing under the CPU interpreter, which runs one program at a time
@@ -445,7 +446,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         ws = torch.empty(split * M * N, dtype=torch.float32, device=a.device)
     int64 = needs_int64_offsets(a, b, c, ws if ws is not c else None)
 
-    split_k_gemm_kernel[(tiles * split,)](
+    launch(split_k_gemm_kernel, (tiles * split,),
         a, b, c,
         ws, counters,
         M, N, K,
@@ -460,7 +461,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     )
     if reduction == "two_phase":
         chunk = min(8, 1 << max(0, (split - 1).bit_length()))
-        split_k_reduce_kernel[(cdiv(M * N, config.REDUCE_BLOCK),)](
+        launch(split_k_reduce_kernel, (cdiv(M * N, config.REDUCE_BLOCK),),
             ws, c, c.stride(0), c.stride(1), M, N, split,
             BLOCK=config.REDUCE_BLOCK, CHUNK=chunk, INT64=int64, num_warps=4,
         )

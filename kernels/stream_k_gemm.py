@@ -151,6 +151,7 @@ from .dp_gemm import (
     store_tile,
     tile_coords,
 )
+from .launch import launch
 from .persistent_gemm import (
     TensorDescriptor,
     check_staged,
@@ -1371,7 +1372,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     if phase_times is not None and (phase_times.dtype != torch.int64 or phase_times.numel() < PHASES * plan.grid
                                     or not phase_times.is_cuda):
         raise ValueError(f"phase_times must be a CUDA int64 tensor of >= {PHASES * plan.grid} elements")
-    stream_k_gemm_kernel[(plan.grid,)](
+    launch(stream_k_gemm_kernel, (plan.grid,),
         a_arg, b_arg, c_arg, a_sk, b_sk, ws_arg,
         c, ws, counters, c if phase_times is None else phase_times,
         M, N, K,

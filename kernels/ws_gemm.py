@@ -100,6 +100,7 @@ from .common import (
     self_check,
 )
 from .common import num_sms as _num_sms
+from .launch import launch
 
 try:  # host-side TMA descriptors (Triton >= 3.3)
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -558,7 +559,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         a_arg, b_arg, c_arg = a_st, b_st, c
 
     grid_size = min(_num_sms(a.device), cdiv(M, BM) * cdiv(N, BN))
-    ws_gemm_kernel[(grid_size,)](
+    launch(ws_gemm_kernel, (grid_size,),
         a_arg, b_arg, c_arg,
         M, N, K,
         _row_stride(a_st), _row_stride(b_st), _row_stride(c),
