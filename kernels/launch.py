@@ -5,7 +5,10 @@ argument again (one native call per argument, a generated Python binder, the cac
 check of the kernel's global variables, the launch-metadata dict and two hook chains). Our
 Stream-K kernel has ~70 parameters; on the H200 (2026-12-01, bench/profile_host.py) that path
 was about half of an eager `stream_k_gemm.matmul` call (~100 us), which made eager calls on
-the tail shapes host-bound (~58 us of GPU work).
+the tail shapes host-bound (~58 us of GPU work). With this path, the same process timed the
+schedules' host time 19-37% lower than before, and eager do_bench of Stream-K on
+1664x1408x8192 fell from 124 to 73 us while its graph-timed GPU time stayed 64-66 us
+(bench/results/host_overhead/, H200, 2026-12-01).
 
 How: the first call with a given specialization goes through Triton's normal path, which
 compiles (or finds) the kernel and returns it. We remember that compiled kernel under a key
@@ -23,12 +26,16 @@ hook is attached (a profiler
 such as proton wants the launch metadata), when a keyword argument is not a plain value
 (a tensor passed by keyword would make every key new), or when the grid is a callable.
 
+ADVISOR_FAST_LAUNCH=0 in the environment (or `LAUNCHES.enabled = False`) turns it off.
+
 Caveat: knobs Triton reads per call and folds into its own key (TRITON_DEBUG through
 `knobs.runtime.debug`, which is part of this key too, and the instrumentation mode, which is
 not) are assumed not to change while a process runs.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
@@ -59,6 +66,8 @@ class _Launches:
         # are module-level objects that live as long as the process, so their ids stay theirs
         self.fast = 0  # launches that skipped Triton's binding, for tests and probes
         self.slow = 0
+        # ADVISOR_FAST_LAUNCH=0 (or enabled = False) sends every launch through Triton's path
+        self.enabled = os.environ.get("ADVISOR_FAST_LAUNCH", "1") != "0"
 
     def clear(self) -> None:
         self.entries.clear()
@@ -110,7 +119,7 @@ def launch(kernel, grid: tuple, *args, **kwargs):
     """`kernel[grid](*args, **kwargs)`, skipping Triton's per-call argument binding once the
     same specialization has been launched before. Returns what Triton's launch returns the
     first time (the compiled kernel), None on the fast path."""
-    if (_knobs is None or not _CUDA or not isinstance(kernel, triton.runtime.JITFunction) or callable(grid)
+    if (not LAUNCHES.enabled or _knobs is None or not _CUDA or not isinstance(kernel, triton.runtime.JITFunction) or callable(grid)
             or triton.runtime.JITFunction.run is not _TRITON_RUN or id(kernel) in LAUNCHES.refused
             or _hooks_attached()):
         LAUNCHES.slow += 1

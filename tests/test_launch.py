@@ -147,3 +147,11 @@ def test_a_replaced_triton_launch_or_no_gpu_keeps_the_normal_path(kernel, monkey
     monkeypatch.setattr(launch_mod, "_CUDA", True)
     launch(kernel, (1,), x, 1, False, BLOCK=4)
     assert kernel.log[-1][0] == "fast"
+
+
+def test_it_can_be_switched_off(kernel, monkeypatch):
+    x = torch.zeros(8)
+    monkeypatch.setattr(LAUNCHES, "enabled", False)
+    for _ in range(2):
+        launch(kernel, (1,), x, 1, False, BLOCK=4)
+    assert [e[0] for e in kernel.log] == ["slow", "slow"]

@@ -1,0 +1,96 @@
+"""Probe: the same kernels launched through kernels/launch.py's fast path and through Triton's
+own binding (`LAUNCHES.enabled = False`), side by side on the GPU machine.
+
+    python3 bench/probe_launch_path.py [--rounds 5]
+
+Two questions. (1) Is the GPU work the same? It must be: the fast path launches the very
+kernel Triton compiled for that specialization; graph-timed GPU time per call should match
+within the run-to-run noise. (2) What does an eager caller gain? Timed three ways per mode:
+CUDA-graph replay (GPU time), `triton.testing.do_bench` (eager, the L2 flushed between calls,
+the issue's method) and back-to-back eager calls (wall time per call: the larger of the host
+path and the GPU time). Each case is checked against a float64 reference on a NaN-poisoned
+output in both modes first; modes alternate within each round, inputs rotate past the L2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# (schedule, M, N, K): the issue-4 winners' shapes, each schedule's default config
+CASES = (
+    ("stream_k_gemm", 1664, 1408, 8192),
+    ("stream_k_gemm", 4224, 4224, 8192),
+    ("split_k_gemm", 16, 4096, 16384),
+    ("split_k_gemm", 32, 32, 131072),
+    ("stream_k_gemm", 256, 256, 131072),
+    ("persistent_gemm", 4096, 4096, 8192),
+)
+
+
+def eager_wall_us(fn, calls: int = 300) -> float:
+    import torch
+
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / calls * 1e6
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    import importlib
+
+    import torch
+
+    from advisor.bench.timing import l2_bytes, rotating, rotation_count, time_fn
+    from kernels.common import TOLERANCE, poison_, reference, rel_error
+    from kernels.launch import LAUNCHES
+
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}; median of {args.rounds} rounds, "
+          "modes alternating; us per call")
+    print(f"{'case':<34} {'mode':<7} {'graph':>8} {'do_bench':>9} {'eager':>8}")
+    for name, M, N, K in CASES:
+        mod = importlib.import_module(f"kernels.{name}")
+        nbytes = (M * K + K * N + M * N) * 2
+        sets = [(torch.randn(M, K, device="cuda", dtype=torch.bfloat16),
+                 torch.randn(K, N, device="cuda", dtype=torch.bfloat16))
+                for _ in range(rotation_count(nbytes, l2_bytes()))]
+        outs = [torch.empty(M, N, device="cuda", dtype=torch.bfloat16) for _ in sets]
+        calls = [lambda a=a, b=b, o=o, m=mod: m.matmul(a, b, out=o) for (a, b), o in zip(sets, outs)]
+        fn = rotating(calls)
+        for mode in (True, False):
+            LAUNCHES.enabled = mode
+            for _ in range(2):  # the second call takes the fast path when enabled
+                poison_(outs[0])
+                calls[0]()
+            err = rel_error(outs[0], reference(*sets[0]))
+            if not err <= TOLERANCE[torch.bfloat16]:
+                raise SystemExit(f"{name} {M}x{N}x{K} fast={mode}: rel err {err:.2e}")
+        times = {m: {"graph": [], "do_bench": [], "eager": []} for m in ("fast", "triton")}
+        for _ in range(args.rounds):
+            for mode in ("fast", "triton"):
+                LAUNCHES.enabled = mode == "fast"
+                times[mode]["graph"].append(time_fn(fn, method="graph", warmup_ms=10, rep_ms=60).median_ms * 1e3)
+                times[mode]["do_bench"].append(time_fn(fn, method="do_bench", warmup_ms=10, rep_ms=60).median_ms * 1e3)
+                times[mode]["eager"].append(eager_wall_us(fn))
+        LAUNCHES.enabled = True
+        for mode, t in times.items():
+            print(f"{name + ' ' + f'{M}x{N}x{K}':<34} {mode:<7} " + " ".join(
+                f"{statistics.median(t[k]):{w}.1f}" for k, w in (("graph", 8), ("do_bench", 9), ("eager", 8))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
