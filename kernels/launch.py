@@ -119,7 +119,8 @@ def launch(kernel, grid: tuple, *args, **kwargs):
     """`kernel[grid](*args, **kwargs)`, skipping Triton's per-call argument binding once the
     same specialization has been launched before. Returns what Triton's launch returns the
     first time (the compiled kernel), None on the fast path."""
-    if (not LAUNCHES.enabled or _knobs is None or not _CUDA or not isinstance(kernel, triton.runtime.JITFunction) or callable(grid)
+    if (not LAUNCHES.enabled or _knobs is None or not _CUDA or callable(grid)
+            or not isinstance(kernel, triton.runtime.JITFunction)
             or triton.runtime.JITFunction.run is not _TRITON_RUN or id(kernel) in LAUNCHES.refused
             or _hooks_attached()):
         LAUNCHES.slow += 1
@@ -130,7 +131,12 @@ def launch(kernel, grid: tuple, *args, **kwargs):
         return kernel[grid](*args, **kwargs)
     device = _current_device()
     key = (id(kernel), device, _knobs.runtime.debug, arg_key, tuple(kwargs.items()))
-    entry = LAUNCHES.entries.get(key)
+    try:
+        entry = LAUNCHES.entries.get(key)
+    except TypeError:  # an unhashable keyword value (a list, say): never keyed for this kernel
+        LAUNCHES.refused.add(id(kernel))
+        LAUNCHES.slow += 1
+        return kernel[grid](*args, **kwargs)
     if entry is None:
         LAUNCHES.slow += 1
         compiled = kernel[grid](*args, **kwargs)

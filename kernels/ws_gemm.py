@@ -59,7 +59,8 @@ compiling every config for sm_90 on the CPU: `python -m kernels.ws_gemm --compil
   stored orientation and transposed with `.T`, which only changes how wgmma reads the
   shared-memory tile (16-bit wgmma takes either major-ness; no data moves). Anything else
   (a general strided view, an odd inner dimension such as K=37 in bf16, a misaligned
-  offset) is first copied into a padded, aligned buffer; `allow_copy=False` turns that
+  offset) is first copied into a padded, aligned buffer (`persistent_gemm.aligned_copy`: a
+  copy kernel where rows are 8-byte aligned, torch's `copy_` elsewhere); `allow_copy=False` turns that
   into a ValueError. A TMA-stored output whose N * element size is not a multiple of 16
   bytes is computed into a padded buffer and copied out.
 * Needs sm_90 or newer (TMA and wgmma): on older GPUs and on ROCm the launcher raises
@@ -101,6 +102,7 @@ from .common import (
 )
 from .common import num_sms as _num_sms
 from .launch import launch
+from .persistent_gemm import aligned_copy
 
 try:  # host-side TMA descriptors (Triton >= 3.3)
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -407,9 +409,7 @@ def _as_tma_operand(x: torch.Tensor, name: str, allow_copy: bool) -> tuple[torch
         why = tma_problem(x) or "not TMA-compatible"
         raise ValueError(f"{name} {tuple(x.shape)} with strides {tuple(x.stride())} cannot be read by TMA "
                          f"({why}); pass allow_copy=True to stage it through an aligned copy")
-    staged = aligned_empty(x.shape[0], x.shape[1], x.dtype, x.device)
-    staged.copy_(x)
-    return staged, False
+    return aligned_copy(x), False  # persistent_gemm's staging copy: a copy kernel where it pays
 
 
 def _ensure_allocator() -> None:

@@ -155,3 +155,10 @@ def test_it_can_be_switched_off(kernel, monkeypatch):
     for _ in range(2):
         launch(kernel, (1,), x, 1, False, BLOCK=4)
     assert [e[0] for e in kernel.log] == ["slow", "slow"]
+
+
+def test_an_unhashable_keyword_goes_through_triton_instead_of_failing(kernel):
+    x = torch.zeros(8)
+    for _ in range(2):
+        launch(kernel, (1,), x, 1, False, BLOCK=[4, 4])
+    assert [e[0] for e in kernel.log] == ["slow", "slow"] and id(kernel) in LAUNCHES.refused

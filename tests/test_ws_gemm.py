@@ -89,6 +89,17 @@ def test_odd_shapes_go_through_aligned_copies(M, N, K, cfg):
     run_checked(M, N, K, torch.float16, cfg, ta=True, tb=True, seed=M + N + K)
 
 
+def test_operands_with_8_byte_aligned_rows_are_staged_by_the_copy_kernel(monkeypatch):
+    # K=20, N=36 in fp16: 40- and 72-byte rows, TMA-illegal (not 16-byte multiples) but
+    # 8-byte aligned, so persistent_gemm.aligned_copy stages them with its Triton kernel
+    pgemm = load("persistent_gemm")
+    launched = []
+    real = pgemm.launch
+    monkeypatch.setattr(pgemm, "launch", lambda kernel, *a, **k: (launched.append(kernel), real(kernel, *a, **k)))
+    run_checked(44, 36, 20, torch.float16, PIPE_TMA2, seed=5)
+    assert launched.count(pgemm._stage_copy_kernel) == 2
+
+
 def test_fresh_output_is_contiguous_even_when_n_is_odd():
     a, b = common.random_inputs(40, 45, 24, torch.bfloat16, DEVICE, seed=3)
     c = ws.matmul(a, b, PIPE_TMA2)  # TMA store, N*2 B not a multiple of 16: padded staging
