@@ -125,10 +125,6 @@ class Config:
     SPLIT_K: int = 4  # requested number of K chunks (see effective_split)
     reduction: str = "two_phase"  # "atomic" | "two_phase" | "fixup" (module docstring)
     REDUCE_BLOCK: int = 512  # two_phase: output elements per program of the reduction kernel
-    # programmatic dependent launch (sm_90+): launched so that its programs may take SMs while
-    # the kernel before it in the stream drains; each waits (griddepcontrol.wait) for that
-    # kernel to finish before it touches memory, so inputs and the pooled scratch stay safe
-    pdl: bool = False
 
     def __post_init__(self):
         check_block_config(self)
@@ -145,7 +141,7 @@ class Config:
 
     def describe(self) -> str:
         return (f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_M} w{self.num_warps} "
-                f"s{self.num_stages} split{self.SPLIT_K} {self.reduction}" + (" pdl" if self.pdl else ""))
+                f"s{self.num_stages} split{self.SPLIT_K} {self.reduction}")
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -310,11 +306,7 @@ def split_k_gemm_kernel(
     FIXUP_CHUNK: tl.constexpr,  # fixup: partials summed per load
     # shape facts fixed by the host
     EVEN_K: tl.constexpr, INT64: tl.constexpr, STRIDE_HINTS: tl.constexpr,
-    PDL: tl.constexpr = False,  # launched as a programmatic dependent (Config.pdl; never interpreted)
 ):
-    if PDL:  # let the next kernel's programs launch, then wait for the previous kernel to end
-        tl.extra.cuda.gdc_launch_dependents()
-        tl.extra.cuda.gdc_wait()
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -428,14 +420,6 @@ def split_k_reduce_kernel(
 # --------------------------------------------------------------------------------------------
 
 
-def _pdl_args(pdl: bool) -> dict:
-    """Launch keywords for a programmatic dependent launch, none otherwise or under the
-    interpreter (its programs run one by one; griddepcontrol is GPU inline assembly)."""
-    if not pdl or not isinstance(split_k_gemm_kernel, triton.runtime.JITFunction):
-        return {}
-    return {"PDL": True, "launch_pdl": True}
-
-
 def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
            out: torch.Tensor | None = None) -> torch.Tensor:
     """C = a @ b with Split-K. a: (M, K), b: (K, N), fp16/bf16/fp32, any strides. Returns `out`
@@ -473,7 +457,6 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=config.GROUP_M,
         REDUCTION=reduction, FIXUP_ROWS=fixup_rows(BM, BN), FIXUP_CHUNK=fixup_chunk(BM, BN, split),
         EVEN_K=K % BK == 0, INT64=int64, STRIDE_HINTS=stride_hints(a, b),
-        **_pdl_args(config.pdl),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if reduction == "two_phase":
