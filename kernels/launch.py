@@ -22,9 +22,10 @@ itself at the end of `JITFunction.run`), with the arguments in parameter order.
 When it steps aside (the plain `kernel[grid](...)` path runs instead): without a CUDA device,
 under the CPU interpreter (the kernel is not a JITFunction), when `JITFunction.run` has been
 replaced (kernels.sm90_compile_check turns launches into compiles that way), when a launch
-hook is attached (a profiler
-such as proton wants the launch metadata), when a keyword argument is not a plain value
-(a tensor passed by keyword would make every key new), or when the grid is a callable.
+hook is attached (a profiler such as proton wants the launch metadata), when a keyword
+argument is not a plain, hashable value (a tensor passed by keyword would make every key
+new), when a positional argument is of a kind it does not key, or when the grid is a
+callable.
 
 ADVISOR_FAST_LAUNCH=0 in the environment (or `LAUNCHES.enabled = False`) turns it off.
 
