@@ -17,10 +17,12 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from host_overhead import per_call_us
 
 # (schedule, M, N, K): the issue-4 winners' shapes, each schedule's default config
 CASES = (
@@ -31,19 +33,6 @@ CASES = (
     ("stream_k_gemm", 256, 256, 131072),
     ("persistent_gemm", 4096, 4096, 8192),
 )
-
-
-def eager_wall_us(fn, calls: int = 300) -> float:
-    import torch
-
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / calls * 1e6
 
 
 def main() -> int:
@@ -84,7 +73,7 @@ def main() -> int:
                 LAUNCHES.enabled = mode == "fast"
                 times[mode]["graph"].append(time_fn(fn, method="graph", warmup_ms=10, rep_ms=60).median_ms * 1e3)
                 times[mode]["do_bench"].append(time_fn(fn, method="do_bench", warmup_ms=10, rep_ms=60).median_ms * 1e3)
-                times[mode]["eager"].append(eager_wall_us(fn))
+                times[mode]["eager"].append(per_call_us(fn, 300))
         LAUNCHES.enabled = True
         for mode, t in times.items():
             print(f"{name + ' ' + f'{M}x{N}x{K}':<34} {mode:<7} " + " ".join(
