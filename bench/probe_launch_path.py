@@ -1,11 +1,13 @@
-"""Probe: the same kernels launched through kernels/launch.py's fast path and through Triton's
-own binding (`LAUNCHES.enabled = False`), side by side on the GPU machine.
+"""Probe: the same kernels launched three ways, side by side on the GPU machine: replayed calls
+("replay": kernels/launch.py's Recorder/replay, the default), the fast launch path with each
+call's own host work ("fast": `REPLAYS.enabled = False`) and Triton's own binding ("triton":
+`LAUNCHES.enabled = False` as well).
 
     python3 bench/probe_launch_path.py [--rounds 5]
 
-Two questions. (1) Is the GPU work the same? It must be: the fast path launches the very
-kernel Triton compiled for that specialization; graph-timed GPU time per call should match
-within the run-to-run noise. (2) What does an eager caller gain? Timed three ways per mode:
+Two questions. (1) Is the GPU work the same? It must be: every mode launches the very kernel
+Triton compiled for that specialization; graph-timed GPU time per call should match within
+the run-to-run noise. (2) What does an eager caller gain? Timed three ways per mode:
 CUDA-graph replay (GPU time), `triton.testing.do_bench` (eager, the L2 flushed between calls,
 the issue's method) and back-to-back eager calls (wall time per call: the larger of the host
 path and the GPU time). Each case is checked against a float64 reference on a NaN-poisoned
@@ -32,6 +34,7 @@ CASES = (
     ("split_k_gemm", 32, 32, 131072),
     ("stream_k_gemm", 256, 256, 131072),
     ("persistent_gemm", 4096, 4096, 8192),
+    ("persistent_gemm", 1664, 1408, 8192),
 )
 
 
@@ -44,8 +47,13 @@ def main() -> int:
     import torch
 
     from advisor.bench.timing import l2_bytes, rotating, rotation_count, time_fn
-    from kernels.common import TOLERANCE, poison_, reference, rel_error
-    from kernels.launch import LAUNCHES
+    from kernels.common import TOLERANCE, poison_, rel_error
+    from kernels.launch import LAUNCHES, REPLAYS
+
+    modes = {"replay": (True, True), "fast": (False, True), "triton": (False, False)}
+
+    def use(mode):
+        REPLAYS.enabled, LAUNCHES.enabled = modes[mode]
 
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}; median of {args.rounds} rounds, "
           "modes alternating; us per call")
@@ -59,22 +67,25 @@ def main() -> int:
         outs = [torch.empty(M, N, device="cuda", dtype=torch.bfloat16) for _ in sets]
         calls = [lambda a=a, b=b, o=o, m=mod: m.matmul(a, b, out=o) for (a, b), o in zip(sets, outs)]
         fn = rotating(calls)
-        for mode in (True, False):
-            LAUNCHES.enabled = mode
-            for _ in range(2):  # the second call takes the fast path when enabled
-                poison_(outs[0])
-                calls[0]()
-            err = rel_error(outs[0], reference(*sets[0]))
-            if not err <= TOLERANCE[torch.bfloat16]:
-                raise SystemExit(f"{name} {M}x{N}x{K} fast={mode}: rel err {err:.2e}")
-        times = {m: {"graph": [], "do_bench": [], "eager": []} for m in ("fast", "triton")}
-        for _ in range(args.rounds):
-            for mode in ("fast", "triton"):
-                LAUNCHES.enabled = mode == "fast"
+        refs = [(a.double() @ b.double()).cpu() for a, b in sets[:2]]  # float64 on the GPU: 4224^2 x 8192 in ms
+        for mode in modes:
+            use(mode)
+            for i in (0, 1):  # the second call replays, or takes the fast path, where enabled
+                j = i % len(sets)
+                poison_(outs[j])
+                calls[j]()
+                err = rel_error(outs[j], refs[j])
+                if not err <= TOLERANCE[torch.bfloat16]:
+                    raise SystemExit(f"{name} {M}x{N}x{K} {mode}: rel err {err:.2e}")
+        times = {m: {"graph": [], "do_bench": [], "eager": []} for m in modes}
+        for r in range(args.rounds):
+            names = list(modes)
+            for mode in names[r % len(names):] + names[:r % len(names)]:  # no mode always first
+                use(mode)
                 times[mode]["graph"].append(time_fn(fn, method="graph", warmup_ms=10, rep_ms=60).median_ms * 1e3)
                 times[mode]["do_bench"].append(time_fn(fn, method="do_bench", warmup_ms=10, rep_ms=60).median_ms * 1e3)
                 times[mode]["eager"].append(per_call_us(fn, 300))
-        LAUNCHES.enabled = True
+        use("replay")
         for mode, t in times.items():
             print(f"{name + ' ' + f'{M}x{N}x{K}':<34} {mode:<7} " + " ".join(
                 f"{statistics.median(t[k]):{w}.1f}" for k, w in (("graph", 8), ("do_bench", 9), ("eager", 8))))

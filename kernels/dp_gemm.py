@@ -64,7 +64,7 @@ from .common import (
     self_check,
     stride_hints,
 )
-from .launch import launch
+from .launch import Recorder, call_key, replay
 
 # --------------------------------------------------------------------------------------------
 # Knobs
@@ -380,12 +380,17 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     """C = a @ b with the data-parallel schedule. a: (M, K), b: (K, N), both fp16, bf16 or fp32
     (any strides). Returns `out` (filled) when given, else a new (M, N) tensor in a's dtype."""
     M, N, K = check_matmul_inputs(a, b)
+    c = prepare_output(out, M, N, a)
+    # a call like one before (same shapes, strides, alignment, config): its launches again
+    key = call_key("dp", (a, b, c), config)
+    if replay(key, a, b, c):
+        return c
     if config is None:
         config = default_config(M, N, K, a.dtype, num_sms(a.device))
     check_smem(config, a.dtype)
-    c = prepare_output(out, M, N, a)
     grid = (cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N),)
-    launch(dp_gemm_kernel, grid,
+    rec = Recorder(key, inputs_and_output, a, b, c)
+    rec.launch(dp_gemm_kernel, grid,
         a, b, c,
         M, N, K,
         a.stride(0), a.stride(1),
@@ -397,7 +402,13 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         INT64=needs_int64_offsets(a, b, c), STRIDE_HINTS=stride_hints(a, b),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
+    rec.commit()
     return c
+
+
+def inputs_and_output(a, b, c) -> tuple:
+    """A call's live tensors where it has no scratch (a replay's gather, kernels/launch.py)."""
+    return a, b, c
 
 
 if __name__ == "__main__":

@@ -170,3 +170,262 @@ def _remember(kernel, key: tuple, compiled, n_args: int, kwargs: dict) -> None:
     if len(LAUNCHES.entries) >= MAX_ENTRIES:
         LAUNCHES.entries.clear()
     LAUNCHES.entries[key] = (compiled, tuple(tail))
+
+
+# --------------------------------------------------------------------------------------------
+# Replayed calls: a whole host call (a matmul) remembered as its launches
+# --------------------------------------------------------------------------------------------
+#
+# The fast path above still leaves a schedule's host function doing all its own work on every
+# call (configs, plans, scratch sizes, tensor descriptors, a ~30-entry keyword dict) and Triton
+# expanding every descriptor in Python (`inner` in triton/backends/nvidia/driver.py). On the
+# H200 an eager Stream-K call cost ~110 us of host time for ~58 us of GPU work
+# (bench/results/host_overhead/h200_2026-12-01_profile.txt). A replay keeps, per call key
+# (shapes, strides, dtypes, alignment, aliasing, config), the launches that call made: the raw
+# launcher, the grid, the constant arguments, and where each pointer and each TMA descriptor
+# came from among the call's "live" tensors (its inputs, output and scratch). A later call with
+# the same key only gathers its live tensors, fills the descriptors for their addresses and
+# launches. Everything else the key pins: an argument that is not a constant, a live tensor's
+# address or a descriptor over one makes the call unreplayable, and it keeps Triton's path.
+
+try:  # the device-side dtype codes of Triton's descriptor metadata, as its launcher maps them
+    from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST as _TMA_DTYPES
+except ImportError:  # another backend or Triton version: descriptors are not replayed
+    _TMA_DTYPES = None
+
+MAX_REPLAYS = 1024  # remembered calls; a sweep over shapes clears them
+_MAX_MAPS = 64  # filled descriptors kept per launch (per base address), see _Step.tensor_map
+
+
+def _fill_tma_descriptor(*args):
+    return triton.runtime.driver.active.utils.fill_tma_descriptor(*args)
+
+
+def _raw_launcher(compiled, has_descriptors: bool):
+    """Triton's compiled C launcher behind `compiled.run`, or None where we cannot call it
+    directly: a kernel that needs per-launch scratch memory (CudaLauncher allocates it), or a
+    launcher whose descriptor wrapper is not the one we know (it expands descriptors in Python
+    and closes over the C function as `launcher`)."""
+    run = compiled.run
+    if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
+        return None
+    raw = getattr(run, "launch", None)
+    if not has_descriptors:
+        return raw
+    code = getattr(raw, "__code__", None)
+    if code is None or "launcher" not in code.co_freevars:
+        return None
+    return raw.__closure__[code.co_freevars.index("launcher")].cell_contents
+
+
+class _Step:
+    """One kernel launch of a replayable call: the C launcher's arguments after the base ones,
+    with holes where a live tensor's address or a descriptor over it goes."""
+
+    __slots__ = ("coop", "descriptors", "function", "grid", "maps", "packed", "pdl", "pointers", "raw",
+                 "template")
+
+    def __init__(self, raw, grid, compiled, template, pointers, descriptors):
+        self.raw = raw
+        self.grid = grid
+        self.function = compiled.function
+        self.packed = compiled.packed_metadata
+        self.coop = compiled.run.launch_cooperative_grid
+        self.pdl = compiled.run.launch_pdl
+        self.template = template
+        self.pointers = pointers  # (position, live index)
+        self.descriptors = descriptors  # (position, live index, fill_tma_descriptor's other arguments)
+        self.maps: dict = {}
+
+    def tensor_map(self, position: int, ptr: int, fill_args: tuple):
+        # A descriptor is a pure function of its base address and the pinned rest, and the
+        # launcher copies it into the kernel's parameters: weights or rotating buffers that
+        # come back find theirs filled already.
+        key = (position, ptr)
+        m = self.maps.get(key)
+        if m is None:
+            if len(self.maps) >= _MAX_MAPS:
+                self.maps.clear()
+            m = self.maps[key] = _fill_tma_descriptor(ptr, *fill_args)
+        return m
+
+    def __call__(self, ptrs: list, stream: int) -> None:
+        args = self.template.copy()
+        for pos, i in self.pointers:
+            args[pos] = ptrs[i]
+        for pos, i, fill_args in self.descriptors:
+            args[pos] = self.tensor_map(pos, ptrs[i], fill_args)
+        g = self.grid
+        self.raw(g[0], g[1], g[2], stream, self.function, self.coop, self.pdl, None, None, self.packed,
+                 None, None, None, *args)
+
+
+def _build_step(kernel, compiled, grid: tuple, args: tuple, kwargs: dict, live: tuple):
+    """The _Step for `kernel[grid](*args, **kwargs)` as launched with these live tensors, or
+    None when some argument is none of: a plain constant, a tensor whose address is a live
+    tensor's, a host descriptor over a live tensor (its address at the start)."""
+    if compiled is None or not all(isinstance(v, _PLAIN) for v in kwargs.values()):
+        return None
+    values = list(args)
+    for param in kernel.params[len(args):]:
+        if param.name in kwargs:
+            values.append(kwargs[param.name])
+        elif param.has_default:
+            values.append(param.default)
+        else:
+            return None
+    has_desc = TensorDescriptor is not None and any(isinstance(v, TensorDescriptor) for v in values)
+    if has_desc and _TMA_DTYPES is None:
+        return None
+    raw = _raw_launcher(compiled, has_desc)
+    if raw is None:
+        return None
+    metas = list(getattr(compiled.metadata, "tensordesc_meta", None) or [])
+    ptrs = [t.data_ptr() for t in live]
+    template, pointers, descriptors = [], [], []
+    n_desc = 0
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            if v.data_ptr() not in ptrs:
+                return None
+            pointers.append((len(template), ptrs.index(v.data_ptr())))
+            template.append(None)
+        elif has_desc and isinstance(v, TensorDescriptor):
+            if v.base.data_ptr() not in ptrs:
+                return None
+            i = ptrs.index(v.base.data_ptr())
+            shape, strides = [int(s) for s in v.shape], [int(s) for s in v.strides]
+            meta = metas[n_desc] if n_desc < len(metas) else None
+            n_desc += 1
+            if meta is None:  # lowered without a TMA descriptor: base, shape, strides, nan flag, shape, strides
+                pointers.append((len(template), i))
+                template += [None, *shape, *strides, v.padding == "nan", *shape, *strides]
+                continue
+            if meta.get("fp4_padded"):
+                return None  # not a dtype our schedules use
+            fill_args = (meta["swizzle"], meta["elem_size"], _TMA_DTYPES[meta["elem_type"]], meta["block_size"],
+                         shape, strides, 1 if v.padding == "nan" else 0)
+            descriptors.append((len(template), i, fill_args))
+            template += [None, *shape, *strides]
+        elif isinstance(v, _PLAIN):
+            template.append(v)
+        else:
+            return None
+    if metas and n_desc != len(metas):
+        return None
+    g = tuple(grid) + (1, 1)
+    return _Step(raw, g[:3], compiled, template, tuple(pointers), tuple(descriptors))
+
+
+class Replay:
+    """A remembered call: `gather(*tensors)` gives the live tensors (the call's inputs and
+    output, then its scratch), each step launches one kernel."""
+
+    __slots__ = ("device", "gather", "steps")
+
+    def __init__(self, gather, steps: tuple, device: int):
+        self.gather = gather
+        self.steps = steps
+        self.device = device
+
+    def __call__(self, *tensors) -> None:
+        ptrs = [t.data_ptr() for t in self.gather(*tensors)]
+        stream = _current_stream(self.device)
+        for step in self.steps:
+            step(ptrs, stream)
+        REPLAYS.replayed += 1
+
+
+class _Replays:
+    def __init__(self) -> None:
+        self.calls: dict[tuple, Replay] = {}
+        self.refused: set = set()  # call keys whose launches could not be replayed
+        self.replayed = 0  # calls launched from a replay, for tests and probes
+        self.recorded = 0
+        # ADVISOR_REPLAY=0 (or enabled = False) leaves every call to the schedule's own path
+        self.enabled = os.environ.get("ADVISOR_REPLAY", "1") != "0"
+
+    def clear(self) -> None:
+        self.calls.clear()
+        self.refused.clear()
+
+
+REPLAYS = _Replays()
+
+
+def call_key(tag: str, tensors: tuple, *extra):
+    """The replay key of a call on these tensors (inputs and output, CUDA), or None where calls
+    are not replayed (no CUDA, replays or the fast path off, Triton's launch replaced or
+    hooked). It holds each tensor's dtype, shape, strides and 16-byte alignment (what Triton
+    specializes pointers on), which of them share an address, the current device, Triton's
+    debug knob, ADVISOR_NUM_SMS (the schedules' SM count) and `extra` (the config and whatever
+    else the call's launches depend on)."""
+    if (not REPLAYS.enabled or not LAUNCHES.enabled or _knobs is None or not _CUDA
+            or triton.runtime.JITFunction.run is not _TRITON_RUN or _hooks_attached()):
+        return None
+    ptrs = []
+    key = [tag]
+    for t in tensors:  # every call pays this loop: plain attribute reads only
+        if not t.is_cuda:
+            return None
+        p = t.data_ptr()
+        ptrs.append(p)
+        key.append((t.dtype, t.shape, t.stride(), p & 15 == 0))
+    key += (tuple(map(ptrs.index, ptrs)), _current_device(), _knobs.runtime.debug,
+            os.environ.get("ADVISOR_NUM_SMS"), *extra)
+    return tuple(key)
+
+
+def replay(key, *tensors) -> bool:
+    """Launch the call remembered under `key` for these tensors; False when there is none."""
+    if key is None:
+        return False
+    r = REPLAYS.calls.get(key)
+    if r is None:
+        return False
+    r(*tensors)
+    return True
+
+
+class Recorder:
+    """Launches a call's kernels (through `launch`) and, with a key, remembers them as a Replay.
+
+        rec = Recorder(key, gather, a, b, c)   # gather(a, b, c) -> live tensors
+        rec.launch(kernel, grid, *args, **kwargs)   # as many as the call makes
+        rec.commit()
+
+    `gather` must give, for any later call of the same key, the tensors that play the same
+    roles (inputs and output first, then scratch obtained the same way). Call `drop()` where
+    a call does work outside its launches (staging copies): it is then never replayed."""
+
+    def __init__(self, key, gather, *tensors) -> None:
+        self.key = key if key is not None and key not in REPLAYS.refused else None
+        self.gather = gather
+        self.live = gather(*tensors)
+        self.steps: list = []
+
+    def drop(self) -> None:
+        self.key = None
+
+    def launch(self, kernel, grid: tuple, *args, **kwargs):
+        if self.key is None or callable(grid) or not isinstance(kernel, triton.runtime.JITFunction):
+            self.key = None
+            return launch(kernel, grid, *args, **kwargs)
+        compiled = kernel[grid](*args, **kwargs)
+        step = _build_step(kernel, compiled, grid, args, kwargs, self.live)
+        if step is None:
+            if len(REPLAYS.refused) >= MAX_REPLAYS:
+                REPLAYS.refused.clear()
+            REPLAYS.refused.add(self.key)
+            self.key = None
+        else:
+            self.steps.append(step)
+        return compiled
+
+    def commit(self) -> None:
+        if self.key is None or not self.steps:
+            return
+        if len(REPLAYS.calls) >= MAX_REPLAYS:
+            REPLAYS.calls.clear()
+        REPLAYS.calls[self.key] = Replay(self.gather, tuple(self.steps), _current_device())
+        REPLAYS.recorded += 1

@@ -76,11 +76,12 @@ from .dp_gemm import (
     check_block_config,
     fits_shape,
     for_dtype,
+    inputs_and_output,
     mac_loop,
     store_tile,
     tile_coords,
 )
-from .launch import launch
+from .launch import Recorder, call_key, launch, replay
 
 try:  # Triton >= 3.4
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -456,6 +457,10 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     use_tma=True config raises ValueError instead."""
     M, N, K = check_matmul_inputs(a, b)
     result = c = prepare_output(out, M, N, a)
+    # a call like one before (same shapes, strides, alignment, config): its launches again
+    key = call_key("persistent", (a, b, c), config)
+    if replay(key, a, b, c):
+        return result
     sms = num_sms(a.device)
     layouts = None
     if config is None:
@@ -465,13 +470,15 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     if config.staged:
         a, b, c, staged_out = stage_for_tma(a, b, c)
         layouts = None
+        key = None  # the staging copies are work a replay would skip
+    rec = Recorder(key, inputs_and_output, a, b, c)
     tiles = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N)
     grid = (max(1, min(sms * config.PROGRAMS_PER_SM, tiles)),)
     if config.use_tma:
         a_arg, b_arg, c_arg, a_col, b_col = tma_descriptors(a, b, c, M, N, K, config, layouts)
     else:
         a_arg, b_arg, c_arg, a_col, b_col = a, b, c, False, False
-    launch(persistent_gemm_kernel, grid,
+    rec.launch(persistent_gemm_kernel, grid,
         a_arg, b_arg, c_arg,
         M, N, K,
         *a.stride(), *b.stride(), *c.stride(),
@@ -481,6 +488,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         EVEN_K=K % config.BLOCK_K == 0, INT64=needs_int64_offsets(a, b, c), STRIDE_HINTS=stride_hints(a, b),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
+    rec.commit()
     if staged_out:
         result.copy_(c)
     return result

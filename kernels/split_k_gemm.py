@@ -94,7 +94,7 @@ from .dp_gemm import (
     store_tile,
     tile_coords,
 )
-from .launch import launch
+from .launch import Recorder, call_key, replay
 
 # "atomic" computed wrong outputs on the H200 (Triton 3.6, 2026-11-29: rel. error 0.47-0.58
 # for 128-row tiles) while passing under the CPU interpreter, which runs one program at a time
@@ -426,27 +426,25 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     (filled) when given, else a new (M, N) tensor in a's dtype. See the module docstring for
     which reductions are deterministic."""
     M, N, K = check_matmul_inputs(a, b)
+    c = prepare_output(out, M, N, a)
+    # a call like one before (same shapes, strides, alignment, config): its launches again
+    key = call_key("split_k", (a, b, c), config)
+    if replay(key, a, b, c):
+        return c
     if config is None:
         config = default_config(M, N, K, a.dtype, num_sms(a.device))
     check_smem(config, a.dtype)
-    c = prepare_output(out, M, N, a)
     BM, BN, BK = config.BLOCK_M, config.BLOCK_N, config.BLOCK_K
     tiles = cdiv(M, BM) * cdiv(N, BN)
     split, per_split = effective_split(K, BK, config.SPLIT_K)
     reduction = config.reduction if split > 1 else "none"
 
-    ws = counters = c  # placeholders: the "none" kernel never touches them
-    if reduction == "atomic":
-        ws = SCRATCH.get("split_k_sums", tiles * BM * BN, torch.float32, a.device)
-        counters = SCRATCH.get("split_k_counters", tiles, torch.int32, a.device)
-    elif reduction == "fixup":
-        ws = torch.empty(tiles * split * BM * BN, dtype=torch.float32, device=a.device)
-        counters = SCRATCH.get("split_k_counters", tiles, torch.int32, a.device)
-    elif reduction == "two_phase":
-        ws = torch.empty(split * M * N, dtype=torch.float32, device=a.device)
+    ws_numel = {"fixup": tiles * split * BM * BN, "two_phase": split * M * N}.get(reduction, tiles * BM * BN)
+    rec = Recorder(key, functools.partial(_live, reduction, tiles, ws_numel), a, b, c)
+    ws, counters = rec.live[3:]
     int64 = needs_int64_offsets(a, b, c, ws if ws is not c else None)
 
-    launch(split_k_gemm_kernel, (tiles * split,),
+    rec.launch(split_k_gemm_kernel, (tiles * split,),
         a, b, c,
         ws, counters,
         M, N, K,
@@ -461,11 +459,28 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     )
     if reduction == "two_phase":
         chunk = min(8, 1 << max(0, (split - 1).bit_length()))
-        launch(split_k_reduce_kernel, (cdiv(M * N, config.REDUCE_BLOCK),),
+        rec.launch(split_k_reduce_kernel, (cdiv(M * N, config.REDUCE_BLOCK),),
             ws, c, c.stride(0), c.stride(1), M, N, split,
             BLOCK=config.REDUCE_BLOCK, CHUNK=chunk, INT64=int64, num_warps=4,
         )
+    rec.commit()
     return c
+
+
+def _live(reduction: str, tiles: int, ws_numel: int, a, b, c) -> tuple:
+    """A call's live tensors: a, b, c, then the reduction's workspace and per-tile counters
+    (atomic sums and counters from the zeroed pool, fixup and two-phase partials fresh; C as
+    the placeholder where the kernel never touches them)."""
+    ws = counters = c
+    if reduction == "atomic":
+        ws = SCRATCH.get("split_k_sums", ws_numel, torch.float32, a.device)
+        counters = SCRATCH.get("split_k_counters", tiles, torch.int32, a.device)
+    elif reduction == "fixup":
+        ws = torch.empty(ws_numel, dtype=torch.float32, device=a.device)
+        counters = SCRATCH.get("split_k_counters", tiles, torch.int32, a.device)
+    elif reduction == "two_phase":
+        ws = torch.empty(ws_numel, dtype=torch.float32, device=a.device)
+    return a, b, c, ws, counters
 
 
 if __name__ == "__main__":

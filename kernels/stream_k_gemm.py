@@ -151,7 +151,7 @@ from .dp_gemm import (
     store_tile,
     tile_coords,
 )
-from .launch import launch
+from .launch import Recorder, call_key, replay
 from .persistent_gemm import (
     TensorDescriptor,
     check_staged,
@@ -1329,8 +1329,12 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     last Stream-K MAC loop done, Stream-K work done incl. hand-in, data-parallel tiles done,
     end after the fixup claims) in nanoseconds."""
     M, N, K = check_matmul_inputs(a, b)
-    sms = num_sms(a.device)
     result = c = prepare_output(out, M, N, a)
+    # a call like one before (same shapes, strides, alignment, config): its launches again
+    key = call_key("stream_k", (a, b, c), config) if phase_times is None else None
+    if replay(key, a, b, c):
+        return result
+    sms = num_sms(a.device)
     layouts = None
     if config is None:
         config, layouts = tma_or_pointer_loads(default_config(M, N, K, a.dtype, sms), a, b, c)
@@ -1339,18 +1343,13 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     if config.staged:
         a, b, c, staged_out = stage_for_tma(a, b, c)
         layouts = None
+        key = None  # the staging copies are work a replay would skip
     plan = plan_schedule(M, N, K, config, sms)
     piece_elems = config.sk_block_m * config.sk_block_n  # the fixup's unit: a Stream-K piece
-
-    # Without split tiles the fixup code never runs, but the compiler still type-checks it:
-    # the placeholders must be int32 counters and fp32 partials (C as a placeholder failed to
-    # compile for sm_90, while the interpreter, which skips untaken branches, ran it).
-    counters = SCRATCH.get("stream_k_counters", max(1, plan.fixup_keys), torch.int32, a.device)
-    if plan.split_tiles and config.deterministic:
-        ws = torch.empty(plan.partial_slots * piece_elems, dtype=torch.float32, device=a.device)
-    else:
-        ws = SCRATCH.get("stream_k_sums", plan.fixup_keys * piece_elems if plan.split_tiles else 1,
-                         torch.float32, a.device)
+    fresh_ws = plan.split_tiles and config.deterministic
+    ws_numel = (plan.partial_slots if fresh_ws else plan.fixup_keys if plan.split_tiles else 0) * piece_elems
+    rec = Recorder(key, functools.partial(_live, max(1, plan.fixup_keys), max(1, ws_numel), fresh_ws), a, b, c)
+    ws, counters = rec.live[3:]
     if config.use_tma:
         a_arg, b_arg, c_arg, a_col, b_col = tma_descriptors(a, b, c, M, N, K, config, layouts)
         a_sk, b_sk = a_arg, b_arg
@@ -1372,7 +1371,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     if phase_times is not None and (phase_times.dtype != torch.int64 or phase_times.numel() < PHASES * plan.grid
                                     or not phase_times.is_cuda):
         raise ValueError(f"phase_times must be a CUDA int64 tensor of >= {PHASES * plan.grid} elements")
-    launch(stream_k_gemm_kernel, (plan.grid,),
+    rec.launch(stream_k_gemm_kernel, (plan.grid,),
         a_arg, b_arg, c_arg, a_sk, b_sk, ws_arg,
         c, ws, counters, c if phase_times is None else phase_times,
         M, N, K,
@@ -1396,9 +1395,24 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         PHASE_TIMES=phase_times is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
+    rec.commit()
     if staged_out:
         result.copy_(c)
     return result
+
+
+def _live(counter_count: int, ws_numel: int, fresh_ws: bool, a, b, c) -> tuple:
+    """A call's live tensors: a, b, c, then the fixup's workspace and arrival counters (the
+    counters and atomic sums from the zeroed pool; deterministic partial slots fresh). Without
+    split tiles the fixup code never runs, but the compiler still type-checks it: the
+    placeholders must be int32 counters and fp32 partials (C as a placeholder failed to compile
+    for sm_90, while the interpreter, which skips untaken branches, ran it)."""
+    counters = SCRATCH.get("stream_k_counters", counter_count, torch.int32, a.device)
+    if fresh_ws:
+        ws = torch.empty(ws_numel, dtype=torch.float32, device=a.device)
+    else:
+        ws = SCRATCH.get("stream_k_sums", ws_numel, torch.float32, a.device)
+    return a, b, c, ws, counters
 
 
 if __name__ == "__main__":
