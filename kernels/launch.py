@@ -29,6 +29,12 @@ callable.
 
 ADVISOR_FAST_LAUNCH=0 in the environment (or `LAUNCHES.enabled = False`) turns it off.
 
+Replayed calls (the second half of this file: `call_key`, `replay`, `Recorder`) go one step
+further for a schedule's whole `matmul`: its first call with a given key (shapes, strides,
+dtypes, alignment, aliasing, config) is recorded as its launches, later ones skip the
+schedule's own host work and Triton's Python wrapper. ADVISOR_REPLAY=0 (or
+`REPLAYS.enabled = False`) turns that off; ADVISOR_FAST_LAUNCH=0 turns off both.
+
 Caveat: knobs Triton reads per call and folds into its own key (TRITON_DEBUG through
 `knobs.runtime.debug`, which is part of this key too, and the instrumentation mode, which is
 not) are assumed not to change while a process runs.
@@ -357,9 +363,9 @@ def call_key(tag: str, tensors: tuple, *extra):
     """The replay key of a call on these tensors (inputs and output, CUDA), or None where calls
     are not replayed (no CUDA, replays or the fast path off, Triton's launch replaced or
     hooked). It holds each tensor's dtype, shape, strides and 16-byte alignment (what Triton
-    specializes pointers on), which of them share an address, the current device, Triton's
-    debug knob, ADVISOR_NUM_SMS (the schedules' SM count) and `extra` (the config and whatever
-    else the call's launches depend on)."""
+    specializes pointers on), which of them share an address, the first tensor's device and
+    the current one, Triton's debug knob, ADVISOR_NUM_SMS (the schedules' SM count) and
+    `extra` (the config and whatever else the call's launches depend on)."""
     if (not REPLAYS.enabled or not LAUNCHES.enabled or _knobs is None or not _CUDA
             or triton.runtime.JITFunction.run is not _TRITON_RUN or _hooks_attached()):
         return None
@@ -371,7 +377,8 @@ def call_key(tag: str, tensors: tuple, *extra):
         p = t.data_ptr()
         ptrs.append(p)
         key.append((t.dtype, t.shape, t.stride(), p & 15 == 0))
-    key += (tuple(map(ptrs.index, ptrs)), _current_device(), _knobs.runtime.debug,
+    # the tensors' device too: a schedule sizes its grid by it, Triton launches on the current one
+    key += (tuple(map(ptrs.index, ptrs)), tensors[0].get_device(), _current_device(), _knobs.runtime.debug,
             os.environ.get("ADVISOR_NUM_SMS"), *extra)
     return tuple(key)
 

@@ -198,11 +198,14 @@ class FakeCuda:
 
     is_cuda = True
 
-    def __init__(self, ptr, shape=(4, 8), strides=(8, 1), dtype=torch.bfloat16):
-        self.ptr, self.shape, self.strides, self.dtype = ptr, shape, strides, dtype
+    def __init__(self, ptr, shape=(4, 8), strides=(8, 1), dtype=torch.bfloat16, device=0):
+        self.ptr, self.shape, self.strides, self.dtype, self.device = ptr, shape, strides, dtype, device
 
     def data_ptr(self):
         return self.ptr
+
+    def get_device(self):
+        return self.device
 
     def stride(self):
         return self.strides
@@ -219,6 +222,7 @@ def test_the_call_key_holds_layout_alignment_aliasing_and_the_call_s_extras(env,
         call_key("s", (FakeCuda(1024, shape=(4, 9)), b, c), "cfg"),
         call_key("s", (FakeCuda(1024, dtype=torch.float16), b, c), "cfg"),
         call_key("s", (a, a, c), "cfg"),  # a @ a: the same address twice
+        call_key("s", (FakeCuda(1024, device=1), b, c), "cfg"),  # another GPU's tensors
         call_key("s", (a, b, c), "other cfg"),
         call_key("t", (a, b, c), "cfg"),
     ]
