@@ -11,7 +11,8 @@ queue allows, so wall time per call is the larger of the host path and the GPU t
 the host path. The shapes 16x4096x16384 (Split-K's ~35 us of GPU work) and 1664x1408x8192
 (Stream-K's ~60 us) are timed the same way, to show what an eager caller of those gets. `--baseline DIR` also imports the
 `kernels/` package of another checkout (e.g. an older commit) and times both versions in
-interleaved rounds, so that machine drift does not decide the comparison.
+interleaved rounds, the order rotated each round, so that neither machine drift nor the GPU's
+state left by the previous timing decides the comparison.
 """
 
 from __future__ import annotations
@@ -89,9 +90,10 @@ def main() -> int:
                     raise SystemExit(f"{name} ({version}) rel err {err:.1e}")
                 calls[f"{name} ({version})"] = lambda mod=mod, a=a, b=b, out=out: mod.matmul(a, b, out=out)
         times: dict[str, list[float]] = {k: [] for k in calls}
-        for _ in range(args.rounds):
-            for k, fn in calls.items():
-                times[k].append(per_call_us(fn, args.calls))
+        names = list(calls)
+        for r in range(args.rounds):  # the order rotated each round: none always follows the same
+            for k in names[r % len(names):] + names[:r % len(names)]:
+                times[k].append(per_call_us(calls[k], args.calls))
         for k, ts in times.items():
             print(f"{M}x{N}x{K} {k:>28} {statistics.median(ts):7.1f} us/call  [{' '.join(f'{t:.0f}' for t in ts)}]")
     return 0

@@ -101,7 +101,8 @@ from .common import (
     self_check,
 )
 from .common import num_sms as _num_sms
-from .launch import launch
+from .dp_gemm import inputs_and_output
+from .launch import Recorder, call_key, replay
 from .persistent_gemm import aligned_copy
 
 try:  # host-side TMA descriptors (Triton >= 3.3)
@@ -521,6 +522,15 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     require_tma_device(a.device)
     if TensorDescriptor is None:  # pragma: no cover
         raise RuntimeError("ws_gemm needs triton.tools.tensor_descriptor (Triton >= 3.3)")
+    if out is not None and (out.shape != (M, N) or out.dtype != a.dtype or out.device != a.device):
+        raise ValueError(f"out must be ({M}, {N}) {a.dtype} on {a.device}, got "
+                         f"{tuple(out.shape)} {out.dtype} on {out.device}")
+    new_c = torch.empty((M, N), dtype=a.dtype, device=a.device) if out is None else None
+    # a call like one before (same shapes, strides, alignment, config), which staged nothing:
+    # its launch again
+    key = call_key("ws", (a, b, out if out is not None else new_c), config, allow_copy)
+    if replay(key, a, b, out if out is not None else new_c):
+        return out if out is not None else new_c
     config = config or default_config(M, N, K, a.dtype)
     config.validate(a.dtype)
 
@@ -534,18 +544,18 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         return None if (t.shape[1] == 1 or t.stride(1) == 1) else "inner dimension is not contiguous"
 
     if out is not None:
-        if out.shape != (M, N) or out.dtype != a.dtype or out.device != a.device:
-            raise ValueError(f"out must be ({M}, {N}) {a.dtype} on {a.device}, got "
-                             f"{tuple(out.shape)} {out.dtype} on {out.device}")
         why = c_problem(out)
         if why is not None and not allow_copy:
             raise ValueError(f"out with strides {tuple(out.stride())} cannot be written directly ({why}); "
                              "pass allow_copy=True to stage it")
         c = out if why is None else aligned_empty(M, N, a.dtype, a.device)
     else:
-        c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+        c = new_c
         if c_problem(c) is not None:  # TMA store and N * elt not a multiple of 16 B
             c = aligned_empty(M, N, a.dtype, a.device)
+    if a_st.data_ptr() != a.data_ptr() or b_st.data_ptr() != b.data_ptr() or c is not (out if out is not None else new_c):
+        key = None  # staged through copies: work a replay would skip
+    rec = Recorder(key, inputs_and_output, a, b, c)
 
     BM, BN, BK = config.block_m, config.block_n, config.block_k
     sub_n = BN // config.epilogue_subtile
@@ -559,7 +569,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         a_arg, b_arg, c_arg = a_st, b_st, c
 
     grid_size = min(_num_sms(a.device), cdiv(M, BM) * cdiv(N, BN))
-    launch(ws_gemm_kernel, (grid_size,),
+    rec.launch(ws_gemm_kernel, (grid_size,),
         a_arg, b_arg, c_arg,
         M, N, K,
         _row_stride(a_st), _row_stride(b_st), _row_stride(c),
@@ -569,6 +579,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         EPILOGUE_SUBTILE=config.epilogue_subtile, HOST_DESC=config.host_descriptors, C_TMA=config.tma_store,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
+    rec.commit()
     if out is not None:
         if c is not out:
             out.copy_(c)
