@@ -41,6 +41,9 @@ CASES = (
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--same-inputs", action="store_true",
+                    help="one input set and one output for every call (as bench/host_overhead.py), not rotated")
+    ap.add_argument("--match", default="", help="only the cases whose 'schedule MxNxK' contains this")
     args = ap.parse_args()
     import importlib
 
@@ -56,14 +59,17 @@ def main() -> int:
         REPLAYS.enabled, LAUNCHES.enabled = modes[mode]
 
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}; median of {args.rounds} rounds, "
-          "modes alternating; us per call")
+          f"modes alternating (order rotated each round); us per call; "
+          f"{'one input set' if args.same_inputs else 'inputs rotated past the L2'}")
     print(f"{'case':<34} {'mode':<7} {'graph':>8} {'do_bench':>9} {'eager':>8}")
     for name, M, N, K in CASES:
+        if args.match not in f"{name} {M}x{N}x{K}":
+            continue
         mod = importlib.import_module(f"kernels.{name}")
         nbytes = (M * K + K * N + M * N) * 2
         sets = [(torch.randn(M, K, device="cuda", dtype=torch.bfloat16),
                  torch.randn(K, N, device="cuda", dtype=torch.bfloat16))
-                for _ in range(rotation_count(nbytes, l2_bytes()))]
+                for _ in range(1 if args.same_inputs else rotation_count(nbytes, l2_bytes()))]
         outs = [torch.empty(M, N, device="cuda", dtype=torch.bfloat16) for _ in sets]
         calls = [lambda a=a, b=b, o=o, m=mod: m.matmul(a, b, out=o) for (a, b), o in zip(sets, outs)]
         fn = rotating(calls)

@@ -387,7 +387,10 @@ def replay(key, *tensors) -> bool:
     """Launch the call remembered under `key` for these tensors; False when there is none."""
     if key is None:
         return False
-    r = REPLAYS.calls.get(key)
+    try:
+        r = REPLAYS.calls.get(key)
+    except TypeError:  # an unhashable config (not one of ours): the schedule's own path reports it
+        return False
     if r is None:
         return False
     r(*tensors)
@@ -406,7 +409,10 @@ class Recorder:
     a call does work outside its launches (staging copies): it is then never replayed."""
 
     def __init__(self, key, gather, *tensors) -> None:
-        self.key = key if key is not None and key not in REPLAYS.refused else None
+        try:
+            self.key = key if key is not None and key not in REPLAYS.refused else None
+        except TypeError:  # unhashable: never recorded
+            self.key = None
         self.gather = gather
         self.live = gather(*tensors)
         self.steps: list = []

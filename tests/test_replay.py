@@ -253,3 +253,14 @@ def test_no_key_where_calls_must_not_be_replayed(env, monkeypatch):
     finally:
         launch_mod._knobs.runtime.launch_enter_hook.remove(hook)
     assert call_key("s", (a,), None) is not None
+
+
+def test_an_unhashable_key_is_neither_replayed_nor_recorded(env):
+    k = env.jit(_plain, descriptors=False)
+    x, y = torch.randn(64), torch.randn(64)
+    key = ("k", {"BLOCK_M": 16})  # a dict where a config belongs
+    assert replay(key, x, y) is False
+    rec = Recorder(key, _gather, x, y)
+    rec.launch(k, (1,), x, 5, BLOCK=8)
+    rec.commit()
+    assert rec.key is None and not REPLAYS.calls and len(env.triton) == 1
