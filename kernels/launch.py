@@ -157,22 +157,32 @@ def launch(kernel, grid: tuple, *args, **kwargs):
     return None
 
 
-def _remember(kernel, key: tuple, compiled, n_args: int, kwargs: dict) -> None:
-    """Store the compiled kernel and the parameters after the positional ones (keywords in
-    parameter order, defaults where not given); refuse kernels called with a keyword that is
-    not a plain value, whose keys would never repeat."""
+def _trailing_values(kernel, compiled, n_args: int, kwargs: dict) -> list | None:
+    """The values of the kernel's parameters after the first `n_args` positional ones, in
+    parameter order (keywords, defaults where not given); None where no compiled kernel came
+    back, a keyword is not a plain value (its key would never repeat), or a parameter has no
+    value (Triton would have refused the call; never reached)."""
     if compiled is None or not all(isinstance(v, _PLAIN) for v in kwargs.values()):
-        LAUNCHES.refused.add(id(kernel))
-        return
+        return None
     tail = []
     for param in kernel.params[n_args:]:
         if param.name in kwargs:
             tail.append(kwargs[param.name])
         elif param.has_default:
             tail.append(param.default)
-        else:  # Triton would have refused the call; never reached
-            LAUNCHES.refused.add(id(kernel))
-            return
+        else:
+            return None
+    return tail
+
+
+def _remember(kernel, key: tuple, compiled, n_args: int, kwargs: dict) -> None:
+    """Store the compiled kernel and the parameters after the positional ones (keywords in
+    parameter order, defaults where not given); refuse kernels called with a keyword that is
+    not a plain value, whose keys would never repeat."""
+    tail = _trailing_values(kernel, compiled, n_args, kwargs)
+    if tail is None:
+        LAUNCHES.refused.add(id(kernel))
+        return
     if len(LAUNCHES.entries) >= MAX_ENTRIES:
         LAUNCHES.entries.clear()
     LAUNCHES.entries[key] = (compiled, tuple(tail))
@@ -270,16 +280,10 @@ def _build_step(kernel, compiled, grid: tuple, args: tuple, kwargs: dict, live: 
     """The _Step for `kernel[grid](*args, **kwargs)` as launched with these live tensors, or
     None when some argument is none of: a plain constant, a tensor whose address is a live
     tensor's, a host descriptor over a live tensor (its address at the start)."""
-    if compiled is None or not all(isinstance(v, _PLAIN) for v in kwargs.values()):
+    tail = _trailing_values(kernel, compiled, len(args), kwargs)
+    if tail is None:
         return None
-    values = list(args)
-    for param in kernel.params[len(args):]:
-        if param.name in kwargs:
-            values.append(kwargs[param.name])
-        elif param.has_default:
-            values.append(param.default)
-        else:
-            return None
+    values = [*args, *tail]
     has_desc = TensorDescriptor is not None and any(isinstance(v, TensorDescriptor) for v in values)
     if has_desc and _TMA_DTYPES is None:
         return None
