@@ -7,6 +7,9 @@
     ws_gemm           Hopper TMA + warp specialization, persistent
     grouped_gemm      many independent small GEMMs in one persistent launch
 
+and the helpers they share: common (input checks, tolerances), launch (fast launches, replayed
+calls), tf32_layout (fp32 operands copied K-major where that pays).
+
 advisor imports this folder through `advisor.kernel_lib`, which works both in a checkout
 (`kernels/` at the repository root) and in an installed wheel (`advisor/_data/kernels/`).
 Nothing here runs at import time beyond defining kernels.

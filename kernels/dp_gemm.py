@@ -65,6 +65,7 @@ from .common import (
     stride_hints,
 )
 from .launch import Recorder, call_key, replay
+from .tf32_layout import tf32_operands
 
 # --------------------------------------------------------------------------------------------
 # Knobs
@@ -380,6 +381,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     """C = a @ b with the data-parallel schedule. a: (M, K), b: (K, N), both fp16, bf16 or fp32
     (any strides). Returns `out` (filled) when given, else a new (M, N) tensor in a's dtype."""
     M, N, K = check_matmul_inputs(a, b)
+    a, b = tf32_operands(a, b)  # fp32 with a strided K: a K-major copy where it pays
     c = prepare_output(out, M, N, a)
     # a call like one before (same shapes, strides, alignment, config): its launches again
     key = call_key("dp", (a, b, c), config)

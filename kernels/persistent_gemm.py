@@ -82,6 +82,7 @@ from .dp_gemm import (
     tile_coords,
 )
 from .launch import Recorder, call_key, launch, replay
+from .tf32_layout import tf32_operands
 
 try:  # Triton >= 3.4
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -456,6 +457,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     default config is used and TMA is dropped when the tensors do not allow it; an explicit
     use_tma=True config raises ValueError instead."""
     M, N, K = check_matmul_inputs(a, b)
+    a, b = tf32_operands(a, b)  # fp32 with a strided K: a K-major copy where it pays
     result = c = prepare_output(out, M, N, a)
     # a call like one before (same shapes, strides, alignment, config): its launches again
     key = call_key("persistent", (a, b, c), config)

@@ -95,6 +95,7 @@ from .dp_gemm import (
     tile_coords,
 )
 from .launch import Recorder, call_key, replay
+from .tf32_layout import tf32_operands
 
 # "atomic" computed wrong outputs on the H200 (Triton 3.6, 2026-11-29: rel. error 0.47-0.58
 # for 128-row tiles) while passing under the CPU interpreter, which runs one program at a time
@@ -426,6 +427,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     (filled) when given, else a new (M, N) tensor in a's dtype. See the module docstring for
     which reductions are deterministic."""
     M, N, K = check_matmul_inputs(a, b)
+    a, b = tf32_operands(a, b)  # fp32 with a strided K: a K-major copy where it pays
     c = prepare_output(out, M, N, a)
     # a call like one before (same shapes, strides, alignment, config): its launches again
     key = call_key("split_k", (a, b, c), config)

@@ -162,6 +162,7 @@ from .persistent_gemm import (
     tma_shape_ok,
     tma_step,
 )
+from .tf32_layout import tf32_operands
 
 POLICIES = ("dp", "sk", "hybrid1", "hybrid2", "hybrid3", "hybrid4")
 PHASES = 5  # phase_times stamps a program: start, Stream-K MAC done, hand-in done, dp done, end
@@ -1329,6 +1330,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     last Stream-K MAC loop done, Stream-K work done incl. hand-in, data-parallel tiles done,
     end after the fixup claims) in nanoseconds."""
     M, N, K = check_matmul_inputs(a, b)
+    a, b = tf32_operands(a, b)  # fp32 with a strided K: a K-major copy where it pays
     result = c = prepare_output(out, M, N, a)
     # a call like one before (same shapes, strides, alignment, config): its launches again
     key = call_key("stream_k", (a, b, c), config) if phase_times is None else None

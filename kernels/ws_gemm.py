@@ -103,6 +103,7 @@ from .common import (
 from .common import num_sms as _num_sms
 from .dp_gemm import inputs_and_output
 from .launch import Recorder, call_key, replay
+from .tf32_layout import tf32_operands
 from .persistent_gemm import aligned_copy
 
 try:  # host-side TMA descriptors (Triton >= 3.3)
@@ -519,6 +520,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     `allow_copy=False` makes TMA-incompatible operands an error instead of a staged copy.
     """
     M, N, K = check_matmul_inputs(a, b)
+    a, b = tf32_operands(a, b)  # fp32 with a strided K: a K-major copy where it pays
     require_tma_device(a.device)
     if TensorDescriptor is None:  # pragma: no cover
         raise RuntimeError("ws_gemm needs triton.tools.tensor_descriptor (Triton >= 3.3)")

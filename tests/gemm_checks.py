@@ -36,9 +36,9 @@ def run_checked(mod, M, N, K, dtype, config, *, layout=(False, False), seed=0, o
     ta, tb = layout
     a, b = common.random_inputs(M, N, K, dtype, DEVICE, transpose_a=ta, transpose_b=tb, seed=seed)
     if out_layout == "row":
-        out = torch.empty((M, N), dtype=dtype)
+        out = torch.empty((M, N), dtype=dtype, device=DEVICE)
     else:  # a column-major output: the kernels must honour C's strides too
-        out = torch.empty((N, M), dtype=dtype).t()
+        out = torch.empty((N, M), dtype=dtype, device=DEVICE).t()
     common.poison_(out)
     res = mod.matmul(a, b, config, out=out, **kwargs)
     assert res is out

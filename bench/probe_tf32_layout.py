@@ -1,0 +1,169 @@
+"""Probe: how much do fp32 (tf32) GEMMs lose to an N-contiguous B, and does a K-major copy pay? (H200)
+
+    python3 bench/probe_tf32_layout.py [--shapes 4096x4096x8192,...] [--rounds 3]
+
+Question (2026-12-01). The first fp32 benchmark run (bench/results/h200.csv, run of
+2026-12-01 ~15:50 UTC) had our schedules at 0.24-0.28x torch.matmul (tf32) on the tail and
+balanced suites, 82-99 TFLOP/s. The sm_90 compile check says why it might be: Hopper's wgmma
+takes tf32 operands only K-major in shared memory (the transpose bits exist for 16-bit types
+alone), and a row-major B (K, N) has N contiguous. Triton then copies B into shared memory
+4 bytes at a time with a transposing pattern (pointer loads: 32 four-byte cp.async per
+thread per 32x256 stage instead of 8 sixteen-byte ones), or, after a TMA load, runs a
+shared -> register -> shared round trip of every B tile inside the K loop (persistent).
+A B stored transposed (N, K), passed as its .t() view, is K-major and loads 16 bytes wide.
+
+Per shape (fp32, inputs rotated past the L2, CUDA-graph timer, median of --rounds
+interleaved rounds, each variant checked first against float64 with NaN-poisoned outputs):
+- torch.matmul with allow_tf32 on the row-major B, and on the K-major B;
+- each schedule's default config on the row-major B without any copy
+  (ADVISOR_TF32_KMAJOR=0), as `matmul` runs it now (kernels/tf32_layout.py copies B K-major
+  where its rule says that pays), and on a K-major B made beforehand (the bound);
+- the copy alone: torch's transpose copy into a preallocated (N, K) buffer, and ours
+  (tf32_layout.k_major_copy).
+Rows go to DIR/probe_tf32_layout.csv; the table is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from advisor.bench.rows import (
+    append_csv,
+    gemm_bytes,
+    gemm_flops,
+    make_row,
+    new_run_id,
+    parse_shape,
+)
+from advisor.bench.runner import environment
+from advisor.bench.timing import l2_bytes, rotating, rotation_count, time_graph
+from advisor.bench.verify import Checker, CheckFailed, make_generator, random_matrix
+
+SHAPES = ["1664x1408x8192", "4096x4096x8192", "3072x3072x4096", "512x512x65536", "256x256x131072",
+          "64x4096x14336", "128x8192x8192"]
+
+
+def schedules_for(M: int, N: int) -> list[str]:
+    skinny = min(M, N) <= 512
+    if skinny:
+        return ["dp_gemm", "split_k_gemm", "stream_k_gemm"]
+    return ["dp_gemm", "persistent_gemm", "stream_k_gemm", "ws_gemm"]
+
+
+def probe_shape(shape: str, rounds: int, env: dict, dev: str) -> list[dict]:
+    """Check, then time, every variant on one shape; returns its rows."""
+    import torch
+
+    from advisor.kernel_lib import load
+
+    relayout = load("tf32_layout")
+    rows = []
+    M, N, K = parse_shape(shape)
+    flops = gemm_flops(M, N, K)
+    checker = Checker(M, N, K, torch.float32, dev)
+    n_sets = rotation_count(gemm_bytes(M, N, K, 4) * 2, l2_bytes())
+    g = make_generator(dev, 1234)
+    sets = []
+    for _ in range(n_sets):
+        a = random_matrix(M, K, torch.float32, dev, g)
+        b = random_matrix(K, N, torch.float32, dev, g)
+        b_km = b.t().contiguous().t()  # same values, K-major (strides (1, K))
+        out = torch.full((M, N), float("nan"), device=dev)
+        bt = torch.empty((N, K), device=dev)
+        sets.append((a, b, b_km, out, bt))
+
+    variants = {}
+
+    def add(name, call):
+        variants[name] = call
+
+    add("torch.matmul", lambda a, b, bk, o, bt: torch.matmul(a, b, out=o))
+    add("torch.matmul Kmajor-B", lambda a, b, bk, o, bt: torch.matmul(a, bk, out=o))
+    add("copy B -> K-major (torch)", lambda a, b, bk, o, bt: bt.copy_(b.t()))
+    add("copy B -> K-major (k_major_copy)", lambda a, b, bk, o, bt: relayout.k_major_copy(b, 0))
+    for name in schedules_for(M, N):
+        mod = load(name)
+        short = name.replace("_gemm", "")
+
+        def no_copy(a, b, bk, o, bt, mod=mod):
+            os.environ["ADVISOR_TF32_KMAJOR"] = "0"
+            try:
+                return mod.matmul(a, b, out=o)
+            finally:
+                del os.environ["ADVISOR_TF32_KMAJOR"]
+
+        def auto(a, b, bk, o, bt, mod=mod):
+            return mod.matmul(a, b, out=o)
+
+        def k_major(a, b, bk, o, bt, mod=mod):
+            return mod.matmul(a, bk, out=o)
+
+        add(f"{short} row-major B, no copy", no_copy)
+        add(f"{short} row-major B (copy where it pays)", auto)
+        add(f"{short} K-major B (made beforehand)", k_major)
+
+    ok = {}
+    for name, call in variants.items():
+        if name.startswith("copy"):
+            ok[name] = 0.0
+            continue
+        try:
+            def checked(a, b, o, call=call):
+                bt = torch.empty((N, K), device=dev)
+                return call(a, b, b.t().contiguous().t(), o, bt)
+            ok[name] = checker.check(checked)
+        except (CheckFailed, ValueError) as exc:
+            print(f"{shape:>16s} {name:44s} skipped: {exc}")
+    times = {name: [] for name in ok}
+    for r in range(rounds):
+        order = list(ok)
+        order = order[r % len(order):] + order[:r % len(order)]
+        for name in order:
+            call = variants[name]
+            fn = rotating([lambda s=s, call=call: call(*s) for s in sets])
+            times[name].append(time_graph(fn).median_ms * 1000)
+    base = statistics.median(times["torch.matmul"])
+    for name, err in ok.items():
+        us = statistics.median(times[name])
+        copy = name.startswith("copy")
+        rate = f"{2 * 4 * K * N / us / 1e3:6.0f} GB/s" if copy else f"{flops / us / 1e6:6.1f} TF/s"
+        print(f"{shape:>16s} {name:44s} {us:9.1f} {rate:>11s} {base / us:8.2f}")
+        rows.append(make_row(suite="probe_tf32_layout", shape=shape, M=M, N=N, K=K, dtype="fp32",
+                             provider=name, status="ok", median_ms=us / 1000, rel_err=err,
+                             timer="graph", flops=None if copy else flops,
+                             bytes_moved=2 * 4 * K * N if copy else None,
+                             env=env))
+    del sets
+    torch.cuda.empty_cache()
+    return rows
+
+
+def main(argv=None) -> int:
+    import torch
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    out_dir = Path(args.out or "bench/results/probe_tf32_layout")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    dev = "cuda"
+    env = environment(dev, new_run_id())
+    rows = []
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, fp32 inputs (tf32 MMA)")
+    print(f"{'shape':>16s} {'variant':44s} {'us':>9s} {'rate':>11s} {'x torch':>8s}")
+    for shape in args.shapes.split(","):
+        rows += probe_shape(shape, args.rounds, env, dev)
+    append_csv(out_dir / "probe_tf32_layout.csv", rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,136 @@
+"""kernels/tf32_layout.py under the Triton interpreter: the K-major copy, the rule that decides
+it, and every schedule's fp32 matmul going through it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from gemm_checks import DEVICE, common, run_checked
+
+from advisor.kernel_lib import load
+
+tl32 = load("tf32_layout")
+pytestmark = pytest.mark.interpreter
+
+
+def _sources(R, C, dtype):
+    """The same (R, C) values as a row-major tensor, a column-major view and a view with no
+    unit stride at all (every other column of a wider buffer)."""
+    x = torch.randn(R, C, dtype=torch.float32).to(dtype).to(DEVICE)
+    col = x.t().contiguous().t()
+    wide = torch.empty(R, 2 * C, dtype=dtype, device=DEVICE)
+    wide[:, ::2] = x
+    return x, {"row": x, "col": col, "strided": wide[:, ::2]}
+
+
+@pytest.mark.parametrize("k_dim", [0, 1])
+@pytest.mark.parametrize("src", ["row", "col", "strided"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_k_major_copy_values_and_strides(k_dim, src, dtype):
+    # 37x53 / 70x65: neither fills the 64x64 block, and 53, 65 are not multiples of 4 (the
+    # padded stride must still be a 16-byte multiple)
+    for R, C in ((37, 53), (70, 65)):
+        x, views = _sources(R, C, dtype)
+        y = tl32.k_major_copy(views[src], k_dim)
+        assert y.shape == (R, C) and y.dtype == dtype and y.device == x.device
+        assert torch.equal(y, x)  # a copy: bit-identical values
+        assert y.stride(k_dim) == 1
+        assert (y.stride(1 - k_dim) * y.element_size()) % 16 == 0
+        assert y.data_ptr() != views[src].data_ptr()
+
+
+def test_k_major_copy_empty():
+    y = tl32.k_major_copy(torch.empty(0, 5, device=DEVICE), 0)
+    assert y.shape == (0, 5) and y.stride(0) == 1
+
+
+def test_copy_pays_rule():
+    # B (K x N) is copied once M reaches 165 (see copy_pays); A (M x K) once N does
+    assert tl32.copy_pays(166, 4096, 8192, 8192 * 4096)
+    assert not tl32.copy_pays(164, 4096, 8192, 8192 * 4096)
+    assert tl32.copy_pays(4096, 166, 8192, 4096 * 8192)
+    assert not tl32.copy_pays(4096, 164, 8192, 4096 * 8192)
+    # the measured shapes (module docstring): compute-heavy ones copy, skinny ones do not
+    assert tl32.copy_pays(1664, 1408, 8192, 8192 * 1408)
+    assert tl32.copy_pays(512, 512, 65536, 65536 * 512)
+    assert tl32.copy_pays(256, 256, 131072, 131072 * 256)
+    assert not tl32.copy_pays(128, 8192, 8192, 8192 * 8192)
+    assert not tl32.copy_pays(64, 4096, 14336, 14336 * 4096)
+    assert not tl32.copy_pays(16, 4096, 16384, 16384 * 4096)
+
+
+def _fp32(M, N, K, ta=False, tb=False):
+    return common.random_inputs(M, N, K, torch.float32, DEVICE, transpose_a=ta, transpose_b=tb, seed=3)
+
+
+def test_operands_untouched_where_nothing_to_gain(monkeypatch):
+    monkeypatch.delenv("ADVISOR_TF32_KMAJOR", raising=False)
+    # 16-bit inputs: wgmma transposes them itself
+    a, b = common.random_inputs(300, 40, 50, torch.bfloat16, DEVICE, seed=1)
+    assert tl32.tf32_operands(a, b) == (a, b)
+    # fp32, already K-major (A row-major, B a transposed view)
+    a, b = _fp32(300, 300, 50, tb=True)
+    ra, rb = tl32.tf32_operands(a, b)
+    assert ra is a and rb is b
+    # fp32 with a row-major B but too few rows of A to pay for copying B
+    a, b = _fp32(64, 40, 50)
+    ra, rb = tl32.tf32_operands(a, b)
+    assert ra is a and rb is b
+
+
+def test_operands_copied_where_it_pays(monkeypatch):
+    monkeypatch.delenv("ADVISOR_TF32_KMAJOR", raising=False)
+    a, b = _fp32(300, 300, 50, ta=True)  # A's M contiguous, B's N contiguous: both strided in K
+    ra, rb = tl32.tf32_operands(a, b)
+    assert ra.stride(1) == 1 and rb.stride(0) == 1
+    assert torch.equal(ra, a) and torch.equal(rb, b)
+
+
+def test_env_switch(monkeypatch):
+    a, b = _fp32(8, 8, 50)  # the rule says no copy here
+    monkeypatch.setenv("ADVISOR_TF32_KMAJOR", "1")
+    ra, rb = tl32.tf32_operands(a, b)
+    assert ra is a and rb.stride(0) == 1 and torch.equal(rb, b)
+    a, b = _fp32(300, 300, 50)
+    monkeypatch.setenv("ADVISOR_TF32_KMAJOR", "0")
+    ra, rb = tl32.tf32_operands(a, b)
+    assert ra is a and rb is b
+
+
+SCHEDULE_CONFIGS = {
+    "dp_gemm": lambda m: m.Config(32, 32, 32, GROUP_M=2, num_warps=4, num_stages=2),
+    "split_k_gemm": lambda m: m.Config(32, 32, 16, GROUP_M=2, num_warps=4, num_stages=2, SPLIT_K=3,
+                                       reduction="two_phase"),
+    "persistent_gemm": lambda m: m.Config(32, 32, 32, GROUP_M=2, num_warps=4, num_stages=2, use_tma=False),
+    "stream_k_gemm": lambda m: m.Config(32, 32, 16, GROUP_M=2, num_warps=4, num_stages=2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULE_CONFIGS))
+def test_schedules_copy_and_stay_correct(name, monkeypatch):
+    # 230 rows of A: copying the row-major B pays (M >= 165); 37 and 53 fill no tile
+    monkeypatch.delenv("ADVISOR_TF32_KMAJOR", raising=False)
+    mod = load(name)
+    copies = []
+    real = tl32.k_major_copy
+
+    def spy(x, k_dim):
+        copies.append((tuple(x.shape), k_dim))
+        return real(x, k_dim)
+
+    monkeypatch.setattr(tl32, "k_major_copy", spy)
+    run_checked(mod, 230, 37, 53, torch.float32, SCHEDULE_CONFIGS[name](mod))
+    assert copies == [((53, 37), 0)]
+    # 16-bit inputs never copy
+    run_checked(mod, 230, 37, 53, torch.bfloat16, SCHEDULE_CONFIGS[name](mod))
+    assert len(copies) == 1
+
+
+@pytest.mark.parametrize("name", ["persistent_gemm", "stream_k_gemm"])
+def test_tma_schedules_read_the_copy(name, monkeypatch):
+    # TMA loads: the copy's padded rows meet the 16-byte rule (K = 56: 224-byte rows), and
+    # the TMA path must take the K-major B as a column-major descriptor
+    monkeypatch.delenv("ADVISOR_TF32_KMAJOR", raising=False)
+    mod = load(name)
+    cfg = mod.Config(32, 32, 16, GROUP_M=2, num_warps=4, num_stages=2, use_tma=True)
+    run_checked(mod, 230, 40, 56, torch.float32, cfg)
