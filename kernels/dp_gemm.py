@@ -21,6 +21,9 @@ When it wins
     dominate (persistent_gemm).
 
 Caveats
+    - fp32 (tf32) operands strided in K (a row-major B, a transposed A) would reach shared
+      memory 4 bytes at a time; matmul feeds such an A through registers (mac_loop A_REGS)
+      and swaps such a B into A's place, C^T = B^T A^T (kernels/tf32_layout.py).
     - Rows/columns past the matrix edge are wrapped (`% M`, `% N`) onto valid ones inside the
       K loop, so the loop needs no M/N masks; their results are dropped by the masked store.
       The wrap keeps Triton's contiguity facts when M and N are multiples of 16, which is what
@@ -65,7 +68,12 @@ from .common import (
     stride_hints,
 )
 from .launch import Recorder, call_key, replay
-from .tf32_layout import tf32_operands
+from .tf32_layout import (
+    a_through_registers,
+    swap_operands,
+    tf32_operands,
+    transposed_tile,
+)
 
 # --------------------------------------------------------------------------------------------
 # Knobs
@@ -234,6 +242,7 @@ def mac_loop(
     INT64: tl.constexpr,  # compute element offsets in int64
     RAGGED_K: tl.constexpr = 16,  # depth of the slices the ragged last K step is cut into
     HINTS: tl.constexpr = 0,  # common.stride_hints(a, b): the strides' known power-of-two factors
+    A_REGS: tl.constexpr = False,  # feed A to the MMA from registers (tf32_layout.a_through_registers)
 ):
     """fp32 accumulator of A[tile rows, k-range] @ B[k-range, tile cols]. An empty range
     (k_begin >= k_end) returns zeros."""
@@ -280,6 +289,13 @@ def mac_loop(
         k_full = tl.minimum(k_end, K // BLOCK_K)
     for ki in range(k_begin, k_full):
         a = tl.load(a_ptrs)
+        if A_REGS:
+            # Not a no-op for the compiler: the MMA's A operand is then computed, so it is fed
+            # from registers, read out of shared memory in the MMA's own layout. A tf32 A with
+            # M contiguous otherwise reaches shared memory through 4-byte transposing copies
+            # (wgmma reads tf32 from shared memory only K-major; sm_90 compile check: 128 of
+            # them against 16 sixteen-byte ones a 128x32 stage). Adding +0.0 changes no sum.
+            a = a + 0.0
         b = tl.load(b_ptrs)
         acc = tl.dot(a, b, acc)
         a_ptrs += step_a
@@ -295,6 +311,8 @@ def mac_loop(
             k_left = K - k_full * BLOCK_K
             if RAGGED_K == BLOCK_K:  # one slice: the loop's own pointers, nothing else kept live
                 a = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_K)[None, :] < k_left, other=0.0)
+                if A_REGS:
+                    a = a + 0.0
                 b = tl.load(b_ptrs, mask=tl.arange(0, BLOCK_K)[:, None] < k_left, other=0.0)
                 acc = tl.dot(a, b, acc)
             else:
@@ -311,6 +329,8 @@ def mac_loop(
                     sb = stride_bk.to(tl.int64)
                 for kk in tl.static_range(0, BLOCK_K, RAGGED_K):
                     a = tl.load(a_rag + kk * sa, mask=(kk + rs)[None, :] < k_left, other=0.0)
+                    if A_REGS:
+                        a = a + 0.0
                     b = tl.load(b_rag + kk * sb, mask=(kk + rs)[:, None] < k_left, other=0.0)
                     acc = tl.dot(a, b, acc)
     return acc
@@ -360,14 +380,14 @@ def dp_gemm_kernel(
     # tile shape and order
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     # shape facts fixed by the host
-    EVEN_K: tl.constexpr, INT64: tl.constexpr, STRIDE_HINTS: tl.constexpr,
+    EVEN_K: tl.constexpr, INT64: tl.constexpr, STRIDE_HINTS: tl.constexpr, A_REGS: tl.constexpr,
 ):
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     pid_m, pid_n = tile_coords(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M)
     acc = mac_loop(a_ptr, b_ptr, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
                    pid_m, pid_n, 0, tl.cdiv(K, BLOCK_K),
-                   BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64, HINTS=STRIDE_HINTS)
+                   BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64, HINTS=STRIDE_HINTS, A_REGS=A_REGS)
     store_tile(c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc, BLOCK_M, BLOCK_N, INT64)
 
 
@@ -381,8 +401,12 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     """C = a @ b with the data-parallel schedule. a: (M, K), b: (K, N), both fp16, bf16 or fp32
     (any strides). Returns `out` (filled) when given, else a new (M, N) tensor in a's dtype."""
     M, N, K = check_matmul_inputs(a, b)
-    a, b = tf32_operands(a, b)  # fp32 with a strided K: a K-major copy where it pays
+    # fp32 with a strided K: A through registers, a strided B swapped into A's place (below)
+    a, b = tf32_operands(a, b, registers=True)
     c = prepare_output(out, M, N, a)
+    if swap_operands(a, b):  # C^T = B^T A^T: B's strided K goes through registers as A
+        matmul(b.t(), a.t(), None if config is None else transposed_tile(config), out=c.t())
+        return c
     # a call like one before (same shapes, strides, alignment, config): its launches again
     key = call_key("dp", (a, b, c), config)
     if replay(key, a, b, c):
@@ -402,6 +426,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         GROUP_M=config.GROUP_M,
         EVEN_K=K % config.BLOCK_K == 0,
         INT64=needs_int64_offsets(a, b, c), STRIDE_HINTS=stride_hints(a, b),
+        A_REGS=a_through_registers(a),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     rec.commit()

@@ -368,8 +368,9 @@ def call_key(tag: str, tensors: tuple, *extra):
     are not replayed (no CUDA, replays or the fast path off, Triton's launch replaced or
     hooked). It holds each tensor's dtype, shape, strides and 16-byte alignment (what Triton
     specializes pointers on), which of them share an address, the first tensor's device and
-    the current one, Triton's debug knob, ADVISOR_NUM_SMS (the schedules' SM count) and
-    `extra` (the config and whatever else the call's launches depend on)."""
+    the current one, Triton's debug knob, ADVISOR_NUM_SMS (the schedules' SM count),
+    ADVISOR_TF32_KMAJOR (how fp32 operands are laid out, kernels/tf32_layout.py) and `extra`
+    (the config and whatever else the call's launches depend on)."""
     if (not REPLAYS.enabled or not LAUNCHES.enabled or _knobs is None or not _CUDA
             or triton.runtime.JITFunction.run is not _TRITON_RUN or _hooks_attached()):
         return None
@@ -383,7 +384,7 @@ def call_key(tag: str, tensors: tuple, *extra):
         key.append((t.dtype, t.shape, t.stride(), p & 15 == 0))
     # the tensors' device too: a schedule sizes its grid by it, Triton launches on the current one
     key += (tuple(map(ptrs.index, ptrs)), tensors[0].get_device(), _current_device(), _knobs.runtime.debug,
-            os.environ.get("ADVISOR_NUM_SMS"), *extra)
+            os.environ.get("ADVISOR_NUM_SMS"), os.environ.get("ADVISOR_TF32_KMAJOR"), *extra)
     return tuple(key)
 
 

@@ -30,6 +30,8 @@ When it wins
     partial last wave: the tiles are the same, only the programs persist (stream_k_gemm does).
 
 Caveats
+    - fp32 (tf32) operands strided in K are copied K-major first where that pays
+      (kernels/tf32_layout.py): wgmma reads tf32 only K-major.
     - TMA needs 16-byte aligned base pointers and leading strides, and a unit stride in the
       contiguous dimension (Hopper's tensor-map rules). An explicit `use_tma=True` config
       raises ValueError on inputs that break them, unless it is `staged`: then each such

@@ -44,6 +44,8 @@ When it wins
     BLOCK_K steps.
 
 Caveats
+    - fp32 operands strided in K go through registers or a swap, as in dp_gemm
+      (kernels/tf32_layout.py).
     - Extra traffic: the partials (tiles x SPLIT_K x BLOCK_M x BLOCK_N x 4 bytes). At
       512x512x65536 with 128 programs that is 16 MB written and read again; keep SPLIT_K as
       low as fills the GPU.
@@ -95,7 +97,12 @@ from .dp_gemm import (
     tile_coords,
 )
 from .launch import Recorder, call_key, replay
-from .tf32_layout import tf32_operands
+from .tf32_layout import (
+    a_through_registers,
+    swap_operands,
+    tf32_operands,
+    transposed_tile,
+)
 
 # "atomic" computed wrong outputs on the H200 (Triton 3.6, 2026-11-29: rel. error 0.47-0.58
 # for 128-row tiles) while passing under the CPU interpreter, which runs one program at a time
@@ -306,7 +313,7 @@ def split_k_gemm_kernel(
     FIXUP_ROWS: tl.constexpr,  # last arriver: tile rows reduced at a time
     FIXUP_CHUNK: tl.constexpr,  # fixup: partials summed per load
     # shape facts fixed by the host
-    EVEN_K: tl.constexpr, INT64: tl.constexpr, STRIDE_HINTS: tl.constexpr,
+    EVEN_K: tl.constexpr, INT64: tl.constexpr, STRIDE_HINTS: tl.constexpr, A_REGS: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -322,7 +329,7 @@ def split_k_gemm_kernel(
     k_end = tl.minimum(k_begin + iters_per_split, tl.cdiv(K, BLOCK_K))
     acc = mac_loop(a_ptr, b_ptr, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
                    pid_m, pid_n, k_begin, k_end,
-                   BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64, HINTS=STRIDE_HINTS)
+                   BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64, HINTS=STRIDE_HINTS, A_REGS=A_REGS)
 
     if REDUCTION == "none":
         store_tile(c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc, BLOCK_M, BLOCK_N, INT64)
@@ -427,8 +434,12 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     (filled) when given, else a new (M, N) tensor in a's dtype. See the module docstring for
     which reductions are deterministic."""
     M, N, K = check_matmul_inputs(a, b)
-    a, b = tf32_operands(a, b)  # fp32 with a strided K: a K-major copy where it pays
+    # fp32 with a strided K: A through registers, a strided B swapped into A's place (below)
+    a, b = tf32_operands(a, b, registers=True)
     c = prepare_output(out, M, N, a)
+    if swap_operands(a, b):  # C^T = B^T A^T: B's strided K goes through registers as A
+        matmul(b.t(), a.t(), None if config is None else transposed_tile(config), out=c.t())
+        return c
     # a call like one before (same shapes, strides, alignment, config): its launches again
     key = call_key("split_k", (a, b, c), config)
     if replay(key, a, b, c):
@@ -456,7 +467,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         split, per_split,
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=config.GROUP_M,
         REDUCTION=reduction, FIXUP_ROWS=fixup_rows(BM, BN), FIXUP_CHUNK=fixup_chunk(BM, BN, split),
-        EVEN_K=K % BK == 0, INT64=int64, STRIDE_HINTS=stride_hints(a, b),
+        EVEN_K=K % BK == 0, INT64=int64, STRIDE_HINTS=stride_hints(a, b), A_REGS=a_through_registers(a),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if reduction == "two_phase":

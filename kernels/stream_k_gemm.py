@@ -98,6 +98,8 @@ When it wins
     320x128 on 2176^2, 192x192 on 3072^2 and 4224^2 (bench/probe_cublas_kernels.py).
 
 Caveats
+    - fp32 (tf32) operands strided in K are copied K-major first where that pays
+      (kernels/tf32_layout.py), as in persistent_gemm.
     - Workspaces: deterministic partial slots (allocated per call: 2 x P tiles contiguous,
       pieces x chunks pieces aligned, fp32); atomic sum tiles and int32 counters, one a
       program (contiguous) or a region piece (aligned), from kernels/common.py's

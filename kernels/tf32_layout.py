@@ -1,4 +1,4 @@
-"""K-major operands for fp32 (tf32) GEMMs: copy an operand whose K dimension is strided.
+"""fp32 (tf32) GEMMs whose operands are strided in K: registers, a swap, or a K-major copy.
 
 What
     Hopper's wgmma reads tf32 operands from shared memory only K-major: the instruction's
@@ -10,28 +10,42 @@ What
     2026-12-01). Either way the MMA starves. The same holds for an A whose M is contiguous
     (a transposed view).
 
-    `tf32_operands(a, b)` copies such an operand into K-major storage (rows padded to 16
-    bytes, so that the TMA schedules can read it) when the copy costs less than the time it
-    saves, and returns views with the original shapes and values. Each schedule's `matmul`
-    calls it first; bf16/fp16 inputs and K-major fp32 ones pass through untouched.
+    Two remedies, both decided from the operands' layout alone:
+    - Registers (dp and split-K, the pointer-load schedules). An A whose M is contiguous is
+      fed to the MMA from registers (`a_through_registers`, dp_gemm.mac_loop's A_REGS): it
+      reaches shared memory with 16-byte copies in its own layout and is read out in the
+      MMA's. A strided B is swapped into A's place: C^T = B^T A^T (`swap_operands`; the
+      config's tile is transposed with it, `transposed_tile`), so A^T, K-major, is the
+      kernel's B. No copy, no extra traffic.
+    - Copy (persistent, Stream-K, warp-specialized: TMA loads, no register path here).
+      `tf32_operands(a, b)` copies the operand into K-major storage (rows padded to 16 bytes
+      for TMA) with `k_major_copy` when the copy costs less than the time it saves
+      (`copy_pays`), and returns views with the original shapes and values.
+    Every schedule's `matmul` calls tf32_operands first; bf16/fp16 inputs and K-major fp32
+    ones pass through untouched.
 
-When it pays (H200, 2026-12-01, bench/results/probe_tf32_layout/)
-    Graph-timed fp32 GEMMs with a row-major B, without the copy -> with it (the copy
-    included) -> on a B stored K-major beforehand, against torch.matmul with tf32:
-    Stream-K 555.9 -> 145.5 -> 125.5 us on 1664x1408x8192 (torch 148.0); persistent
-    3439.4 -> 821.4 -> 790.3 us on 4096x4096x8192 (torch 770.3); Stream-K 507.5 -> 188.0 ->
-    124.0 us on 512x512x65536 (torch 139.1). The copy moves the operand twice (read +
-    write, at ~4 TB/s), so it pays when the GEMM does enough work per operand element: the
-    rule (`copy_pays`) compares the copy's time with the GEMM's ideal tf32 time. On
-    64x4096x14336 the B copy alone (235 MB, 116 us) costs more than it saves, so B stays
-    as it is there (split-K 172.6 us, K-major 63.6, torch 65.4).
+When it pays (H200, 2026-12-01, graph-timed, bench/results/probe_tf32_layout/)
+    fp32 GEMMs with a row-major B; torch.matmul runs them with tf32.
+    - Copy: Stream-K 555.9 -> 145.5 us on 1664x1408x8192 (the copy included; 125.5 on a B
+      stored K-major beforehand; torch 148.0), persistent 3439.4 -> 821.4 us on 4096^2x8192
+      (790.3; torch 770.3). The copy moves ~4 TB/s (torch's transposing copy_ 1.1), and it
+      still costs more than it saves where the GEMM does little work per element of B: on
+      64x4096x14336 its 235 MB take 116 us.
+    - Swap: split-K 172.7 -> 63.8 us on 64x4096x14336 (torch 64.1), 225.6 -> 79.6 on
+      128x8192x8192 (85.7), 422.8 -> 124.8 on 512x512x65536 (where copying B made it 218.4;
+      torch 142.0), 218.9 -> 76.0 on 256x256x131072 (copying: 150.9; torch 111.2); dp
+      865.9 -> 200.1 us on 1664x1408x8192 (copying: 300.4). The swap beat the copy on every
+      shape measured, so dp and split-K never copy a B they can swap.
 
 Caveats
     - The copy is a new tensor on every call, as large as the operand: a weight that never
       changes is copied again each time. Keep a K-major copy of it instead (made once, e.g.
       `b_km = b.t().contiguous().t()`) and pass that: nothing is copied then.
-    - `ADVISOR_TF32_KMAJOR=0` never copies, `=1` copies every strided-K fp32 operand,
-      anything else (the default) follows the rule.
+    - Where both operands are strided in K (a transposed A beside a row-major B) the swap
+      gains nothing: dp and split-K then feed A through registers and copy B where it pays.
+    - `ADVISOR_TF32_KMAJOR=0` turns all of this off (the 4-byte path), `=1` copies every
+      strided-K fp32 operand, `=2` never copies (registers and swaps only); anything else
+      (the default) follows the rules above.
 
 Source of the idea
     CUTLASS's Hopper tf32 GEMMs accept only K-major ("TN") operands for the same reason
@@ -42,6 +56,7 @@ Source of the idea
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import torch
 import triton
@@ -111,19 +126,54 @@ def copy_pays(M: int, N: int, K: int, copied_elements: int) -> bool:
     return copy_s <= _PAYS_UP_TO * ideal_s
 
 
-def tf32_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _mode() -> str:
+    """ADVISOR_TF32_KMAJOR: "0" leaves fp32 operands alone, "1" always copies, "2" never
+    copies (swaps and feeds A through registers only), anything else follows the rule."""
+    return os.environ.get("ADVISOR_TF32_KMAJOR", "")
+
+
+def a_through_registers(a: torch.Tensor) -> bool:
+    """Whether the pointer-load schedules should feed this A to the MMA from registers
+    (dp_gemm.mac_loop's A_REGS): an fp32 A whose K dimension is strided, which would
+    otherwise reach shared memory through 4-byte transposing copies."""
+    return a.dtype == torch.float32 and not k_major(a, 1) and _mode() != "0"
+
+
+def swap_operands(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether to compute C^T = B^T A^T instead (after tf32_operands): an fp32 B whose K
+    dimension is still strided (its copy did not pay) beside a K-major A. Swapped, B^T is the
+    kernel's A and goes through registers (a_through_registers), and A^T, K-major, is the
+    kernel's B: no 4-byte copies left."""
+    return (a.dtype == torch.float32 and not k_major(b, 0) and k_major(a, 1) and _mode() != "0"
+            and a.shape[0] > 1 and b.shape[1] > 1)
+
+
+def transposed_tile(config):
+    """`config` for the swapped problem: the same output tiles, transposed (BLOCK_M and
+    BLOCK_N exchanged), every other knob as it was."""
+    return replace(config, BLOCK_M=config.BLOCK_N, BLOCK_N=config.BLOCK_M)
+
+
+def tf32_operands(a: torch.Tensor, b: torch.Tensor, *, registers: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(a, b) with each fp32 operand whose K dimension is strided copied K-major where that
-    pays (see the module docstring); anything else is returned as it is."""
+    pays (see the module docstring); anything else is returned as it is. `registers`: the
+    caller's kernels feed a strided A through registers (a_through_registers) and swap the
+    operands for a strided B (swap_operands), which beat the copy on every shape measured, so
+    then only a B beside a strided A (no swap possible) is copied."""
     if a.dtype != torch.float32:
         return a, b
     a_strided, b_strided = not k_major(a, 1), not k_major(b, 0)
     if not (a_strided or b_strided):
         return a, b
-    mode = os.environ.get("ADVISOR_TF32_KMAJOR", "")
-    if mode == "0":
+    mode = _mode()
+    if mode in ("0", "2"):
         return a, b
     M, K = a.shape
     N = b.shape[1]
+    if registers and mode != "1":
+        if a_strided and b_strided and copy_pays(M, N, K, K * N):
+            b = k_major_copy(b, 0)
+        return a, b
     if a_strided and (mode == "1" or copy_pays(M, N, K, M * K)):
         a = k_major_copy(a, 1)
     if b_strided and (mode == "1" or copy_pays(M, N, K, K * N)):

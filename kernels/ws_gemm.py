@@ -48,7 +48,9 @@ compiling every config for sm_90 on the CPU: `python -m kernels.ws_gemm --compil
   next tile while the consumers store. Non-WS configs use the TMA store with
   `epilogue_subtile` 1/2/4 column slices to free shared memory for the ring.
 * fp32 (tf32) with WS does not compile for row-major B (wgmma wants K-major tf32
-  operands), so the fp32 search space holds only the pipelined variants.
+  operands), so the fp32 search space holds only the pipelined variants. matmul copies an
+  fp32 operand strided in K into K-major storage first where that pays
+  (kernels/tf32_layout.py); WS on such copies was not tried.
 * 2-CTA clusters (`num_ctas=2`) are not a knob: on sm_90 Triton 3.6 fails to compile them
   with the TMA-store epilogue, and `tl` has no TMA multicast, so a cluster would only split
   the tile between two CTAs without sharing loads, which is not what makes CUTLASS's
@@ -103,8 +105,8 @@ from .common import (
 from .common import num_sms as _num_sms
 from .dp_gemm import inputs_and_output
 from .launch import Recorder, call_key, replay
-from .tf32_layout import tf32_operands
 from .persistent_gemm import aligned_copy
+from .tf32_layout import tf32_operands
 
 try:  # host-side TMA descriptors (Triton >= 3.3)
     from triton.tools.tensor_descriptor import TensorDescriptor

@@ -86,6 +86,19 @@ def test_operands_copied_where_it_pays(monkeypatch):
     assert torch.equal(ra, a) and torch.equal(rb, b)
 
 
+def test_registers_callers_copy_only_b_beside_a_strided_a(monkeypatch):
+    monkeypatch.delenv("ADVISOR_TF32_KMAJOR", raising=False)
+    a, b = _fp32(300, 300, 50)  # B strided, A K-major: swapped later, nothing copied
+    ra, rb = tl32.tf32_operands(a, b, registers=True)
+    assert ra is a and rb is b
+    a, b = _fp32(300, 300, 50, ta=True)  # both strided: A through registers, B copied
+    ra, rb = tl32.tf32_operands(a, b, registers=True)
+    assert ra is a and rb.stride(0) == 1 and torch.equal(rb, b)
+    monkeypatch.setenv("ADVISOR_TF32_KMAJOR", "2")  # never copy
+    ra, rb = tl32.tf32_operands(a, b)
+    assert ra is a and rb is b
+
+
 def test_env_switch(monkeypatch):
     a, b = _fp32(8, 8, 50)  # the rule says no copy here
     monkeypatch.setenv("ADVISOR_TF32_KMAJOR", "1")
@@ -120,10 +133,12 @@ def test_schedules_copy_and_stay_correct(name, monkeypatch):
 
     monkeypatch.setattr(tl32, "k_major_copy", spy)
     run_checked(mod, 230, 37, 53, torch.float32, SCHEDULE_CONFIGS[name](mod))
-    assert copies == [((53, 37), 0)]
+    # the TMA schedules copy B; dp and split-K swap the operands instead (B^T through registers)
+    expected = [] if name in ("dp_gemm", "split_k_gemm") else [((53, 37), 0)]
+    assert copies == expected
     # 16-bit inputs never copy
     run_checked(mod, 230, 37, 53, torch.bfloat16, SCHEDULE_CONFIGS[name](mod))
-    assert len(copies) == 1
+    assert copies == expected
 
 
 @pytest.mark.parametrize("name", ["persistent_gemm", "stream_k_gemm"])
@@ -134,3 +149,42 @@ def test_tma_schedules_read_the_copy(name, monkeypatch):
     mod = load(name)
     cfg = mod.Config(32, 32, 16, GROUP_M=2, num_warps=4, num_stages=2, use_tma=True)
     run_checked(mod, 230, 40, 56, torch.float32, cfg)
+
+
+def test_swap_and_registers_rule(monkeypatch):
+    monkeypatch.delenv("ADVISOR_TF32_KMAJOR", raising=False)
+    a, b = _fp32(40, 37, 53)  # B row-major, too few rows to copy it: swap
+    assert tl32.swap_operands(a, b)
+    assert not tl32.a_through_registers(a)  # A is K-major as it is
+    # swapped, B^T is the kernel's A (K strided: through registers) and A^T its K-major B
+    assert tl32.a_through_registers(b.t()) and not tl32.swap_operands(b.t(), a.t())
+    a, b = _fp32(40, 37, 53, tb=True)  # B already K-major
+    assert not tl32.swap_operands(a, b)
+    a, b = _fp32(40, 37, 53, ta=True)  # both strided: swapping would not help
+    assert not tl32.swap_operands(a, b) and tl32.a_through_registers(a)
+    a, b = common.random_inputs(40, 37, 53, torch.bfloat16, DEVICE, seed=1)
+    assert not tl32.swap_operands(a, b) and not tl32.a_through_registers(a.t().contiguous().t())
+    monkeypatch.setenv("ADVISOR_TF32_KMAJOR", "0")
+    a, b = _fp32(40, 37, 53, ta=True)
+    assert not tl32.swap_operands(a, b) and not tl32.a_through_registers(a)
+
+
+def test_transposed_tile():
+    sk = load("split_k_gemm")
+    cfg = sk.Config(16, 64, 32, GROUP_M=2, num_warps=4, num_stages=2, SPLIT_K=3, reduction="atomic")
+    t = tl32.transposed_tile(cfg)
+    assert (t.BLOCK_M, t.BLOCK_N) == (64, 16) and t.SPLIT_K == 3 and t.reduction == "atomic"
+
+
+@pytest.mark.parametrize("name", ["dp_gemm", "split_k_gemm"])
+@pytest.mark.parametrize("layout", [(False, False), (True, False)], ids=["nn", "tn"])
+def test_swapped_and_register_paths_correct(name, layout, monkeypatch):
+    # nn: B row-major with 40 rows of A -> swapped (C^T = B^T A^T, B^T through registers);
+    # tn: A's M contiguous -> A through registers in place. Both against float64, poisoned out,
+    # and a column-major out (the swap writes C through its transpose)
+    monkeypatch.delenv("ADVISOR_TF32_KMAJOR", raising=False)
+    mod = load(name)
+    cfg = SCHEDULE_CONFIGS[name](mod)
+    for out_layout in ("row", "col"):
+        run_checked(mod, 40, 37, 53, torch.float32, cfg, layout=layout, out_layout=out_layout)
+        run_checked(mod, 40, 37, 53, torch.float32, None, layout=layout, out_layout=out_layout)
