@@ -293,8 +293,9 @@ def mac_loop(
             # Not a no-op for the compiler: the MMA's A operand is then computed, so it is fed
             # from registers, read out of shared memory in the MMA's own layout. A tf32 A with
             # M contiguous otherwise reaches shared memory through 4-byte transposing copies
-            # (wgmma reads tf32 from shared memory only K-major; sm_90 compile check: 128 of
-            # them against 16 sixteen-byte ones a 128x32 stage). Adding +0.0 changes no sum.
+            # (wgmma reads tf32 from shared memory only K-major; sm_90 compile check of a
+            # 128x64x32 tile: 128 four-byte cp.async in the kernel without this line, none
+            # with it). Adding +0.0 changes no sum.
             a = a + 0.0
         b = tl.load(b_ptrs)
         acc = tl.dot(a, b, acc)

@@ -188,3 +188,14 @@ def test_swapped_and_register_paths_correct(name, layout, monkeypatch):
     for out_layout in ("row", "col"):
         run_checked(mod, 40, 37, 53, torch.float32, cfg, layout=layout, out_layout=out_layout)
         run_checked(mod, 40, 37, 53, torch.float32, None, layout=layout, out_layout=out_layout)
+
+
+@pytest.mark.parametrize("name", ["dp_gemm", "split_k_gemm"])
+def test_swapped_call_returns_a_new_row_major_tensor(name, monkeypatch):
+    monkeypatch.delenv("ADVISOR_TF32_KMAJOR", raising=False)
+    mod = load(name)
+    a, b = _fp32(40, 37, 53)
+    assert tl32.swap_operands(a, b)
+    c = mod.matmul(a, b)
+    assert c.shape == (40, 37) and c.is_contiguous() and c.dtype == torch.float32
+    assert common.rel_error(c, common.reference(a, b)) <= common.TOLERANCE[torch.float32]
