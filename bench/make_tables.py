@@ -32,9 +32,10 @@ def _runs_line(rows: list[dict]) -> str:
     parts = []
     for rid, r in seen.items():
         timers = sorted({x.get("timer") for x in rows if x.get("run_id") == rid and x.get("timer")})
-        parts.append(f"{r.get('device') or '?'} ({r.get('sm_count') or '?'} SMs), torch {r.get('torch') or '?'}, "
-                     f"Triton {r.get('triton') or '?'}, run {rid}, {r.get('date') or '?'}, "
-                     f"timer {'/'.join(timers) or '?'}")
+        dtypes = sorted({x.get("dtype") for x in rows if x.get("run_id") == rid and x.get("dtype")})
+        parts.append(f"{'/'.join(dtypes) or '?'}: {r.get('device') or '?'} ({r.get('sm_count') or '?'} SMs), "
+                     f"torch {r.get('torch') or '?'}, Triton {r.get('triton') or '?'}, run {rid}, "
+                     f"{r.get('date') or '?'}, timer {'/'.join(timers) or '?'}")
     return "; ".join(parts)
 
 
