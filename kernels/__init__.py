@@ -8,7 +8,8 @@
     grouped_gemm      many independent small GEMMs in one persistent launch
 
 and the helpers they share: common (input checks, tolerances), launch (fast launches, replayed
-calls), tf32_layout (fp32 operands copied K-major where that pays).
+calls), tf32_layout (fp32 operands strided in K: fed through registers by a swap, or copied
+K-major where that pays).
 
 advisor imports this folder through `advisor.kernel_lib`, which works both in a checkout
 (`kernels/` at the repository root) and in an installed wheel (`advisor/_data/kernels/`).

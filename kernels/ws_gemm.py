@@ -519,10 +519,12 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
 
     a (M, K), b (K, N): fp16, bf16 or fp32 (tf32 math), row-major or transposed views.
     `out`, if given, must be (M, N) of the same dtype and device; it is returned.
-    `allow_copy=False` makes TMA-incompatible operands an error instead of a staged copy.
+    `allow_copy=False` makes TMA-incompatible operands an error instead of a staged copy,
+    and skips the K-major copy of fp32 operands strided in K (kernels/tf32_layout.py).
     """
     M, N, K = check_matmul_inputs(a, b)
-    a, b = tf32_operands(a, b)  # fp32 with a strided K: a K-major copy where it pays
+    if allow_copy:  # fp32 with a strided K: a K-major copy where it pays
+        a, b = tf32_operands(a, b)
     require_tma_device(a.device)
     if TensorDescriptor is None:  # pragma: no cover
         raise RuntimeError("ws_gemm needs triton.tools.tensor_descriptor (Triton >= 3.3)")

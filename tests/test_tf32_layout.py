@@ -199,3 +199,22 @@ def test_swapped_call_returns_a_new_row_major_tensor(name, monkeypatch):
     c = mod.matmul(a, b)
     assert c.shape == (40, 37) and c.is_contiguous() and c.dtype == torch.float32
     assert common.rel_error(c, common.reference(a, b)) <= common.TOLERANCE[torch.float32]
+
+
+def test_ws_copies_unless_told_not_to(monkeypatch):
+    # warp-specialized: the K-major copy of a row-major fp32 B where it pays (M >= 165), and
+    # none with allow_copy=False, which promises no copies of the operands
+    monkeypatch.delenv("ADVISOR_TF32_KMAJOR", raising=False)
+    ws = load("ws_gemm")
+    cfg = ws.Config(32, 32, 16, 2, 4, 2, warp_specialize=False, tma_store=True, epilogue_subtile=2,
+                    host_descriptors=True)
+    copies = []
+    real = tl32.k_major_copy
+    monkeypatch.setattr(tl32, "k_major_copy", lambda x, k: copies.append(k) or real(x, k))
+    a, b = _fp32(230, 40, 56)
+    for allow_copy, expected in ((True, [0]), (False, [])):
+        copies.clear()
+        out = common.poison_(torch.empty((230, 40), device=DEVICE))
+        ws.matmul(a, b, cfg, out=out, allow_copy=allow_copy)
+        assert copies == expected
+        assert common.rel_error(out, common.reference(a, b)) <= common.TOLERANCE[torch.float32]
