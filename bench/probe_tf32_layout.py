@@ -63,6 +63,23 @@ def schedules_for(M: int, N: int) -> list[str]:
     return ["dp_gemm", "persistent_gemm", "stream_k_gemm", "ws_gemm"]
 
 
+def with_mode(mode: str, mod):
+    """mod.matmul on a row-major B with ADVISOR_TF32_KMAJOR=mode for the call (restored after)."""
+
+    def call(a, b, bk, o, bt):
+        before = os.environ.get("ADVISOR_TF32_KMAJOR")
+        os.environ["ADVISOR_TF32_KMAJOR"] = mode
+        try:
+            return mod.matmul(a, b, out=o)
+        finally:
+            if before is None:
+                del os.environ["ADVISOR_TF32_KMAJOR"]
+            else:
+                os.environ["ADVISOR_TF32_KMAJOR"] = before
+
+    return call
+
+
 def probe_shape(shape: str, rounds: int, env: dict, dev: str) -> list[dict]:
     """Check, then time, every variant on one shape; returns its rows."""
     import torch
@@ -98,19 +115,8 @@ def probe_shape(shape: str, rounds: int, env: dict, dev: str) -> list[dict]:
         mod = load(name)
         short = name.replace("_gemm", "")
 
-        def no_copy(a, b, bk, o, bt, mod=mod):
-            os.environ["ADVISOR_TF32_KMAJOR"] = "0"
-            try:
-                return mod.matmul(a, b, out=o)
-            finally:
-                del os.environ["ADVISOR_TF32_KMAJOR"]
-
-        def swap_only(a, b, bk, o, bt, mod=mod):
-            os.environ["ADVISOR_TF32_KMAJOR"] = "2"
-            try:
-                return mod.matmul(a, b, out=o)
-            finally:
-                del os.environ["ADVISOR_TF32_KMAJOR"]
+        no_copy = with_mode("0", mod)
+        swap_only = with_mode("2", mod)
 
         def auto(a, b, bk, o, bt, mod=mod):
             return mod.matmul(a, b, out=o)

@@ -68,12 +68,7 @@ from .common import (
     stride_hints,
 )
 from .launch import Recorder, call_key, replay
-from .tf32_layout import (
-    a_through_registers,
-    swap_operands,
-    tf32_operands,
-    transposed_tile,
-)
+from .tf32_layout import a_through_registers, matmul_swapped, tf32_operands
 
 # --------------------------------------------------------------------------------------------
 # Knobs
@@ -405,8 +400,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     # fp32 with a strided K: A through registers, a strided B swapped into A's place (below)
     a, b = tf32_operands(a, b, registers=True)
     c = prepare_output(out, M, N, a)
-    if swap_operands(a, b):  # C^T = B^T A^T: B's strided K goes through registers as A
-        matmul(b.t(), a.t(), None if config is None else transposed_tile(config), out=c.t())
+    if matmul_swapped(matmul, a, b, c, config):  # C^T = B^T A^T: B's strided K as A, in registers
         return c
     # a call like one before (same shapes, strides, alignment, config): its launches again
     key = call_key("dp", (a, b, c), config)

@@ -154,6 +154,15 @@ def transposed_tile(config):
     return replace(config, BLOCK_M=config.BLOCK_N, BLOCK_N=config.BLOCK_M)
 
 
+def matmul_swapped(matmul, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config) -> bool:
+    """Where swap_operands(a, b): C = a @ b written into `c` as C^T = b^T a^T by `matmul`
+    (the caller's own), with the config's tile transposed; True when it ran."""
+    if not swap_operands(a, b):
+        return False
+    matmul(b.t(), a.t(), None if config is None else transposed_tile(config), out=c.t())
+    return True
+
+
 def tf32_operands(a: torch.Tensor, b: torch.Tensor, *, registers: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(a, b) with each fp32 operand whose K dimension is strided copied K-major where that
     pays (see the module docstring); anything else is returned as it is. `registers`: the
