@@ -40,8 +40,8 @@ def jobs_of(spec: dict, shapes: list[str] | None, phases: bool) -> list[tuple[st
     return out
 
 
-def warm(job: tuple[str, dict, str], phases: bool) -> str:
-    """One warm-up call (runs in a worker process)."""
+def warm(job: tuple[str, dict, str], phases: bool, dtype: str = "bf16") -> str:
+    """One warm-up call on `dtype` inputs (the variants file's; runs in a worker process)."""
     sys.path.insert(0, str(ROOT))
     import torch
 
@@ -52,8 +52,9 @@ def warm(job: tuple[str, dict, str], phases: bool) -> str:
     mod = load(schedule)
     cfg = mod.Config(**config)
     M, N, K = parse_shape(shape)
-    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    a = torch.randn(M, K, device="cuda", dtype=tdt)
+    b = torch.randn(K, N, device="cuda", dtype=tdt)
     t0 = time.perf_counter()
     if phases:
         plan = mod.plan_schedule(M, N, K, cfg, torch.cuda.get_device_properties(0).multi_processor_count)
@@ -78,7 +79,7 @@ def main() -> int:
     failed = 0
     # spawn: CUDA cannot be used in a forked child of a process that initialised it
     with ProcessPoolExecutor(args.workers, mp_context=get_context("spawn")) as pool:
-        futures = {pool.submit(warm, job, args.phases): job for job in jobs}
+        futures = {pool.submit(warm, job, args.phases, spec.get("dtype", "bf16")): job for job in jobs}
         for fut in as_completed(futures):
             schedule, config, shape = futures[fut]
             try:

@@ -16,9 +16,11 @@ Per shape (fp32, inputs rotated past the L2, CUDA-graph timer, median of --round
 interleaved rounds, each variant checked first against float64 with NaN-poisoned outputs):
 - torch.matmul with allow_tf32 on the row-major B, and on the K-major B;
 - each schedule's default config on the row-major B without any copy
-  (ADVISOR_TF32_KMAJOR=0), as `matmul` runs it now (kernels/tf32_layout.py copies B K-major
-  where its rule says that pays; the pointer-load schedules otherwise compute C^T = B^T A^T
-  with B^T fed to the MMA from registers), and on a K-major B made beforehand (the bound);
+  (ADVISOR_TF32_KMAJOR=0), always copied (=1), never copied (=2: swapped where the schedule
+  swaps), as `matmul` runs it now (kernels/tf32_layout.py copies B K-major where its rule
+  says that pays; the pointer-load schedules otherwise compute C^T = B^T A^T with B^T fed to
+  the MMA from registers), and on a K-major B made beforehand (the bound); --schedules
+  limits the schedules;
 - the copy alone: torch's transpose copy into a preallocated (N, K) buffer, and ours
   (tf32_layout.k_major_copy).
 Rows go to DIR/probe_tf32_layout.csv; the table is printed.
@@ -80,7 +82,7 @@ def with_mode(mode: str, mod):
     return call
 
 
-def probe_shape(shape: str, rounds: int, env: dict, dev: str) -> list[dict]:
+def probe_shape(shape: str, rounds: int, env: dict, dev: str, schedules: list[str] | None = None) -> list[dict]:
     """Check, then time, every variant on one shape; returns its rows."""
     import torch
 
@@ -112,10 +114,13 @@ def probe_shape(shape: str, rounds: int, env: dict, dev: str) -> list[dict]:
     add("copy B -> K-major (torch)", lambda a, b, bk, o, bt: bt.copy_(b.t()))
     add("copy B -> K-major (k_major_copy)", lambda a, b, bk, o, bt: relayout.k_major_copy(b, 0))
     for name in schedules_for(M, N):
+        if schedules and name not in schedules:
+            continue
         mod = load(name)
         short = name.replace("_gemm", "")
 
         no_copy = with_mode("0", mod)
+        copied = with_mode("1", mod)
         swap_only = with_mode("2", mod)
 
         def auto(a, b, bk, o, bt, mod=mod):
@@ -125,8 +130,8 @@ def probe_shape(shape: str, rounds: int, env: dict, dev: str) -> list[dict]:
             return mod.matmul(a, bk, out=o)
 
         add(f"{short} row-major B, no copy", no_copy)
-        if name in ("dp_gemm", "split_k_gemm"):  # the schedules that swap
-            add(f"{short} row-major B, swapped, never copied", swap_only)
+        add(f"{short} row-major B, always copied", copied)
+        add(f"{short} row-major B, swapped, never copied", swap_only)
         add(f"{short} row-major B (as matmul runs it)", auto)
         add(f"{short} K-major B (made beforehand)", k_major)
 
@@ -173,6 +178,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--schedules", default=None, help="comma-separated module names (default: all that fit)")
     args = ap.parse_args(argv)
     out_dir = Path(args.out or "bench/results/probe_tf32_layout")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -183,7 +189,8 @@ def main(argv=None) -> int:
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, fp32 inputs (tf32 MMA)")
     print(f"{'shape':>16s} {'variant':44s} {'us':>9s} {'rate':>11s} {'x torch':>8s}")
     for shape in args.shapes.split(","):
-        rows += probe_shape(shape, args.rounds, env, dev)
+        rows += probe_shape(shape, args.rounds, env, dev,
+                            args.schedules.split(",") if args.schedules else None)
     append_csv(out_dir / "probe_tf32_layout.csv", rows)
     return 0
 

@@ -222,6 +222,22 @@ def default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> 
     return Config(bm, bn, base.BLOCK_K, 8, base.num_warps, stages, split, _reduction_for(bm, bn, split))
 
 
+def _tf32_wide_point(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> Config | None:
+    """fp32 with M >= 256 and N >= 128: a 256x128 tile on 8 warps, split for one wave. With a
+    row-major B, matmul swaps the operands (tf32_layout) and transposes the tile to 128x256,
+    so the operand fed to the MMA from registers (B^T) is read out of shared memory once per
+    256 output columns instead of 128. On the H200 (2026-12-01, bench/probes/
+    skinny_tf32_split_k.json, 5 rounds) it ran 512x512x65536 in 114.0 us against 137.5 for the
+    128x128 default (torch.matmul 145.4); with the tile the other way round (128x256: B^T read
+    out once per 128 columns) 138.2. On 256x256x131072 (two tiles, split 64) it lost, 78.0
+    against 73.1 us: twice the partial bytes of 128x128 tiles split 32."""
+    if dtype != torch.float32 or M < 256 or N < 128:
+        return None
+    tiles = cdiv(M, 256) * cdiv(N, 128)
+    split = _pick_split(tiles, cdiv(K, 32), num_sms, 8)
+    return Config(256, 128, 32, 8, 8, 4, split, "two_phase")
+
+
 def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> list[Config]:
     """At most 12 candidates for a skinny, memory-bound problem: the default, its atomic
     twin and the default's recipe for the other tiles first, then the many-programs splits.
@@ -247,6 +263,9 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
     atomic: list[Config] = []
     if effective_split(K, default.BLOCK_K, default.SPLIT_K)[0] > 1:
         atomic.append(replace(default, reduction="atomic"))
+    wide = _tf32_wide_point(M, N, K, dtype, num_sms)
+    if wide is not None:
+        atomic.append(wide)
     # the default's recipe (one wave of deep-pipelined programs) for the other tiles, also
     # ahead of the rest: on the H200 (2026-11-29, bench/probes/skinny_split_k*.json) 128x64
     # tiles without a split beat every split config on 128x8192x8192 (40-41 us against 45;

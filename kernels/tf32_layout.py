@@ -20,7 +20,11 @@ What
     - Copy (persistent, Stream-K, warp-specialized: TMA loads, no register path here).
       `tf32_operands(a, b)` copies the operand into K-major storage (rows padded to 16 bytes
       for TMA) with `k_major_copy` when the copy costs less than the time it saves
-      (`copy_pays`), and returns views with the original shapes and values.
+      (`copy_pays`), and returns views with the original shapes and values. A swap was
+      tried for the persistent TMA path too (B^T loaded by TMA, then read out into
+      registers; C^T stored through a descriptor over C, each tile transposed): correct,
+      but 25-30% slower than copying B (H200, 2026-12-01, 8192^3: 4357 against 3272 us;
+      bench/results/probe_tf32_layout/h200_2026-12-01_tma_swap.txt), so it was dropped.
     Every schedule's `matmul` calls tf32_operands first; bf16/fp16 inputs and K-major fp32
     ones pass through untouched.
 

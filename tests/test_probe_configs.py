@@ -18,8 +18,8 @@ PROBES = sorted((ROOT / "bench" / "probes").glob("*.json"))
 
 @pytest.mark.parametrize("path", PROBES, ids=[p.stem for p in PROBES])
 def test_committed_variant_files_load(path):
-    shapes, variants = load_variants(path)
-    assert shapes and variants
+    shapes, variants, dtype = load_variants(path)
+    assert shapes and variants and dtype in ("bf16", "fp16", "fp32")
     assert "question" in json.loads(path.read_text())
     for v in variants:
         # a variant limited to shapes names only shapes the file runs
@@ -56,12 +56,19 @@ def test_missing_fields_and_empty(tmp_path):
         load_variants(write(tmp_path, {"shapes": ["8x8x8"], "variants": []}))
 
 
+def test_dtype_is_read_and_checked(tmp_path):
+    spec = {"shapes": ["8x8x8"], "dtype": "fp32", "variants": [{"schedule": "dp_gemm", "config": {}}]}
+    assert load_variants(write(tmp_path, spec))[2] == "fp32"
+    with pytest.raises(ValueError, match="float32"):
+        load_variants(write(tmp_path, dict(spec, dtype="float32")))
+
+
 def test_provider_names_and_shape_filters(tmp_path):
     p = write(tmp_path, {"shapes": ["64x64x64", "32x32x32"], "variants": [
         {"schedule": "dp_gemm", "config": {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}},
         {"schedule": "split_k_gemm", "config": {"SPLIT_K": 2}, "shapes": ["32x32x32"]}]})
-    shapes, variants = load_variants(p)
-    assert shapes == ["64x64x64", "32x32x32"]
+    shapes, variants, dtype = load_variants(p)
+    assert shapes == ["64x64x64", "32x32x32"] and dtype == "bf16"
     assert [v["provider"] for v in variants] == ["dp", "split_k"]
     assert variants[0]["shapes"] == set() and variants[1]["shapes"] == {"32x32x32"}
 
