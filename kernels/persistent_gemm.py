@@ -30,8 +30,9 @@ When it wins
     partial last wave: the tiles are the same, only the programs persist (stream_k_gemm does).
 
 Caveats
-    - fp32 (tf32) operands strided in K are copied K-major first where that pays
-      (kernels/tf32_layout.py): wgmma reads tf32 only K-major.
+    - fp32 (tf32) operands strided in K (kernels/tf32_layout.py; wgmma reads tf32 only
+      K-major): TMA configs copy them K-major first where that pays; pointer-load configs
+      feed a strided A through registers and swap a strided B into A's place, as dp does.
     - TMA needs 16-byte aligned base pointers and leading strides, and a unit stride in the
       contiguous dimension (Hopper's tensor-map rules). An explicit `use_tma=True` config
       raises ValueError on inputs that break them, unless it is `staged`: then each such
@@ -84,7 +85,7 @@ from .dp_gemm import (
     tile_coords,
 )
 from .launch import Recorder, call_key, launch, replay
-from .tf32_layout import tf32_operands
+from .tf32_layout import a_through_registers, matmul_swapped, tf32_operands
 
 try:  # Triton >= 3.4
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -127,9 +128,13 @@ class Config:
         """Pipeline buffers plus the epilogue's staging buffer for C: the TMA store's source
         tile, or the layout-conversion scratch of the pointer store. In a persistent loop the
         pipeline buffers stay live across tiles, so the two cannot share memory (sm_90 compile
-        check: 128x256x32 fp32 with pointer stores took 272 KB = 144 KB + the full fp32 tile)."""
+        check: 128x256x32 fp32 with pointer stores took 272 KB = 144 KB + the full fp32 tile).
+        Without FLATTEN the pointer store's scratch reuses the pipeline buffers (as in
+        stream_k_gemm; sm_90 compile check, 256x128x32 fp32 at 3 stages: 128 KB)."""
         elt = dtype.itemsize
         pipe = pipeline_smem_bytes(self.BLOCK_M, self.BLOCK_N, self.BLOCK_K, self.num_stages, elt)
+        if not (self.use_tma or self.FLATTEN):
+            return pipe
         epilogue = self.BLOCK_M * self.BLOCK_N * elt // (2 if self.EPILOGUE_SUBTILE else 1)
         return pipe + epilogue
 
@@ -299,6 +304,14 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
         Config(128, 128, 64, 8, 4, 4, 1, False, False, True),
         Config(64, 64, 64, 8, 4, 4, 2, False, False, True),
     ]
+    if dtype == torch.float32 and min(M, N) > 512:
+        # fp32 with a row-major B: pointer loads swap the operands (tf32_layout; the tile
+        # becomes 128x256, B^T through registers, no copy of B) where the TMA configs copy B
+        # K-major first. H200, 2026-12-01 (bench/probes/balanced_tf32_swap.json, 3 rounds):
+        # 835.7 against 857.3 us on 4096x4096x8192, but 3437 against 3292 on 8192^3; in the
+        # bench run that followed (20261201T175839Z-862) level on 4096x4096x8192 (871.8
+        # against 865.8). Stream-K's tail winners on fp32 are this tile (tf32_swap_points).
+        candidates.insert(0, Config(256, 128, 64, 8, 8, 3, 1, False, False, False))
     out: list[Config] = []
     for cfg in (for_dtype(c, dtype) for c in candidates):
         if fits_shape(cfg.BLOCK_M, cfg.BLOCK_N, M, N) and _fits_sm(cfg, dtype) and cfg not in out:
@@ -348,6 +361,7 @@ def persistent_gemm_kernel(
     FLATTEN: tl.constexpr,
     # shape facts fixed by the host
     EVEN_K: tl.constexpr, INT64: tl.constexpr, STRIDE_HINTS: tl.constexpr,
+    A_REGS: tl.constexpr,  # pointer loads: A to the MMA from registers (tf32_layout.a_through_registers)
 ):
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -372,7 +386,7 @@ def persistent_gemm_kernel(
             acc = mac_loop(a_ptr, b_ptr, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
                            pid_m, pid_n, 0, k_iters,
                            BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64, RAGGED_K=BLOCK_K,
-                           HINTS=STRIDE_HINTS)
+                           HINTS=STRIDE_HINTS, A_REGS=A_REGS)
             store_tile(c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc, BLOCK_M, BLOCK_N, INT64)
 
 
@@ -459,8 +473,13 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     default config is used and TMA is dropped when the tensors do not allow it; an explicit
     use_tma=True config raises ValueError instead."""
     M, N, K = check_matmul_inputs(a, b)
-    a, b = tf32_operands(a, b)  # fp32 with a strided K: a K-major copy where it pays
+    # fp32 with a strided K: a pointer-load config feeds a strided A through registers and
+    # swaps a strided B into A's place (as dp); TMA configs copy it K-major where that pays
+    pointer = config is not None and not config.use_tma
+    a, b = tf32_operands(a, b, registers=pointer)
     result = c = prepare_output(out, M, N, a)
+    if pointer and matmul_swapped(matmul, a, b, c, config):
+        return result
     # a call like one before (same shapes, strides, alignment, config): its launches again
     key = call_key("persistent", (a, b, c), config)
     if replay(key, a, b, c):
@@ -490,6 +509,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         USE_TMA=config.use_tma, A_COL_MAJOR=a_col, B_COL_MAJOR=b_col,
         EPILOGUE_SUBTILE=config.EPILOGUE_SUBTILE, FLATTEN=config.FLATTEN,
         EVEN_K=K % config.BLOCK_K == 0, INT64=needs_int64_offsets(a, b, c), STRIDE_HINTS=stride_hints(a, b),
+        A_REGS=not config.use_tma and a_through_registers(a),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     rec.commit()

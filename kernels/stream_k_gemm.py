@@ -98,8 +98,9 @@ When it wins
     320x128 on 2176^2, 192x192 on 3072^2 and 4224^2 (bench/probe_cublas_kernels.py).
 
 Caveats
-    - fp32 (tf32) operands strided in K are copied K-major first where that pays
-      (kernels/tf32_layout.py), as in persistent_gemm.
+    - fp32 (tf32) operands strided in K (kernels/tf32_layout.py): TMA configs copy them
+      K-major first where that pays, as persistent_gemm does; pointer-load configs feed a
+      strided A through registers and swap a strided B into A's place, as dp_gemm does.
     - Workspaces: deterministic partial slots (allocated per call: 2 x P tiles contiguous,
       pieces x chunks pieces aligned, fp32); atomic sum tiles and int32 counters, one a
       program (contiguous) or a region piece (aligned), from kernels/common.py's
@@ -164,7 +165,7 @@ from .persistent_gemm import (
     tma_shape_ok,
     tma_step,
 )
-from .tf32_layout import tf32_operands
+from .tf32_layout import a_through_registers, matmul_swapped, tf32_operands
 
 POLICIES = ("dp", "sk", "hybrid1", "hybrid2", "hybrid3", "hybrid4")
 PHASES = 5  # phase_times stamps a program: start, Stream-K MAC done, hand-in done, dp done, end
@@ -676,8 +677,26 @@ def helper_bytes(config: Config, plan: Plan) -> int:
 
 
 
+def tf32_swap_points(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> list[Config]:
+    """fp32, M and N over 512 (measured on the tail shapes only; the skinny ones keep their
+    split-K and Stream-K points): the aligned layout on pointer loads with 256x128 tiles
+    (8 warps, 3 and 4 stages, atomic partial sums). With a row-major B such a config swaps the
+    operands (tf32_layout: C^T = B^T A^T, B^T through registers, no copy of B) and transposes
+    the tile to 128x256, so B^T is read out of shared memory once per 256 columns (as split-K's
+    fp32 point). On the H200 (2026-12-01, bench/probes/tail_tf32_swap.json, 3 rounds) it beat
+    the TMA configs, which copy B K-major first, on four of the five tail shapes: 2304^2x4096
+    144.3 against 154.0 us, 3072^2x4096 246.5 against 263.7, 4224^2x8192 963.5 against 994.6,
+    2176^2x8192 261.8 against 268.0; on 1664x1408x8192 it lost (159.4 against 140.3)."""
+    if dtype != torch.float32 or min(M, N) <= 512:
+        return []
+    tiles = cdiv(M, 256) * cdiv(N, 128)
+    policy = aligned_policy(tiles, num_sms)
+    return [Config(256, 128, 32, 8, 8, stages, policy, False, aligned=True) for stages in (3, 4)]
+
+
 def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> list[Config]:
-    """At most 12 candidates. First, where TMA can read the shape, the aligned layout with TMA
+    """At most 12 candidates. First the skinny points and fp32's swap points
+    (tf32_swap_points). Then, where TMA can read the shape, the aligned layout with TMA
     loads (`aligned_policy`) at the TMA points above, kept only where the plan really splits
     tiles (otherwise it is persistent_gemm's schedule) or, with SK_SPLIT_M, cuts the Stream-K
     tiles into row pieces (a split-free plan then needs one flavour only). Then pointer loads with
@@ -688,6 +707,7 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
     programs share fewer operand panels in the L2 and the deeper pipeline hides more of that
     latency (4224x4224x8192 hybrid1: 411 us with 4 stages, 464 us with 3, same run)."""
     out: list[Config] = list(skinny_points(M, N, K, dtype, num_sms))
+    out += [c for c in tf32_swap_points(M, N, K, dtype, num_sms) if c not in out]
     staged = staging_pays(M, N, K, dtype)
     if tma_shape_ok(M, N, K, dtype) or staged:
         for point in TMA_POINTS:
@@ -817,11 +837,12 @@ def _mac(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, INT64: tl.constexpr,
     USE_TMA: tl.constexpr, A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr,
-    HINTS: tl.constexpr = 0, STAGES: tl.constexpr = 0,
+    HINTS: tl.constexpr = 0, STAGES: tl.constexpr = 0, A_REGS: tl.constexpr = False,
 ):
     """fp32 accumulator of iterations [k_begin, k_end) of tile (pid_m, pid_n): one TMA box per
     operand and step (edges come back zero-filled), or dp_gemm's pointer loop. STAGES (TMA
-    only): this loop's own pipeline depth (0: the kernel's num_stages)."""
+    only): this loop's own pipeline depth (0: the kernel's num_stages). A_REGS (pointer loads
+    only): A to the MMA from registers (tf32_layout.a_through_registers)."""
     if USE_TMA:
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
@@ -834,7 +855,8 @@ def _mac(
                 acc = tma_step(a_ref, b_ref, off_m, off_n, ki * BLOCK_K, acc, A_COL_MAJOR, B_COL_MAJOR)
     else:
         acc = mac_loop(a_ref, b_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
-                       pid_m, pid_n, k_begin, k_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64, HINTS=HINTS)
+                       pid_m, pid_n, k_begin, k_end, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64, HINTS=HINTS,
+                       A_REGS=A_REGS)
     return acc
 
 
@@ -1045,7 +1067,7 @@ def _dp_tiles(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     USE_TMA: tl.constexpr, A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr,
     EPILOGUE_SUBTILE: tl.constexpr, FLATTEN: tl.constexpr, EVEN_K: tl.constexpr, INT64: tl.constexpr,
-    HINTS: tl.constexpr = 0, EDGE_FIRST: tl.constexpr = False,
+    HINTS: tl.constexpr = 0, EDGE_FIRST: tl.constexpr = False, A_REGS: tl.constexpr = False,
 ):
     """Data-parallel tiles first, first + grid, ... below stop (_tile_at order), in a persistent
     loop (program p takes tiles sk_tiles + p, + grid, ... of those after the Stream-K region)."""
@@ -1056,7 +1078,7 @@ def _dp_tiles(
         pid_m, pid_n = _tile_at(tile_id, num_pid_m, num_pid_n, GROUP_M, EDGE_FIRST)
         acc = _mac(a_ref, b_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
                    pid_m, pid_n, 0, iters, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64,
-                   USE_TMA, A_COL_MAJOR, B_COL_MAJOR, HINTS=HINTS)
+                   USE_TMA, A_COL_MAJOR, B_COL_MAJOR, HINTS=HINTS, A_REGS=A_REGS)
         _store_whole(c_ref, c_ptr, stride_cm, stride_cn, M, N, pid_m, pid_n, acc,
                      BLOCK_M, BLOCK_N, INT64, USE_TMA, EPILOGUE_SUBTILE)
 
@@ -1145,6 +1167,7 @@ def stream_k_gemm_kernel(
     HELPER_ROWS: tl.constexpr,  # HELPERS: rows a helper reads at a time (helper_rows)
     BULK_WAIT: tl.constexpr,  # wait for the bulk writes' completion (GPU; the interpreter has no asm)
     STRIDE_HINTS: tl.constexpr,
+    A_REGS: tl.constexpr,  # pointer loads: A to the MMA from registers (tf32_layout.a_through_registers)
     # diagnosis (GPU only): record start, last Stream-K MAC loop done, Stream-K work done,
     # data-parallel tiles done, end (after the cooperative fixup's claims)
     PHASE_TIMES: tl.constexpr = False,
@@ -1169,7 +1192,7 @@ def stream_k_gemm_kernel(
         _dp_tiles(a_ref, b_ref, c_ref, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                   stride_cm, stride_cn, sk_tiles + pid, num_tiles, grid, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
                   USE_TMA, A_COL_MAJOR, B_COL_MAJOR, EPILOGUE_SUBTILE, FLATTEN, EVEN_K, INT64,
-                  HINTS=STRIDE_HINTS, EDGE_FIRST=EDGE_FIRST)
+                  HINTS=STRIDE_HINTS, EDGE_FIRST=EDGE_FIRST, A_REGS=A_REGS)
     if pid < sk_programs:
         if ALIGNED:
             # ---- Stream-K region: each tile cut into SUBS pieces of SK_BM x SK_BN, each
@@ -1187,7 +1210,8 @@ def stream_k_gemm_kernel(
                                              SK_SPLIT_M, SK_SPLIT_N, EDGE_FIRST)
                 acc = _mac(a_sk_ref, b_sk_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
                            pid_m, pid_n, k0, k1, SK_BM, SK_BN, BLOCK_K, EVEN_K, INT64,
-                           USE_TMA, A_COL_MAJOR, B_COL_MAJOR, HINTS=STRIDE_HINTS, STAGES=SK_STAGES)
+                           USE_TMA, A_COL_MAJOR, B_COL_MAJOR, HINTS=STRIDE_HINTS, STAGES=SK_STAGES,
+                           A_REGS=A_REGS)
                 if PHASE_TIMES:
                     t_mac = _now(pid)
                 if sk_chunks == 1:
@@ -1225,7 +1249,7 @@ def stream_k_gemm_kernel(
                 pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
                 acc = _mac(a_ref, b_ref, stride_am, stride_ak, stride_bk, stride_bn, M, N, K,
                            pid_m, pid_n, k0, k1, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INT64,
-                           USE_TMA, A_COL_MAJOR, B_COL_MAJOR, HINTS=STRIDE_HINTS)
+                           USE_TMA, A_COL_MAJOR, B_COL_MAJOR, HINTS=STRIDE_HINTS, A_REGS=A_REGS)
                 if PHASE_TIMES:
                     t_mac = _now(pid)
                 if k1 - k0 == iters:
@@ -1247,7 +1271,7 @@ def stream_k_gemm_kernel(
         _dp_tiles(a_ref, b_ref, c_ref, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                   stride_cm, stride_cn, sk_tiles + pid, num_tiles, grid, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
                   USE_TMA, A_COL_MAJOR, B_COL_MAJOR, EPILOGUE_SUBTILE, FLATTEN, EVEN_K, INT64,
-                  HINTS=STRIDE_HINTS, EDGE_FIRST=EDGE_FIRST)
+                  HINTS=STRIDE_HINTS, EDGE_FIRST=EDGE_FIRST, A_REGS=A_REGS)
     if PHASE_TIMES:
         t_dp = _now(pid)
     if ALIGNED and HELPERS:
@@ -1332,8 +1356,14 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     last Stream-K MAC loop done, Stream-K work done incl. hand-in, data-parallel tiles done,
     end after the fixup claims) in nanoseconds."""
     M, N, K = check_matmul_inputs(a, b)
-    a, b = tf32_operands(a, b)  # fp32 with a strided K: a K-major copy where it pays
+    # fp32 with a strided K: a pointer-load config feeds a strided A through registers and
+    # swaps a strided B into A's place (as dp and split-K); TMA configs copy it K-major where
+    # that pays (tf32_layout)
+    pointer = config is not None and not config.use_tma
+    a, b = tf32_operands(a, b, registers=pointer)
     result = c = prepare_output(out, M, N, a)
+    if pointer and matmul_swapped(matmul, a, b, c, config, phase_times=phase_times):
+        return result
     # a call like one before (same shapes, strides, alignment, config): its launches again
     key = call_key("stream_k", (a, b, c), config) if phase_times is None else None
     if replay(key, a, b, c):
@@ -1396,6 +1426,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         HELPERS=uses_helpers(config, plan),
         HELPER_ROWS=helper_rows(config),
         BULK_WAIT=not _interpreted(stream_k_gemm_kernel), STRIDE_HINTS=stride_hints(a, b),
+        A_REGS=not config.use_tma and a_through_registers(a),
         PHASE_TIMES=phase_times is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )

@@ -11,13 +11,13 @@ What
     (a transposed view).
 
     Two remedies, both decided from the operands' layout alone:
-    - Registers (dp and split-K, the pointer-load schedules). An A whose M is contiguous is
-      fed to the MMA from registers (`a_through_registers`, dp_gemm.mac_loop's A_REGS): it
-      reaches shared memory with 16-byte copies in its own layout and is read out in the
-      MMA's. A strided B is swapped into A's place: C^T = B^T A^T (`swap_operands`; the
+    - Registers (dp and split-K, and the pointer-load configs of Stream-K and persistent).
+      An A whose M is contiguous is fed to the MMA from registers (`a_through_registers`,
+      dp_gemm.mac_loop's A_REGS): it reaches shared memory with 16-byte copies in its own
+      layout and is read out in the MMA's. A strided B is swapped into A's place: C^T = B^T A^T (`swap_operands`; the
       config's tile is transposed with it, `transposed_tile`), so A^T, K-major, is the
       kernel's B. No copy, no extra traffic.
-    - Copy (persistent, Stream-K, warp-specialized: TMA loads, no register path here).
+    - Copy (the TMA configs of persistent and Stream-K, and warp-specialized).
       `tf32_operands(a, b)` copies the operand into K-major storage (rows padded to 16 bytes
       for TMA) with `k_major_copy` when the copy costs less than the time it saves
       (`copy_pays`), and returns views with the original shapes and values. A swap was
@@ -39,7 +39,9 @@ When it pays (H200, 2026-12-01, graph-timed, bench/results/probe_tf32_layout/)
       128x8192x8192 (85.7), 422.8 -> 124.8 on 512x512x65536 (where copying B made it 218.4;
       torch 142.0), 218.9 -> 76.0 on 256x256x131072 (copying: 150.9; torch 111.2); dp
       865.9 -> 200.1 us on 1664x1408x8192 (copying: 300.4). The swap beat the copy on every
-      shape measured, so dp and split-K never copy a B they can swap.
+      shape measured, so dp and split-K never copy a B they can swap. Stream-K on pointer
+      loads, swapped, with 256x128 tiles (128x256 once swapped): 2304^2x4096 144.3 us against
+      154.0 for TMA + copy, 3072^2x4096 246.5 against 263.7 (torch 147.2 and 265.0).
 
 Caveats
     - The copy is a new tensor on every call, as large as the operand: a weight that never
@@ -154,16 +156,21 @@ def swap_operands(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def transposed_tile(config):
     """`config` for the swapped problem: the same output tiles, transposed (BLOCK_M and
-    BLOCK_N exchanged), every other knob as it was."""
-    return replace(config, BLOCK_M=config.BLOCK_N, BLOCK_N=config.BLOCK_M)
+    BLOCK_N exchanged, and Stream-K's row and column pieces with them), every other knob as
+    it was."""
+    swapped = {"BLOCK_M": config.BLOCK_N, "BLOCK_N": config.BLOCK_M}
+    if hasattr(config, "SK_SPLIT_M"):
+        swapped.update(SK_SPLIT_M=config.SK_SPLIT_N, SK_SPLIT_N=config.SK_SPLIT_M)
+    return replace(config, **swapped)
 
 
-def matmul_swapped(matmul, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config) -> bool:
+def matmul_swapped(matmul, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, **kwargs) -> bool:
     """Where swap_operands(a, b): C = a @ b written into `c` as C^T = b^T a^T by `matmul`
-    (the caller's own), with the config's tile transposed; True when it ran."""
+    (the caller's own, given `kwargs` too), with the config's tile transposed; True when it
+    ran."""
     if not swap_operands(a, b):
         return False
-    matmul(b.t(), a.t(), None if config is None else transposed_tile(config), out=c.t())
+    matmul(b.t(), a.t(), None if config is None else transposed_tile(config), out=c.t(), **kwargs)
     return True
 
 

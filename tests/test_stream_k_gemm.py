@@ -162,6 +162,13 @@ def test_search_space_shapes():
         # every TMA point survives the cap (the 5-stage 128x128 one was added 2026-11-29)
         tma = [(c.BLOCK_M, c.BLOCK_N, c.num_stages) for c in space if c.use_tma]
         assert (128, 128, 5) in tma and (128, 256, 3) in tma
+        # fp32 adds the swap points (pointer loads, 256x128, atomic): they swap a row-major B
+        # instead of copying it (tf32_swap_points); 16-bit inputs and skinny shapes do not
+        swaps = [c for c in sk.search_space(M, N, K, torch.float32, 132) if (c.BLOCK_M, c.BLOCK_N) == (256, 128)]
+        assert [(c.use_tma, c.aligned, c.deterministic, c.num_stages) for c in swaps] == [
+            (False, True, False, 3), (False, True, False, 4)]
+        assert not any((c.BLOCK_M, c.BLOCK_N) == (256, 128) for c in space)
+    assert sk.tf32_swap_points(512, 512, 65536, torch.float32, 132) == []
 
 
 def test_validation():

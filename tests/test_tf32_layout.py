@@ -120,8 +120,10 @@ SCHEDULE_CONFIGS = {
 
 
 @pytest.mark.parametrize("name", sorted(SCHEDULE_CONFIGS))
-def test_schedules_copy_and_stay_correct(name, monkeypatch):
-    # 230 rows of A: copying the row-major B pays (M >= 165); 37 and 53 fill no tile
+def test_pointer_configs_swap_instead_of_copying(name, monkeypatch):
+    # 230 rows of A: copying the row-major B would pay (M >= 165), but every schedule's
+    # pointer-load config swaps the operands instead (B^T through registers); 37 and 53 fill
+    # no tile. (The TMA configs' copy: test_tma_schedules_read_the_copy.)
     monkeypatch.delenv("ADVISOR_TF32_KMAJOR", raising=False)
     mod = load(name)
     copies = []
@@ -133,12 +135,12 @@ def test_schedules_copy_and_stay_correct(name, monkeypatch):
 
     monkeypatch.setattr(tl32, "k_major_copy", spy)
     run_checked(mod, 230, 37, 53, torch.float32, SCHEDULE_CONFIGS[name](mod))
-    # the TMA schedules copy B; dp and split-K swap the operands instead (B^T through registers)
-    expected = [] if name in ("dp_gemm", "split_k_gemm") else [((53, 37), 0)]
-    assert copies == expected
+    # both operands strided in K: no swap can help, so B is copied where that pays
+    run_checked(mod, 230, 37, 53, torch.float32, SCHEDULE_CONFIGS[name](mod), layout=(True, False))
+    assert copies == [((53, 37), 0)]
     # 16-bit inputs never copy
     run_checked(mod, 230, 37, 53, torch.bfloat16, SCHEDULE_CONFIGS[name](mod))
-    assert copies == expected
+    assert copies == [((53, 37), 0)]
 
 
 @pytest.mark.parametrize("name", ["persistent_gemm", "stream_k_gemm"])
@@ -176,7 +178,32 @@ def test_transposed_tile():
     assert (t.BLOCK_M, t.BLOCK_N) == (64, 16) and t.SPLIT_K == 3 and t.reduction == "atomic"
 
 
-@pytest.mark.parametrize("name", ["dp_gemm", "split_k_gemm"])
+def test_transposed_tile_swaps_stream_k_pieces():
+    sk = load("stream_k_gemm")
+    cfg = sk.Config(64, 32, 16, 2, 4, 2, "hybrid1", aligned=True, SK_SPLIT_M=2)
+    t = tl32.transposed_tile(cfg)
+    assert (t.BLOCK_M, t.BLOCK_N, t.SK_SPLIT_M, t.SK_SPLIT_N) == (32, 64, 1, 2)
+    assert (t.sk_block_m, t.sk_block_n) == (cfg.sk_block_n, cfg.sk_block_m)
+
+
+def test_stream_k_swaps_only_pointer_configs(monkeypatch):
+    # a pointer-load config swaps (no copy even where one would pay); a TMA config copies
+    monkeypatch.delenv("ADVISOR_TF32_KMAJOR", raising=False)
+    sk = load("stream_k_gemm")
+    copies = []
+    real = tl32.k_major_copy
+    monkeypatch.setattr(tl32, "k_major_copy", lambda x, k: copies.append(k) or real(x, k))
+    pointer = sk.Config(32, 32, 16, GROUP_M=2, num_warps=4, num_stages=2)
+    aligned_pieces = sk.Config(64, 32, 16, 2, 4, 2, "hybrid1", aligned=True, SK_SPLIT_M=2)
+    for cfg in (pointer, aligned_pieces):
+        run_checked(sk, 230, 40, 56, torch.float32, cfg)
+    assert copies == []
+    run_checked(sk, 230, 40, 56, torch.float32, sk.Config(32, 32, 16, GROUP_M=2, num_warps=4, num_stages=2,
+                                                           use_tma=True))
+    assert copies == [0]
+
+
+@pytest.mark.parametrize("name", ["dp_gemm", "split_k_gemm", "stream_k_gemm", "persistent_gemm"])
 @pytest.mark.parametrize("layout", [(False, False), (True, False)], ids=["nn", "tn"])
 def test_swapped_and_register_paths_correct(name, layout, monkeypatch):
     # nn: B row-major with 40 rows of A -> swapped (C^T = B^T A^T, B^T through registers);
