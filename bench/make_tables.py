@@ -47,7 +47,9 @@ def suite_section(rows: list[dict], suite: str) -> str:
     if suite == "grouped":
         out.append("\nHere `torch.matmul` is a Python loop of one torch.matmul per GEMM, `cuda_graph` that loop "
                    "captured once and replayed, `torch._grouped_mm[padded]` every GEMM zero-padded to the "
-                   "group's largest K and N (its TFLOP/s count the useful work only).\n")
+                   "group's largest K and N (its TFLOP/s count the useful work only). For fp32 the loop and "
+                   "its graph run with tf32, as our kernel does, since run 20261201T180742Z-506 (earlier fp32 "
+                   "runs timed them at full fp32 precision, which flattered our ratios).\n")
     out.append(suite_markdown(srows, suite))
     return "".join(out)
 
@@ -70,7 +72,9 @@ def ceilings_section(rows: list[dict]) -> str:
     if not c:
         return ""
     return ("## Ceilings\n\nA device-to-device copy (bytes read + written over time) and a large cuBLAS GEMM, "
-            "measured first in the run.\n\n" + markdown_table(c, [
+            "measured first in the run (fp32: with tf32, the rate our schedules compete with, since run "
+            "20261201T180742Z-506; before it the fp32 row was cuBLAS's full-precision rate).\n\n"
+            + markdown_table(c, [
                 ("provider", "provider"), ("shape", "size"), ("dtype", "dtype"), ("median_us", "median us", ".1f"),
                 ("gbps", "GB/s", ".0f"), ("tflops", "TFLOP/s", ".1f"), ("status", "status"),
                 ("error", "error"), ("device", "device"), ("date", "date")]) + "\n")

@@ -61,7 +61,12 @@ Caveats
 * A plan pins its tensors: launching it reads the current contents of the same A_i/B_i and
   overwrites the same C_i. `grouped_matmul(As, Bs, plan=plan)` checks that the lists hold the
   very tensors the plan was built for.
-* fp32 inputs run as tf32 on tensor cores (see common.TOLERANCE).
+* fp32 inputs run as tf32 on tensor cores (see common.TOLERANCE). wgmma reads tf32 only
+  K-major (kernels/tf32_layout.py), so a group of row-major fp32 A_i and B_i runs swapped on
+  pointer loads: C_i^T = B_i^T A_i^T, with B_i^T fed to the MMA from registers, A_i^T
+  K-major and C_i^T stored column-major into C_i (the plan's `swapped`; an A strided in K
+  goes through registers in place, `a_regs`). On the H200 (2026-12-01) the 64 mixed
+  128..512 GEMMs took 47.1 us so, against 92.5 us with 4-byte transposing copies of B.
 
 Where the idea comes from
 -------------------------
@@ -98,6 +103,7 @@ from .common import (
 )
 from .common import num_sms as _num_sms
 from .launch import launch as launch_kernel
+from .tf32_layout import enabled as tf32_layout_enabled
 
 # Per-group int64 table row: offsets of A, B, C (elements from the base pointer), M, N, K,
 # stride_am, stride_ak, stride_bk, stride_bn, stride_cm; padded to 16 columns = 128 bytes,
@@ -219,6 +225,9 @@ def grouped_gemm_kernel(
     # schedule: programs in the grid, TMA descriptors instead of pointer loads
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr,
     GROUP_COLS: tl.constexpr = 16, TILE_COLS: tl.constexpr = 4,
+    # fp32 with A strided in K: A to the MMA from registers (kernels/tf32_layout.py); every C
+    # column-major (a swapped group writes C^T; the table's C stride is then its column stride)
+    A_REGS: tl.constexpr = False, C_COL_MAJOR: tl.constexpr = False,
 ):
     pid = tl.program_id(axis=0)
 
@@ -286,10 +295,17 @@ def grouped_gemm_kernel(
             for ki in range(k_tiles):
                 kk = ki * BLOCK_K + rk
                 a = _load_operand_tile(a_base, rm, kk, s_am, s_ak, (rm[:, None] < M) & (kk[None, :] < K), A_LAYOUT)
+                if A_REGS:
+                    # a computed operand goes to the MMA from registers: no 4-byte transposing
+                    # copies of a tf32 tile with M contiguous (dp_gemm.mac_loop's A_REGS)
+                    a = a + 0.0
                 b = _load_operand_tile(b_base, kk, rn, s_bk, s_bn, (kk[:, None] < K) & (rn[None, :] < N), B_LAYOUT)
                 acc = tl.dot(a, b, acc)
 
-        c_ptrs = c_base + rm[:, None] * s_cm + rn[None, :]
+        if C_COL_MAJOR:
+            c_ptrs = c_base + rm[:, None] + rn[None, :] * s_cm
+        else:
+            c_ptrs = c_base + rm[:, None] * s_cm + rn[None, :]
         tl.store(c_ptrs, acc.to(base_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
@@ -375,13 +391,16 @@ def _pow2_divisor(x: int, cap: int) -> int:
     return d
 
 
-def _common_alignment(sizes, offsets, As, Bs, outs, a_layout: int, b_layout: int, elt: int) -> int:
+def _common_alignment(sizes, offsets, As, Bs, outs, a_layout: int, b_layout: int, elt: int,
+                      c_col: bool = False) -> int:
     """ALIGN for the kernel: the largest power of two (at most 16 bytes' worth of elements)
-    dividing every element offset, every leading stride, and every M, N and K."""
+    dividing every element offset, every leading stride, and every M, N and K (`c_col`: the
+    outputs are column-major, their leading stride is the column one)."""
     cap = ALIGN_BYTES // elt
     vals = [v for s in sizes for v in s] + list(offsets)
+    d = 1 if c_col else 0
     for t in outs:
-        vals.append(t.stride(0) if t.shape[0] > 1 else 0)
+        vals.append(t.stride(d) if t.shape[d] > 1 else 0)
     for ts, layout in ((As, a_layout), (Bs, b_layout)):
         if layout == STRIDED:
             return 1
@@ -400,28 +419,34 @@ class GroupedPlan:
     the device tables (one H2D copy), the compile-time promises and the grid."""
 
     def __init__(self, As, Bs, outs, sizes, config: Config, groups_dev, tiles_dev, num_tiles,
-                 a_layout, b_layout, align, grid):
+                 a_layout, b_layout, align, grid, *, base=None, swapped=False, a_regs=False):
         self.As, self.Bs, self.outs, self.sizes = As, Bs, outs, sizes
         self.config = config
         self.groups_dev, self.tiles_dev, self.num_tiles = groups_dev, tiles_dev, num_tiles
+        # the kernel's view: operand layouts of the launched problem (C^T = B^T A^T when
+        # `swapped`, then its tile is config's transposed), its base pointer, A through registers
         self.a_layout, self.b_layout, self.align, self.grid = a_layout, b_layout, align, grid
+        self.base = As[0] if base is None else base
+        self.swapped, self.a_regs = swapped, a_regs
         self.dtype = As[0].dtype
 
     def __repr__(self) -> str:
         return (f"GroupedPlan(groups={len(self.sizes)}, tiles={self.num_tiles}, grid={self.grid}, "
                 f"config={self.config.label()}, a_layout={self.a_layout}, b_layout={self.b_layout}, "
-                f"align={self.align})")
+                f"align={self.align}{', swapped' if self.swapped else ''})")
 
     def launch(self) -> list[torch.Tensor]:
         """One kernel launch; returns the output list (the same tensors every time)."""
         c = self.config
         if c.use_tma and not _interpreting():
             _ensure_allocator()
+        bm, bn = (c.block_n, c.block_m) if self.swapped else (c.block_m, c.block_n)
         launch_kernel(grouped_gemm_kernel, (self.grid,),
-            self.As[0], self.groups_dev, self.tiles_dev, self.num_tiles,
-            BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
+            self.base, self.groups_dev, self.tiles_dev, self.num_tiles,
+            BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=c.block_k,
             A_LAYOUT=self.a_layout, B_LAYOUT=self.b_layout, ALIGN=self.align,
             NUM_PROGRAMS=self.grid, USE_TMA=c.use_tma,
+            A_REGS=self.a_regs, C_COL_MAJOR=self.swapped,
             num_warps=c.num_warps, num_stages=c.num_stages,
         )
         return self.outs
@@ -479,11 +504,22 @@ def prepare(As: Sequence[torch.Tensor], Bs: Sequence[torch.Tensor], config: Conf
 
     a_layout = _layout(As, inner=1)
     b_layout = _layout(Bs, inner=1)
+    # fp32 with row-major A and B: B's K is strided, and wgmma reads tf32 only K-major, so
+    # the kernel computes C_i^T = B_i^T A_i^T instead: B_i^T (M contiguous) goes to the MMA
+    # from registers, A_i^T is K-major, and C_i^T is stored column-major into C_i
+    swapped = (dtype == torch.float32 and not config.use_tma and a_layout == ROW_MAJOR
+               and b_layout == ROW_MAJOR and tf32_layout_enabled())
+    kA, kB, kC, ksizes = As, Bs, outs, sizes
+    if swapped:
+        kA, kB, kC = [b.t() for b in Bs], [a.t() for a in As], [c.t() for c in outs]
+        ksizes = [(N, M, K) for M, N, K in sizes]
+        a_layout, b_layout = _layout(kA, inner=1), _layout(kB, inner=1)
+    a_regs = dtype == torch.float32 and a_layout != ROW_MAJOR and tf32_layout_enabled()
     G = len(sizes)
     groups = np.zeros((G, GROUP_COLS), dtype=np.int64)
-    base = As[0].data_ptr()
+    base = kA[0].data_ptr()
     offsets = []
-    for i, (a, b, c, (M, N, K)) in enumerate(zip(As, Bs, outs, sizes)):
+    for i, (a, b, c, (M, N, K)) in enumerate(zip(kA, kB, kC, ksizes)):
         offs = []
         for t in (a, b, c):
             delta = t.data_ptr() - base
@@ -491,14 +527,16 @@ def prepare(As: Sequence[torch.Tensor], Bs: Sequence[torch.Tensor], config: Conf
                 raise ValueError(f"group {i}: address not a whole number of elements from group 0's A")
             offs.append(delta // elt)
         offsets += offs
-        groups[i, :11] = (*offs, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0))
-    # group 0's A is the base pointer the kernel sees; its own alignment joins the promise
-    align = _common_alignment(sizes, offsets + [base // elt if base % elt == 0 else 1],
-                              As, Bs, outs, a_layout, b_layout, elt)
+        c_lead = c.stride(1) if swapped else c.stride(0)
+        groups[i, :11] = (*offs, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c_lead)
+    # the kernel's group 0 A is its base pointer; its own alignment joins the promise
+    align = _common_alignment(ksizes, offsets + [base // elt if base % elt == 0 else 1],
+                              kA, kB, kC, a_layout, b_layout, elt, c_col=swapped)
     if config.use_tma and not (a_layout == ROW_MAJOR and b_layout == ROW_MAJOR and align * elt >= ALIGN_BYTES):
         raise ValueError("use_tma needs every A_i and B_i row-major, with 16-byte aligned addresses, row "
                          "strides and sizes; use the pointer path (use_tma=False)")
-    tiles = tile_schedule(sizes, config.block_m, config.block_n, config.lpt_order)
+    bm, bn = (config.block_n, config.block_m) if swapped else (config.block_m, config.block_n)
+    tiles = tile_schedule(ksizes, bm, bn, config.lpt_order)
     num_tiles = int(tiles.shape[0])
     # one host-to-device copy: both tables in one int64 buffer, the tile table reinterpreted
     packed = np.concatenate([groups.reshape(-1), tiles.reshape(-1).view(np.int64)])
@@ -512,7 +550,7 @@ def prepare(As: Sequence[torch.Tensor], Bs: Sequence[torch.Tensor], config: Conf
     }
     grid = max(1, min(config.programs_per_sm * (num_sms or _num_sms(device)), num_tiles))
     return GroupedPlan(As, Bs, outs, sizes, config, groups_dev, tiles_dev, num_tiles,
-                       a_layout, b_layout, align, grid)
+                       a_layout, b_layout, align, grid, base=kA[0], swapped=swapped, a_regs=a_regs)
 
 
 def grouped_matmul(As: Sequence[torch.Tensor], Bs: Sequence[torch.Tensor], config: Config | None = None, *,
@@ -666,7 +704,8 @@ def torch_grouped_mm(As, Bs) -> Callable[[], torch.Tensor] | None:
 
 
 def compile_for_sm90(config: Config, dtype: torch.dtype = torch.bfloat16, *, a_layout: int = ROW_MAJOR,
-                     b_layout: int = ROW_MAJOR, align: int | None = None, num_programs: int = 132):
+                     b_layout: int = ROW_MAJOR, align: int | None = None, num_programs: int = 132,
+                     a_regs: bool = False, c_col: bool = False):
     """Compile the kernel for sm_90 on any machine (Triton ships ptxas) and return the
     CompiledKernel (`metadata.shared`, `asm["ptx"]`): used to check that every search-space
     entry compiles and fits, and that the aligned path really issues 16-byte cp.async."""
@@ -680,7 +719,8 @@ def compile_for_sm90(config: Config, dtype: torch.dtype = torch.bfloat16, *, a_l
         align = ALIGN_BYTES // dtype.itemsize
     constexprs = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                       A_LAYOUT=a_layout, B_LAYOUT=b_layout, ALIGN=align,
-                      NUM_PROGRAMS=num_programs, USE_TMA=config.use_tma, GROUP_COLS=GROUP_COLS, TILE_COLS=TILE_COLS)
+                      NUM_PROGRAMS=num_programs, USE_TMA=config.use_tma, GROUP_COLS=GROUP_COLS, TILE_COLS=TILE_COLS,
+                      A_REGS=a_regs, C_COL_MAJOR=c_col)
     signature = {"base_ptr": "*" + _TL_NAME[dtype], "groups_ptr": "*i64", "tiles_ptr": "*i32", "num_tiles": "i32"}
     signature.update({k: "constexpr" for k in constexprs})
     attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2)}
@@ -696,14 +736,17 @@ def compile_report(dtypes=(torch.bfloat16, torch.float16, torch.float32)) -> lis
     for dtype in dtypes:
         for c in (_C32 if dtype == torch.float32 else _C16):
             vec = ALIGN_BYTES // dtype.itemsize
-            variants = [(ROW_MAJOR, ROW_MAJOR, vec)]
+            variants = [(ROW_MAJOR, ROW_MAJOR, vec, False)]
             if not c.use_tma:
-                variants += [(COL_MAJOR, COL_MAJOR, vec), (ROW_MAJOR, COL_MAJOR, 2), (ROW_MAJOR, ROW_MAJOR, 1),
-                             (STRIDED, STRIDED, 1)]
-            for al, bl, align in variants:
-                where = f"{str(dtype)[6:]:9} {c.label():28} A={al} B={bl} align={align}"
+                variants += [(COL_MAJOR, COL_MAJOR, vec, False), (ROW_MAJOR, COL_MAJOR, 2, False),
+                             (ROW_MAJOR, ROW_MAJOR, 1, False), (STRIDED, STRIDED, 1, False)]
+                if dtype == torch.float32:  # a swapped row-major group (prepare): B^T in registers
+                    variants.append((COL_MAJOR, COL_MAJOR, vec, True))
+            for al, bl, align, swapped in variants:
+                where = f"{str(dtype)[6:]:9} {c.label():28} A={al} B={bl} align={align}{' swapped' if swapped else ''}"
                 try:
-                    k = compile_for_sm90(c, dtype, a_layout=al, b_layout=bl, align=align)
+                    k = compile_for_sm90(c, dtype, a_layout=al, b_layout=bl, align=align, a_regs=swapped,
+                                         c_col=swapped)
                 except Exception as e:  # noqa: BLE001 - report every failure, then fail
                     problems.append(f"{where} does not compile: {type(e).__name__}: {str(e)[:200]}")
                     print(problems[-1], flush=True)

@@ -138,6 +138,11 @@ def _mode() -> str:
     return os.environ.get("ADVISOR_TF32_KMAJOR", "")
 
 
+def enabled() -> bool:
+    """False where ADVISOR_TF32_KMAJOR=0 turns all of this off (the 4-byte path)."""
+    return _mode() != "0"
+
+
 def a_through_registers(a: torch.Tensor) -> bool:
     """Whether the pointer-load schedules should feed this A to the MMA from registers
     (dp_gemm.mac_loop's A_REGS): an fp32 A whose K dimension is strided, which would

@@ -345,8 +345,9 @@ def test_run_grouped_baselines_and_a_partial_writer(tmp_path):
     rows = run_grouped(sizes, "fp32", mod.search_space(sizes, None, 3), budget_s=60, module=mod, cpu_reps=1,
                        label="5 GEMMs")
     st = {(r["provider"], r["config"], r["phase"]): r["status"] for r in rows}
-    assert st[("torch.matmul", "", "search")] == "ok"
-    assert st[("cuda_graph", "", "search")] == "skipped"  # no CUDA here
+    tf32 = '{"allow_tf32": true}'  # fp32: the cuBLAS loop runs tf32, as the grouped kernel does
+    assert st[("torch.matmul", tf32, "search")] == "ok"
+    assert st[("cuda_graph", tf32, "search")] == "skipped"  # no CUDA here
     assert st[("torch._grouped_mm", "", "search")] == "skipped"  # mixed K and N: not expressible
     modes = {__import__("json").loads(r["config"])["mode"]: r for r in rows if r["provider"] == "grouped"
              and r["phase"] == "search"}

@@ -97,6 +97,34 @@ def test_transposed_views_are_read_in_place(ta, tb, layouts):
     gg.check_outputs(As, Bs, plan.launch())
 
 
+def test_fp32_row_major_group_is_swapped(monkeypatch):
+    # fp32 with row-major A and B: the kernel computes C_i^T = B_i^T A_i^T (B_i^T through
+    # registers, A_i^T K-major, C_i^T stored column-major into the row-major C_i), on odd
+    # sizes, with caller outputs of padded rows too; 16-bit, TMA and the switch leave it alone
+    monkeypatch.delenv("ADVISOR_TF32_KMAJOR", raising=False)
+    sizes = odd_sizes(7, hi=50, seed=7) + [(1, 33, 5), (40, 1, 9)]
+    As, Bs = gg.random_group(sizes, torch.float32, DEVICE, seed=7)
+    plan = gg.prepare(As, Bs, SMALL)
+    assert plan.swapped and plan.a_regs and (plan.a_layout, plan.b_layout) == (gg.COL_MAJOR, gg.COL_MAJOR)
+    assert plan.base.data_ptr() == Bs[0].data_ptr()  # B_0^T is the kernel's first A
+    for c in plan.outs:
+        common.poison_(c)
+    gg.check_outputs(As, Bs, plan.launch())
+    padded = [common.poison_(torch.empty((M, N + 3), device=DEVICE))[:, :N] for M, N, _ in sizes]
+    gg.grouped_matmul(As, Bs, Config(16, 32, 16, 4, 2, programs_per_sm=1), out=padded)
+    gg.check_outputs(As, Bs, padded)
+    assert not gg.prepare(*gg.random_group(sizes, torch.bfloat16, DEVICE, seed=7), SMALL).swapped
+    tA, tB = gg.random_group(sizes, torch.float32, DEVICE, seed=7, transpose_a=True)
+    plan = gg.prepare(tA, tB, SMALL)  # A strided in K: through registers in place, no swap
+    assert not plan.swapped and plan.a_regs
+    for c in plan.outs:
+        common.poison_(c)
+    gg.check_outputs(tA, tB, plan.launch())
+    monkeypatch.setenv("ADVISOR_TF32_KMAJOR", "0")
+    plan = gg.prepare(As, Bs, SMALL)
+    assert not plan.swapped and not plan.a_regs
+
+
 def test_mixed_and_strided_layouts_take_the_general_path():
     sizes = odd_sizes(5, lo=2, seed=4)
     As, Bs = gg.random_group(sizes, torch.bfloat16, DEVICE, seed=4)

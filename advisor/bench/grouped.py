@@ -34,7 +34,7 @@ from .runner import (
     FINAL_REP_SCALE, GRACE_S, DEFAULT_VARIANT_TIMEOUT_S, DeviceLost, Progress, VariantTimeout, _error_text, _sync, classify,
     default_device, device_healthy, device_sm_count, environment, load_schedule, prepare_interpreter,
     row_variant_key,
-    time_limit, variant_key,
+    time_limit, torch_config, variant_key,
 )
 from .timing import l2_bytes, resolve_timer, rotating, rotation_count, time_fn
 from .verify import CheckFailed, GroupedChecker, dtype_from_name, dtype_name, make_generator, random_matrix
@@ -76,12 +76,35 @@ def _identity(x):
     return x
 
 
+def _tf32_if_fp32(As):
+    """A context in which cuBLAS runs fp32 as tf32, for fp32 groups (our kernel does; the
+    GEMM suites' torch.matmul baseline does the same, runner.torch_call), else a no-op."""
+    import contextlib
+
+    import torch
+
+    if not As or As[0].dtype != torch.float32:
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def tf32():
+        prev = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            yield
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = prev
+
+    return tf32()
+
+
 def loop_setup(As, Bs, outs):
     import torch
 
     def run():
-        for a, b, c in zip(As, Bs, outs):
-            torch.matmul(a, b, out=c)
+        with _tf32_if_fp32(As):
+            for a, b, c in zip(As, Bs, outs):
+                torch.matmul(a, b, out=c)
         return outs
 
     return run, _identity
@@ -93,9 +116,10 @@ def graph_setup(As, Bs, outs):
     if not outs or not outs[0].is_cuda:
         raise NotImplementedError("CUDA graphs need a CUDA device")
 
-    def body():
-        for a, b, c in zip(As, Bs, outs):
-            torch.matmul(a, b, out=c)
+    def body():  # cuBLAS picks its kernels at capture: tf32 for fp32 groups, as the loop
+        with _tf32_if_fp32(As):
+            for a, b, c in zip(As, Bs, outs):
+                torch.matmul(a, b, out=c)
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -330,7 +354,10 @@ def run_grouped(sizes: Sequence[tuple], dtype, configs: Sequence | None, budget_
                     seed=int(seed if seed is not None else time.time_ns() % (2**31)))
     setups = {"torch.matmul": loop_setup, "cuda_graph": graph_setup, "torch._grouped_mm": grouped_mm_setup,
               "torch._grouped_mm[padded]": grouped_mm_padded_setup}
-    plan = [GroupCandidate(b, None, setups[b], mandatory=True) for b in baselines]
+    # the cuBLAS loop and its graph run fp32 as tf32, recorded as their config (as in the GEMM suites)
+    tf32 = torch_config(dtype)
+    plan = [GroupCandidate(b, tf32 if b in ("torch.matmul", "cuda_graph") else None, setups[b], mandatory=True)
+            for b in baselines]
     out: list[dict] = []
     try:
         module = module or load_schedule(GROUPED)
@@ -477,13 +504,15 @@ def measure_ceilings(dtype="bf16", *, copy_bytes: int = 2 * 1024**3, gemm: tuple
         a = random_matrix(M, K, dt, device, g)
         b = random_matrix(K, N, dt, device, g)
         c = torch.empty((M, N), dtype=dt, device=device)
-        timing = time_fn(lambda: torch.matmul(a, b, out=c), method=method, warmup_ms=warmup_ms, rep_ms=rep_ms)
+        with _tf32_if_fp32([a]):  # fp32: the tf32 rate, the one our schedules compete with
+            timing = time_fn(lambda: torch.matmul(a, b, out=c), method=method, warmup_ms=warmup_ms, rep_ms=rep_ms)
         del a, b, c
     except Exception as exc:  # noqa: BLE001
         status, error = classify(exc), _error_text(exc)
     elt = torch.empty((), dtype=dt).element_size()
     out.append(R.make_row(suite="ceiling", shape=R.shape_text(M, N, K), M=M, N=N, K=K, dtype=dtype_name(dt),
-                          provider="torch.matmul", config="", phase="final", status=status, error=error,
+                          provider="torch.matmul", config=torch_config(dt) or "", phase="final", status=status,
+                          error=error,
                           median_ms=timing.median_ms if timing else None,
                           p20_ms=timing.p20_ms if timing else None, p80_ms=timing.p80_ms if timing else None,
                           flops=R.gemm_flops(M, N, K), bytes_moved=R.gemm_bytes(M, N, K, elt), rel_err=rel,
