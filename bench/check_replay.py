@@ -73,6 +73,16 @@ def cases():
         ("stream_k pointer loads", sk, sk_ptr, 1000, 1000, 1000, False, False, "col", bf),
         ("stream_k default skinny", sk, None, 256, 256, 131072, False, False, "new", bf),
         ("stream_k default odd", sk, None, 37, 53, 97, False, False, "new", all3),
+        # fp32 with a row-major B on pointer loads: the call swaps (C^T = B^T A^T, B^T through
+        # registers; kernels/tf32_layout.py) and the swapped inner call is what replays
+        ("stream_k fp32 swap point", sk, sk.Config(256, 128, 32, 8, 8, 3, "hybrid1", False, aligned=True),
+         2304, 2304, 1024, False, False, "new", (torch.float32,)),
+        ("stream_k fp32 swap point, col out", sk, sk.Config(256, 128, 32, 8, 8, 3, "hybrid1", False, aligned=True),
+         2304, 2304, 1024, False, False, "col", (torch.float32,)),
+        ("persistent fp32 pointer, swapped", pg, pg.Config(256, 128, 32, 8, 8, 3, 1, False, False, False),
+         1536, 2048, 1024, False, False, "out", (torch.float32,)),
+        ("split_k fp32 wide, swapped", skg, skg.Config(256, 128, 32, 8, 8, 4, SPLIT_K=16, reduction="two_phase"),
+         512, 512, 8192, False, False, "new", (torch.float32,)),
         ("ws host descriptors", ws, ws_host, 1664, 1408, 2048, False, False, "new", bf),
         ("ws host descriptors, B^T", ws, ws_host, 1664, 1408, 2048, False, True, "out", bf),
         # not replayed: device-side descriptors need per-launch scratch; K = 2052 rows break
