@@ -414,6 +414,12 @@ def _common_alignment(sizes, offsets, As, Bs, outs, a_layout: int, b_layout: int
     return align
 
 
+def _kernel_tile(config: Config, swapped: bool) -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_N) of the launched problem: a swapped group computes C^T, so the
+    config's tile is transposed."""
+    return (config.block_n, config.block_m) if swapped else (config.block_m, config.block_n)
+
+
 class GroupedPlan:
     """Everything a launch needs, built once by `prepare`: the pinned inputs and outputs,
     the device tables (one H2D copy), the compile-time promises and the grid."""
@@ -440,7 +446,7 @@ class GroupedPlan:
         c = self.config
         if c.use_tma and not _interpreting():
             _ensure_allocator()
-        bm, bn = (c.block_n, c.block_m) if self.swapped else (c.block_m, c.block_n)
+        bm, bn = _kernel_tile(c, self.swapped)
         launch_kernel(grouped_gemm_kernel, (self.grid,),
             self.base, self.groups_dev, self.tiles_dev, self.num_tiles,
             BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=c.block_k,
@@ -535,7 +541,7 @@ def prepare(As: Sequence[torch.Tensor], Bs: Sequence[torch.Tensor], config: Conf
     if config.use_tma and not (a_layout == ROW_MAJOR and b_layout == ROW_MAJOR and align * elt >= ALIGN_BYTES):
         raise ValueError("use_tma needs every A_i and B_i row-major, with 16-byte aligned addresses, row "
                          "strides and sizes; use the pointer path (use_tma=False)")
-    bm, bn = (config.block_n, config.block_m) if swapped else (config.block_m, config.block_n)
+    bm, bn = _kernel_tile(config, swapped)
     tiles = tile_schedule(ksizes, bm, bn, config.lpt_order)
     num_tiles = int(tiles.shape[0])
     # one host-to-device copy: both tables in one int64 buffer, the tile table reinterpreted

@@ -34,7 +34,7 @@ from .runner import (
     FINAL_REP_SCALE, GRACE_S, DEFAULT_VARIANT_TIMEOUT_S, DeviceLost, Progress, VariantTimeout, _error_text, _sync, classify,
     default_device, device_healthy, device_sm_count, environment, load_schedule, prepare_interpreter,
     row_variant_key,
-    time_limit, torch_config, variant_key,
+    tf32_for, time_limit, torch_config, variant_key,
 )
 from .timing import l2_bytes, resolve_timer, rotating, rotation_count, time_fn
 from .verify import CheckFailed, GroupedChecker, dtype_from_name, dtype_name, make_generator, random_matrix
@@ -76,33 +76,11 @@ def _identity(x):
     return x
 
 
-def _tf32_if_fp32(As):
-    """A context in which cuBLAS runs fp32 as tf32, for fp32 groups (our kernel does; the
-    GEMM suites' torch.matmul baseline does the same, runner.torch_call), else a no-op."""
-    import contextlib
-
-    import torch
-
-    if not As or As[0].dtype != torch.float32:
-        return contextlib.nullcontext()
-
-    @contextlib.contextmanager
-    def tf32():
-        prev = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = True
-        try:
-            yield
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = prev
-
-    return tf32()
-
-
 def loop_setup(As, Bs, outs):
     import torch
 
     def run():
-        with _tf32_if_fp32(As):
+        with tf32_for(As[0].dtype if As else None):
             for a, b, c in zip(As, Bs, outs):
                 torch.matmul(a, b, out=c)
         return outs
@@ -117,7 +95,7 @@ def graph_setup(As, Bs, outs):
         raise NotImplementedError("CUDA graphs need a CUDA device")
 
     def body():  # cuBLAS picks its kernels at capture: tf32 for fp32 groups, as the loop
-        with _tf32_if_fp32(As):
+        with tf32_for(As[0].dtype if As else None):
             for a, b, c in zip(As, Bs, outs):
                 torch.matmul(a, b, out=c)
 
@@ -504,7 +482,7 @@ def measure_ceilings(dtype="bf16", *, copy_bytes: int = 2 * 1024**3, gemm: tuple
         a = random_matrix(M, K, dt, device, g)
         b = random_matrix(K, N, dt, device, g)
         c = torch.empty((M, N), dtype=dt, device=device)
-        with _tf32_if_fp32([a]):  # fp32: the tf32 rate, the one our schedules compete with
+        with tf32_for(dt):  # fp32: the tf32 rate, the one our schedules compete with
             timing = time_fn(lambda: torch.matmul(a, b, out=c), method=method, warmup_ms=warmup_ms, rep_ms=rep_ms)
         del a, b, c
     except Exception as exc:  # noqa: BLE001

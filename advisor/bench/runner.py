@@ -280,22 +280,35 @@ def schedule_call(module, config) -> Callable:
     return lambda a, b, out: fn(a, b, config)
 
 
+@contextmanager
+def tf32_for(dtype):
+    """cuBLAS runs fp32 as tf32 inside this context when `dtype` is fp32 (our schedules do);
+    for other dtypes it changes nothing. The previous setting is restored on exit."""
+    import torch
+
+    if dtype_from_name(dtype or "bf16") != torch.float32:
+        yield
+        return
+    prev = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+
+
 def torch_call(dtype=None) -> Callable:
     """call(a, b, out) for cuBLAS via torch.matmul. For fp32 inputs TF32 is switched on
-    around the call: our schedules run fp32 as tf32 on tensor cores, so this is the fair
-    comparison (recorded as the config {"allow_tf32": true})."""
+    around the call (tf32_for): our schedules run fp32 as tf32 on tensor cores, so this is
+    the fair comparison (recorded as the config {"allow_tf32": true})."""
     import torch
 
     if dtype_from_name(dtype or "bf16") != torch.float32:
         return lambda a, b, out: torch.matmul(a, b, out=out)
 
     def call(a, b, out):
-        prev = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = True
-        try:
+        with tf32_for(torch.float32):
             return torch.matmul(a, b, out=out)
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = prev
 
     return call
 
