@@ -85,7 +85,16 @@ from .dp_gemm import (
     tile_coords,
 )
 from .launch import Recorder, call_key, launch, replay
-from .tf32_layout import a_through_registers, matmul_swapped, tf32_operands
+from .tf32_layout import (
+    a_through_registers,
+    copy_into,
+    copy_mode,
+    copy_pays,
+    k_major,
+    k_major_empty,
+    matmul_swapped,
+    tf32_operands,
+)
 
 try:  # Triton >= 3.4
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -115,11 +124,23 @@ class Config:
     # TMA only: copy operands TMA cannot read into 16-byte aligned buffers first, and compute
     # C in one when TMA cannot store into it (stage_for_tma), instead of raising ValueError
     staged: bool = False
+    # TMA, fp32 with a row-major B (copied K-major first, tf32_layout): copy it in
+    # `copy_chunks` column chunks, the first on the whole GPU, the others on a side stream by
+    # `copy_sms` programs while the GEMM computes the chunks before on the other SMs
+    # (copy_beside); 0: copy all of B first
+    copy_sms: int = 0
+    copy_chunks: int = 4
 
     def __post_init__(self):
         check_block_config(self)
         if self.PROGRAMS_PER_SM not in (1, 2, 3, 4):
             raise ValueError(f"PROGRAMS_PER_SM={self.PROGRAMS_PER_SM!r}: must be 1..4")
+        if not isinstance(self.copy_sms, int) or not 0 <= self.copy_sms <= 32:
+            raise ValueError(f"copy_sms={self.copy_sms!r}: must be an integer in 0..32")
+        if self.copy_sms and not self.use_tma:
+            raise ValueError("copy_sms overlaps TMA's K-major copy of B: it needs use_tma=True")
+        if not isinstance(self.copy_chunks, int) or self.copy_chunks < 2:
+            raise ValueError(f"copy_chunks={self.copy_chunks!r}: must be an integer >= 2")
         if self.EPILOGUE_SUBTILE and not self.use_tma:
             raise ValueError("EPILOGUE_SUBTILE splits the TMA store: it needs use_tma=True")
         check_staged(self)
@@ -144,6 +165,7 @@ class Config:
         # f-string's own quotes, a syntax error on 3.11 (tests/test_generate.py checks).
         flags = (" tma" if self.use_tma else "") + (" subtile" if self.EPILOGUE_SUBTILE else "")
         flags += ("" if self.FLATTEN else " noflat") + (" staged" if self.staged else "")
+        flags += f" copy{self.copy_sms}x{self.copy_chunks}" if self.copy_sms else ""
         return (f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_M} w{self.num_warps} "
                 f"s{self.num_stages} pps{self.PROGRAMS_PER_SM}{flags}")
 
@@ -279,7 +301,24 @@ def default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> 
     cfg = for_dtype(Config(128, 256, 64, 8, num_warps=8, num_stages=3, use_tma=tma, staged=staged), dtype)
     if not _fits_sm(cfg, dtype) and tma:  # fp32: a 128x256 fp32 C tile is 128 KB; store it in halves
         cfg = replace(cfg, EPILOGUE_SUBTILE=True)
-    return cfg if _fits_sm(cfg, dtype) else small
+    if not _fits_sm(cfg, dtype):
+        return small
+    return with_copy_beside(cfg, dtype, num_sms)
+
+
+# copy_beside's default: 4 copy programs (4 of 132 SMs on the H200), at most 6 chunks; on
+# 4096x4096x8192 and 8192^3 fp32 this beat copying B first by 4.3% and 2.4% (H200,
+# 2026-12-01, bench/results/probe_configs/h200_2026-12-01_balanced_copy_beside_3.txt), and
+# where no chunk plan hides anything it is one chunk, the copy-first path.
+COPY_BESIDE_SMS, COPY_BESIDE_CHUNKS = 4, 6
+
+
+def with_copy_beside(cfg: Config, dtype: torch.dtype, num_sms: int) -> Config:
+    """`cfg` with copy_beside's default knobs where they can apply: fp32, TMA, not staged, and
+    a GPU of at least 64 SMs (so that the copy's SMs are a small share)."""
+    if dtype != torch.float32 or not cfg.use_tma or cfg.staged or num_sms < 64:
+        return cfg
+    return replace(cfg, copy_sms=COPY_BESIDE_SMS, copy_chunks=COPY_BESIDE_CHUNKS)
 
 
 def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> list[Config]:
@@ -312,6 +351,10 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
         # bench run that followed (20261201T175839Z-862) level on 4096x4096x8192 (871.8
         # against 865.8). Stream-K's tail winners on fp32 are this tile (tf32_swap_points).
         candidates.insert(0, Config(256, 128, 64, 8, 8, 3, 1, False, False, False))
+        # and the TMA winner with its copy of B hidden behind the GEMM (copy_beside), at two
+        # chunk caps: 4 won 4096x4096x8192 and 6 won 8192^3 (probe above)
+        candidates[1:1] = [Config(128, 256, 64, 8, 8, 3, 1, tma, True, True, staged, copy_sms=COPY_BESIDE_SMS,
+                                  copy_chunks=n) for n in (4, 6) if tma and not staged and num_sms >= 64]
     out: list[Config] = []
     for cfg in (for_dtype(c, dtype) for c in candidates):
         if fits_shape(cfg.BLOCK_M, cfg.BLOCK_N, M, N) and _fits_sm(cfg, dtype) and cfg not in out:
@@ -466,13 +509,131 @@ def tma_descriptors(a, b, c, M, N, K, cfg: Config, layouts: tuple | None = None)
     return a_desc, b_desc, c_desc, la == "col", lb == "col"
 
 
+_SIDE_STREAMS: dict = {}
+
+
+def _side_stream(device: torch.device):
+    """One side stream per device for copy_beside (made once, outside any graph capture)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SIDE_STREAMS:
+        _SIDE_STREAMS[index] = torch.cuda.Stream(device=index)
+    return _SIDE_STREAMS[index]
+
+
+def copy_beside_applies(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: Config) -> bool:
+    """Whether copy_beside runs this call: a TMA config with copy_sms, fp32, B strided in K
+    beside a K-major A (the copy tf32_operands would make, where it pays), and A and C as TMA
+    reads and writes them."""
+    if not (config.use_tma and config.copy_sms and a.dtype == torch.float32) or config.staged:
+        return False
+    if k_major(b, 0) or not k_major(a, 1) or tma_layout(a) is None or tma_layout(c) != "row":
+        return False
+    M, K = a.shape
+    N = b.shape[1]
+    mode = copy_mode()
+    return mode not in ("0", "2") and (mode == "1" or copy_pays(M, N, K, K * N))
+
+
+# The chunk plan's rates (H200, 2026-12-01, bench/results/probe_copy_beside/), both on the
+# safe side, since a side copy that falls behind stalls the GEMM while a first chunk larger
+# than needed only costs its copy at the whole GPU's rate (~4 TB/s): one copy program beside
+# the GEMM moved 55 GB/s (69 alone), and the GEMM ran 128x256 fp32 tiles at up to 380
+# TFLOP/s (isolated calls; ~340 back to back).
+_BESIDE_COPY_BYTES_PER_S = 4.5e10
+_BESIDE_GEMM_FLOPS_PER_S = 3.8e14
+
+
+def copy_beside_chunks(M: int, N: int, K: int, config: Config, programs: int) -> list[tuple[int, int]]:
+    """B's column chunks for copy_beside, as (n0, n1) in whole tile columns: the GEMM of chunk
+    i must not wait for the side copy of chunk i + 1, which starts when the first chunk's copy
+    ends and runs back to back with the others. A tile column takes the GEMM g = 2 M BLOCK_N K
+    / flops and the side copy s = 8 K BLOCK_N / (copy_sms x bytes a program), so chunk i + 1
+    may hold (g x columns before it - s x side columns before it) / s columns. Chunks are
+    whole rounds of the grid (`programs` programs, programs // tiles-per-column columns)
+    where they can be; the first chunk is the smallest that lets the rest follow without a
+    stall in at most copy_chunks chunks (all of B, one chunk, where none does). On the H200,
+    4 copy programs: 4096x4096x8192 with 128x256 tiles gives 12 + 4 columns (the side copy
+    is slower than the GEMM there), 8192^3 gives 8 + 6 + 6 + 6 + 6."""
+    BN = config.BLOCK_N
+    tiles_m, tiles_n = cdiv(M, config.BLOCK_M), cdiv(N, BN)
+    step = max(1, programs // tiles_m)
+    g = 2.0 * M * BN * K / _BESIDE_GEMM_FLOPS_PER_S
+    s = 8.0 * K * BN / (config.copy_sms * _BESIDE_COPY_BYTES_PER_S)
+    cols = [tiles_n]
+    for first in range(step, tiles_n, step):
+        plan, done = [first], first
+        while done < tiles_n and len(plan) < config.copy_chunks:
+            fits = int((g * done - s * (done - first)) / s) // step * step
+            if fits < step:
+                break
+            plan.append(min(fits, tiles_n - done))
+            done += plan[-1]
+        if done == tiles_n:
+            cols = plan
+            break
+    bounds, n0 = [], 0
+    for c in cols:
+        bounds.append((n0, min(N, n0 + c * BN)))
+        n0 += c * BN
+    return bounds
+
+
+def copy_beside(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: Config) -> torch.Tensor:
+    """c = a @ b for an fp32 B to copy K-major (copy_beside_applies), with the copy hidden
+    behind the GEMM: B's columns in chunks (copy_beside_chunks); the first chunk copied with
+    the whole GPU, then, on a side stream, each later chunk by config.copy_sms programs, while
+    the GEMM of the chunks before runs on the other SMs (a grid of SMs - copy_sms programs;
+    the last chunk's grid takes all of them). The copy moves B once either way; what this
+    saves is its time, all but the first chunk's. Without CUDA (the interpreter) the chunks
+    run in turn."""
+    M, K = a.shape
+    N = b.shape[1]
+    programs = max(1, num_sms(a.device) - config.copy_sms)
+    bounds = copy_beside_chunks(M, N, K, config, programs)
+    b_km = k_major_empty(K, N, 0, b.dtype, b.device)
+    inner = replace(config, copy_sms=0)
+    copy_into(b[:, :bounds[0][1]], b_km[:, :bounds[0][1]])
+    if len(bounds) == 1 or not a.is_cuda:
+        for n0, n1 in bounds[1:]:
+            copy_into(b[:, n0:n1], b_km[:, n0:n1], programs=config.copy_sms)
+        for n0, n1 in bounds:
+            matmul(a, b_km[:, n0:n1], inner, out=c[:, n0:n1])
+        return c
+    main, side = torch.cuda.current_stream(a.device), _side_stream(a.device)
+    side.wait_stream(main)  # b written, b_km allocated
+    ready = [None]
+    with torch.cuda.stream(side):
+        for n0, n1 in bounds[1:]:
+            copy_into(b[:, n0:n1], b_km[:, n0:n1], programs=config.copy_sms)
+            ready.append(torch.cuda.Event())
+            ready[-1].record(side)
+    for i, (n0, n1) in enumerate(bounds):
+        if ready[i] is not None:
+            main.wait_event(ready[i])
+        last = i == len(bounds) - 1
+        matmul(a, b_km[:, n0:n1], inner, out=c[:, n0:n1], programs=None if last else programs)
+    # main has waited for the side stream's last copy: b and b_km are free after this call
+    return c
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
-           out: torch.Tensor | None = None) -> torch.Tensor:
+           out: torch.Tensor | None = None, programs: int | None = None) -> torch.Tensor:
     """C = a @ b with the persistent schedule. a: (M, K), b: (K, N), fp16/bf16/fp32. Returns
     `out` (filled) when given, else a new (M, N) tensor in a's dtype. With config=None the
     default config is used and TMA is dropped when the tensors do not allow it; an explicit
-    use_tma=True config raises ValueError instead."""
+    use_tma=True config raises ValueError instead. `programs`: launch at most that many
+    programs (copy_beside leaves SMs to its copy that way)."""
     M, N, K = check_matmul_inputs(a, b)
+    beside = config
+    if config is None and a.dtype == torch.float32 and not k_major(b, 0):
+        # fp32 with a B to copy K-major: the default config may hide the copy (with_copy_beside)
+        beside = default_config(M, N, K, a.dtype, num_sms(a.device))
+    if beside is not None and beside.copy_sms:
+        out = prepare_output(out, M, N, a)
+        if copy_beside_applies(a, b, out, beside):
+            return copy_beside(a, b, out, beside)
+        if config is not None:  # an explicit config: the same knobs, copying B first
+            config = replace(config, copy_sms=0)
     # fp32 with a strided K: a pointer-load config feeds a strided A through registers and
     # swaps a strided B into A's place (as dp); TMA configs copy it K-major where that pays
     pointer = config is not None and not config.use_tma
@@ -481,7 +642,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     if pointer and matmul_swapped(matmul, a, b, c, config):
         return result
     # a call like one before (same shapes, strides, alignment, config): its launches again
-    key = call_key("persistent", (a, b, c), config)
+    key = call_key("persistent", (a, b, c), config, programs)
     if replay(key, a, b, c):
         return result
     sms = num_sms(a.device)
@@ -496,7 +657,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         key = None  # the staging copies are work a replay would skip
     rec = Recorder(key, inputs_and_output, a, b, c)
     tiles = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N)
-    grid = (max(1, min(sms * config.PROGRAMS_PER_SM, tiles)),)
+    grid = (max(1, min(sms * config.PROGRAMS_PER_SM if programs is None else programs, tiles)),)
     if config.use_tma:
         a_arg, b_arg, c_arg, a_col, b_col = tma_descriptors(a, b, c, M, N, K, config, layouts)
     else:

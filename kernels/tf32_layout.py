@@ -87,17 +87,20 @@ _PAYS_UP_TO = 2.0
 @triton.jit
 def _relayout_kernel(src, dst, R, C, s_r, s_c, d_r, d_c,
                      BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, INT64: tl.constexpr):
-    """dst[r, c] = src[r, c] over an (R, C) block grid; the two tensors' strides differ, so
-    Triton loads along src's contiguous dimension, stores along dst's and converts the tile's
-    layout in shared memory between the two."""
-    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    if INT64:
-        r = r.to(tl.int64)
-        c = c.to(tl.int64)
-    mask = (r < R)[:, None] & (c < C)[None, :]
-    x = tl.load(src + (r[:, None] * s_r + c[None, :] * s_c), mask=mask)
-    tl.store(dst + (r[:, None] * d_r + c[None, :] * d_c), x, mask=mask)
+    """dst[r, c] = src[r, c] over the (R, C) blocks, program p taking blocks p, p + grid, ...
+    (a grid of one program per block, or a few programs that leave the other SMs to a GEMM);
+    the two tensors' strides differ, so Triton loads along src's contiguous dimension, stores
+    along dst's and converts the tile's layout in shared memory between the two."""
+    blocks_r = tl.cdiv(R, BLOCK_R)
+    for blk in tl.range(tl.program_id(0), blocks_r * tl.cdiv(C, BLOCK_C), tl.num_programs(0)):
+        r = (blk % blocks_r) * BLOCK_R + tl.arange(0, BLOCK_R)
+        c = (blk // blocks_r) * BLOCK_C + tl.arange(0, BLOCK_C)
+        if INT64:
+            r = r.to(tl.int64)
+            c = c.to(tl.int64)
+        mask = (r < R)[:, None] & (c < C)[None, :]
+        x = tl.load(src + (r[:, None] * s_r + c[None, :] * s_c), mask=mask)
+        tl.store(dst + (r[:, None] * d_r + c[None, :] * d_c), x, mask=mask)
 
 
 def k_major(x: torch.Tensor, k_dim: int) -> bool:
@@ -105,21 +108,67 @@ def k_major(x: torch.Tensor, k_dim: int) -> bool:
     return x.stride(k_dim) == 1 or x.shape[k_dim] == 1
 
 
+def k_major_empty(R: int, C: int, k_dim: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """An uninitialised (R, C) tensor stored with dimension `k_dim` contiguous and the other
+    dimension's stride padded to 16 bytes (what k_major_copy returns)."""
+    if k_dim == 1:  # (R, C) row-major
+        return aligned_empty(R, C, dtype, device)
+    return aligned_empty(C, R, dtype, device).t()  # column-major: the transpose of a row-major (C, R)
+
+
+@triton.jit
+def _relayout_beside_kernel(src, dst, R, C, s_r, s_c, d_r, d_c,
+                            BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, INT64: tl.constexpr):
+    """_relayout_kernel for a few programs beside a GEMM (grid <= blocks): the next block's
+    load is issued before the current block's store, so each program keeps a load and a store
+    in flight. H200, 2026-12-01 (bench/probe_copy_beside.py): 69 GB/s a program with 64x128
+    blocks on 8 warps, against 47 for the plain loop (128x128 blocks were slower, 53)."""
+    blocks_r = tl.cdiv(R, BLOCK_R)
+    blocks = blocks_r * tl.cdiv(C, BLOCK_C)
+    blk = tl.program_id(0)
+    r = (blk % blocks_r) * BLOCK_R + tl.arange(0, BLOCK_R)
+    c = (blk // blocks_r) * BLOCK_C + tl.arange(0, BLOCK_C)
+    if INT64:
+        r = r.to(tl.int64)
+        c = c.to(tl.int64)
+    x = tl.load(src + (r[:, None] * s_r + c[None, :] * s_c), mask=(r < R)[:, None] & (c < C)[None, :])
+    for nxt in range(tl.program_id(0) + tl.num_programs(0), blocks, tl.num_programs(0)):
+        r2 = (nxt % blocks_r) * BLOCK_R + tl.arange(0, BLOCK_R)
+        c2 = (nxt // blocks_r) * BLOCK_C + tl.arange(0, BLOCK_C)
+        if INT64:
+            r2 = r2.to(tl.int64)
+            c2 = c2.to(tl.int64)
+        y = tl.load(src + (r2[:, None] * s_r + c2[None, :] * s_c), mask=(r2 < R)[:, None] & (c2 < C)[None, :])
+        tl.store(dst + (r[:, None] * d_r + c[None, :] * d_c), x, mask=(r < R)[:, None] & (c < C)[None, :])
+        x, r, c = y, r2, c2
+    tl.store(dst + (r[:, None] * d_r + c[None, :] * d_c), x, mask=(r < R)[:, None] & (c < C)[None, :])
+
+
+def copy_into(x: torch.Tensor, out: torch.Tensor, programs: int | None = None) -> torch.Tensor:
+    """out[...] = x for two 2-D tensors of one shape and any strides. With the whole GPU
+    (programs=None): 64x64 blocks, one program a block. Beside a GEMM (`programs` programs, each
+    looping over its share): 64x128 blocks with the next load in flight during each store; a
+    program's 32 KB of layout-conversion scratch does not fit beside a 128x256 persistent GEMM
+    program (208 KB for fp32), so the block scheduler cannot put the two on one SM. Returns out."""
+    R, C = x.shape
+    if x.numel() == 0:
+        return out
+    int64 = needs_int64_offsets(x, out)
+    args = (x, out, R, C, x.stride(0), x.stride(1), out.stride(0), out.stride(1))
+    if programs is None:
+        launch(_relayout_kernel, (cdiv(R, 64) * cdiv(C, 64),), *args,
+               BLOCK_R=64, BLOCK_C=64, INT64=int64, num_warps=4)
+    else:
+        blocks = cdiv(R, 64) * cdiv(C, 128)
+        launch(_relayout_beside_kernel, (max(1, min(programs, blocks)),), *args,
+               BLOCK_R=64, BLOCK_C=128, INT64=int64, num_warps=8)
+    return out
+
+
 def k_major_copy(x: torch.Tensor, k_dim: int) -> torch.Tensor:
     """A copy of the 2-D `x` (same shape, values, dtype, device) stored with dimension `k_dim`
     contiguous and the other dimension's stride padded to 16 bytes."""
-    R, C = x.shape
-    if k_dim == 1:  # (R, C) row-major
-        out = aligned_empty(R, C, x.dtype, x.device)
-    else:  # (R, C) column-major: the transpose of a row-major (C, R)
-        out = aligned_empty(C, R, x.dtype, x.device).t()
-    if x.numel() == 0:
-        return out
-    BR, BC = 64, 64
-    launch(_relayout_kernel, (cdiv(R, BR), cdiv(C, BC)),
-           x, out, R, C, x.stride(0), x.stride(1), out.stride(0), out.stride(1),
-           BLOCK_R=BR, BLOCK_C=BC, INT64=needs_int64_offsets(x, out), num_warps=4)
-    return out
+    return copy_into(x, k_major_empty(*x.shape, k_dim, x.dtype, x.device))
 
 
 def copy_pays(M: int, N: int, K: int, copied_elements: int) -> bool:
@@ -132,7 +181,7 @@ def copy_pays(M: int, N: int, K: int, copied_elements: int) -> bool:
     return copy_s <= _PAYS_UP_TO * ideal_s
 
 
-def _mode() -> str:
+def copy_mode() -> str:
     """ADVISOR_TF32_KMAJOR: "0" leaves fp32 operands alone, "1" always copies, "2" never
     copies (swaps and feeds A through registers only), anything else follows the rule."""
     return os.environ.get("ADVISOR_TF32_KMAJOR", "")
@@ -140,14 +189,14 @@ def _mode() -> str:
 
 def enabled() -> bool:
     """False where ADVISOR_TF32_KMAJOR=0 turns all of this off (the 4-byte path)."""
-    return _mode() != "0"
+    return copy_mode() != "0"
 
 
 def a_through_registers(a: torch.Tensor) -> bool:
     """Whether the pointer-load schedules should feed this A to the MMA from registers
     (dp_gemm.mac_loop's A_REGS): an fp32 A whose K dimension is strided, which would
     otherwise reach shared memory through 4-byte transposing copies."""
-    return a.dtype == torch.float32 and not k_major(a, 1) and _mode() != "0"
+    return a.dtype == torch.float32 and not k_major(a, 1) and copy_mode() != "0"
 
 
 def swap_operands(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -155,7 +204,7 @@ def swap_operands(a: torch.Tensor, b: torch.Tensor) -> bool:
     dimension is still strided (its copy did not pay) beside a K-major A. Swapped, B^T is the
     kernel's A and goes through registers (a_through_registers), and A^T, K-major, is the
     kernel's B: no 4-byte copies left."""
-    return (a.dtype == torch.float32 and not k_major(b, 0) and k_major(a, 1) and _mode() != "0"
+    return (a.dtype == torch.float32 and not k_major(b, 0) and k_major(a, 1) and copy_mode() != "0"
             and a.shape[0] > 1 and b.shape[1] > 1)
 
 
@@ -190,7 +239,7 @@ def tf32_operands(a: torch.Tensor, b: torch.Tensor, *, registers: bool = False) 
     a_strided, b_strided = not k_major(a, 1), not k_major(b, 0)
     if not (a_strided or b_strided):
         return a, b
-    mode = _mode()
+    mode = copy_mode()
     if mode in ("0", "2"):
         return a, b
     M, K = a.shape

@@ -3,6 +3,8 @@ loops over several tiles): pointer and TMA paths, every dtype and layout, TMA re
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from gemm_checks import (
@@ -229,3 +231,126 @@ def test_scratch_views_and_int64_bound():
     huge = torch.empty_strided((2, 2), (2**31, 1), device="meta")  # no storage needed
     assert common.needs_int64_offsets(x, huge)
     assert not common.needs_int64_offsets(torch.empty(0, 5))
+
+
+# --------------------------------------------------------------------------------------------
+# copy_beside: fp32 with a row-major B, its K-major copy in chunks beside the GEMM
+# --------------------------------------------------------------------------------------------
+
+
+def beside_cfg(copy_sms=2, chunks=3):
+    return ps.Config(16, 16, 16, 2, 4, 2, use_tma=True, copy_sms=copy_sms, copy_chunks=chunks)
+
+
+def model_rates(monkeypatch, M, copy_sms):
+    """Rates at which a tile column takes the GEMM 1.6x as long as the side copy (g = 1.6 s;
+    g / s = M copy_sms rate / (4 flops)), so copy_beside_chunks makes several chunks on tiny
+    problems (the H200's rates would make one): 7 tile columns become 2 + 3 + 2."""
+    monkeypatch.setattr(ps, "_BESIDE_GEMM_FLOPS_PER_S", 1.0)
+    monkeypatch.setattr(ps, "_BESIDE_COPY_BYTES_PER_S", 6.4 / (copy_sms * M))
+
+
+@pytest.mark.parametrize("M,N,K", [(40, 100, 72), (33, 112, 40), (48, 20, 24)])
+def test_copy_beside_correct_in_chunks(M, N, K, monkeypatch):
+    # ragged M, N (100 = 6.25 tiles: a narrow last chunk) and K; the interpreter runs the
+    # chunks in turn, through the same chunk plan, copy kernel and per-chunk GEMMs as the GPU
+    monkeypatch.setenv("ADVISOR_TF32_KMAJOR", "1")  # copy B even where copy_pays says no
+    model_rates(monkeypatch, M, 2)
+    cfg = beside_cfg()
+    grid = max(1, ps.num_sms(torch.device(DEVICE)) - cfg.copy_sms)
+    chunks = ps.copy_beside_chunks(M, N, K, cfg, grid)
+    assert [n1 - n0 for n0, n1 in chunks] == ([16, 4] if N == 20 else [32, 48, N - 80]), chunks
+    calls = []
+    real = ps.copy_beside
+    monkeypatch.setattr(ps, "copy_beside", lambda *a: calls.append(1) or real(*a))
+    run_checked(ps, M, N, K, torch.float32, cfg)
+    assert calls == [1]
+
+
+def test_copy_beside_only_where_it_applies(monkeypatch):
+    monkeypatch.setenv("ADVISOR_TF32_KMAJOR", "1")
+    calls = []
+    real = ps.copy_beside
+    monkeypatch.setattr(ps, "copy_beside", lambda *a: calls.append(1) or real(*a))
+    cfg = beside_cfg()
+    # not fp32, a K-major B (nothing to copy), a strided A (copied too: the plain path)
+    run_checked(ps, 40, 48, 72, torch.bfloat16, cfg)
+    run_checked(ps, 40, 48, 72, torch.float32, cfg, layout=(False, True))
+    run_checked(ps, 40, 48, 72, torch.float32, cfg, layout=(True, False))
+    # never copying (=2): the explicit config runs on the row-major B as it is
+    monkeypatch.setenv("ADVISOR_TF32_KMAJOR", "2")
+    run_checked(ps, 40, 48, 72, torch.float32, cfg)
+    assert calls == []
+    a, b = torch.randn(40, 72, device=DEVICE), torch.randn(72, 48, device=DEVICE)
+    c = torch.empty(40, 48, device=DEVICE)
+    monkeypatch.setenv("ADVISOR_TF32_KMAJOR", "1")
+    assert ps.copy_beside_applies(a, b, c, cfg)
+    assert not ps.copy_beside_applies(a, b, c.t().contiguous().t(), cfg)  # C not TMA-storable
+    assert not ps.copy_beside_applies(a, b, c, replace(cfg, staged=True))
+    assert not ps.copy_beside_applies(a, b, c, replace(cfg, copy_sms=0))
+    monkeypatch.delenv("ADVISOR_TF32_KMAJOR")
+    assert not ps.copy_beside_applies(a, b, c, cfg)  # 40 rows: copying B does not pay (copy_pays)
+
+
+def test_copy_beside_chunk_plans():
+    cfg = ps.Config(128, 256, 32, 8, 8, 3, 1, True, True, True, copy_sms=4, copy_chunks=6)
+
+    def cols(M, N, K, c=cfg, programs=128):
+        return [(n1 - n0) // c.BLOCK_N for n0, n1 in ps.copy_beside_chunks(M, N, K, c, programs)]
+
+    # the H200 plans of the docstring: rounds of 4 (M = 4096) and 2 (M = 8192) tile columns
+    assert cols(4096, 4096, 8192) == [12, 4]
+    assert cols(8192, 8192, 8192) == [8, 6, 6, 6, 6]
+    assert cols(8192, 8192, 8192, replace(cfg, copy_chunks=2)) == [18, 14]  # s > g a little: 18 first
+    # nothing to hide behind (a GEMM far faster than the side copy): one chunk, copy first
+    assert cols(256, 8192, 8192) == [32]
+    # the plan's invariants on assorted shapes: contiguous whole-tile chunks covering N, at
+    # most copy_chunks of them, and no chunk's copy outlasting the GEMM of those before it
+    g_rate, s_rate = ps._BESIDE_GEMM_FLOPS_PER_S, ps._BESIDE_COPY_BYTES_PER_S
+    for M, N, K, sms, n in [(4096, 4096, 8192, 4, 6), (8192, 8000, 1024, 4, 6), (6000, 8192, 2048, 8, 5),
+                            (3000, 8192, 1024, 2, 3), (16384, 1000, 4096, 4, 8), (100, 100, 100, 4, 4)]:
+        c = replace(cfg, copy_sms=sms, copy_chunks=n)
+        bounds = ps.copy_beside_chunks(M, N, K, c, 132 - sms)
+        assert bounds[0][0] == 0 and bounds[-1][1] == N and 1 <= len(bounds) <= n
+        assert all(b0[1] == b1[0] for b0, b1 in zip(bounds, bounds[1:]))
+        assert all(n0 % 256 == 0 for n0, _ in bounds)
+        g = 2.0 * M * 256 * K / g_rate
+        s = 8.0 * K * 256 / (sms * s_rate)
+        done, side = bounds[0][1] / 256, 0.0
+        for n0, n1 in bounds[1:]:
+            side += (n1 - n0) / 256
+            assert s * side <= g * done + 1e-9, (M, N, K, bounds)
+            done += (n1 - n0) / 256
+
+
+def test_copy_beside_knobs_and_default():
+    with pytest.raises(ValueError, match="copy_sms"):
+        ps.Config(32, 32, 32, use_tma=False, copy_sms=4)
+    with pytest.raises(ValueError, match="copy_sms"):
+        ps.Config(32, 32, 32, copy_sms=-1)
+    with pytest.raises(ValueError, match="copy_chunks"):
+        ps.Config(32, 32, 32, copy_sms=4, copy_chunks=1)
+    assert "copy4x6" in ps.Config(32, 32, 32, copy_sms=4, copy_chunks=6).describe()
+    # the default hides the copy for fp32 TMA configs on a GPU of 64+ SMs, nowhere else
+    f32 = ps.default_config(4096, 4096, 8192, torch.float32, 132)
+    assert (f32.copy_sms, f32.copy_chunks) == (ps.COPY_BESIDE_SMS, ps.COPY_BESIDE_CHUNKS)
+    assert ps.default_config(4096, 4096, 8192, torch.bfloat16, 132).copy_sms == 0
+    assert ps.default_config(4096, 4096, 8192, torch.float32, 32).copy_sms == 0
+    assert ps.with_copy_beside(ptr_cfg(), torch.float32, 132).copy_sms == 0
+    space = ps.search_space(4096, 4096, 8192, torch.float32, 132)
+    assert {c.copy_chunks for c in space if c.copy_sms} == {4, 6}
+
+
+def test_copy_into_beside_kernel():
+    # the few-programs copy (next block's load in flight during each store) on sources that
+    # fill no 64x128 block, as row-major, column-major and strided views, 1 to 5 programs
+    tl32 = load("tf32_layout")
+    for R, C, dtype in ((37, 53, torch.float32), (130, 300, torch.float32), (70, 65, torch.bfloat16)):
+        x = torch.randn(R, C).to(dtype)
+        wide = torch.empty(R, 2 * C, dtype=dtype)
+        wide[:, ::2] = x
+        for src in (x, x.t().contiguous().t(), wide[:, ::2]):
+            for programs in (1, 2, 5):
+                out = common.poison_(tl32.k_major_empty(R, C, 0, dtype, DEVICE))
+                assert tl32.copy_into(src, out, programs=programs) is out
+                assert torch.equal(out, x)
