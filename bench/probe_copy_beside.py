@@ -48,6 +48,35 @@ def _prefetch_copy_kernel(src, dst, R, C, s_r, s_c, d_r, d_c, BLOCK_R: tl.conste
 
 
 @triton.jit
+def _prefetch2_copy_kernel(src, dst, R, C, s_r, s_c, d_r, d_c, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """As _prefetch_copy_kernel, two blocks ahead: a program keeps two loads in flight during
+    each store (a program's second block may not exist: its loads and stores are masked)."""
+    blocks_r = tl.cdiv(R, BLOCK_R)
+    blocks = blocks_r * tl.cdiv(C, BLOCK_C)
+    step = tl.num_programs(0)
+    b0 = tl.program_id(0)
+    b1 = b0 + step
+    r0 = (b0 % blocks_r) * BLOCK_R + tl.arange(0, BLOCK_R)
+    c0 = (b0 // blocks_r) * BLOCK_C + tl.arange(0, BLOCK_C)
+    m0 = (r0 < R)[:, None] & (c0 < C)[None, :]
+    r1 = (b1 % blocks_r) * BLOCK_R + tl.arange(0, BLOCK_R)
+    c1 = (b1 // blocks_r) * BLOCK_C + tl.arange(0, BLOCK_C)
+    m1 = (r1 < R)[:, None] & (c1 < C)[None, :] & (b1 < blocks)
+    x0 = tl.load(src + (r0[:, None] * s_r + c0[None, :] * s_c), mask=m0)
+    x1 = tl.load(src + (r1[:, None] * s_r + c1[None, :] * s_c), mask=m1)
+    for nxt in range(b0 + 2 * step, blocks, step):
+        r2 = (nxt % blocks_r) * BLOCK_R + tl.arange(0, BLOCK_R)
+        c2 = (nxt // blocks_r) * BLOCK_C + tl.arange(0, BLOCK_C)
+        m2 = (r2 < R)[:, None] & (c2 < C)[None, :]
+        x2 = tl.load(src + (r2[:, None] * s_r + c2[None, :] * s_c), mask=m2)
+        tl.store(dst + (r0[:, None] * d_r + c0[None, :] * d_c), x0, mask=m0)
+        x0, r0, c0, m0 = x1, r1, c1, m1
+        x1, r1, c1, m1 = x2, r2, c2, m2
+    tl.store(dst + (r0[:, None] * d_r + c0[None, :] * d_c), x0, mask=m0)
+    tl.store(dst + (r1[:, None] * d_r + c1[None, :] * d_c), x1, mask=m1)
+
+
+@triton.jit
 def _tma_copy_kernel(src_desc, dst_desc, R, C, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
                      STAGES: tl.constexpr):
     """The relayout copy through TMA: a box of the row-major source in, its transpose out
@@ -70,6 +99,11 @@ def variant_copies(src, dst, programs):
     for br, bc, w in ((128, 128, 8), (128, 128, 16), (256, 128, 16), (64, 128, 8)):
         grid = (min(programs, triton.cdiv(R, br) * triton.cdiv(C, bc)),)
         out.append((f"prefetch {br}x{bc} w{w}", lambda br=br, bc=bc, w=w, grid=grid: _prefetch_copy_kernel[grid](
+            src, dst, R, C, src.stride(0), src.stride(1), dst.stride(0), dst.stride(1),
+            BLOCK_R=br, BLOCK_C=bc, num_warps=w)))
+    for br, bc, w in ((64, 128, 8), (64, 128, 16), (32, 128, 4), (64, 64, 4)):
+        grid = (min(programs, triton.cdiv(R, br) * triton.cdiv(C, bc)),)
+        out.append((f"prefetch2 {br}x{bc} w{w}", lambda br=br, bc=bc, w=w, grid=grid: _prefetch2_copy_kernel[grid](
             src, dst, R, C, src.stride(0), src.stride(1), dst.stride(0), dst.stride(1),
             BLOCK_R=br, BLOCK_C=bc, num_warps=w)))
     dst_t = dst.t()  # (C, R) row-major storage
@@ -123,7 +157,7 @@ def gemm_beside(text, M, N, K, counts, sms, report):
         report(text, M, N, K, f"persistent, {sms - p} programs", time_graph(gemm(sms - p)))
         report(text, M, N, K, f"... beside copy_into on {p} programs",
                time_graph(beside(p, lambda p=p: copy_into(src, dst, programs=p))))
-        pre = variant_copies(src, dst, p)[3][1]  # prefetch 64x128 w8
+        pre = variant_copies(src, dst, p)[3][1]  # prefetch 64x128 w8, as copy_into
         report(text, M, N, K, f"... beside prefetch 64x128 on {p} programs", time_graph(beside(p, pre)))
 
 
@@ -132,6 +166,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default="8192x4096,8192x8192", help="K x N of B, comma-separated")
     ap.add_argument("--programs", default="2,4,8,16", help="program counts to try beside the full grid")
     ap.add_argument("--variants", action="store_true", help="also time the probe's own copy kernels")
+    ap.add_argument("--match", default="", help="with --variants: only the kernels whose label contains this")
     ap.add_argument("--gemm", default="", help="MxNxK shapes: also time the persistent fp32 GEMM on a K-major B "
                     "alone, on SMs - p programs, and beside a p-program copy (interference)")
     ap.add_argument("--out", type=Path, default=None, help="directory for probe_copy_beside.csv")
@@ -186,6 +221,8 @@ def main(argv=None) -> int:
             continue
         for programs in counts:
             for i, (label, _) in enumerate(variant_copies(srcs[0], dsts[0], programs)):
+                if args.match not in label:
+                    continue
                 calls = [variant_copies(s, d, programs)[i][1] for s, d in zip(srcs, dsts)]
                 dsts[0].fill_(float("nan"))
                 calls[0]()

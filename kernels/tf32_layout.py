@@ -20,7 +20,9 @@ What
     - Copy (the TMA configs of persistent and Stream-K, and warp-specialized).
       `tf32_operands(a, b)` copies the operand into K-major storage (rows padded to 16 bytes
       for TMA) with `k_major_copy` when the copy costs less than the time it saves
-      (`copy_pays`), and returns views with the original shapes and values. A swap was
+      (`copy_pays`), and returns views with the original shapes and values. Persistent's
+      `copy_sms` configs copy a row-major B chunk by chunk beside the GEMM instead
+      (persistent_gemm.copy_beside, through `copy_into` with a few programs). A swap was
       tried for the persistent TMA path too (B^T loaded by TMA, then read out into
       registers; C^T stored through a descriptor over C, each tile transposed): correct,
       but 25-30% slower than copying B (H200, 2026-12-01, 8192^3: 4357 against 3272 us;
