@@ -4,6 +4,7 @@ loops over several tiles): pointer and TMA paths, every dtype and layout, TMA re
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 
 import pytest
 import torch
@@ -312,7 +313,7 @@ def test_copy_beside_chunk_plans():
         c = replace(cfg, copy_sms=sms, copy_chunks=n)
         bounds = ps.copy_beside_chunks(M, N, K, c, 132 - sms)
         assert bounds[0][0] == 0 and bounds[-1][1] == N and 1 <= len(bounds) <= n
-        assert all(b0[1] == b1[0] for b0, b1 in zip(bounds, bounds[1:]))
+        assert all(b0[1] == b1[0] for b0, b1 in pairwise(bounds))
         assert all(n0 % 256 == 0 for n0, _ in bounds)
         g = 2.0 * M * 256 * K / g_rate
         s = 8.0 * K * 256 / (sms * s_rate)
