@@ -130,10 +130,10 @@ class Config:
     # TMA only: copy operands TMA cannot read into 16-byte aligned buffers first, and compute
     # C in one when TMA cannot store into it (stage_for_tma), instead of raising ValueError
     staged: bool = False
-    # TMA, fp32 with a row-major B (copied K-major first, tf32_layout): copy it in
+    # TMA, fp32 with a row-major B (copied K-major first, tf32_layout): copy it in at most
     # `copy_chunks` column chunks, the first on the whole GPU, the others on a side stream by
     # `copy_sms` programs while the GEMM computes the chunks before on the other SMs
-    # (copy_beside); 0: copy all of B first
+    # (copy_beside, copy_beside_chunks); 0: copy all of B first
     copy_sms: int = 0
     copy_chunks: int = 4
 
@@ -519,7 +519,7 @@ _SIDE_STREAMS: dict = {}
 
 
 def _side_stream(device: torch.device):
-    """One side stream per device for copy_beside (made once, outside any graph capture)."""
+    """One side stream per device for copy_beside, made on first use and kept."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in _SIDE_STREAMS:
         _SIDE_STREAMS[index] = torch.cuda.Stream(device=index)
@@ -645,7 +645,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     pointer = config is not None and not config.use_tma
     a, b = tf32_operands(a, b, registers=pointer)
     result = c = prepare_output(out, M, N, a)
-    if pointer and matmul_swapped(matmul, a, b, c, config):
+    if pointer and matmul_swapped(matmul, a, b, c, config, programs=programs):
         return result
     # a call like one before (same shapes, strides, alignment, config): its launches again
     key = call_key("persistent", (a, b, c), config, programs)
