@@ -126,6 +126,26 @@ def test_generated_split_k_variant_bf16_under_interpreter(tmp_path):
     assert out["check"]["ok"] and out["check"]["rel_err"] < 1e-2  # bf16 output rounding
 
 
+@pytest.mark.interpreter
+def test_generated_persistent_fp32_copy_beside_variant_on_misaligned_shape(tmp_path):
+    # a variant with copy_beside's knobs, checked on a shape TMA cannot read (70 fp32 = 280
+    # bytes a row is fine, 29 and 37 are not): the variant drops to pointer loads, and must
+    # drop copy_sms with TMA (a pointer-load config with copy_sms is refused); then an aligned
+    # shape, where copy_beside runs (copying forced: the shape is too small to pay)
+    path = tmp_path / "variant_pc.py"
+    knobs = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 2, "num_warps": 4, "num_stages": 2,
+             "use_tma": True, "copy_sms": 2, "copy_chunks": 3}
+    generate("persistent", 64, 96, 48, dtype="fp32", knobs=knobs, path=path)
+    env = {"ADVISOR_NUM_SMS": "3", "ADVISOR_TF32_KMAJOR": "1"}
+    for shape in ("37x29x70", "64x96x48"):
+        r = subprocess.run([sys.executable, str(path), "--check", "--shape", shape, "--json"], cwd=tmp_path,
+                           env=dict(os.environ, TRITON_INTERPRET="1", **env), capture_output=True, text=True,
+                           timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        out = json.loads(r.stdout)
+        assert out["check"]["ok"] and out["check"]["rel_err"] < 1e-3, (shape, out)
+
+
 def test_generate_rejects_bad_requests(tmp_path):
     with pytest.raises(AdvisorError):
         generate("nope", 1, 1, 1)
