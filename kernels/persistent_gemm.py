@@ -481,7 +481,21 @@ def tma_or_pointer_loads(config, a, b, c) -> tuple:
     copied += 2 * c.numel() * c.element_size() if layouts[2] != "row" else 0
     if _copies_pay(copied, a.shape[0], b.shape[1], a.shape[1], a.dtype):
         return replace(config, staged=True), None
-    return replace(config, use_tma=False, EPILOGUE_SUBTILE=False, staged=False), None
+    return on_pointer_loads(config, a.dtype), None
+
+
+def on_pointer_loads(config, dtype: torch.dtype):
+    """A TMA config (persistent's or Stream-K's) as its pointer-load twin: no TMA, none of the
+    knobs that need it (the subtiled TMA store, staging, copy_beside), and no FLATTEN where
+    the pointer store's scratch beside the live pipeline would not fit (fp32 128x256: 272 KB;
+    without FLATTEN it reuses the pipeline's buffers)."""
+    changes = {"use_tma": False, "EPILOGUE_SUBTILE": False, "staged": False}
+    if getattr(config, "copy_sms", 0):
+        changes["copy_sms"] = 0
+    out = replace(config, **changes)
+    if getattr(out, "FLATTEN", False) and out.smem_bytes(dtype) > SMEM_PER_BLOCK_SM90:
+        out = replace(out, FLATTEN=False)
+    return out
 
 
 def tma_descriptors(a, b, c, M, N, K, cfg: Config, layouts: tuple | None = None):
@@ -696,7 +710,7 @@ if __name__ == "__main__":
 
         def pointer_loads(a, b):
             cfg = default_config(a.shape[0], b.shape[1], a.shape[1], a.dtype, num_sms(a.device))
-            return matmul(a, b, replace(cfg, use_tma=False, EPILOGUE_SUBTILE=False))
+            return matmul(a, b, on_pointer_loads(cfg, a.dtype))
 
         def tma_subtiled(a, b):
             cfg = default_config(a.shape[0], b.shape[1], a.shape[1], a.dtype, num_sms(a.device))

@@ -355,3 +355,26 @@ def test_copy_into_beside_kernel():
                 out = common.poison_(tl32.k_major_empty(R, C, 0, dtype, DEVICE))
                 assert tl32.copy_into(src, out, programs=programs) is out
                 assert torch.equal(out, x)
+
+
+def test_default_copy_beside_config_falls_back_to_pointer_loads(monkeypatch):
+    # on a GPU of 64+ SMs the fp32 default carries copy_sms; where the tensors rule TMA out
+    # and staging does not pay (C starts 4 bytes into its buffer: staging it would copy
+    # 8 MB around a tiny GEMM) it must become a plain pointer-load config that fits, not a
+    # refused one (copy_sms needs TMA; FLATTEN's scratch overflows shared memory). 1024x2048 makes the 64 128x256 tiles the default needs for its
+    # big tile on 64 SMs.
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "64")
+    M, N, K = 1024, 2048, 16
+    cfg = ps.default_config(M, N, K, torch.float32, 64)
+    assert cfg.copy_sms == ps.COPY_BESIDE_SMS and cfg.use_tma
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(M, K, generator=g), torch.randn(K, N, generator=g)
+    c = torch.empty(M, N + 4)[:, 1:N + 1]
+    assert ps.tma_layout(c) is None
+    fallback, _ = ps.tma_or_pointer_loads(cfg, a, b, c)
+    assert not fallback.use_tma and fallback.copy_sms == 0 and not fallback.EPILOGUE_SUBTILE
+    # and it fits: with FLATTEN the pointer store's fp32 scratch would not (272 KB)
+    assert not fallback.FLATTEN and fallback.smem_bytes(torch.float32) <= common.SMEM_PER_BLOCK_SM90
+    common.poison_(c)
+    assert ps.matmul(a, b, out=c) is c
+    assert common.rel_error(c, common.reference(a, b)) <= common.TOLERANCE[torch.float32]
