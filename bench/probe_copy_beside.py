@@ -35,30 +35,12 @@ import triton.language as tl
 
 from advisor.bench.rows import append_csv, make_row, new_run_id
 from advisor.bench.timing import l2_bytes, rotating, rotation_count, time_graph
-
-
-@triton.jit
-def _prefetch_copy_kernel(src, dst, R, C, s_r, s_c, d_r, d_c, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """The relayout copy with the next block's load issued before the current block's store,
-    so a program has a load and a store in flight at once (grid <= blocks)."""
-    blocks_r = tl.cdiv(R, BLOCK_R)
-    blocks = blocks_r * tl.cdiv(C, BLOCK_C)
-    blk = tl.program_id(0)
-    r = (blk % blocks_r) * BLOCK_R + tl.arange(0, BLOCK_R)
-    c = (blk // blocks_r) * BLOCK_C + tl.arange(0, BLOCK_C)
-    x = tl.load(src + (r[:, None] * s_r + c[None, :] * s_c), mask=(r < R)[:, None] & (c < C)[None, :])
-    for nxt in range(tl.program_id(0) + tl.num_programs(0), blocks, tl.num_programs(0)):
-        r2 = (nxt % blocks_r) * BLOCK_R + tl.arange(0, BLOCK_R)
-        c2 = (nxt // blocks_r) * BLOCK_C + tl.arange(0, BLOCK_C)
-        y = tl.load(src + (r2[:, None] * s_r + c2[None, :] * s_c), mask=(r2 < R)[:, None] & (c2 < C)[None, :])
-        tl.store(dst + (r[:, None] * d_r + c[None, :] * d_c), x, mask=(r < R)[:, None] & (c < C)[None, :])
-        x, r, c = y, r2, c2
-    tl.store(dst + (r[:, None] * d_r + c[None, :] * d_c), x, mask=(r < R)[:, None] & (c < C)[None, :])
+from kernels.tf32_layout import _relayout_beside_kernel, _relayout_kernel
 
 
 @triton.jit
 def _prefetch2_copy_kernel(src, dst, R, C, s_r, s_c, d_r, d_c, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """As _prefetch_copy_kernel, two blocks ahead: a program keeps two loads in flight during
+    """As tf32_layout's _relayout_beside_kernel (what copy_into runs beside a GEMM), two blocks ahead: a program keeps two loads in flight during
     each store (a program's second block may not exist: its loads and stores are masked)."""
     blocks_r = tl.cdiv(R, BLOCK_R)
     blocks = blocks_r * tl.cdiv(C, BLOCK_C)
@@ -107,9 +89,9 @@ def variant_copies(src, dst, programs):
     out = []
     for br, bc, w in ((128, 128, 8), (128, 128, 16), (256, 128, 16), (64, 128, 8)):
         grid = (min(programs, triton.cdiv(R, br) * triton.cdiv(C, bc)),)
-        out.append((f"prefetch {br}x{bc} w{w}", lambda br=br, bc=bc, w=w, grid=grid: _prefetch_copy_kernel[grid](
+        out.append((f"prefetch {br}x{bc} w{w}", lambda br=br, bc=bc, w=w, grid=grid: _relayout_beside_kernel[grid](
             src, dst, R, C, src.stride(0), src.stride(1), dst.stride(0), dst.stride(1),
-            BLOCK_R=br, BLOCK_C=bc, num_warps=w)))
+            BLOCK_R=br, BLOCK_C=bc, INT64=False, num_warps=w)))
     for br, bc, w in ((64, 128, 8), (64, 128, 16), (32, 128, 4), (64, 64, 4)):
         grid = (min(programs, triton.cdiv(R, br) * triton.cdiv(C, bc)),)
         out.append((f"prefetch2 {br}x{bc} w{w}", lambda br=br, bc=bc, w=w, grid=grid: _prefetch2_copy_kernel[grid](
@@ -164,10 +146,13 @@ def gemm_beside(text, M, N, K, counts, sms, report):
     report(text, M, N, K, f"persistent, {sms} programs", time_graph(gemm(None)))
     for p in counts:
         report(text, M, N, K, f"persistent, {sms - p} programs", time_graph(gemm(sms - p)))
-        report(text, M, N, K, f"... beside copy_into on {p} programs",
+        grid = (p,)  # the plain loop: what copy_into ran beside a GEMM before the prefetch
+        plain = lambda grid=grid: _relayout_kernel[grid](
+            src, dst, K, N, src.stride(0), src.stride(1), dst.stride(0), dst.stride(1),
+            BLOCK_R=128, BLOCK_C=128, INT64=False, num_warps=8)
+        report(text, M, N, K, f"... beside the plain loop 128x128 on {p} programs", time_graph(beside(p, plain)))
+        report(text, M, N, K, f"... beside copy_into (prefetch 64x128) on {p} programs",
                time_graph(beside(p, lambda p=p: copy_into(src, dst, programs=p))))
-        pre = variant_copies(src, dst, p)[3][1]  # prefetch 64x128 w8, as copy_into
-        report(text, M, N, K, f"... beside prefetch 64x128 on {p} programs", time_graph(beside(p, pre)))
 
 
 def main(argv=None) -> int:

@@ -94,8 +94,7 @@ from .launch import Recorder, call_key, launch, replay
 from .tf32_layout import (
     a_through_registers,
     copy_into,
-    copy_mode,
-    copy_pays,
+    copy_wanted,
     k_major,
     k_major_empty,
     matmul_swapped,
@@ -550,8 +549,7 @@ def copy_beside_applies(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, confi
         return False
     M, K = a.shape
     N = b.shape[1]
-    mode = copy_mode()
-    return mode not in ("0", "2") and (mode == "1" or copy_pays(M, N, K, K * N))
+    return copy_wanted(M, N, K, K * N)
 
 
 # The chunk plan's rates (H200, 2026-12-01, bench/results/probe_copy_beside/), both on the

@@ -87,6 +87,24 @@ _PAYS_UP_TO = 2.0
 
 
 @triton.jit
+def _block(blk, blocks_r, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, INT64: tl.constexpr):
+    """Row and column indices of block `blk`, blocks numbered down the rows first (blocks_r
+    of them a column of blocks)."""
+    r = (blk % blocks_r) * BLOCK_R + tl.arange(0, BLOCK_R)
+    c = (blk // blocks_r) * BLOCK_C + tl.arange(0, BLOCK_C)
+    if INT64:
+        r = r.to(tl.int64)
+        c = c.to(tl.int64)
+    return r, c
+
+
+@triton.jit
+def _inside(r, c, R, C):
+    """The in-bounds mask of the block at rows r, columns c of an (R, C) tensor."""
+    return (r < R)[:, None] & (c < C)[None, :]
+
+
+@triton.jit
 def _relayout_kernel(src, dst, R, C, s_r, s_c, d_r, d_c,
                      BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, INT64: tl.constexpr):
     """dst[r, c] = src[r, c] over the (R, C) blocks, program p taking blocks p, p + grid, ...
@@ -95,12 +113,8 @@ def _relayout_kernel(src, dst, R, C, s_r, s_c, d_r, d_c,
     along dst's and converts the tile's layout in shared memory between the two."""
     blocks_r = tl.cdiv(R, BLOCK_R)
     for blk in tl.range(tl.program_id(0), blocks_r * tl.cdiv(C, BLOCK_C), tl.num_programs(0)):
-        r = (blk % blocks_r) * BLOCK_R + tl.arange(0, BLOCK_R)
-        c = (blk // blocks_r) * BLOCK_C + tl.arange(0, BLOCK_C)
-        if INT64:
-            r = r.to(tl.int64)
-            c = c.to(tl.int64)
-        mask = (r < R)[:, None] & (c < C)[None, :]
+        r, c = _block(blk, blocks_r, BLOCK_R, BLOCK_C, INT64)
+        mask = _inside(r, c, R, C)
         x = tl.load(src + (r[:, None] * s_r + c[None, :] * s_c), mask=mask)
         tl.store(dst + (r[:, None] * d_r + c[None, :] * d_c), x, mask=mask)
 
@@ -127,23 +141,14 @@ def _relayout_beside_kernel(src, dst, R, C, s_r, s_c, d_r, d_c,
     blocks on 8 warps, against 47 for the plain loop (128x128 blocks were slower, 53)."""
     blocks_r = tl.cdiv(R, BLOCK_R)
     blocks = blocks_r * tl.cdiv(C, BLOCK_C)
-    blk = tl.program_id(0)
-    r = (blk % blocks_r) * BLOCK_R + tl.arange(0, BLOCK_R)
-    c = (blk // blocks_r) * BLOCK_C + tl.arange(0, BLOCK_C)
-    if INT64:
-        r = r.to(tl.int64)
-        c = c.to(tl.int64)
-    x = tl.load(src + (r[:, None] * s_r + c[None, :] * s_c), mask=(r < R)[:, None] & (c < C)[None, :])
+    r, c = _block(tl.program_id(0), blocks_r, BLOCK_R, BLOCK_C, INT64)
+    x = tl.load(src + (r[:, None] * s_r + c[None, :] * s_c), mask=_inside(r, c, R, C))
     for nxt in range(tl.program_id(0) + tl.num_programs(0), blocks, tl.num_programs(0)):
-        r2 = (nxt % blocks_r) * BLOCK_R + tl.arange(0, BLOCK_R)
-        c2 = (nxt // blocks_r) * BLOCK_C + tl.arange(0, BLOCK_C)
-        if INT64:
-            r2 = r2.to(tl.int64)
-            c2 = c2.to(tl.int64)
-        y = tl.load(src + (r2[:, None] * s_r + c2[None, :] * s_c), mask=(r2 < R)[:, None] & (c2 < C)[None, :])
-        tl.store(dst + (r[:, None] * d_r + c[None, :] * d_c), x, mask=(r < R)[:, None] & (c < C)[None, :])
+        r2, c2 = _block(nxt, blocks_r, BLOCK_R, BLOCK_C, INT64)
+        y = tl.load(src + (r2[:, None] * s_r + c2[None, :] * s_c), mask=_inside(r2, c2, R, C))
+        tl.store(dst + (r[:, None] * d_r + c[None, :] * d_c), x, mask=_inside(r, c, R, C))
         x, r, c = y, r2, c2
-    tl.store(dst + (r[:, None] * d_r + c[None, :] * d_c), x, mask=(r < R)[:, None] & (c < C)[None, :])
+    tl.store(dst + (r[:, None] * d_r + c[None, :] * d_c), x, mask=_inside(r, c, R, C))
 
 
 def copy_into(x: torch.Tensor, out: torch.Tensor, programs: int | None = None) -> torch.Tensor:
@@ -181,6 +186,13 @@ def copy_pays(M: int, N: int, K: int, copied_elements: int) -> bool:
     copy_s = 2 * 4 * copied_elements / _COPY_BYTES_PER_S
     ideal_s = 2 * M * N * K / _TF32_FLOPS_PER_S
     return copy_s <= _PAYS_UP_TO * ideal_s
+
+
+def copy_wanted(M: int, N: int, K: int, copied_elements: int) -> bool:
+    """Whether the rule, under ADVISOR_TF32_KMAJOR, copies an operand of `copied_elements`
+    fp32 values K-major: never with 0 or 2, always with 1, else where copy_pays."""
+    mode = copy_mode()
+    return mode not in ("0", "2") and (mode == "1" or copy_pays(M, N, K, copied_elements))
 
 
 def copy_mode() -> str:
@@ -250,8 +262,8 @@ def tf32_operands(a: torch.Tensor, b: torch.Tensor, *, registers: bool = False) 
         if a_strided and b_strided and copy_pays(M, N, K, K * N):
             b = k_major_copy(b, 0)
         return a, b
-    if a_strided and (mode == "1" or copy_pays(M, N, K, M * K)):
+    if a_strided and copy_wanted(M, N, K, M * K):
         a = k_major_copy(a, 1)
-    if b_strided and (mode == "1" or copy_pays(M, N, K, K * N)):
+    if b_strided and copy_wanted(M, N, K, K * N):
         b = k_major_copy(b, 0)
     return a, b
