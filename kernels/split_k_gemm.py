@@ -238,6 +238,24 @@ def _tf32_wide_point(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -
     return Config(256, 128, 32, 8, 8, 4, split, "two_phase")
 
 
+def _tf32_deep_k_point(bm: int, bn: int, bk: int, split: int, dtype: torch.dtype) -> Config | None:
+    """fp32: the one-wave recipe's tile with the 16-bit BLOCK_K kept (for_dtype halves it) and
+    as many stages as fit in 192 KB. With a row-major B the swapped kernel feeds B^T to the MMA
+    from registers, which costs a fixed wait per K-step, so half the steps pay where the tile
+    is wide in K. On the H200 (2026-12-01, bench/probes/skinny_tf32_small*.json, 5 rounds
+    twice) 128x64x64 at 4 stages ran 128x8192x8192 in 81.6 and 83.2 us against 94.0 and 94.3
+    for 128x64x32 at 6 (and 87.8 at 8 stages, the same 192 KB: the step count, not the bytes
+    in flight); torch.matmul 90.2 and 85.4. Only tiles whose 16-bit BLOCK_K is 64 (128 rows,
+    `_tile_for`) get it: kept at 128, shorter tiles lost (64x64x128 at 3 stages 66.5 against
+    62.3 us on 64x4096x14336, 16x64x128 at 4 stages 70.9 against 65.7 on 16x4096x16384)."""
+    if dtype != torch.float32 or bk > 64:
+        return None
+    stages = _stages(bm, bn, bk, dtype.itemsize, budget=192 * 1024)
+    if stages < 3:
+        return None
+    return Config(bm, bn, bk, 8, 4, stages, split, _reduction_for(bm, bn, split))
+
+
 def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> list[Config]:
     """At most 12 candidates for a skinny, memory-bound problem: the default, its atomic
     twin and the default's recipe for the other tiles first, then the many-programs splits.
@@ -278,6 +296,9 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
             split = _pick_split(tiles, cdiv(K, base.BLOCK_K), num_sms, 8)
             stages = _stages(tbm, tbn, base.BLOCK_K, elt, budget=192 * 1024)
             atomic.append(Config(tbm, tbn, base.BLOCK_K, 8, 4, stages, split, _reduction_for(tbm, tbn, split)))
+            deep = _tf32_deep_k_point(tbm, tbn, tbk, split, dtype)
+            if deep is not None:
+                atomic.append(deep)
     for i, (tbm, tbn, tbk) in enumerate(tiles_to_try):
         if not fits_shape(tbm, tbn, M, N):
             continue

@@ -3,6 +3,8 @@ uneven and over-asked splits, determinism, workspace reuse across launches."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from gemm_checks import (
@@ -155,6 +157,23 @@ def test_tf32_wide_point():
     # and it computes the right thing on a ragged shape, swapped (row-major B) and not
     run_checked(sk, 260, 130, 200, torch.float32, wide[0])
     run_checked(sk, 260, 130, 200, torch.float32, wide[0], layout=(False, True))
+
+
+def test_tf32_deep_k_point():
+    # fp32 only, and only for tiles whose 16-bit BLOCK_K is 64: 128x64x64 at 4 stages (192 KB)
+    # unsplit on 128x8192x8192, the measured winner there (H200), inside the cap of 12
+    space = sk.search_space(128, 8192, 8192, torch.float32, 132)
+    assert len(space) <= 12
+    deep = [c for c in space if (c.BLOCK_M, c.BLOCK_N, c.BLOCK_K, c.SPLIT_K) == (128, 64, 64, 1)]
+    assert len(deep) == 1 and deep[0].num_stages == 4 and deep[0].num_warps == 4
+    assert deep[0].smem_bytes(torch.float32) <= 192 * 1024
+    assert sk._tf32_deep_k_point(128, 64, 64, 1, torch.bfloat16) is None
+    assert sk._tf32_deep_k_point(64, 64, 128, 2, torch.float32) is None
+    assert not any(c.BLOCK_K == 64 for c in sk.search_space(128, 8192, 8192, torch.bfloat16, 132)
+                   if c.num_stages == 4 and c.BLOCK_N == 64)
+    # it computes the right thing on a ragged shape, swapped (row-major B) and not
+    run_checked(sk, 130, 70, 300, torch.float32, replace(deep[0], SPLIT_K=3))
+    run_checked(sk, 130, 70, 300, torch.float32, replace(deep[0], SPLIT_K=3), layout=(False, True))
 
 
 def test_validation():
