@@ -117,9 +117,17 @@ class Prediction:
         }
 
 
-def _iter_us(bm: int, bn: int, bk: int, dev: Device) -> float:
-    per_sm = dev.peak_tflops * 1e12 / dev.sm_count
+def _iter_us(bm: int, bn: int, bk: int, dev: Device, elt: int = 2) -> float:
+    per_sm = tensor_tflops(dev, elt) * 1e12 / dev.sm_count
     return 2.0 * bm * bn * bk / (per_sm * tile_efficiency(bm, bn)) * 1e6
+
+
+def tensor_tflops(dev: Device, elt: int) -> float:
+    """The dense tensor-core rate for inputs of `elt` bytes: fp32 inputs run as tf32, at half
+    the 16-bit rate (H100/H200 datasheet: 494.7 against 989 TFLOP/s). Our kernels reach about
+    the same fraction of either: 8192^3 in 3244 us with tf32 (69% of 494.7) and in ~1600 us
+    with bf16 (70% of 989) on the H200 (bench/RESULTS.md, 2026-12-01)."""
+    return dev.peak_tflops / 2 if elt >= 4 else dev.peak_tflops
 
 
 def _mem_us(nbytes: float, dev: Device) -> float:
@@ -130,7 +138,7 @@ def predict(strategy: str, cfg: Any, M: int, N: int, K: int, elt: int, dev: Devi
     bm, bn, bk = tile_of(cfg)
     tiles = math.ceil(M / bm) * math.ceil(N / bn)
     iters = math.ceil(K / bk)
-    it_us = _iter_us(bm, bn, bk, dev)
+    it_us = _iter_us(bm, bn, bk, dev, elt)
     sms = dev.sm_count
     waves = tiles / sms
     tail = waves / math.ceil(waves)
@@ -177,7 +185,7 @@ def predict(strategy: str, cfg: Any, M: int, N: int, K: int, elt: int, dev: Devi
             chunks = 1 if _knob(cfg, "whole_pieces", default=False) else aligned_chunks(pieces, iters, sms)
             units = pieces * chunks
             rounds = math.ceil(units / min(sms, units))
-            sk_us = rounds * math.ceil(iters / chunks) * _iter_us(bm // split_m, bn // split_n, bk, dev)
+            sk_us = rounds * math.ceil(iters / chunks) * _iter_us(bm // split_m, bn // split_n, bk, dev, elt)
             # the Stream-K tiles' operand panels are read at the same time by every chunk:
             # the phase cannot beat reading them once
             rows, cols = _grouped_span(sk_tiles - edge, M, N, bm, bn)

@@ -320,6 +320,19 @@ def test_model_stream_k_policy_on_tail_and_balanced():
     assert aligned.predicted_us < 0.75 * dp.predicted_us
 
 
+def test_model_tf32_rate():
+    # fp32 inputs run as tf32 at half the 16-bit tensor rate: a compute-bound GEMM's compute
+    # term doubles, its memory term only follows the bytes. H200, 2026-12-01: 8192^3 took
+    # 3244 us with tf32 (persistent) and ~1600 us in bf16 (bench/RESULTS.md).
+    dev = Device()
+    cfg = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64}
+    bf16 = predict("persistent", cfg, 8192, 8192, 8192, 2, dev)
+    fp32 = predict("persistent", dict(cfg, BLOCK_K=32), 8192, 8192, 8192, 4, dev)
+    assert fp32.compute_us == pytest.approx(2 * bf16.compute_us)
+    assert fp32.memory_us == pytest.approx(2 * bf16.memory_us, rel=1e-6)
+    assert 2500 < fp32.predicted_us < 4000 and 1200 < bf16.predicted_us < 2000
+
+
 def test_model_prunes_hopeless():
     dev = Device()
     cfgs = [{"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64}, {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}, {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}]
