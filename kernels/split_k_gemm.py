@@ -241,8 +241,8 @@ def _tf32_wide_point(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -
 def _tf32_deep_k_point(bm: int, bn: int, bk: int, split: int, dtype: torch.dtype) -> Config | None:
     """fp32: the one-wave recipe's tile with the 16-bit BLOCK_K kept (for_dtype halves it) and
     as many stages as fit in 192 KB. With a row-major B the swapped kernel feeds B^T to the MMA
-    from registers, which costs a fixed wait per K-step, so half the steps pay where the tile
-    is wide in K. On the H200 (2026-12-01, bench/probes/skinny_tf32_small*.json, 5 rounds
+    from registers; half the K-steps pay off where the tile is tall, likely because each step
+    waits for that read-out (not profiled). On the H200 (2026-12-01, bench/probes/skinny_tf32_small*.json, 5 rounds
     twice) 128x64x64 at 4 stages ran 128x8192x8192 in 81.6 and 83.2 us against 94.0 and 94.3
     for 128x64x32 at 6 (and 87.8 at 8 stages, the same 192 KB: the step count, not the bytes
     in flight); torch.matmul 90.2 and 85.4. Only tiles whose 16-bit BLOCK_K is 64 (128 rows,
