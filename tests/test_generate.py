@@ -146,6 +146,23 @@ def test_generated_persistent_fp32_copy_beside_variant_on_misaligned_shape(tmp_p
         assert out["check"]["ok"] and out["check"]["rel_err"] < 1e-3, (shape, out)
 
 
+@pytest.mark.interpreter
+def test_generated_persistent_staged_variant_on_misaligned_shape(tmp_path):
+    # a staged TMA variant on a shape TMA cannot read: it stays on TMA and stages the
+    # operands itself (the variant's pointer-load fallback kept staged=True on a pointer
+    # config, which the schedule refuses)
+    path = tmp_path / "variant_ps.py"
+    knobs = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 2, "num_warps": 4, "num_stages": 2,
+             "use_tma": True, "staged": True}
+    generate("persistent", 64, 96, 48, dtype="bf16", knobs=knobs, path=path)
+    r = subprocess.run([sys.executable, str(path), "--check", "--shape", "37x29x70", "--json"], cwd=tmp_path,
+                       env=dict(os.environ, TRITON_INTERPRET="1", ADVISOR_NUM_SMS="3"), capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert out["check"]["ok"] and out["check"]["rel_err"] < 1e-2, out
+
+
 def test_generate_rejects_bad_requests(tmp_path):
     with pytest.raises(AdvisorError):
         generate("nope", 1, 1, 1)
