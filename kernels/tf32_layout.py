@@ -210,7 +210,7 @@ def a_through_registers(a: torch.Tensor) -> bool:
     """Whether the pointer-load schedules should feed this A to the MMA from registers
     (dp_gemm.mac_loop's A_REGS): an fp32 A whose K dimension is strided, which would
     otherwise reach shared memory through 4-byte transposing copies."""
-    return a.dtype == torch.float32 and not k_major(a, 1) and copy_mode() != "0"
+    return a.dtype == torch.float32 and not k_major(a, 1) and enabled()
 
 
 def swap_operands(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -218,7 +218,7 @@ def swap_operands(a: torch.Tensor, b: torch.Tensor) -> bool:
     dimension is still strided (its copy did not pay) beside a K-major A. Swapped, B^T is the
     kernel's A and goes through registers (a_through_registers), and A^T, K-major, is the
     kernel's B: no 4-byte copies left."""
-    return (a.dtype == torch.float32 and not k_major(b, 0) and k_major(a, 1) and copy_mode() != "0"
+    return (a.dtype == torch.float32 and not k_major(b, 0) and k_major(a, 1) and enabled()
             and a.shape[0] > 1 and b.shape[1] > 1)
 
 
