@@ -46,13 +46,14 @@ def warm(job: tuple[str, dict, str], phases: bool, dtype: str = "bf16") -> str:
     import torch
 
     from advisor.bench.rows import parse_shape
+    from advisor.bench.verify import dtype_from_name
     from advisor.kernel_lib import load
 
     schedule, config, shape = job
     mod = load(schedule)
     cfg = mod.Config(**config)
     M, N, K = parse_shape(shape)
-    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    tdt = dtype_from_name(dtype)
     a = torch.randn(M, K, device="cuda", dtype=tdt)
     b = torch.randn(K, N, device="cuda", dtype=tdt)
     t0 = time.perf_counter()

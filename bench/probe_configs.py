@@ -39,7 +39,13 @@ from advisor.bench.rows import (
     parse_shape,
 )
 from advisor.bench.timing import l2_bytes, rotating, rotation_count, time_graph
-from advisor.bench.verify import Checker, CheckFailed, make_generator, random_matrix
+from advisor.bench.verify import (
+    Checker,
+    CheckFailed,
+    dtype_from_name,
+    make_generator,
+    random_matrix,
+)
 from advisor.kernel_lib import load
 
 DTYPES = ("bf16", "fp16", "fp32")
@@ -68,12 +74,6 @@ def load_variants(path: Path) -> tuple[list[str], list[dict], str]:
     return list(spec.get("shapes", [])), variants, dtype
 
 
-def _torch_dtype(dtype: str):
-    import torch
-
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
-
-
 def time_side_by_side(shape: str, todo: list[tuple], rounds: int, rep_ms: float, dtype: str = "bf16") -> list[tuple]:
     """The probes' method. `todo` holds (key, label, call(a, b, out)). Each call is checked
     against a float64 reference on fresh random `dtype` inputs with its output NaN-poisoned; a
@@ -83,7 +83,7 @@ def time_side_by_side(shape: str, todo: list[tuple], rounds: int, rep_ms: float,
     import torch
 
     M, N, K = parse_shape(shape)
-    tdt = _torch_dtype(dtype)
+    tdt = dtype_from_name(dtype)
     checker = Checker(M, N, K, dtype, "cuda", seed=1)
     n_sets = rotation_count(tdt.itemsize * (M * K + K * N + M * N), l2_bytes())
     g = make_generator("cuda", 99)
@@ -128,7 +128,7 @@ def probe_shape(shape: str, variants: list[dict], rounds: int, rep_ms: float, en
         row = make_row(suite="probe", shape=shape, M=M, N=N, K=K, dtype=dtype, provider=v["provider"],
                        config=v["config"] or "", status="ok", phase="final",
                        median_ms=statistics.median(medians) / 1e3, flops=gemm_flops(M, N, K),
-                       bytes_moved=gemm_bytes(M, N, K, _torch_dtype(dtype).itemsize), rel_err=err,
+                       bytes_moved=gemm_bytes(M, N, K, dtype_from_name(dtype).itemsize), rel_err=err,
                        timer="graph", env=env)
         row["rounds_us"] = ";".join(f"{m:.1f}" for m in medians)
         row["describe"] = "-" if v["config"] is None else v["config"].describe()
