@@ -3,7 +3,7 @@
     nsys profile -t cuda -s none --cpuctxsw=none --cuda-graph-trace=node -o beside -f true \
         python3 bench/trace_copy_beside.py [--graph]
     nsys export -f true --type sqlite -o beside.sqlite beside.nsys-rep
-    python3 bench/trace_copy_beside.py --read beside.sqlite
+    python3 bench/trace_copy_beside.py --read beside.sqlite   (or beside.nsys-rep)
 
 The first form runs each case (fp32, row-major B) three times after a warm-up, 3 ms apart
 (cases 30 ms apart), eagerly or (--graph) as the replay of a CUDA graph holding two calls;
@@ -15,7 +15,6 @@ copy) or a slow chunk shows directly.
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -58,10 +57,11 @@ def run(graph: bool) -> None:
 
 
 def read(path: str) -> None:
-    db = sqlite3.connect(path)
-    rows = db.execute(
-        "SELECT k.start, k.end, k.streamId, k.gridX, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
-        "JOIN StringIds s ON s.id = k.shortName ORDER BY k.start").fetchall()
+    from advisor.traces import load_trace  # the diagnose pipeline's own reader
+
+    k = load_trace(path).kernels.sort_values("start_ns")
+    names = k["short_name"].fillna(k["name"])
+    rows = list(zip(k["start_ns"], k["end_ns"], k["stream_id"], k["grid_x"], names))
 
     def split(rs, gap_ns):
         out, cur = [], []
@@ -84,7 +84,7 @@ def read(path: str) -> None:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("--read", default="", help="print the timelines from this nsys sqlite export")
+    ap.add_argument("--read", default="", help="print the timelines from this nsys report or its sqlite export")
     ap.add_argument("--graph", action="store_true", help="replay two calls captured in a CUDA graph")
     args = ap.parse_args()
     read(args.read) if args.read else run(args.graph)
