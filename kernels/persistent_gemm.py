@@ -37,8 +37,9 @@ Caveats
       chunks instead, all but the first by a few programs on a side stream while the GEMM
       computes the chunks before on the other SMs (`copy_beside`). H200, 2026-12-01: 804
       against 840 us on 4096x4096x8192, 3245 against 3322 on 8192^3. The chunk plan comes
-      from H200 rates (`copy_beside_chunks`); on another GPU a plan that lets the GEMM wait
-      for a chunk costs time, so measure before relying on it there.
+      from the H200's rates per SM, scaled by the SMs a GPU has (`copy_beside_chunks`); on
+      another GPU the rate of an SM differs too (clocks, tensor rate), and a plan that lets
+      the GEMM wait for a chunk costs time, so measure before relying on it there.
     - TMA needs 16-byte aligned base pointers and leading strides, and a unit stride in the
       contiguous dimension (Hopper's tensor-map rules). An explicit `use_tma=True` config
       raises ValueError on inputs that break them, unless it is `staged`: then each such
@@ -556,17 +557,20 @@ def copy_beside_applies(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, confi
 # safe side, since a side copy that falls behind stalls the GEMM while a first chunk larger
 # than needed only costs its copy at the whole GPU's rate (~4 TB/s): one copy program beside
 # the GEMM moved 55 GB/s (69 alone), and the GEMM ran 128x256 fp32 tiles at up to 380
-# TFLOP/s (isolated calls; ~340 back to back).
+# TFLOP/s on 128 programs (isolated calls; ~340 back to back). Both are rates of one SM, so
+# the plan scales with the programs a GPU has: on fewer SMs each tile column of the GEMM
+# takes longer behind the same side copy.
 _BESIDE_COPY_BYTES_PER_S = 4.5e10
-_BESIDE_GEMM_FLOPS_PER_S = 3.8e14
+_BESIDE_GEMM_FLOPS_PER_PROGRAM = 3.8e14 / 128
 
 
 def copy_beside_chunks(M: int, N: int, K: int, config: Config, programs: int) -> list[tuple[int, int]]:
     """B's column chunks for copy_beside, as (n0, n1) in whole tile columns: the GEMM of chunk
     i must not wait for the side copy of chunk i + 1, which starts when the first chunk's copy
     ends and runs back to back with the others. A tile column takes the GEMM g = 2 M BLOCK_N K
-    / flops and the side copy s = 8 K BLOCK_N / (copy_sms x bytes a program), so chunk i + 1
-    may hold (g x columns before it - s x side columns before it) / s columns. Chunks are
+    / (programs x flops a program) and the side copy s = 8 K BLOCK_N / (copy_sms x bytes a
+    program), so chunk i + 1 may hold (g x columns before it - s x side columns before it) /
+    s columns. Chunks are
     whole rounds of the grid (`programs` programs, programs // tiles-per-column columns)
     where they can be; the first chunk is the smallest that lets the rest follow without a
     stall in at most copy_chunks chunks (all of B, one chunk, where none does). On the H200,
@@ -575,7 +579,7 @@ def copy_beside_chunks(M: int, N: int, K: int, config: Config, programs: int) ->
     BN = config.BLOCK_N
     tiles_m, tiles_n = cdiv(M, config.BLOCK_M), cdiv(N, BN)
     step = max(1, programs // tiles_m)
-    g = 2.0 * M * BN * K / _BESIDE_GEMM_FLOPS_PER_S
+    g = 2.0 * M * BN * K / (_BESIDE_GEMM_FLOPS_PER_PROGRAM * programs)
     s = 8.0 * K * BN / (config.copy_sms * _BESIDE_COPY_BYTES_PER_S)
     cols = [tiles_n]
     for first in range(step, tiles_n, step):

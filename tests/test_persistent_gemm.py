@@ -243,11 +243,11 @@ def beside_cfg(copy_sms=2, chunks=3):
     return ps.Config(16, 16, 16, 2, 4, 2, use_tma=True, copy_sms=copy_sms, copy_chunks=chunks)
 
 
-def model_rates(monkeypatch, M, copy_sms):
+def model_rates(monkeypatch, M, copy_sms, programs):
     """Rates at which a tile column takes the GEMM 1.6x as long as the side copy (g = 1.6 s;
     g / s = M copy_sms rate / (4 flops)), so copy_beside_chunks makes several chunks on tiny
     problems (the H200's rates would make one): 7 tile columns become 2 + 3 + 2."""
-    monkeypatch.setattr(ps, "_BESIDE_GEMM_FLOPS_PER_S", 1.0)
+    monkeypatch.setattr(ps, "_BESIDE_GEMM_FLOPS_PER_PROGRAM", 1.0 / programs)
     monkeypatch.setattr(ps, "_BESIDE_COPY_BYTES_PER_S", 6.4 / (copy_sms * M))
 
 
@@ -256,9 +256,9 @@ def test_copy_beside_correct_in_chunks(M, N, K, monkeypatch):
     # ragged M, N (100 = 6.25 tiles: a narrow last chunk) and K; the interpreter runs the
     # chunks in turn, through the same chunk plan, copy kernel and per-chunk GEMMs as the GPU
     monkeypatch.setenv("ADVISOR_TF32_KMAJOR", "1")  # copy B even where copy_pays says no
-    model_rates(monkeypatch, M, 2)
     cfg = beside_cfg()
     grid = max(1, ps.num_sms(torch.device(DEVICE)) - cfg.copy_sms)
+    model_rates(monkeypatch, M, 2, grid)
     chunks = ps.copy_beside_chunks(M, N, K, cfg, grid)
     assert [n1 - n0 for n0, n1 in chunks] == ([16, 4] if N == 20 else [32, 48, N - 80]), chunks
     calls = []
@@ -305,9 +305,12 @@ def test_copy_beside_chunk_plans():
     assert cols(8192, 8192, 8192, replace(cfg, copy_chunks=2)) == [18, 14]  # s > g a little: 18 first
     # nothing to hide behind (a GEMM far faster than the side copy): one chunk, copy first
     assert cols(256, 8192, 8192) == [32]
+    # a GPU of 78 SMs (74 GEMM programs): a tile column takes the GEMM longer at the same
+    # rate per SM, so a first chunk half as wide lets the side copy keep up
+    assert cols(4096, 4096, 8192, programs=74) == [6, 4, 4, 2]
     # the plan's invariants on assorted shapes: contiguous whole-tile chunks covering N, at
     # most copy_chunks of them, and no chunk's copy outlasting the GEMM of those before it
-    g_rate, s_rate = ps._BESIDE_GEMM_FLOPS_PER_S, ps._BESIDE_COPY_BYTES_PER_S
+    s_rate = ps._BESIDE_COPY_BYTES_PER_S
     for M, N, K, sms, n in [(4096, 4096, 8192, 4, 6), (8192, 8000, 1024, 4, 6), (6000, 8192, 2048, 8, 5),
                             (3000, 8192, 1024, 2, 3), (16384, 1000, 4096, 4, 8), (100, 100, 100, 4, 4)]:
         c = replace(cfg, copy_sms=sms, copy_chunks=n)
@@ -315,7 +318,7 @@ def test_copy_beside_chunk_plans():
         assert bounds[0][0] == 0 and bounds[-1][1] == N and 1 <= len(bounds) <= n
         assert all(b0[1] == b1[0] for b0, b1 in pairwise(bounds))
         assert all(n0 % 256 == 0 for n0, _ in bounds)
-        g = 2.0 * M * 256 * K / g_rate
+        g = 2.0 * M * 256 * K / (ps._BESIDE_GEMM_FLOPS_PER_PROGRAM * (132 - sms))
         s = 8.0 * K * 256 / (sms * s_rate)
         done, side = bounds[0][1] / 256, 0.0
         for n0, n1 in bounds[1:]:
