@@ -11,6 +11,14 @@ inside the profiler's capture window:
     huge_grid    a Triton copy with 64-element blocks, one warp: 512k blocks  -> launch_overhead (big grid)
     balanced     control: cuBLAS 8192^3 and 4096x4096x8192 bf16, whole waves  -> nothing
     mixed        tail + skinny + tiny_stream + small_gemms in one capture (the bundled example)
+    graphs       an MLP step (2048x4096 -> 16384 -> 4096 bf16) captured once as a CUDA graph
+                 and replayed 20 times, then one eager kernel: under nsys's default
+                 --cuda-graph-trace=graph each replay is one CUPTI_ACTIVITY_KIND_GRAPH_TRACE
+                 row and its kernels are not listed (capture_nsys_modes.sh takes both modes)
+    two_procs    two processes on GPU 0 under one nsys session: process 0 runs the tail
+                 GEMM, process 1 the skinny one; their correlation and stream ids overlap
+                 (run with --profiler none and the whole process traced: see
+                 capture_nsys_modes.sh)
 
 Profilers (the timed part only):
     --profiler nsys    run under `nsys profile --capture-range=cudaProfilerApi ...` (see capture.sh)
@@ -150,6 +158,47 @@ def mixed(iters: int):
     return run
 
 
+def graphs(iters: int):
+    M, H = 2048, 4096
+    x, w1, w2 = _randn(M, H), _randn(H, 4 * H), _randn(4 * H, H)
+
+    def step():
+        return torch.nn.functional.gelu(x @ w1) @ w2
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up off the capture stream, as torch's graph docs do
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+
+    def run():
+        for _ in range(iters):
+            graph.replay()
+        x.mul_(1.0)  # one eager kernel after the replays
+
+    return run
+
+
+def _two_procs_child(index: int, iters: int) -> None:
+    torch.cuda.set_device(0)
+    run = tail(iters) if index == 0 else skinny(max(1, iters // 4))
+    run()  # warm-up (compiles once; the other process finds the cache)
+    torch.cuda.synchronize()
+    run()
+    torch.cuda.synchronize()
+
+
+def two_procs(iters: int):
+    def run():
+        torch.multiprocessing.spawn(_two_procs_child, args=(iters,), nprocs=2)
+
+    return run
+
+
 SCENARIOS = {
     "tail": (tail, 20),
     "skinny": (skinny, 4),
@@ -158,6 +207,8 @@ SCENARIOS = {
     "huge_grid": (huge_grid, 5),
     "balanced": (balanced, 4),
     "mixed": (mixed, 6),
+    "graphs": (graphs, 20),
+    "two_procs": (two_procs, 12),
 }
 
 
@@ -174,6 +225,12 @@ def main(argv=None) -> int:
         return 2
     factory, default_iters = SCENARIOS[args.scenario]
     iters = args.iters or default_iters
+    if args.scenario == "two_procs":  # each child warms up and runs its part itself
+        if args.profiler != "none":
+            print("two_procs: run it with --profiler none under a whole-process nsys capture", file=sys.stderr)
+            return 2
+        two_procs(iters)()
+        return 0
     run = factory(iters, emit_nvtx=True) if args.scenario == "small_gemms" and args.emit_nvtx else factory(iters)
     run()  # warm-up: compile Triton kernels, pick cuBLAS algorithms
     torch.cuda.synchronize()

@@ -119,7 +119,9 @@ def _declared_ranks(traces: Sequence[Trace]) -> list[int] | None:
 
 def merge(traces: Sequence[Trace]) -> Trace:
     """One Trace from several (one per rank). Ranks come from the files when every file
-    declares a distinct one (Kineto distributedInfo), else from the order given."""
+    declares a distinct one (Kineto distributedInfo), else from the order given; a file that
+    holds several ranks itself (nsys_sqlite: one capture of several processes) contributes
+    them all, in order."""
     if len(traces) == 1:
         t = traces[0]
         declared = t.meta.get("declared_rank")
@@ -127,13 +129,25 @@ def merge(traces: Sequence[Trace]) -> Trace:
             for name in FRAMES:
                 getattr(t, name)["rank"] = int(declared)
         return t
-    ranks = _declared_ranks(traces) or list(range(len(traces)))
+    # A file may hold several ranks already (an nsys capture of several processes): its
+    # ranks then keep their order and follow the previous file's, one rank per (file, rank)
+    rank_maps, nxt = [], 0
+    multi = any(len(t.ranks) > 1 for t in traces)
+    declared = None if multi else _declared_ranks(traces)
+    for i, t in enumerate(traces):
+        own = t.ranks or [0]
+        if declared is not None:
+            rank_maps.append({r: declared[i] for r in own})
+        else:
+            rank_maps.append({r: nxt + j for j, r in enumerate(own)})
+            nxt += len(own)
+    ranks = sorted({r for m in rank_maps for r in m.values()})
     frames = {}
     for name in FRAMES:
         parts = []
-        for rank, t in zip(ranks, traces):
+        for rank_of, t in zip(rank_maps, traces):
             df = getattr(t, name).copy()
-            df["rank"] = rank
+            df["rank"] = df["rank"].map(rank_of).astype("int64")
             parts.append(df)
         frames[name] = pd.concat(parts, ignore_index=True) if parts else None
     meta = {

@@ -22,7 +22,18 @@ lazily, so any of them may be missing, and columns came and went between version
   taken when it, not `id`, matches the device ids the activity tables use). nsys stores 0
   for values it did not know; those become NA. Only devices that ran GPU work are kept
   (an 8-GPU node with one busy GPU lists one device), unless none did.
-- threads: globalTid packs the thread id in its low 24 bits (pid in the next 24).
+- CUDA graphs: under `--cuda-graph-trace=node` their kernels are ordinary kernel rows
+  (`graphNodeId` set). Under the default `graph` mode nsys records each replay as one row
+  of CUPTI_ACTIVITY_KIND_GRAPH_TRACE and lists none of its kernels; such a replay becomes
+  one kernels row named "CUDA graph <graphId> (whole replay)", with no grid or block, so the
+  GPU's busy time stays right, and a note says how to get the kernels.
+- threads: globalTid packs the thread id in its low 24 bits (the pid above them); kernels
+  and copies carry the pid as `globalPid`.
+- processes: one capture may hold several (torchrun or mpirun under one nsys, a forked
+  server's workers), whose correlation, stream and thread ids restart per process. Where
+  each process ran its GPU work on GPUs of its own, each is read as a rank (in pid order,
+  from `rank` on); where they shared a GPU they stay one rank, with those ids kept apart
+  per process (process i's stream s becomes stream i * 1,000,000 + s). A note says which.
 
 The file is opened read-only and never written (see `_sqlite`). Integer columns are read
 in bulk (see `_sqlite.read_int_columns`) and ids are mapped to strings through pandas, so a
@@ -55,6 +66,7 @@ RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
 MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
 NVTX = "NVTX_EVENTS"
+GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 STRINGS = "StringIds"
 GPU = "TARGET_INFO_GPU"
 CUDA_GPU_2021 = "TARGET_INFO_CUDA_GPU"
@@ -158,6 +170,19 @@ _CUDA_GPU_2021_COLS = {
     "maxWarpsPerMultiprocessor": "max_warps_per_sm",
 }
 
+_GRAPH_INTS = {
+    "start": "start_ns",
+    "end": "end_ns",
+    "deviceId": "device_id",
+    "streamId": "stream_id",
+    "correlationId": "correlation_id",
+}
+
+# The process of a row, an internal column dropped before the Trace is built.
+_PID = "_pid"
+# Where processes share a GPU their stream ids are offset by this much per process.
+_STREAM_STRIDE = 1_000_000
+
 _RUNTIME_WANTED = [*_RUNTIME_INTS, "globalTid", "nameId"]
 _NVTX_WANTED = ["start", "end", "eventType", "globalTid", "textId", "domainId"]
 _NVTX_WHERE = f"{_sqlite.ident('eventType')} IN (?, ?, ?)"
@@ -208,6 +233,13 @@ def _thread_ids(global_tid: pd.Series) -> pd.Series:
 
 def _na_if_zero(s: pd.Series) -> pd.Series:
     return s.mask(s == 0)
+
+
+def _pids(global_id: pd.Series) -> pd.Series:
+    """The process part of nsys's globalTid / globalPid (everything above the 24 thread bits);
+    0 (what hand-made or partial exports hold) is unknown."""
+    pid = pd.Series(global_id, dtype="Int64") // (1 << 24)
+    return pid.mask(pid == 0)
 
 
 class _Reader:
@@ -288,7 +320,7 @@ class _Reader:
                 kinds = self._nvtx_kinds()
                 self.prefetch(pool, NVTX, _NVTX_WANTED, where=_NVTX_WHERE, params=kinds, rowid=True)
             try:
-                kernels = self.kernels()
+                kernels = self.with_graph_replays(self.kernels())
                 runtime = self.runtime()
                 memcpy = self.memcpy()
                 nvtx = self.nvtx()
@@ -307,8 +339,104 @@ class _Reader:
         for df in frames.values():
             if df is not None:
                 df["rank"] = self.rank
+        self.split_processes(frames)
         meta = {"format": FORMAT, "sources": [self.path.name], "notes": self.notes, **self.meta()}
         return Trace.build(meta=meta, **frames)
+
+    def split_processes(self, frames: dict[str, pd.DataFrame | None]) -> None:
+        """Rows of several processes (see the module docstring): one rank per process where
+        each ran on GPUs of its own, else ids kept apart per process. Drops the pid column."""
+        acts = [frames[n] for n in ("kernels", "memcpy") if frames[n] is not None and _PID in frames[n]]
+        gpu_rows = pd.concat([df[[_PID, "device_id"]] for df in acts], ignore_index=True) if acts else None
+        gpu_pids = sorted(int(p) for p in gpu_rows[_PID].dropna().unique()) if gpu_rows is not None else []
+        if len(gpu_pids) > 1:
+            devs = {p: set(gpu_rows.loc[gpu_rows[_PID] == p, "device_id"].dropna().astype(int)) for p in gpu_pids}
+            owned = all(devs.values()) and sum(len(d) for d in devs.values()) == len(set().union(*devs.values()))
+            if owned:
+                self._ranks_per_process(frames, gpu_pids, devs)
+            else:
+                self._ids_per_process(frames, gpu_pids)
+        for name, df in frames.items():
+            if df is not None and _PID in df:
+                frames[name] = df.drop(columns=_PID)
+
+    def _ranks_per_process(self, frames, gpu_pids: list[int], devs: dict[int, set[int]]) -> None:
+        rank_of = {p: self.rank + i for i, p in enumerate(gpu_pids)}
+        dropped = 0
+        for name in ("kernels", "memcpy", "runtime", "nvtx"):
+            df = frames[name]
+            if df is None or _PID not in df:
+                continue
+            # rows of an unknown process stay on the first rank; those of a process without
+            # GPU work (a launcher, a tokenizer worker) have no rank to go to
+            pid = df[_PID]
+            keep = pid.isna() | pid.isin(rank_of)
+            dropped += int((~keep).sum())
+            df = df[keep.to_numpy()].copy()
+            df["rank"] = df[_PID].map(rank_of).fillna(self.rank).astype("int64")
+            frames[name] = df.reset_index(drop=True)
+        dev = frames["devices"]
+        if dev is not None:
+            parts = []
+            for p in gpu_pids:
+                own = dev[dev["device_id"].isin(devs[p])].copy()
+                own["rank"] = rank_of[p]
+                parts.append(own)
+            frames["devices"] = pd.concat(parts, ignore_index=True)
+        note = (f"{len(gpu_pids)} processes ran GPU work in this capture, each on GPUs of its own: read as "
+                f"ranks {self.rank}-{self.rank + len(gpu_pids) - 1} in pid order")
+        if dropped:
+            note += f" ({dropped} API calls and NVTX events of processes without GPU work were left out)"
+        self.notes.append(note)
+
+    def _ids_per_process(self, frames, gpu_pids: list[int]) -> None:
+        others = set()
+        for name in ("runtime", "nvtx"):
+            df = frames[name]
+            if df is not None and _PID in df:
+                others.update(int(p) for p in df[_PID].dropna().unique())
+        index = {p: i for i, p in enumerate([*gpu_pids, *sorted(others - set(gpu_pids))])}
+        for name in ("kernels", "memcpy", "runtime", "nvtx"):
+            df = frames[name]
+            if df is None or _PID not in df:
+                continue
+            i = df[_PID].map(index).astype("Int64").fillna(0)
+            if "correlation_id" in df:
+                df["correlation_id"] = i * (1 << 32) + df["correlation_id"]
+            if "stream_id" in df:
+                df["stream_id"] = i * _STREAM_STRIDE + df["stream_id"]
+            if "thread_id" in df:
+                df["thread_id"] = i * (1 << 24) + df["thread_id"]
+        self.notes.append(
+            f"{len(gpu_pids)} processes ran GPU work on the same GPU in this capture: read as one rank, their "
+            f"kernels time-sharing the device; process i's stream s is shown as stream i x {_STREAM_STRIDE:,} + s"
+        )
+
+    def with_graph_replays(self, kernels: pd.DataFrame | None) -> pd.DataFrame | None:
+        """`kernels` plus one row per CUDA graph replay that nsys recorded whole (default
+        `--cuda-graph-trace=graph`: its kernels are not in the kernel table)."""
+        if GRAPH_TRACE not in self.tables or not {"start", "end"} <= set(self.columns(GRAPH_TRACE)):
+            return kernels
+        raw = self.ints(GRAPH_TRACE, [*_GRAPH_INTS, "graphId", "globalPid"])
+        if raw.empty:
+            return kernels
+        df = pd.DataFrame({dst: raw[src] for src, dst in _GRAPH_INTS.items() if src in raw})
+        graph = raw["graphId"] if "graphId" in raw else pd.Series(pd.NA, index=raw.index, dtype="Int64")
+        df["name"] = [f"CUDA graph {'?' if pd.isna(g) else int(g)} (whole replay)" for g in graph]
+        if "globalPid" in raw:
+            df[_PID] = _pids(raw["globalPid"])
+        df = self._drop_bad_times(df, "CUDA graph replays")
+        df["dur_ns"] = df["end_ns"] - df["start_ns"]
+        if df.empty:
+            return kernels
+        self.notes.append(
+            f"{len(df)} CUDA graph replays were recorded whole (nsys --cuda-graph-trace=graph, its default): "
+            "each counts as one interval of GPU work named after its graph, and the kernels inside are not "
+            "listed, so no kernel finding can see them; profile again with --cuda-graph-trace=node for those"
+        )
+        if kernels is None or kernels.empty:
+            return df.reset_index(drop=True)
+        return pd.concat([kernels, df], ignore_index=True)
 
     def _why_no_kernels(self, kernels: pd.DataFrame | None, runtime: pd.DataFrame | None) -> str:
         launches = 0
@@ -337,9 +465,11 @@ class _Reader:
         name_cols = [c for c in _KERNEL_NAME_IDS if c in cols]
         if {"demangledName", "shortName"} <= set(name_cols):
             name_cols = ["demangledName", "shortName"]  # mangled names are then never needed
-        raw = self.ints(KERNEL, [*_KERNEL_INTS, *name_cols])
+        raw = self.ints(KERNEL, [*_KERNEL_INTS, *name_cols, "globalPid"])
         self.kernel_rows = len(raw)
         df = pd.DataFrame({dst: raw[src] for src, dst in _KERNEL_INTS.items() if src in raw}, copy=False)
+        if "globalPid" in raw:
+            df[_PID] = _pids(raw["globalPid"])
         strings = self.strings(*(raw[c] for c in name_cols))
         names = {c: pd.Series(_sqlite.map_ids(raw[c], strings), dtype="object") for c in name_cols}
         name = pd.Series([None] * len(raw), dtype="object")
@@ -365,6 +495,7 @@ class _Reader:
         df = pd.DataFrame({dst: raw[src] for src, dst in _RUNTIME_INTS.items() if src in raw})
         if "globalTid" in raw:
             df["thread_id"] = _thread_ids(raw["globalTid"])
+            df[_PID] = _pids(raw["globalTid"])
         if "nameId" in raw:
             strings = self.strings(raw["nameId"])
             strings = strings.str.replace(_RUNTIME_VERSION_SUFFIX, "", regex=True) if len(strings) else strings
@@ -386,8 +517,10 @@ class _Reader:
     def memcpy(self) -> pd.DataFrame | None:
         parts = []
         if MEMCPY in self.tables and {"start", "end"} <= set(self.columns(MEMCPY)):
-            raw = self.ints(MEMCPY, [*_COPY_INTS, "copyKind"])
+            raw = self.ints(MEMCPY, [*_COPY_INTS, "copyKind", "globalPid"])
             df = pd.DataFrame({dst: raw[src] for src, dst in _COPY_INTS.items() if src in raw})
+            if "globalPid" in raw:
+                df[_PID] = _pids(raw["globalPid"])
             df["op"] = "memcpy"
             if "copyKind" in raw:
                 kinds = self._copy_kind_names()
@@ -396,8 +529,10 @@ class _Reader:
                 df["kind"] = "unknown"
             parts.append(df)
         if MEMSET in self.tables and {"start", "end"} <= set(self.columns(MEMSET)):
-            raw = self.ints(MEMSET, list(_COPY_INTS))
+            raw = self.ints(MEMSET, [*_COPY_INTS, "globalPid"])
             df = pd.DataFrame({dst: raw[src] for src, dst in _COPY_INTS.items() if src in raw})
+            if "globalPid" in raw:
+                df[_PID] = _pids(raw["globalPid"])
             df["op"] = "memset"
             df["kind"] = "memset"
             parts.append(df)
@@ -442,6 +577,7 @@ class _Reader:
             raw = raw.loc[df.index]
         if "globalTid" in raw:
             df["thread_id"] = _thread_ids(raw["globalTid"])
+            df[_PID] = _pids(raw["globalTid"])
         text = pd.Series([None] * len(raw), index=raw.index, dtype="object")
         if "text" in cols:
             inline = _sqlite.read_text_column(self.conn, NVTX, "text", where=where, params=kinds)
