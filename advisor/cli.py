@@ -1,13 +1,15 @@
 """The `advisor` command: thin click wrappers over the library API.
 
 Every command turns an `AdvisorError` into one line on stderr and exit code 2; anything else
-is a bug and keeps its traceback. Options can also come from the environment with the
-`ADVISOR_` prefix (e.g. ADVISOR_SM_COUNT=132).
+is a bug and keeps its traceback. Options can also come from the environment:
+ADVISOR_SM_COUNT and ADVISOR_CACHE_DIR for every command that takes them, any other option
+as ADVISOR_<COMMAND>_<OPTION> (click's naming, e.g. ADVISOR_DIAGNOSE_TOP=3).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -25,6 +27,12 @@ class _Group(click.Group):
         except AdvisorError as exc:
             click.echo(f"advisor: error: {exc}", err=True)
             ctx.exit(exc.exit_code)
+        except BrokenPipeError:
+            # The reader of our output went away (`advisor rules | head -1`): not an error.
+            # Point stdout at /dev/null so the interpreter's final flush cannot fail again.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            ctx.exit(0)
         except OSError as exc:
             # The file system refused something (an --out or -o path that cannot be created,
             # a full disk): the user's to fix, so one line and exit 2 like any AdvisorError.
@@ -45,12 +53,16 @@ sm_count_opt = click.option(
     "--sm-count",
     type=click.IntRange(1, 4096),
     default=None,
+    envvar="ADVISOR_SM_COUNT",
+    show_envvar=True,
     help="SMs (NVIDIA) or CUs (AMD) of the profiled GPU, for traces that do not record it.",
 )
 cache_opt = click.option(
     "--cache-dir",
     type=click.Path(path_type=Path, file_okay=False),
     default=None,
+    envvar="ADVISOR_CACHE_DIR",
+    show_envvar=True,
     help="Where .nsys-rep files are exported to SQLite (default: ~/.cache/advisor).",
 )
 

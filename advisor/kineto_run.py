@@ -2,6 +2,7 @@
 
     python -m advisor.kineto_run --out trace.json.gz -- train.py --epochs 1
     python -m advisor.kineto_run --out trace.json.gz -- -m mypkg.bench
+    python -m advisor.kineto_run --out trace.json.gz -- -c "import mypkg; mypkg.run()"
 
 CPU and CUDA activity are recorded with input shapes (so GEMM shapes reach the diagnosis).
 The trace is written even if the program raises or calls sys.exit; the program's exit code
@@ -25,7 +26,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m advisor.kineto_run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True, help="Trace file to write (.json or .json.gz).")
-    p.add_argument("program", nargs=argparse.REMAINDER, help="script.py [args] or -m module [args], after --")
+    p.add_argument("program", nargs=argparse.REMAINDER, help="script.py [args], -m module [args] or -c code [args], after --")
     args = p.parse_args(argv)
     prog = [a for a in args.program]
     if prog and prog[0] == "--":
@@ -45,11 +46,14 @@ def main(argv=None) -> int:
     old_argv = sys.argv
     with profile(activities=activities, record_shapes=True) as prof:
         try:
+            if prog[0] in ("-m", "-c") and len(prog) < 2:
+                p.error(f"{prog[0]} needs {'a module name' if prog[0] == '-m' else 'the code to run'}")
             if prog[0] == "-m":
-                if len(prog) < 2:
-                    p.error("-m needs a module name")
                 sys.argv = [prog[1], *prog[2:]]
                 runpy.run_module(prog[1], run_name="__main__", alter_sys=True)
+            elif prog[0] == "-c":  # as `python -c`: argv[0] is "-c", the code runs as __main__
+                sys.argv = ["-c", *prog[2:]]
+                exec(compile(prog[1], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})  # noqa: S102 (the user asked to run it)
             else:
                 sys.argv = list(prog)
                 sys.path.insert(0, str(Path(prog[0]).resolve().parent))

@@ -31,15 +31,15 @@ class Profiled:
 
 
 def _python_argv(command: Sequence[str]) -> list[str] | None:
-    """The script-or-module part of a Python command line (`python x.py a`, `x.py a`,
-    `python -m pkg a`), or None when the command is not Python."""
+    """The script, module or code part of a Python command line (`python x.py a`, `x.py a`,
+    `python -m pkg a`, `python -c CODE a`), or None when the command is not Python."""
     if not command:
         return None
     first = Path(command[0]).name
     if first.startswith("python"):
         rest = list(command[1:])
-        # Skip interpreter flags such as -u, -O, -X dev (but keep -m).
-        while rest and rest[0].startswith("-") and rest[0] != "-m":
+        # Skip interpreter flags such as -u, -O, -X dev (but keep -m and -c).
+        while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c"):
             flag = rest.pop(0)
             if flag in ("-X", "-W") and rest:
                 rest.pop(0)

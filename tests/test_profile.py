@@ -85,8 +85,20 @@ def test_profile_kineto_records_a_python_program(tmp_path, monkeypatch):
         assert '"traceEvents"' in fh.read()
 
 
+def test_profile_kineto_runs_python_c(tmp_path, monkeypatch):
+    # `python -c CODE` is code, not a script path: it runs, sees argv[0] == "-c", and its
+    # exit code comes back (it was read as a file name: FileNotFoundError, exit code 1)
+    monkeypatch.chdir(tmp_path)
+    code = "import sys; open('ran.txt', 'w').write(' '.join(sys.argv)); sys.exit(3)"
+    r = CliRunner().invoke(cli, ["profile", "--kineto", "--out", "k", "--", "python", "-c", code, "a1"])
+    assert (tmp_path / "ran.txt").read_text() == "-c a1"
+    assert "exited with code 3" in r.output and "FileNotFoundError" not in r.output
+    assert (tmp_path / "k" / "profile.json.gz").is_file()
+
+
 def test_python_argv():
     assert _python_argv(["python3", "-u", "train.py", "--x"]) == ["train.py", "--x"]
+    assert _python_argv(["python3", "-u", "-c", "print(1)", "a"]) == ["-c", "print(1)", "a"]
     assert _python_argv(["python", "-X", "dev", "-m", "pkg.mod", "a"]) == ["-m", "pkg.mod", "a"]
     assert _python_argv(["bench.py"]) == ["bench.py"]
     assert _python_argv(["./a.out"]) is None

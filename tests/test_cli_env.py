@@ -1,0 +1,44 @@
+"""The CLI's environment variables and its behaviour when its reader goes away."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+from click.testing import CliRunner
+
+from advisor.cli import cli
+
+# rocprofv3 kernel_trace.csv (2024-05 header, rocprofiler-sdk generateCSV.cpp): no SM count
+HEADER = ["Kind", "Agent_Id", "Queue_Id", "Kernel_Id", "Kernel_Name", "Correlation_Id", "Start_Timestamp",
+          "End_Timestamp", "Private_Segment_Size", "Group_Segment_Size", "Workgroup_Size_X", "Workgroup_Size_Y",
+          "Workgroup_Size_Z", "Grid_Size_X", "Grid_Size_Y", "Grid_Size_Z"]
+ROW = ["KERNEL_DISPATCH", 2, 1, 7, "void kern<float>(float*, int)", 100, 1_000_000, 1_050_000, 0, 0, 256, 1, 1,
+       1024, 1, 1]
+
+
+def test_sm_count_from_the_environment(tmp_path, monkeypatch):
+    path = tmp_path / "run_kernel_trace.csv"
+    with open(path, "w", newline="") as fh:
+        csv.writer(fh).writerows([HEADER, ROW])
+    r = CliRunner().invoke(cli, ["summary", "--json", str(path)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["devices"][0]["sm_count"] is None
+    # the README's name, for every command with --sm-count (click alone would want
+    # ADVISOR_SUMMARY_SM_COUNT, ADVISOR_DIAGNOSE_SM_COUNT, ...)
+    monkeypatch.setenv("ADVISOR_SM_COUNT", "110")
+    for command in ("summary", "diagnose"):
+        r = CliRunner().invoke(cli, [command, "--json", str(path)])
+        assert r.exit_code == 0, r.output
+        devices = json.loads(r.output)["devices"]
+        assert devices[0]["sm_count"] == 110 and devices[0]["sm_count_source"] == "user", (command, devices)
+    assert "ADVISOR_SM_COUNT" in CliRunner().invoke(cli, ["diagnose", "--help"]).output
+
+
+def test_a_closed_pipe_is_not_an_error():
+    # `advisor rules | head -1`: the reader leaves after one line
+    proc = subprocess.run(f"{sys.executable} -m advisor.cli rules | head -1", shell=True,
+                          capture_output=True, text=True, check=False)
+    assert proc.stdout.strip() and "error" not in proc.stderr.lower(), proc.stderr
