@@ -8,6 +8,7 @@ import pytest
 from synthetic import H100, back_to_back, kernel, launch, make_trace, nvtx
 
 from advisor.diagnose import diagnose
+from advisor.render import render
 from advisor.symptoms import Context
 from advisor.symptoms.gemm import parse_cpu_op, parse_range_text, tile_from_name
 from advisor.symptoms.intervals import merge, overlap, total
@@ -167,6 +168,25 @@ def test_tiny_kernel_stream_is_launch_bound():
     assert f.suggestion["schedule"] == "persistent"
     # Launch-bound gaps are not counted as an idle GPU by the gate.
     assert not [g for g in d.gates if g.check == "gpu_idle"]
+
+
+def test_mixed_tiny_stream_names_its_biggest_kernel_with_its_own_counts():
+    # 30 short copies, then 60 longer elementwise kernels, then 20 more copies, all tiny and
+    # back to back: one run finding for the stream, named after the kernel with the most
+    # time (the elementwise one), whose own launches and time the evidence gives apart from
+    # the run's totals; the report's table says it is a run of kernels
+    ks = back_to_back(30, 1_000, 6_000, name="copy_kernel", grid=(4, 1, 1))
+    ks += back_to_back(60, 3_000, 6_000, start=30 * 7_000, name="vectorized_elementwise_kernel", grid=(4, 1, 1))
+    ks += back_to_back(20, 1_000, 6_000, start=30 * 7_000 + 60 * 9_000, name="copy_kernel", grid=(4, 1, 1))
+    d = diagnose(make_trace(ks))
+    (f,) = by_symptom(d, "launch_overhead")
+    assert f.kernel == "vectorized_elementwise_kernel"
+    assert f.launches == 110 and f.total_ns == 50 * 1_000 + 60 * 3_000
+    assert f.evidence["top_kernel_launches"] == 60 and f.evidence["top_kernel_ns"] == 60 * 3_000
+    assert f.evidence["kernel_names"] == 2
+    md = render("diagnosis.md.j2", d=d)
+    assert "110 tiny kernels, most time in `vectorized_elementwise_kernel` (60)" in md
+    assert "the most in `vectorized_elementwise_kernel`: 60 launches, 180.0 us" in md
 
 
 def test_small_gemm_stream_suggests_grouped():

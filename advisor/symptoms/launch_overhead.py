@@ -8,8 +8,11 @@ What it detects, two shapes of one problem:
 Why it matters: the GPU idles between launches, and short blocks spend a visible share of
 their life starting up. What to do: a persistent kernel (grid ~ #SMs looping over the work;
 for many small GEMMs, one grouped launch); for runs of unrelated tiny kernels a CUDA graph
-also removes the gaps. Estimated recoverable time: the gaps inside runs; for big grids,
-waves x `block_overhead_ns` (a rough figure, hence low confidence).
+also removes the gaps. Estimated recoverable time: the gaps inside runs (idle wall time, so
+it can exceed the kernels' own time); for big grids, waves x `block_overhead_ns` (a rough
+figure, hence low confidence). A run finding covers every tiny kernel of the stream's runs:
+`launches` and `total_ns` are theirs, `kernel` names the one with the most time in them
+(its own counts in the evidence).
 """
 
 from __future__ import annotations
@@ -70,11 +73,15 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
     runs = runs[runs["kernels"] >= rule["min_run_kernels"]].copy()
     if len(runs):
         in_runs = d[d["run_id"].isin(runs.index)]
-        top = in_runs.groupby(["run_id", name_key], sort=False)["dur_ns"].sum()
-        top = top.reset_index().sort_values("dur_ns", ascending=False).drop_duplicates("run_id").set_index("run_id")
+        per_name = in_runs.groupby(["run_id", name_key], sort=False)["dur_ns"].agg(["sum", "size"]).reset_index()
         if name_key != "name":
             names = in_runs.drop_duplicates(name_key).set_index(name_key)["name"]
-            top["name"] = names.reindex(top[name_key].to_numpy()).to_numpy()
+            per_name["name"] = names.reindex(per_name[name_key].to_numpy()).to_numpy()
+        # what each run is made of, for the finding's "mostly <kernel>" (a run mixes kernels)
+        per_name = per_name.rename(columns={"sum": "ns", "size": "launches"})
+        per_name["stream_key"] = runs.loc[per_name["run_id"], ["rank", "device_id", "stream_id"]].apply(tuple, axis=1).to_numpy()
+        ctx.cache[key + ("names",)] = per_name
+        top = per_name.sort_values("ns", ascending=False).drop_duplicates("run_id").set_index("run_id")
         runs["top_kernel"] = top["name"].reindex(runs.index)
         corr = d[d["run_id"].isin(runs.index)][["run_id", "rank", "correlation_id"]].dropna()
         rt = ctx.trace.runtime
@@ -104,9 +111,18 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
             gap_ns=("gap_ns", "sum"),
             launch_api_ns=("launch_api_ns", lambda s: s.sum(min_count=1)),
             gemm_fraction=("gemm_fraction", "mean"),
-            name=("top_kernel", lambda s: s.value_counts().index[0]),
         )
         per_stream = per_stream.reset_index()
+        # the stream's kernel is the one with the most time in its runs, with its own counts
+        key = ("runs", rule["tiny_kernel_ns"], rule["max_gap_in_run_ns"], rule["min_run_kernels"], "names")
+        names = ctx.cache[key].groupby(["stream_key", "name"], sort=False)[["ns", "launches"]].sum().reset_index()
+        distinct = names.groupby("stream_key", sort=False)["name"].size()
+        top = names.sort_values("ns", ascending=False, kind="stable").drop_duplicates("stream_key").set_index("stream_key")
+        stream_keys = list(per_stream[["rank", "device_id", "stream_id"]].itertuples(index=False, name=None))
+        per_stream["name"] = top["name"].reindex(stream_keys).to_numpy()
+        per_stream["top_kernel_launches"] = top["launches"].reindex(stream_keys).to_numpy()
+        per_stream["top_kernel_ns"] = top["ns"].reindex(stream_keys).to_numpy()
+        per_stream["kernel_names"] = distinct.reindex(stream_keys).to_numpy()
         per_stream["kind"] = "run"
         parts.append(per_stream)
     k = ctx.kernels
@@ -151,6 +167,10 @@ def _run_finding(row, rule: Rule, ctx: Context) -> Finding | None:
             "mean_kernel_ns": int(row["kernel_ns"] / max(1, row["kernels"])),
             "launch_api_ns": None if pd.isna(row["launch_api_ns"]) else int(row["launch_api_ns"]),
             "gemm_fraction": round(float(row["gemm_fraction"]), 3),
+            # `kernel` is only the runs' biggest part: its own launches and time
+            "kernel_names": int(row["kernel_names"]),
+            "top_kernel_launches": int(row["top_kernel_launches"]),
+            "top_kernel_ns": int(row["top_kernel_ns"]),
         },
         suggestion={"schedule": "grouped" if grouped else "persistent", "cuda_graph": True},
     )
