@@ -78,3 +78,17 @@ def test_bench_traces_plain_flagged_overlap_not(suite, tmp_path):
     ev = evidence_frames(over)["exposed_comm"]
     assert (ev["hidden_fraction"] >= 0.7).all() and (ev["recoverable_fraction"] < 0.1).all()
     assert all("peer_copy" in k for k in ev["kinds"])
+
+
+def test_one_rank_of_a_two_rank_run_says_the_other_is_missing(tmp_path):
+    # rank 0 alone: its 550 ms all-gather is mostly waiting for rank 1, which one trace
+    # cannot show (wait_ns is 0), so the finding drops to low confidence and a note asks
+    # for the other rank's trace; with both traces the note goes away
+    alone = load_trace(X2 / "mlp_plain_rank0.kineto.json.gz", cache_dir=tmp_path)
+    assert alone.meta["world_size"] == 2 and alone.ranks == [0]
+    assert any("part of a 2-rank run but holds 1 rank" in n for n in alone.meta["notes"])
+    (f,) = _exposed(alone)
+    assert f.confidence == "low" and f.evidence["world_size"] == 2
+    both = _load("mlp_plain", "kineto.json.gz", tmp_path)
+    assert not any("-rank run but holds" in n for n in both.meta["notes"])
+    assert all("world_size" not in f.evidence for f in _exposed(both))

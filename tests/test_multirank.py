@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -382,7 +383,7 @@ def test_two_kineto_files_with_different_clock_origins(tmp_path):
     assert fs[0].evidence["slowest_rank"] == 1
 
 
-def test_corpus_a100_nccl(corpus):
+def test_corpus_a100_nccl(corpus, tmp_path):
     path = corpus / "kineto" / "hta_a100_nccl.json.gz"
     if not path.is_file():
         pytest.skip(f"{path} not in the corpus")
@@ -423,9 +424,12 @@ def test_corpus_a100_nccl(corpus):
     (f,) = by_symptom(diagnose(t), "exposed_comm")
     assert f.suggestion["collective"] == "all_reduce" and f.evidence["exposed_fraction"] > 0.1
 
-    # The same file as two ranks, rank 1's clock shifted: the shift comes back exactly (the
-    # collectives are identical), and both ranks get the single-rank numbers.
-    t2 = load_trace([path, path])
+    # The same trace as two ranks (a copy: the same path twice is refused), rank 1's clock
+    # shifted: the shift comes back exactly (the collectives are identical), and both ranks
+    # get the single-rank numbers.
+    copy = tmp_path / "rank1.json.gz"
+    shutil.copyfile(path, copy)
+    t2 = load_trace([path, copy])
     shift = 123_456_789
     t2.kernels.loc[t2.kernels["rank"] == 1, ["start_ns", "end_ns"]] += shift
     ev2 = evidence_frames(t2)["exposed_comm"]

@@ -132,6 +132,8 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
     n_ranks = int(info.get("ranks", 1))
     al = info.get("alignment", {})
     for row in ev.to_dict("records"):
+        if int(row["rank"]) in ctx.serialized_ranks:
+            continue  # kernels run one at a time: nothing could overlap
         recoverable = int(row["recoverable_ns"])
         frac = row["recoverable_fraction"]
         if not (frac >= rule["min_exposed_fraction"]) or recoverable < rule["min_exposed_ns"]:
@@ -149,6 +151,10 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
             confidence = "low"  # what is left is the pipeline's fill/drain and signals: gains are small
         if n_ranks > 1 and (al.get("status") not in ("aligned",) or row["alignment_spread_ns"] > rule["max_alignment_spread_ns"]):
             confidence = "low"  # waits unknown or doubtful: part of the exposure may be imbalance
+        world = ctx.trace.meta.get("world_size")
+        missing_ranks = isinstance(world, int) and world > n_ranks
+        if missing_ranks:
+            confidence = "low"  # the other ranks' traces are missing: waits cannot be measured at all
         evidence = {
             "comm_ns": int(row["comm_ns"]),
             "overlapped_ns": int(row["overlapped_ns"]),
@@ -181,6 +187,8 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
             )
         if info.get("critical_path"):
             evidence["critical_path"] = info["critical_path"]
+        if missing_ranks:
+            evidence["world_size"] = int(world)
         suggestion = {"pattern": "chunked collective + GEMM on separate streams", "collective": top_kind}
         if already:
             suggestion = {

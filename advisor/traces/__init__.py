@@ -25,10 +25,11 @@ import pandas as pd
 from ..devices import complete_devices
 from ..errors import NoKernelsError, TraceError
 from ..model import FRAMES, Trace, conform
-from . import kineto, nsys_rep, nsys_sqlite, rocpd, rocprof_csv, rocprof_json
+from . import kineto, nsys_rep, nsys_sqlite, rocpd, rocprof_csv, rocprof_json, rocprof_v1_json
 
-# Order matters only where two sniffers could both accept (none should).
-READERS = (nsys_rep, nsys_sqlite, rocpd, kineto, rocprof_json, rocprof_csv)
+# Order matters only where two sniffers could both accept: rocprof v1's results.json is a
+# Chrome trace too, which Kineto's sniffer (any traceEvents document) would take.
+READERS = (nsys_rep, nsys_sqlite, rocpd, rocprof_v1_json, kineto, rocprof_json, rocprof_csv)
 FORMATS = {r.FORMAT: r for r in READERS}
 
 HEAD_BYTES = 64 << 10
@@ -128,6 +129,8 @@ def merge(traces: Sequence[Trace]) -> Trace:
         if declared is not None:
             for name in FRAMES:
                 getattr(t, name)["rank"] = int(declared)
+            if t.meta.get("serialized_ranks"):
+                t.meta["serialized_ranks"] = [int(declared)]
         return t
     # A file may hold several ranks already (an nsys capture of several processes): its
     # ranks then keep their order and follow the previous file's, one rank per (file, rank)
@@ -156,6 +159,13 @@ def merge(traces: Sequence[Trace]) -> Trace:
         "notes": [n for t in traces for n in t.meta.get("notes", [])],
         "ranks": ranks,
     }
+    # ranks whose kernels the profiler serialized (counter collection: rocprof_csv) keep the mark
+    serialized = {m[r] for m, t in zip(rank_maps, traces) for r in t.meta.get("serialized_ranks", ()) if r in m}
+    if serialized:
+        meta["serialized_ranks"] = sorted(serialized)
+    sizes = [t.meta["world_size"] for t in traces if isinstance(t.meta.get("world_size"), int)]
+    if sizes:
+        meta["world_size"] = max(sizes)
     return Trace.build(meta=meta, **frames)
 
 
@@ -217,8 +227,12 @@ def load_trace(
         raise TraceError("no trace files given")
     cache = Path(cache_dir) if cache_dir is not None else None
     traces = []
+    given: dict[Path, Path] = {}
     for rank, path in enumerate(paths):
         _check_path(path)
+        first = given.setdefault(path.resolve(), path)
+        if first is not path:  # each file is read as one rank: twice would be two identical ranks
+            raise TraceError(f"{path}: given twice (also as {first}); pass each rank's trace once")
         source = path
         try:
             if _is_gzip(path) and read_head(path).startswith(SQLITE_MAGIC):
@@ -238,6 +252,13 @@ def load_trace(
     trace = merge(traces)
     _mask_impossible(trace)
     complete_devices(trace, sm_count=sm_count)
+    world = trace.meta.get("world_size")
+    if isinstance(world, int) and world > len(trace.ranks):
+        trace.note(
+            f"the trace is part of a {world}-rank run but holds {len(trace.ranks)} rank(s): pass every rank's trace "
+            "(advisor diagnose rank0.json rank1.json ...) so that time spent inside collectives waiting for other "
+            "ranks can be told apart from communication that compute could hide"
+        )
     if require_kernels and trace.kernels.empty:
         names = ", ".join(p.name for p in paths)
         extra = " ".join(trace.meta.get("notes", [])[:1])
