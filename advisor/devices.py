@@ -199,6 +199,13 @@ def complete_devices(trace: Trace, sm_count: int | None = None) -> Trace:
             if pd.isna(row.get(col)):
                 row[col] = val
         if sm_count is not None:
+            had, source = row.get("sm_count"), row.get("sm_count_source")
+            if not pd.isna(had) and int(had) != int(sm_count):
+                # a partition (MIG, green context) can have fewer SMs than the trace says,
+                # but a typo would silently skew every wave figure: say what was replaced
+                where = "the trace" if pd.isna(source) or source == "trace" else "the known-GPU table"
+                label = row.get("name") if not pd.isna(row.get("name")) else f"device {row['device_id']}"
+                trace.note(f"--sm-count {int(sm_count)} replaces the {int(had)} SMs {where} gives for {label} (rank {row['rank']})")
             row["sm_count"] = int(sm_count)
             row["sm_count_source"] = "user"
         elif not pd.isna(row.get("sm_count")) and pd.isna(row.get("sm_count_source")):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import DATA
 
 from advisor.cli import cli
 from advisor.errors import NoKernelsError, TraceError
@@ -405,6 +406,15 @@ def test_no_gpu_info_at_all_leaves_sm_count_to_the_user(tmp_path):
     assert any("no GPU description" in n for n in trace.meta["notes"])
     forced = load_trace(path, sm_count=78)
     assert forced.devices[["sm_count", "sm_count_source"]].astype(object).values.tolist() == [[78, "user"]]
+    assert not any("replaces" in n for n in forced.meta["notes"])  # nothing was there to replace
+
+
+def test_sm_count_that_overrides_the_trace_says_so(tmp_path):
+    t = load_trace(DATA / "h200" / "tail.sqlite.gz", cache_dir=tmp_path, sm_count=114)
+    assert t.devices[["sm_count", "sm_count_source"]].astype(object).values.tolist() == [[114, "user"]]
+    assert "--sm-count 114 replaces the 132 SMs the trace gives for NVIDIA H200 (rank 0)" in t.meta["notes"]
+    same = load_trace(DATA / "h200" / "tail.sqlite.gz", cache_dir=tmp_path, sm_count=132)
+    assert not any("replaces" in n for n in same.meta["notes"])
 
 
 def test_early_2021_cuda_gpu_table(tmp_path):
