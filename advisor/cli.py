@@ -465,6 +465,8 @@ def generate_command(strategy, shape, group, shapes, dtype, configs, sm_count, p
     if strategy == "comm_overlap":
         v = generate_comm_overlap(pattern, M, N, K, dtype=dtype, knobs=knobs, path=output)
         click.echo(f"wrote {output} (comm_overlap {pattern}, {M}x{N}x{K} {dtype})")
+        for w in v.warnings:
+            _log(f"warning: {w}")
         click.echo("knobs: " + ", ".join(f"{k}={val}" for k, val in v.knobs.items()))
         click.echo(f"next: torchrun --nproc-per-node <GPUs> {output} --check --bench --graph   (--graph: time CUDA-graph replays; eager chunks can wait on the host)")
         return

@@ -51,6 +51,8 @@ class Variant:
     model: list[dict] = field(default_factory=list)
     # grouped: every member's (M, N, K); M, N and K above are then the group's largest
     sizes: list[tuple[int, int, int]] = field(default_factory=list)
+    # what the file will refuse at run time that only then can be known (comm_overlap: the world size)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def kernel_lines(self) -> int:
@@ -118,6 +120,33 @@ def _render(template: str, path: str | Path | None, **context: Any) -> tuple[str
 
 def _defaults(strategy: str) -> dict[str, Any]:
     return {f.name: f.default for f in config_fields(strategy)}
+
+
+def _check_config(strategy: str, knobs: dict[str, Any], dtype: str) -> None:
+    """Refuse a knob set the schedule would refuse, with the schedule's own checks, before a
+    file is written: building its Config (the __post_init__ rules), then what its matmul
+    checks before launching an explicit config (Config.validate(dtype) in ws and grouped, the
+    shared-memory check in the others). Skipped where the schedule cannot be imported (no
+    torch/triton here); the variant then runs the same checks when it is imported."""
+    try:
+        import torch
+
+        from .kernel_lib import load
+
+        mod = load(strategy)
+    except ImportError:
+        return
+    tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    # persistent has its own (per-program, x PROGRAMS_PER_SM) shared-memory check
+    smem_check = getattr(mod, "_check_smem", None) or getattr(mod, "check_smem", None)
+    try:
+        cfg = mod.Config(**knobs)
+        if hasattr(cfg, "validate"):
+            cfg.validate(tdtype)
+        elif smem_check is not None and hasattr(cfg, "smem_bytes"):
+            smem_check(cfg, tdtype)
+    except (TypeError, ValueError) as exc:
+        raise AdvisorError(f"{strategy} knobs: {exc}") from None
 
 
 def _model_candidates(strategy: str, M: int, N: int, K: int, dtype: str, dev: Device) -> tuple[list[dict], str]:
@@ -194,6 +223,7 @@ def generate(
         final.update(coerce_knobs(strategy, knobs))
         chosen_by = dict(chosen_by, overridden=sorted(knobs))
     final = coerce_knobs(strategy, final)
+    _check_config(strategy, final, dtype)
     extra = ("dp",) if strategy != "dp" else ()
     source, renamed = bundle(strategy, extra=extra)
     if strategy == "dp":
@@ -255,7 +285,7 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
     return [parse_shape(s) for s in items]
 
 
-def _grouped_knobs(sizes: list[tuple[int, int, int]], dtype: str, dev: Device) -> tuple[dict[str, Any], dict[str, Any], Any]:
+def _grouped_knobs(sizes: list[tuple[int, int, int]], dtype: str, dev: Device) -> tuple[dict[str, Any], dict[str, Any]]:
     """The schedule's default_config for this group (needs torch and triton to import it);
     without them the Config defaults, with block_k halved for fp32 (block_k x 4 bytes: the
     fp32 search space's k-step; 64 would not fit two programs per SM)."""
@@ -271,14 +301,14 @@ def _grouped_knobs(sizes: list[tuple[int, int, int]], dtype: str, dev: Device) -
         if dtype == "fp32" and "block_k" in base:
             base["block_k"] = base["block_k"] // 2
         return base, {"how": "defaults", "candidates_from": "the schedule's Config defaults (torch/triton not importable here)",
-                      "device_model": device_model}, None
+                      "device_model": device_model}
     from dataclasses import asdict
 
     tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     cfg = mod.default_config(sizes, tdtype, dev.sm_count)
     chosen = {"how": "the schedule's default_config", "candidates_from": "its search space for this group",
               "device_model": device_model}
-    return asdict(cfg), chosen, (mod, tdtype)
+    return asdict(cfg), chosen
 
 
 def generate_grouped(
@@ -307,17 +337,12 @@ def generate_grouped(
         _check_problem(*s, dtype)
     sizes = [tuple(int(x) for x in s) for s in sizes]
     dev = device or Device()
-    final, chosen_by, loaded = _grouped_knobs(sizes, dtype, dev)
+    final, chosen_by = _grouped_knobs(sizes, dtype, dev)
     if knobs:
         final.update(coerce_knobs(GROUPED, knobs))
         chosen_by = dict(chosen_by, overridden=sorted(knobs))
     final = coerce_knobs(GROUPED, final)
-    if loaded is not None:  # a knob set the kernel would refuse fails here, not on the GPU
-        mod, tdtype = loaded
-        try:
-            mod.Config(**final).validate(tdtype)
-        except ValueError as exc:
-            raise AdvisorError(f"grouped knobs: {exc}") from None
+    _check_config(GROUPED, final, dtype)
     source, _ = bundle(GROUPED)
     tuned = tuned_for or {"gpu": None, "sm_count": None, "compute_capability": None, "smem_per_block_bytes": None}
     dims = [d for s in sizes for d in s]
@@ -351,6 +376,24 @@ def finding_summary(f: Any) -> dict[str, Any]:
 
 
 COMM_PATTERNS = ("all_gather_matmul", "matmul_reduce_scatter")
+COMMON_WORLD_SIZES = (2, 4, 8)  # GPUs a tensor-parallel group usually spans (one node)
+
+
+def comm_shape_warnings(pattern: str, M: int, K: int) -> list[str]:
+    """The common world sizes the generated script will refuse for this shape. Its ranks
+    split M evenly (all_gather_matmul gathers equal row blocks; reduce-scatter hands out
+    equal ones), and matmul_reduce_scatter's inputs K too; the world size is torchrun's,
+    known only at run time, so this warns rather than refuses."""
+    dims = {"M": M} if pattern == "all_gather_matmul" else {"M": M, "K": K}
+    fails = {k: [str(w) for w in COMMON_WORLD_SIZES if v % w] for k, v in dims.items()}
+    bad = [str(w) for w in COMMON_WORLD_SIZES if any(v % w for v in dims.values())]
+    if not bad:
+        return []
+    good = [str(w) for w in COMMON_WORLD_SIZES if str(w) not in bad]
+    why = " and ".join(f"{k}={dims[k]} is not divisible by {', '.join(f)}" for k, f in fails.items() if f)
+    fits = f"use {' or '.join(good)}" if good else "pick a shape the GPU count divides"
+    return [(f"{pattern} splits {' and '.join(dims)} evenly over the ranks and {why}: the script will stop with an "
+             f"error under torchrun --nproc-per-node {', '.join(bad)} ({fits})")]
 
 
 def generate_comm_overlap(
@@ -373,6 +416,7 @@ def generate_comm_overlap(
     if knobs:
         final.update(coerce_knobs("comm_overlap", knobs))
     final = coerce_knobs("comm_overlap", final)
+    _check_config("comm_overlap", final, dtype)
     source, _ = bundle("comm_overlap")
     text, filename, target = _render(
         "comm_overlap.py.j2", path,
@@ -388,4 +432,5 @@ def generate_comm_overlap(
         kernel_source=PySafe(source),
     )
     chosen = {"how": "defaults" if not knobs else "given", "pattern": pattern}
-    return _finish(Variant("comm_overlap", M, N, K, dtype, final, chosen, text), filename, target)
+    variant = Variant("comm_overlap", M, N, K, dtype, final, chosen, text, warnings=comm_shape_warnings(pattern, M, K))
+    return _finish(variant, filename, target)

@@ -17,7 +17,9 @@ from advisor.cli import cli
 from advisor.codegen import bundle, coerce_knobs, config_fields, dependency_order
 from advisor.errors import AdvisorError
 from advisor.generate import (
+    comm_shape_warnings,
     generate,
+    generate_comm_overlap,
     generate_grouped,
     group_sizes,
     parse_group,
@@ -185,6 +187,55 @@ def test_generate_cli(tmp_path):
     assert "BLOCK_M=64" in r.output and out.is_file()
     r = CliRunner().invoke(cli, ["generate", "dp", "--shape", "64x64", "-o", str(out)])
     assert r.exit_code == 2 and "MxNxK" in r.output
+
+
+# knobs of the right type that the schedule's Config or its matmul refuses: every strategy
+# generate offers, with the kernel module's own message naming the knob and what is allowed
+REFUSED_KNOBS = [
+    ("split_k", "SPLIT_K=-1", "SPLIT_K=-1: must be a positive integer"),
+    ("split_k", "reduction=bogus", "reduction='bogus': must be one of"),
+    ("split_k", "BLOCK_M=48", "BLOCK_M=48: must be a power of two"),
+    ("split_k", "num_warps=3", "num_warps=3: must be 1, 2, 4, 8 or 16"),
+    ("split_k", "num_stages=12", "shared memory"),  # matmul's launch-time check
+    ("dp", "BLOCK_K=24", "BLOCK_K=24: must be a power of two"),
+    ("persistent", "PROGRAMS_PER_SM=5", "PROGRAMS_PER_SM=5: must be 1..4"),
+    ("stream_k", "policy=bogus", "policy='bogus': must be one of"),
+    ("warp_specialization", "num_warps=3", "num_warps must be 4 or 8"),
+    ("grouped", "num_warps=3", "num_warps must be 1, 2, 4 or 8"),
+    ("comm_overlap", "chunks=0", "chunks must be a positive integer"),
+    ("comm_overlap", "transport=bogus", "transport must be 'nccl' or 'p2p'"),
+]
+
+
+def test_every_generate_strategy_has_a_refused_knob_case():
+    choices = next(p for p in cli.commands["generate"].params if p.name == "strategy").type.choices
+    assert {s for s, _, _ in REFUSED_KNOBS} == set(choices)
+
+
+@pytest.mark.parametrize(("strategy", "knob", "why"), REFUSED_KNOBS)
+def test_generate_refuses_knobs_the_schedule_refuses(tmp_path, strategy, knob, why):
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    out = tmp_path / "v.py"
+    shape = ["--shapes", "64x64x64"] if strategy == "grouped" else ["--shape", "17x33x1000"]
+    r = CliRunner().invoke(cli, ["generate", strategy, *shape, "--config", knob, "-o", str(out)])
+    assert r.exit_code == 2, r.output
+    assert why in r.output and f"{strategy} knobs:" in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output, r.output
+    assert not out.exists()
+
+
+def test_generated_variant_refuses_an_empty_or_negative_check_shape(tmp_path):
+    # the schedules refuse empty problems (common.check_matmul_inputs raises "empty problem"),
+    # so the variant's --shape says so before any tensor is made, instead of a traceback
+    pytest.importorskip("torch")
+    path = tmp_path / "v.py"
+    generate("dp", 64, 64, 64, path=path)
+    for shape in ("0x7x9", "7x0x9", "7x9x0", "-1x7x9", "7x9"):
+        r = _run(path, "--check", f"--shape={shape}", cwd=tmp_path)
+        assert r.returncode == 2, (shape, r.stderr[-2000:])
+        assert "--shape must look like" in r.stderr and "at least 1" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr, r.stderr
 
 
 # ------------------------------------------------------------------------- grouped
@@ -371,3 +422,45 @@ def test_comm_overlap_variant_runs_under_torchrun_gloo(tmp_path, pattern):
     assert out["check"]["ok"] and out["check"]["world_size"] == 2 and out["knobs"]["chunks"] == 3
     text = path.read_text()
     assert "NCCL_NVLS_ENABLE" in text and f"PATTERN = '{pattern}'" in text
+
+
+def test_comm_overlap_generate_warns_of_world_sizes_the_shape_cannot_split(tmp_path):
+    assert comm_shape_warnings("all_gather_matmul", 64, 1001) == []  # K stays whole on every rank
+    assert comm_shape_warnings("matmul_reduce_scatter", 64, 1000) == []
+    (w,) = comm_shape_warnings("matmul_reduce_scatter", 12, 1000)
+    assert "M=12 is not divisible by 8" in w and "--nproc-per-node 8" in w and "use 2 or 4" in w
+    (w,) = comm_shape_warnings("matmul_reduce_scatter", 64, 1001)
+    assert "K=1001 is not divisible by 2, 4, 8" in w and "M=" not in w
+    out = tmp_path / "overlap.py"
+    for pattern in ("all_gather_matmul", "matmul_reduce_scatter"):
+        r = CliRunner().invoke(cli, ["generate", "comm_overlap", "--shape", "17x33x1000", "--pattern", pattern,
+                                     "-o", str(out)])
+        assert r.exit_code == 0 and out.is_file(), r.output
+        warned = [line for line in r.output.splitlines() if line.startswith("advisor: warning:")]
+        assert len(warned) == 1 and "M=17 is not divisible by 2, 4, 8" in warned[0], r.output
+    r = CliRunner().invoke(cli, ["generate", "comm_overlap", "--shape", "64x24x32", "-o", str(out)])
+    assert r.exit_code == 0 and "warning" not in r.output, r.output
+
+
+def test_comm_overlap_variant_without_torchrun_says_to_use_it(tmp_path):
+    pytest.importorskip("torch")
+    path = tmp_path / "overlap.py"
+    generate_comm_overlap("all_gather_matmul", 64, 24, 32, dtype="fp32", path=path)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    p = subprocess.run([sys.executable, str(path), "--check"], check=False, cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert p.stderr.strip().splitlines() == [p.stderr.strip()], p.stderr  # one line, no traceback
+    assert "launch it with torchrun" in p.stderr and "torchrun --nproc-per-node 2 overlap.py --check" in p.stderr
+
+
+def test_comm_overlap_variant_stops_on_a_world_size_that_does_not_split_the_shape(tmp_path):
+    path = tmp_path / "overlap.py"
+    generate_comm_overlap("matmul_reduce_scatter", 17, 24, 32, dtype="fp32", path=path)
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1")
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(path), "--check"],
+                       check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0
+    msg = ("matmul_reduce_scatter splits M and K evenly over the ranks: M=17 is not divisible by the world size 2; "
+           "launch with a --nproc-per-node that divides M=17 and K=32")
+    assert p.stderr.count(msg) == 2, p.stderr[-3000:]  # each rank, before any communicator
