@@ -537,8 +537,16 @@ def default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> 
     tiles = cdiv(M, base.BLOCK_M) * cdiv(N, base.BLOCK_N)
     staged = staging_pays(M, N, K, dtype)
     if tma_shape_ok(M, N, K, dtype) or staged:
-        if min(M, N) <= 64:  # the deterministic twin, as everywhere else in this module
-            return next(c for c in skinny_points(M, N, K, dtype, num_sms) if c.deterministic)
+        if min(M, N) <= 64:
+            # the deterministic twin, as everywhere else in this module; skinny_points has
+            # none past a wave of tiles (e.g. 100000x16): then the tile narrows to the
+            # short side instead, so that it does not compute mostly padding
+            points = [c for c in skinny_points(M, N, K, dtype, num_sms) if c.deterministic]
+            if points:
+                return points[0]
+            base = replace(base, BLOCK_M=min(128, max(16, _next_pow2(M))), BLOCK_N=min(128, max(16, _next_pow2(N))),
+                           num_warps=4)
+            tiles = cdiv(M, base.BLOCK_M) * cdiv(N, base.BLOCK_N)
         return replace(base, policy=aligned_policy(tiles, num_sms), aligned=True, use_tma=True, staged=staged)
     return replace(base, policy=default_policy(tiles, num_sms))
 

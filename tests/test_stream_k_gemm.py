@@ -126,6 +126,19 @@ def test_default_config_runs():
     assert common.rel_error(c, common.reference(a, b)) <= common.TOLERANCE[torch.float16]
 
 
+@pytest.mark.parametrize("M,N", [(600, 16), (16, 704)], ids=["tall", "wide"])
+def test_default_config_past_a_wave_of_a_narrow_problem(M, N):
+    # more than a wave of 128x128 tiles but one side at most 64: skinny_points has no config
+    # there, and default_config raised StopIteration (100000x16x16 on the H200); the tile
+    # now narrows to the short side
+    sms = sk.num_sms(torch.device(DEVICE))
+    assert sk.skinny_points(M, N, 32, torch.bfloat16, sms) == []
+    config = sk.default_config(M, N, 32, torch.bfloat16, sms)
+    assert min(config.BLOCK_M, config.BLOCK_N) == 16 and max(config.BLOCK_M, config.BLOCK_N) == 128
+    assert sk.default_config(100000, 16, 16, torch.bfloat16, 132).BLOCK_N == 16
+    run_checked(sk, M, N, 32, torch.bfloat16, None)
+
+
 def test_policy_rules_on_132_sms():
     P = 132
     # the tail-heavy suite with 128x128 tiles
