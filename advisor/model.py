@@ -230,7 +230,9 @@ class Trace:
 
     `meta` holds `format` (reader name, or a list when several files were merged),
     `sources` (file names, not full paths), and `notes` (plain sentences about what the
-    reader could not find, e.g. "no SM count in the trace").
+    reader could not find, e.g. "no SM count in the trace"); `serialized_ranks`, when set,
+    lists the ranks whose kernels the profiler ran one at a time (counter collection), whose
+    gaps and overlaps are therefore not the program's.
     """
 
     kernels: pd.DataFrame = field(default_factory=lambda: empty("kernels"))

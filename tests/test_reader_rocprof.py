@@ -654,3 +654,222 @@ def test_csv_gzip_told_by_content(tmp_path):
     packed.write_bytes(gzip.compress(src.read_bytes()))
     assert detect(packed) == "rocprof-csv"
     assert load_trace(packed).kernels.equals(load_trace(src).kernels)
+
+
+# --------------------------------------------------------------------------------------------
+# counter-collection CSVs: kernels the profiler ran one at a time (rocprofiler-sdk counter
+# collection docs; rocprof-compute profile-mode docs)
+
+CC_HEADER = ["Correlation_Id", "Dispatch_Id", "Agent_Id", "Queue_Id", "Process_Id", "Thread_Id", "Grid_Size",
+             "Kernel_Id", "Kernel_Name", "Workgroup_Size", "LDS_Block_Size", "Scratch_Size", "VGPR_Count",
+             "Accum_VGPR_Count", "SGPR_Count", "Counter_Name", "Counter_Value", "Start_Timestamp", "End_Timestamp"]
+
+
+def _gappy_dispatches() -> list[tuple[int, int, int]]:
+    """(queue, start, end): 40 tiny kernels 5 us apart (launch-bound by the timeline), then
+    three 50 us kernels 2 ms apart (an idle GPU by the timeline)."""
+    out = [(1, 1_000_000 + 10_000 * i, 1_000_000 + 10_000 * i + 5_000) for i in range(40)]
+    out += [(2, 2_000_000 + 2_000_000 * i, 2_000_000 + 2_000_000 * i + 50_000) for i in range(3)]
+    return out
+
+
+def _counter_collection_csv(path: Path) -> Path:
+    rows = []
+    for i, (queue, start, end) in enumerate(_gappy_dispatches()):
+        for counter, value in (("SQ_WAVES", 64), ("GRBM_GUI_ACTIVE", 9000)):
+            rows.append([i + 1, i + 1, "Agent 2", queue, 100, 100, 4096, 11, "k(float*)", 256, 0, 0, 16, 0, 16,
+                         counter, value, start, end])
+    return write_csv(path, CC_HEADER, rows)
+
+
+def _kernel_trace_csv(path: Path) -> Path:
+    rows = []
+    for i, (queue, start, end) in enumerate(_gappy_dispatches()):
+        rows.append(v3_row(V3_LATEST, i, (2, start, end, 0, 16, (256, 1, 1), (4096, 1, 1))))
+        rows[-1][V3_LATEST.index("Queue_Id")] = rows[-1][V3_LATEST.index("Stream_Id")] = queue
+        rows[-1][V3_LATEST.index("Kernel_Name")] = "k(float*)"
+    return write_csv(path, V3_LATEST, rows)
+
+
+def _timeline_judgements(trace) -> tuple[set[str], set[str]]:
+    from advisor.diagnose import diagnose
+
+    d = diagnose(trace)
+    return {g.check for g in d.gates}, {f.symptom for f in d.findings}
+
+
+def test_counter_collection_timeline_marked_serialized(tmp_path):
+    trace = load_trace(_counter_collection_csv(tmp_path / "run_counter_collection.csv"), sm_count=304)
+    assert trace.meta["variant"] == "rocprofv3 counter_collection"
+    assert len(trace.kernels) == 43  # one kernel per dispatch, not per counter
+    assert trace.meta["serialized_ranks"] == [0]
+    (note,) = [n for n in trace.meta["notes"] if "counter-collection" in n]
+    assert "one kernel at a time" in note and "not the program's" in note
+    assert "GPU idle, launch-gap and overlap findings are not made" in note
+
+
+def test_counter_collection_skips_idle_and_launch_gap_judgements(tmp_path):
+    # the same dispatches traced without counters: the timeline is the program's
+    gates, symptoms = _timeline_judgements(load_trace(_kernel_trace_csv(tmp_path / "run_kernel_trace.csv"), sm_count=304))
+    assert "gpu_idle" in gates and "launch_overhead" in symptoms
+    # under counter collection the gaps are the profiler's: no idle or launch-gap judgement
+    gates, symptoms = _timeline_judgements(load_trace(_counter_collection_csv(tmp_path / "run_counter_collection.csv"), sm_count=304))
+    assert "gpu_idle" not in gates and "launch_overhead" not in symptoms
+
+
+def test_serialized_rank_survives_merge(tmp_path):
+    trace = load_trace([_kernel_trace_csv(tmp_path / "a_kernel_trace.csv"),
+                        _counter_collection_csv(tmp_path / "b_counter_collection.csv")], sm_count=304)
+    assert trace.ranks == [0, 1] and trace.meta["serialized_ranks"] == [1]
+    from advisor.diagnose import diagnose
+
+    d = diagnose(trace)
+    assert {g.rank for g in d.gates if g.check == "gpu_idle"} == {0}
+    assert {f.rank for f in d.findings if f.symptom == "launch_overhead" and f.evidence.get("pattern") == "tiny back-to-back kernels"} == {0}
+
+
+# rocprof-compute pmc_perf.csv: the rocprofv2-style layout its CSV join writes (join_prof:
+# Queue_ID/PID/TID dropped, Start/End_Timestamp the mean over counter passes), and the long
+# form of its rocpd path (rocprofiler-compute tests: GPU_ID,Dispatch_ID,...,Counter_Name)
+PMC_WIDE = ["Dispatch_ID", "Kernel_Name", "GPU_ID", "Grid_Size", "Workgroup_Size", "LDS_Per_Workgroup",
+            "Scratch_Per_Workitem", "Arch_VGPR", "Accum_VGPR", "SGPR", "Wave_Size", "Correlation_ID",
+            "SQ_WAVES", "GRBM_GUI_ACTIVE", "Start_Timestamp", "End_Timestamp"]
+PMC_LONG = ["GPU_ID", "Dispatch_ID", "Grid_Size", "Workgroup_Size", "LDS_Per_Workgroup", "Scratch_Per_Workitem",
+            "Arch_VGPR", "Accum_VGPR", "SGPR", "Kernel_Name", "Start_Timestamp", "End_Timestamp", "Kernel_ID",
+            "Counter_Name", "Counter_Value"]
+
+
+def test_rocprof_compute_pmc_perf_wide(tmp_path):
+    path = tmp_path / "pmc_perf.csv"
+    path.write_text(",".join(PMC_WIDE) + "\n"
+                    "0,gemm_a(float*),0,1048576,256,0,0,64,0,32,64,1,4096,9000,1000000.25,1100000.75\n"
+                    "1,side(float*),0,65536,256,0,0,16,0,16,64,2,256,800,2.41419276535e+15,2.41419276536e+15\n")
+    trace = load_trace(path, sm_count=304)
+    k = trace.kernels
+    assert trace.meta["variant"] == "rocprof-compute pmc_perf.csv"
+    assert k["start_ns"].tolist() == [1000000, 2414192765350000]  # averages rounded to whole ns
+    assert k["end_ns"].tolist() == [1100001, 2414192765360000]
+    assert k["grid_x"].tolist() == [4096, 256]
+    assert trace.meta["serialized_ranks"] == [0]
+    assert any(n.startswith("pmc_perf.csv is a counter-collection file (rocprof-compute") for n in trace.meta["notes"])
+
+
+def test_rocprof_compute_pmc_perf_long_form(tmp_path):
+    rows = []
+    for disp, start in ((0, 10_000), (1, 20_000)):
+        for counter, value in (("SQ_WAVES", 4), ("SQ_BUSY_CYCLES", 100)):
+            rows.append([0, disp, 256, 64, 0, 0, 8, 0, 16, f"kernel_{disp}", start, start + 500, disp, counter, value])
+    trace = load_trace(write_csv(tmp_path / "workload.csv", PMC_LONG, rows), sm_count=304)
+    assert trace.meta["variant"] == "rocprof-compute pmc_perf.csv"  # told by content, whatever the name
+    assert trace.kernels["name"].tolist() == ["kernel_0", "kernel_1"]  # one kernel per dispatch
+    assert trace.meta["serialized_ranks"] == [0]
+
+
+def test_kernel_trace_is_not_marked_serialized(tmp_path):
+    trace = load_trace(_kernel_trace_csv(tmp_path / "run_kernel_trace.csv"), sm_count=304)
+    assert "serialized_ranks" not in trace.meta
+    assert not any("counter-collection" in n for n in trace.meta["notes"])
+
+
+# --------------------------------------------------------------------------------------------
+# rocprofv3 LDS_Block_Size: static LDS only (generateCSV.cpp: lds_block_size_v from the kernel
+# symbol), while the older Group_Segment_Size is the dispatch's static + dynamic value
+
+
+def test_v3_lds_block_size_leaves_dynamic_lds_unknown_with_a_note(tmp_path):
+    latest = load_trace(write_csv(tmp_path / "new_kernel_trace.csv", V3_LATEST,
+                                  [v3_row(V3_LATEST, i, d) for i, d in enumerate(DISPATCHES)]))
+    assert latest.kernels["static_smem_bytes"].tolist() == [1024, 0]
+    assert latest.kernels["dynamic_smem_bytes"].isna().all()
+    (note,) = [n for n in latest.meta["notes"] if "LDS_Block_Size" in n]
+    assert "static LDS only" in note and "occupancy" in note
+    old = load_trace(write_csv(tmp_path / "old_kernel_trace.csv", V3_2024_05,
+                               [v3_row(V3_2024_05, i, d) for i, d in enumerate(DISPATCHES)]))
+    assert not any("LDS_Block_Size" in n for n in old.meta["notes"])
+
+
+# --------------------------------------------------------------------------------------------
+# rocprof v1 results.json (--hip-trace / --sys-trace), written here the way ROCm/rocprofiler's
+# bin/sqlitedb.py writes it: open_json, label_json, dump_json (every value a string, args =
+# the table row without Index and __ columns), flow_json, metadata_json, close_json
+
+V1_T0 = 1_000_000_000_000_123  # beyond float64's exact integers
+
+
+def _v1_event(name: str, pid, tid, begin: int, end: int, args: dict) -> str:
+    vals = [f'"name":"{name}"', f'"pid":"{pid}"', f'"tid":"{tid}"', f'"ts":"{begin // 1000}"', f'"dur":"{(end - begin) // 1000}"']
+    body = ",\n    ".join(f'"{k}":"{v}"' for k, v in args.items())
+    return ',{"ph":"X",' + ",".join(vals) + ',\n  "args":{\n    ' + body + "\n  }\n}\n"
+
+
+def _v1_results_json(path: Path, dispatches: bool = True) -> Path:
+    out = ['{ "traceEvents":[{}\n']
+    for i, label in enumerate(("CPU HIP API", "COPY", "GPU0", "GPU Barriers0")):
+        pid = (2, 1, 6, 518)[i]
+        out.append(f',{{"args":{{"name":"{label}"}},"ph":"M","pid":{pid},"name":"process_name","sort_index":{i}}}\n')
+    kernels = [(V1_T0 + 10_000 * i, V1_T0 + 10_000 * i + 2_647, grd) for i, grd in enumerate((134217728, 1000))]
+    if dispatches:
+        for i, (b, e, grd) in enumerate(kernels):
+            out.append(_v1_event("laplacian_kernel(float*) [clone .kd]", 6, 0, b, e, {
+                "KernelName": "laplacian_kernel(float*) [clone .kd]", "gpu-id": 0, "queue-id": 0, "queue-index": i,
+                "pid": 4242, "tid": 4242, "grd": grd, "wgr": 256, "lds": 0, "scr": 0, "arch_vgpr": 24, "accum_vgpr": 0,
+                "sgpr": 16, "wave_size": 64, "sig": "0x0", "obj": "0x7f", "DispatchNs": b - 500, "BeginNs": b, "EndNs": e,
+                "CompleteNs": e + 100, "DurationNs": e - b}))
+    for name, b, e in (("hipMemcpy", V1_T0 - 5_000, V1_T0 - 1_000), ("hipLaunchKernel", V1_T0 - 900, V1_T0 - 800),
+                       ("hipDeviceSynchronize", V1_T0 + 20_000, V1_T0 + 20_100)):
+        out.append(_v1_event(name, 4242, 4243, b, e, {"BeginNs": b, "EndNs": e, "pid": 4242, "tid": 4243, "Name": name,
+                                                      "args": "( stream(0) )", "Data": ""}))
+    # HIP activity (OPS): the copy, and the kernels again without launch configuration
+    ops = [("CopyHostToDevice", V1_T0 - 4_000, V1_T0 - 2_000)] + [("laplacian_kernel(float*)", b, e) for b, e, _ in kernels]
+    ops.append(("<barrier packet>", V1_T0 + 30_000, V1_T0 + 30_001))
+    for name, b, e in ops:
+        out.append(_v1_event(name, 6, 0, b, e, {"BeginNs": b, "EndNs": e, "dev-id": 0, "queue-id": 0, "Name": name,
+                                                "pid": 4242, "tid": 4243, "stream-id": 0, "Data": ""}))
+    out.append(f',{{"ts":{V1_T0 // 1000},"ph":"s","cat":"DataFlow","id":0,"pid":2,"tid":4243,"name":"dep"}}\n')
+    out.append('],\n"otherData": {\n    "ROCm version": "5.7"\n  }\n}')
+    path.write_text("".join(out))
+    return path
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_rocprof_v1_results_json(tmp_path, gz):
+    path = _v1_results_json(tmp_path / "results.json")
+    if gz:
+        packed = tmp_path / "results.json.gz"
+        packed.write_bytes(gzip.compress(path.read_bytes()))
+        path = packed
+    assert detect(path) == "rocprof-v1-json"  # a Chrome trace, but not the PyTorch profiler's
+    trace = load_trace(path, sm_count=104)
+    k = trace.kernels
+    assert k["start_ns"].tolist() == [V1_T0, V1_T0 + 10_000]  # BeginNs, exact
+    assert k["dur_ns"].tolist() == [2_647, 2_647]
+    # grd counts work-items: ceil(grd / wgr) workgroups, as for results.csv
+    assert k["grid_x"].tolist() == [134217728 // 256, ceil_div(1000, 256)] and k["block_x"].tolist() == [256, 256]
+    assert k["name"].tolist() == ["laplacian_kernel(float*)"] * 2
+    assert k["registers_per_thread"].tolist() == [24, 24] and k["device_id"].tolist() == [0, 0]
+    rt = trace.runtime
+    assert rt["name"].tolist() == ["hipMemcpy", "hipLaunchKernel", "hipDeviceSynchronize"]
+    assert rt["thread_id"].tolist() == [4243] * 3 and rt["start_ns"].tolist()[0] == V1_T0 - 5_000
+    m = trace.memcpy
+    assert m[["kind", "op", "device_id", "dur_ns"]].values.tolist() == [["HtoD", "memcpy", 0, 2_000]]
+    assert trace.devices["sm_count"].tolist() == [104]
+
+
+def test_rocprof_v1_results_json_activity_only(tmp_path):
+    # no dispatch records: the kernels come from the HIP activity, without launch configuration
+    trace = load_trace(_v1_results_json(tmp_path / "results.json", dispatches=False))
+    k = trace.kernels
+    assert k["name"].tolist() == ["laplacian_kernel(float*)"] * 2  # barrier packets are not kernels
+    assert k["start_ns"].tolist() == [V1_T0, V1_T0 + 10_000]
+    assert k["grid_x"].isna().all()
+    assert any("HIP activity" in n for n in trace.meta["notes"])
+
+
+def test_rocprof_v1_results_json_without_gpu_events(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text('{ "traceEvents":[{}\n,{"args":{"name":"COPY"},"ph":"M","pid":1,"name":"process_name","sort_index":0}\n'
+                    '],\n"otherData": {\n  }\n}')
+    with pytest.raises(NoKernelsError) as err:
+        load_trace(path)
+    assert detect(path) == "rocprof-v1-json"
+    assert "results.json" in str(err.value)

@@ -38,6 +38,13 @@ class Context:
         return out
 
     @cached_property
+    def serialized_ranks(self) -> frozenset[int]:
+        """Ranks whose kernels the profiler ran one at a time (counter collection:
+        trace.meta["serialized_ranks"]). Their gaps and overlaps are the profiler's, so the
+        GPU-idle, sync-stall, launch-gap and exposed-communication judgements skip them."""
+        return frozenset(int(r) for r in self.trace.meta.get("serialized_ranks", ()))
+
+    @cached_property
     def devices(self) -> pd.DataFrame:
         return self.trace.devices.drop_duplicates(["rank", "device_id"]).set_index(["rank", "device_id"])
 

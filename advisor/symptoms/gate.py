@@ -9,6 +9,8 @@ Checks, per rank (and device):
 * host_copies: host<->device copies take a large share of device busy time.
 * gemm_below_roofline: a big GEMM in whole waves runs far below its roofline
   (min(peak, bandwidth x arithmetic intensity)): the kernel itself needs work first.
+gpu_idle and sync_calls skip ranks whose kernels the profiler ran one at a time (counter
+collection, Context.serialized_ranks): their gaps are the profiler's.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ def _idle(ctx: Context, rule: Rule) -> list[dict]:
     runs = find_runs(ctx, lo_rule) if lo_rule is not None else pd.DataFrame()
     rows = []
     for (rank, dev), g in acts.groupby(["rank", "device_id"], sort=False):
+        if rank in ctx.serialized_ranks:
+            continue  # the profiler's gaps, not the program's
         span = int(g["end_ns"].max() - g["start_ns"].min())
         busy = intervals.total(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
         run_gaps = 0
@@ -72,6 +76,8 @@ def _sync(ctx: Context) -> list[dict]:
         return []
     rows = []
     for rank, g in rt.groupby("rank", sort=False):
+        if rank in ctx.serialized_ranks:
+            continue
         gpu = pd.concat([t.kernels[t.kernels["rank"] == rank][["start_ns", "end_ns"]], t.memcpy[t.memcpy["rank"] == rank][["start_ns", "end_ns"]]])
         if gpu.empty:
             continue

@@ -30,7 +30,8 @@ REQUIRES = ()  # runs need only kernel times; the big-grid half also needs grids
 
 def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
     """Runs of tiny back-to-back kernels per (rank, device, stream): one row per run with
-    kernels, kernel_ns, gap_ns, first/last times and the dominant kernel name. Cached."""
+    kernels, kernel_ns, gap_ns, first/last times and the dominant kernel name. Cached. Ranks
+    whose kernels the profiler serialized have none (their gaps are the profiler's)."""
     key = ("runs", rule["tiny_kernel_ns"], rule["max_gap_in_run_ns"], rule["min_run_kernels"])
     if key in ctx.cache:
         return ctx.cache[key]
@@ -39,7 +40,7 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
     name_key = "_name_code" if "_name_code" in k.columns else "name"  # integers hash faster than names
     if name_key != "name":
         cols.append(name_key)
-    d = k[cols].copy()
+    d = k.loc[~k["rank"].isin(ctx.serialized_ranks), cols].copy() if ctx.serialized_ranks else k[cols].copy()
     d["device_id"] = d["device_id"].fillna(-1).astype("int64")
     d["stream_id"] = d["stream_id"].fillna(-1).astype("int64")
     d = d.sort_values(["rank", "device_id", "stream_id", "start_ns"], kind="stable")

@@ -25,7 +25,15 @@ import pandas as pd
 from ..devices import complete_devices
 from ..errors import NoKernelsError, TraceError
 from ..model import FRAMES, Trace, conform
-from . import kineto, nsys_rep, nsys_sqlite, rocpd, rocprof_csv, rocprof_json, rocprof_v1_json
+from . import (
+    kineto,
+    nsys_rep,
+    nsys_sqlite,
+    rocpd,
+    rocprof_csv,
+    rocprof_json,
+    rocprof_v1_json,
+)
 
 # Order matters only where two sniffers could both accept: rocprof v1's results.json is a
 # Chrome trace too, which Kineto's sniffer (any traceEvents document) would take.

@@ -1,4 +1,5 @@
-"""rocprof kernel CSVs: v1 `results.csv`, rocprofv2 and rocprofv3 `*_kernel_trace.csv`.
+"""rocprof kernel CSVs: v1 `results.csv`, rocprofv2 and rocprofv3 `*_kernel_trace.csv`, and
+the counter-collection CSVs (rocprofv3 `*_counter_collection.csv`, rocprof-compute `pmc_perf.csv`).
 
 One reader, told apart by header (checked against the tools' sources/docs):
 
@@ -10,8 +11,22 @@ One reader, told apart by header (checked against the tools' sources/docs):
 | rocprofv3 (2024-07..) | same plus `Thread_Id,Dispatch_Id` after `Queue_Id` (2025: plus `Stream_Id`) | per dimension, work-items |
 | rocprofv3 (2025-..) | `Kind,Agent_Id,Queue_Id,Stream_Id,Thread_Id,Dispatch_Id,Kernel_Id,Kernel_Name,Correlation_Id,Start_Timestamp,End_Timestamp,LDS_Block_Size,Scratch_Size,VGPR_Count,Accum_VGPR_Count,SGPR_Count,Workgroup_Size_X/Y/Z,Grid_Size_X/Y/Z` | per dimension, work-items |
 
-rocprofv3's `counter_collection.csv` (one row per dispatch and counter, scalar `Grid_Size` and
-`Workgroup_Size`) is read too, one kernel per `Dispatch_Id`.
+Counter-collection CSVs are read too, one kernel per dispatch:
+- rocprofv3's `counter_collection.csv` (one row per dispatch and counter, scalar `Grid_Size` and
+  `Workgroup_Size`, `Counter_Name`/`Counter_Value`);
+- rocprof-compute's (Omniperf's) `pmc_perf.csv` (and its per-pass `pmc_perf_N.csv`), which
+  `rocprof-compute profile` builds from rocprof v1/v2/v3 counter runs: told by that name, or
+  by the long form its rocpd path writes (`GPU_ID,Dispatch_ID,...,Counter_Name,Counter_Value`).
+  Its CSV path joins the passes per kernel and averages their `Start_Timestamp`/`End_Timestamp`
+  (`join_prof` in rocprofiler-compute's analysis code), so its times may have fractions: they
+  are rounded to whole ns.
+In both the profiler ran one kernel at a time on each GPU while reading counters
+(rocprofiler-sdk's counter-collection docs: "dispatch counting allows only a single kernel to
+execute in hardware at a time"; rocprof-compute's profile-mode docs: "Kernel dispatches are
+serialized across HIP streams on the same GPU during profiling"), so the gaps and overlaps of
+such a timeline are the profiler's, not the program's. The trace says so in a note and lists
+the rank in `meta["serialized_ranks"]`, which the GPU-idle, launch-gap and overlap judgements
+skip.
 
 Conversions to the trace model:
 - Grids become workgroups. Per-dimension grids: ceil(grid / workgroup) each. The v1/v2
@@ -21,8 +36,13 @@ Conversions to the trace model:
 - `Agent_Id` may be a number (HSA node id) or a label such as `Agent 2` / `GPU 0`
   (rocprofv3 `--agent-index`); the number is the device id. v1 `gpu-id`, v2 `GPU_ID` likewise.
 - LDS (`lds`, `LDS`, `LDS_Per_Workgroup`, `Group_Segment_Size`, `LDS_Block_Size`) goes to
-  `static_smem_bytes` (the CSVs do not split static from dynamic LDS); arch VGPRs to
-  `registers_per_thread`. `.kd` suffixes are dropped from names.
+  `static_smem_bytes`, `dynamic_smem_bytes` stays unknown (the CSVs do not split static from
+  dynamic LDS); arch VGPRs to `registers_per_thread`. `.kd` suffixes are dropped from names.
+  rocprofv3's older `Group_Segment_Size` is the dispatch's value, static + dynamic
+  (rocprofiler-sdk `generateCSV.cpp`, 2024: `dispatch_info.group_segment_size`), but its
+  `LDS_Block_Size` is the kernel symbol's static `group_segment_size` rounded up to the LDS
+  granule (later `generateCSV.cpp`: `lds_block_size_v` from `kernel_info`): LDS a kernel takes
+  at launch (dynamic, as Triton's do) is in no column, and a note says so.
 - Devices: one row per device id, vendor "amd"; the CSV names no GPU, so the name, gfx arch
   and CU count come from rocprofv3's companion `*agent_info.csv` when it sits beside the
   file, else stay unknown (`--sm-count` fills the CU count).
@@ -49,7 +69,14 @@ from ._jsonio import read_bytes, to_int
 from ._names import short_names, strip_kd
 
 FORMAT = "rocprof-csv"
-DESCRIPTION = "rocprof v1 results.csv, rocprofv2 CSV, rocprofv3 *_kernel_trace.csv"
+DESCRIPTION = "rocprof v1 results.csv, rocprofv2 CSV, rocprofv3 *_kernel_trace.csv / *_counter_collection.csv, rocprof-compute pmc_perf.csv"
+
+ROCPROF_COMPUTE = "rocprof-compute pmc_perf.csv"
+# variants whose kernels the profiler ran one at a time per GPU (see the module docstring)
+_SERIALIZED = {
+    "rocprofv3 counter_collection": "rocprofv3 counter collection serializes kernel dispatches",
+    ROCPROF_COMPUTE: "rocprof-compute profile serializes kernel dispatches across HIP streams and joins several counter passes",
+}
 
 # canonical column -> header names it appears under, in order of preference
 _ALIASES: dict[str, tuple[str, ...]] = {
@@ -97,14 +124,21 @@ def _header(head: bytes) -> list[str] | None:
     return None
 
 
-def _variant(cols: set[str]) -> str | None:
+def _variant(cols: set[str], name: str = "") -> str | None:
+    """The tool that wrote a kernel CSV with these columns (`name`: the file's name), or None."""
     if "KernelName" in cols and ("grd" in cols or "BeginNs" in cols):
-        return "rocprof v1"
-    if "Kernel_Name" in cols and ("GPU_ID" in cols or "Dispatch_ID" in cols):
-        return "rocprofv2"
-    if "Kernel_Name" in cols and "Start_Timestamp" in cols:
-        return "rocprofv3 counter_collection" if "Counter_Name" in cols else "rocprofv3 kernel_trace"
-    return None
+        variant = "rocprof v1"
+    elif "Kernel_Name" in cols and ("GPU_ID" in cols or "Dispatch_ID" in cols):
+        variant = "rocprofv2"
+    elif "Kernel_Name" in cols and "Start_Timestamp" in cols:
+        variant = "rocprofv3 counter_collection" if "Counter_Name" in cols else "rocprofv3 kernel_trace"
+    else:
+        return None
+    # rocprof-compute keeps the layout of the rocprof it ran, under its own file name; its
+    # rocpd path writes rocprofv2's column names in rocprofv3's long form (one row per counter)
+    if "pmc_perf" in name.lower() or (variant == "rocprofv2" and "Counter_Name" in cols):
+        return ROCPROF_COMPUTE
+    return variant
 
 
 def _companion(cols: set[str]) -> str | None:
@@ -127,7 +161,7 @@ def sniff(path: Path, head: bytes) -> bool:
 def read(path: Path, *, rank: int, cache_dir: Path | None = None) -> Trace:
     data = read_bytes(path)  # gunzipped when gzip, whatever the name
     cols = set(_header(data[: 64 << 10]) or [])
-    variant = _variant(cols)
+    variant = _variant(cols, path.name)
     if variant is None:
         what = _companion(cols) or "a CSV without rocprof kernel columns"
         hint = "results.csv" if "stats" in what else "the *_kernel_trace.csv (rocprofv3) or results.csv (rocprof v1)"
@@ -139,26 +173,52 @@ def read(path: Path, *, rank: int, cache_dir: Path | None = None) -> Trace:
         # its last field may be a cut number. Drop it rather than trust it.
         df = df.iloc[:-1]
         notes.append("the file ends mid-row (truncated?): its last row was skipped")
+    kernels, devices = kernel_frames(df, path=path, variant=variant, rank=rank, notes=notes)
+    meta: dict[str, Any] = {"format": FORMAT, "variant": variant, "notes": notes}
+    if variant in _SERIALIZED:
+        meta["serialized_ranks"] = [rank]
+        notes.append(
+            f"{path.name} is a counter-collection file ({_SERIALIZED[variant]}): the GPU ran one kernel at a time, "
+            "so the gaps and stream overlaps of this timeline are the profiler's, not the program's; GPU idle, "
+            "launch-gap and overlap findings are not made for it, and kernel times are those of kernels running "
+            "alone. For the program's own timeline, trace without counters (rocprofv3 --kernel-trace)"
+        )
+    return Trace.build(meta=meta, kernels=kernels, devices=devices)
+
+
+def kernel_frames(
+    df: pd.DataFrame, *, path: Path, variant: str, rank: int, notes: list[str]
+) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """(kernels, devices) from rows of rocprof kernel columns as text (`df`: a kernel CSV, or
+    the kernel events' args of rocprof v1's results.json, which are results.csv's columns)."""
     col = {key: _find(df, names) for key, names in _ALIASES.items()}
     if col["start"] is None or col["end"] is None:
         raise TraceError(
-            f"{path.name}: {variant} CSV without kernel timestamps (BeginNs/EndNs or Start/End_Timestamp); "
+            f"{path.name}: {variant} kernel records without timestamps (BeginNs/EndNs or Start/End_Timestamp); "
             "re-run the profiler with timestamps on (rocprof --timestamp on, or rocprofv3 --kernel-trace)"
         )
-    if variant == "rocprofv3 counter_collection" and col["dispatch"] is not None:
-        df = df.drop_duplicates(subset=[col["dispatch"]], keep="first")
+    if col["counter"] is not None and col["dispatch"] is not None:
+        # long form, one row per dispatch and counter (pass): one kernel per dispatch and GPU
+        df = df.drop_duplicates(subset=[c for c in (col["dispatch"], col["device"]) if c is not None], keep="first")
 
     start = _int_exact(df[col["start"]])
     end = _int_exact(df[col["end"]])
+    if variant == ROCPROF_COMPUTE:  # averages over counter passes may have fractions
+        start, end = _rounded(df[col["start"]], start), _rounded(df[col["end"]], end)
     bad = start.isna() | end.isna() | (end < start)
     if bad.any():
         notes.append(f"{int(bad.sum())} row(s) without valid start/end timestamps were skipped (truncated file?)")
         df, start, end = df[~bad], start[~bad], end[~bad]
     kernels = _kernels(df, col, start.astype("int64"), end.astype("int64"), rank, notes)
+    if col["lds"] is not None and col["lds"].lower() == "lds_block_size":
+        notes.append(
+            "LDS_Block_Size is each kernel's static LDS only (rocprofv3 takes it from the code object): LDS given "
+            "at launch (dynamic, as Triton kernels take it) is unknown, so occupancy counts static LDS alone and may "
+            "overstate workgroups per CU for such kernels; rocprofv3's JSON or rocpd output has each dispatch's total"
+        )
     gpu_indexed = col["device"] is not None and df[col["device"]].str.strip().str.upper().str.startswith("GPU").any()
     devices = _devices(path, kernels, rank, gpu_indexed, notes)
-    meta: dict[str, Any] = {"format": FORMAT, "variant": variant, "notes": notes}
-    return Trace.build(meta=meta, kernels=kernels, devices=devices)
+    return kernels, devices
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,6 +263,17 @@ def _int_exact(s: pd.Series) -> pd.Series:
     return pd.Series(pd.arrays.IntegerArray(values, ~ok), index=s.index)
 
 
+def _rounded(text: pd.Series, exact: pd.Series) -> pd.Series:
+    """`exact` (from `_int_exact`) with its gaps filled by `text` read as a number and rounded
+    to whole ns ("2414192765353337.5", "2.4141927653533375e+15")."""
+    gaps = exact.isna().to_numpy(dtype=bool)
+    if not gaps.any():
+        return exact
+    out = exact.copy()
+    out[gaps] = to_int(text[gaps].str.strip()).to_numpy()
+    return out
+
+
 def _num(df: pd.DataFrame, c: str | None) -> pd.Series:
     if c is None:
         return pd.Series(pd.NA, index=df.index, dtype="Int64")
@@ -231,12 +302,12 @@ def _kernels(df: pd.DataFrame, col: dict, start: pd.Series, end: pd.Series, rank
         one = pd.Series(1, index=df.index, dtype="Int64")
         grid = [workgroups(_num(df, col["grid_total"]), wg_total), one, one.copy()]
         block = [wg_total, one.copy(), one.copy()]
-        notes.append("the CSV gives grid and workgroup sizes as totals: grid reported 1-D as ceil(grid / workgroup) workgroups")
+        notes.append("the trace gives grid and workgroup sizes as totals: grid reported 1-D as ceil(grid / workgroup) workgroups")
     else:
         na = pd.Series(pd.NA, index=df.index, dtype="Int64")
         grid = [na, na.copy(), na.copy()]
         block = [na.copy(), na.copy(), na.copy()]
-        notes.append("the CSV has no grid/workgroup columns")
+        notes.append("the trace has no grid/workgroup sizes")
     names = [strip_kd(x) if x else None for x in df[col["name"]].tolist()]
     stream = _num(df, col["stream"]) if col["stream"] is not None else _num(df, col["queue"])
     return pd.DataFrame(
