@@ -11,6 +11,7 @@ import gzip
 import json
 import math
 import os
+import shutil
 import time
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
@@ -217,9 +218,11 @@ def test_corpus_rocm_memcpy_bytes_from_launching_call():
     assert m["kind"].tolist() == ["HtoD"] * len(copies)
 
 
-def test_corpus_two_files_get_two_ranks():
+def test_corpus_two_files_get_two_ranks(tmp_path):
     path = corpus_file("tracelens_h100_bert_small.json.gz")
-    trace = load_trace([path, path])
+    copy = tmp_path / "rank1.json.gz"  # the same path twice is refused
+    shutil.copyfile(path, copy)
+    trace = load_trace([path, copy])
     assert trace.ranks == [0, 1]
     assert (trace.kernels.groupby("rank").size() == 60).all()
     assert sorted(trace.devices["rank"]) == [0, 1]
