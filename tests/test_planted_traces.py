@@ -12,6 +12,7 @@ from conftest import DATA
 
 from advisor.cli import cli
 from advisor.diagnose import diagnose
+from advisor.render import render
 from advisor.traces import load_trace
 
 H200 = DATA / "h200"
@@ -76,6 +77,17 @@ def test_small_gemms_shapes_from_emit_nvtx(tmp_path):
     d = diagnose(trace)
     (f,) = [f for f in d.findings if f.symptom == "launch_overhead"]
     assert f.suggestion["schedule"] == "grouped"
+    # the 64 distinct shapes of the loop (3 passes), as the grouped variant takes them, and a
+    # Next command that generate accepts
+    want = {f"{m}x{n}x{kk}" for m, n, kk in zip(gemms["M"], gemms["N"], gemms["K"])}
+    assert len(want) == 64 and set(f.suggestion["shapes"]) == want and f.evidence["gemm_shapes_known"] == 64
+    md = render("diagnosis.md.j2", d=d)
+    (line,) = [x for x in md.splitlines() if x.startswith("- Next: `advisor generate grouped")]
+    command = line.split("`")[1].split()[1:]  # after "advisor"
+    out = tmp_path / "grouped.py"
+    r = CliRunner().invoke(cli, [*command[:-1], str(out)])
+    assert r.exit_code == 0, r.output
+    assert out.is_file()
 
 
 def test_nsys_and_kineto_agree_on_the_tail(tmp_path):

@@ -37,6 +37,7 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
         return ctx.cache[key]
     k = ctx.kernels
     cols = ["rank", "device_id", "stream_id", "start_ns", "end_ns", "dur_ns", "name", "is_gemm", "correlation_id"]
+    cols += [c for c in ("M", "N", "K", "batch", "dtype") if c in k.columns]
     name_key = "_name_code" if "_name_code" in k.columns else "name"  # integers hash faster than names
     if name_key != "name":
         cols.append(name_key)
@@ -82,6 +83,18 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
         per_name = per_name.rename(columns={"sum": "ns", "size": "launches"})
         per_name["stream_key"] = runs.loc[per_name["run_id"], ["rank", "device_id", "stream_id"]].apply(tuple, axis=1).to_numpy()
         ctx.cache[key + ("names",)] = per_name
+        # the GEMM shapes the runs launch (where NVTX or the profiler gave them): what a
+        # grouped launch would take
+        if {"M", "N", "K"} <= set(in_runs.columns):
+            g = in_runs[in_runs["is_gemm"] & in_runs["M"].notna() & in_runs["N"].notna() & in_runs["K"].notna()]
+            if "batch" in g:
+                g = g[g["batch"].fillna(1) == 1]  # batched GEMMs are not what --shapes lists
+            shapes = pd.DataFrame({
+                "stream_key": runs.loc[g["run_id"], ["rank", "device_id", "stream_id"]].apply(tuple, axis=1).to_numpy(),
+                "shape": [f"{int(m)}x{int(n)}x{int(kk)}" for m, n, kk in zip(g["M"], g["N"], g["K"])],
+                "dtype": g["dtype"].astype("object").to_numpy() if "dtype" in g else None,
+            })
+            ctx.cache[key + ("shapes",)] = shapes
         top = per_name.sort_values("ns", ascending=False).drop_duplicates("run_id").set_index("run_id")
         runs["top_kernel"] = top["name"].reindex(runs.index)
         corr = d[d["run_id"].isin(runs.index)][["run_id", "rank", "correlation_id"]].dropna()
@@ -124,6 +137,9 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
         per_stream["top_kernel_launches"] = top["launches"].reindex(stream_keys).to_numpy()
         per_stream["top_kernel_ns"] = top["ns"].reindex(stream_keys).to_numpy()
         per_stream["kernel_names"] = distinct.reindex(stream_keys).to_numpy()
+        shapes = ctx.cache.get(key[:4] + ("shapes",))
+        per_stream["gemm_shapes"] = [_shapes_of(shapes, sk) for sk in stream_keys]
+        per_stream["gemm_dtype"] = [_dtype_of(shapes, sk) for sk in stream_keys]
         per_stream["kind"] = "run"
         parts.append(per_stream)
     k = ctx.kernels
@@ -134,6 +150,25 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
         big["kind"] = "big_grid"
         parts.append(big)
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def _shapes_of(shapes: pd.DataFrame | None, stream_key: tuple) -> list[str]:
+    """The distinct GEMM shapes of one stream's runs, most launched first."""
+    if shapes is None or shapes.empty:
+        return []
+    own = shapes.loc[shapes["stream_key"] == stream_key, "shape"]
+    return own.value_counts(sort=True).index.tolist()
+
+
+def _dtype_of(shapes: pd.DataFrame | None, stream_key: tuple) -> str | None:
+    if shapes is None or shapes.empty or shapes["dtype"].isna().all():
+        return None
+    own = shapes.loc[shapes["stream_key"] == stream_key, "dtype"].dropna()
+    return str(own.value_counts().index[0]) if len(own) else None
+
+
+# a grouped-GEMM suggestion lists at most this many shapes (the most launched)
+MAX_GROUPED_SHAPES = 64
 
 
 def _run_finding(row, rule: Rule, ctx: Context) -> Finding | None:
@@ -172,9 +207,19 @@ def _run_finding(row, rule: Rule, ctx: Context) -> Finding | None:
             "kernel_names": int(row["kernel_names"]),
             "top_kernel_launches": int(row["top_kernel_launches"]),
             "top_kernel_ns": int(row["top_kernel_ns"]),
+            "gemm_shapes_known": len(row["gemm_shapes"]),
         },
-        suggestion={"schedule": "grouped" if grouped else "persistent", "cuda_graph": True},
+        suggestion=_run_suggestion(row, grouped),
     )
+
+
+def _run_suggestion(row, grouped: bool) -> dict:
+    out = {"schedule": "grouped" if grouped else "persistent", "cuda_graph": True}
+    if grouped and row["gemm_shapes"]:
+        out["shapes"] = row["gemm_shapes"][:MAX_GROUPED_SHAPES]
+        if row["gemm_dtype"]:
+            out["dtype"] = row["gemm_dtype"]
+    return out
 
 
 def _big_grid_finding(row, rule: Rule, ctx: Context) -> Finding | None:
