@@ -377,6 +377,14 @@ def rules_command(rules_dir, as_json) -> None:
         click.echo("")
 
 
+def _chosen_by(chosen: dict) -> str:
+    """How a generated variant's knobs were chosen, with the ones --config replaced."""
+    text = f"{chosen.get('how')} ({chosen.get('candidates_from', 'given')})"
+    if chosen.get("overridden"):
+        text += f"; set by --config: {', '.join(chosen['overridden'])}"
+    return text
+
+
 def _parse_knobs(pairs) -> dict:
     knobs = {}
     for item in pairs:
@@ -454,7 +462,7 @@ def generate_command(strategy, shape, group, shapes, dtype, configs, sm_count, p
         lo, hi = min(min(s) for s in sizes), max(max(s) for s in sizes)
         click.echo(f"wrote {output} (grouped, {len(sizes)} GEMMs, M/N/K in {lo}..{hi}, {dtype})")
         click.echo("knobs: " + ", ".join(f"{k}={val}" for k, val in v.knobs.items()))
-        click.echo(f"chosen by: {v.chosen_by.get('how')} ({v.chosen_by.get('candidates_from', 'given')})")
+        click.echo(f"chosen by: {_chosen_by(v.chosen_by)}")
         click.echo(f"next: python {output} --check   (then --bench on the GPU: vs a torch.matmul loop and its CUDA graph)")
         return
     if group is not None or shapes is not None:
@@ -473,7 +481,11 @@ def generate_command(strategy, shape, group, shapes, dtype, configs, sm_count, p
     v = generate(strategy, M, N, K, dtype=dtype, knobs=knobs, device=Device(sm_count=sm_count), path=output)
     click.echo(f"wrote {output} ({strategy}, {M}x{N}x{K} {dtype})")
     click.echo("knobs: " + ", ".join(f"{k}={val}" for k, val in v.knobs.items()))
-    click.echo(f"chosen by: {v.chosen_by.get('how')} ({v.chosen_by.get('candidates_from', 'given')})")
+    click.echo(f"chosen by: {_chosen_by(v.chosen_by)}")
+    if strategy == "warp_specialization" and v.knobs.get("warp_specialize") is False and "warp_specialize" not in knobs:
+        click.echo("note: this config runs the TMA pipeline without producer/consumer warp groups: the model ranked "
+                   "it first for this shape (Triton 3.6's warp specialization does not compile for fp32 with a "
+                   "row-major B, and was wrong at 6-8 stages on the H200); --config warp_specialize=true forces it")
     click.echo(f"next: python {output} --check   (then --bench on the GPU)")
 
 

@@ -185,8 +185,21 @@ def test_generate_cli(tmp_path):
     r = CliRunner().invoke(cli, ["generate", "dp", "--shape", "64x64x128", "--dtype", "bf16", "--config", "BLOCK_M=64", "-o", str(out)])
     assert r.exit_code == 0, r.output
     assert "BLOCK_M=64" in r.output and out.is_file()
+    assert "set by --config: BLOCK_M" in r.output  # not "chosen by the model" alone
     r = CliRunner().invoke(cli, ["generate", "dp", "--shape", "64x64", "-o", str(out)])
     assert r.exit_code == 2 and "MxNxK" in r.output
+
+
+def test_generate_says_when_warp_specialization_is_off(tmp_path):
+    # the model's pick for a tiny shape runs without producer/consumer warp groups: say so
+    # (and how to force them), but not when the user asked for that knob
+    out = tmp_path / "ws.py"
+    r = CliRunner().invoke(cli, ["generate", "warp_specialization", "--shape", "17x33x1000", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "warp_specialize=False" in r.output and "--config warp_specialize=true forces it" in r.output
+    r = CliRunner().invoke(cli, ["generate", "warp_specialization", "--shape", "17x33x1000",
+                                 "--config", "warp_specialize=false", "-o", str(out)])
+    assert r.exit_code == 0 and "forces it" not in r.output
 
 
 # knobs of the right type that the schedule's Config or its matmul refuses: every strategy
