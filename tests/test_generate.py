@@ -190,6 +190,15 @@ def test_generate_cli(tmp_path):
     assert r.exit_code == 2 and "MxNxK" in r.output
 
 
+def test_generate_comm_overlap_tips_the_p2p_transport(tmp_path):
+    out = tmp_path / "co.py"
+    r = CliRunner().invoke(cli, ["generate", "comm_overlap", "--shape", "4096x4096x4096", "-o", str(out)])
+    assert r.exit_code == 0 and "transport=nccl" in r.output and "--config transport=p2p" in r.output
+    r = CliRunner().invoke(cli, ["generate", "comm_overlap", "--shape", "4096x4096x4096", "--config", "transport=nccl",
+                                 "-o", str(out)])
+    assert r.exit_code == 0 and "tip:" not in r.output
+
+
 def test_generate_says_when_warp_specialization_is_off(tmp_path):
     # the model's pick for a tiny shape runs without producer/consumer warp groups: say so
     # (and how to force them), but not when the user asked for that knob
