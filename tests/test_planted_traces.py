@@ -105,6 +105,14 @@ def test_example_cli_json(tmp_path):
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     assert {f["symptom"] for f in d["findings"]} >= {"launch_overhead", "small_grid_long_k", "tail_wave"}
+    # the elementwise stream and the small-GEMM loop share stream 7: one finding each, the
+    # loop's a grouped launch of its 64 shapes (merged, their GEMM fraction averaged to 0.27
+    # and the loop got a persistent suggestion)
+    runs = [f for f in d["findings"] if f["evidence"].get("pattern") == "tiny back-to-back kernels"]
+    assert sorted(f["suggestion"]["schedule"] for f in runs) == ["grouped", "persistent"]
+    (loop,) = [f for f in runs if f["suggestion"]["schedule"] == "grouped"]
+    assert len(loop["suggestion"]["shapes"]) == 64 and loop["suggestion"]["dtype"] == "bf16"
+    assert loop["launches"] + [f for f in runs if f is not loop][0]["launches"] == 518
     for f in d["findings"]:
         assert set(f) >= {"symptom", "strategy", "kernel", "shape", "grid", "evidence", "est_savings_ns", "confidence"}
     assert d["devices"][0]["sm_count"] == 132 and d["gates"] == []

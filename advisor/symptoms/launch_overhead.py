@@ -10,7 +10,8 @@ their life starting up. What to do: a persistent kernel (grid ~ #SMs looping ove
 for many small GEMMs, one grouped launch); for runs of unrelated tiny kernels a CUDA graph
 also removes the gaps. Estimated recoverable time: the gaps inside runs (idle wall time, so
 it can exceed the kernels' own time); for big grids, waves x `block_overhead_ns` (a rough
-figure, hence low confidence). A run finding covers every tiny kernel of the stream's runs:
+figure, hence low confidence). A run finding covers every tiny kernel of the stream's runs
+of one kind (mostly GEMMs: a grouped launch; the rest: a persistent kernel or a CUDA graph):
 `launches` and `total_ns` are theirs, `kernel` names the one with the most time in them
 (its own counts in the evidence).
 """
@@ -26,6 +27,10 @@ from .context import Context, as_int, dims, group_launches, launch_rows, shape_o
 
 SYMPTOM = "launch_overhead"
 REQUIRES = ()  # runs need only kernel times; the big-grid half also needs grids and SM counts
+
+
+# One run finding per stream and kind of run (mostly GEMMs or not)
+_KEY = ["rank", "device_id", "stream_id", "gemm_run"]
 
 
 def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
@@ -73,6 +78,9 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
         gemm_fraction=("is_gemm", "mean"),
     )
     runs = runs[runs["kernels"] >= rule["min_run_kernels"]].copy()
+    # a loop of small GEMMs and a stream of elementwise kernels want different fixes (one
+    # grouped launch, a persistent kernel or a CUDA graph), even on one stream
+    runs["gemm_run"] = runs["gemm_fraction"] >= 0.5
     if len(runs):
         in_runs = d[d["run_id"].isin(runs.index)]
         per_name = in_runs.groupby(["run_id", name_key], sort=False)["dur_ns"].agg(["sum", "size"]).reset_index()
@@ -81,7 +89,7 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
             per_name["name"] = names.reindex(per_name[name_key].to_numpy()).to_numpy()
         # what each run is made of, for the finding's "mostly <kernel>" (a run mixes kernels)
         per_name = per_name.rename(columns={"sum": "ns", "size": "launches"})
-        per_name["stream_key"] = runs.loc[per_name["run_id"], ["rank", "device_id", "stream_id"]].apply(tuple, axis=1).to_numpy()
+        per_name["stream_key"] = runs.loc[per_name["run_id"], _KEY].apply(tuple, axis=1).to_numpy()
         ctx.cache[key + ("names",)] = per_name
         # the GEMM shapes the runs launch (where NVTX or the profiler gave them): what a
         # grouped launch would take
@@ -90,7 +98,7 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
             if "batch" in g:
                 g = g[g["batch"].fillna(1) == 1]  # batched GEMMs are not what --shapes lists
             shapes = pd.DataFrame({
-                "stream_key": runs.loc[g["run_id"], ["rank", "device_id", "stream_id"]].apply(tuple, axis=1).to_numpy(),
+                "stream_key": runs.loc[g["run_id"], _KEY].apply(tuple, axis=1).to_numpy(),
                 "shape": [f"{int(m)}x{int(n)}x{int(kk)}" for m, n, kk in zip(g["M"], g["N"], g["K"])],
                 "dtype": g["dtype"].astype("object").to_numpy() if "dtype" in g else None,
             })
@@ -113,12 +121,12 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
 
 
 def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
-    """Two kinds of rows: kind="run" (per stream, summed over its runs) and kind="big_grid"
-    (per kernel launch group)."""
+    """Two kinds of rows: kind="run" (per stream and kind of run, GEMM loops apart from the
+    rest, summed over those runs) and kind="big_grid" (per kernel launch group)."""
     parts = []
     runs = find_runs(ctx, rule)
     if len(runs):
-        per_stream = runs.groupby(["rank", "device_id", "stream_id"], sort=False).agg(
+        per_stream = runs.groupby(_KEY, sort=False).agg(
             runs=("run_id", "size"),
             kernels=("kernels", "sum"),
             kernel_ns=("kernel_ns", "sum"),
@@ -132,7 +140,7 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
         names = ctx.cache[key].groupby(["stream_key", "name"], sort=False)[["ns", "launches"]].sum().reset_index()
         distinct = names.groupby("stream_key", sort=False)["name"].size()
         top = names.sort_values("ns", ascending=False, kind="stable").drop_duplicates("stream_key").set_index("stream_key")
-        stream_keys = list(per_stream[["rank", "device_id", "stream_id"]].itertuples(index=False, name=None))
+        stream_keys = list(per_stream[_KEY].itertuples(index=False, name=None))
         per_stream["name"] = top["name"].reindex(stream_keys).to_numpy()
         per_stream["top_kernel_launches"] = top["launches"].reindex(stream_keys).to_numpy()
         per_stream["top_kernel_ns"] = top["ns"].reindex(stream_keys).to_numpy()
