@@ -240,8 +240,7 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
         if not results:
             if skipped:
                 n = len(skipped)
-                _log(f"--run: nothing run: every GEMM finding is batched and advisor's schedules are 2-D GEMMs "
-                     f"({n} shape{'s' if n > 1 else ''} skipped)")
+                _log(f"--run: nothing run here ({n} finding{'s' if n > 1 else ''} skipped, for the reasons above)")
             else:
                 _log("--run: no finding with a GEMM shape and a GEMM strategy to run")
             return

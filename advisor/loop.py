@@ -302,7 +302,7 @@ class SkippedFinding:
 
     symptom: str
     kernel: str
-    shape: dict  # M, N, K, batch, dtype
+    shape: dict  # M, N, K, batch, dtype; a grouped suggestion: shapes (their count), dtype
     reason: str
 
     def to_dict(self) -> dict[str, Any]:
@@ -313,9 +313,20 @@ def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_
                   dtype_default: str = "bf16", counters: bool = False, log: Callable[[str], None] | None = None,
                   skipped: list[SkippedFinding] | None = None) -> list[ShapeResult]:
     """run_shape_loop for every finding with a GEMM shape and a GEMM strategy, once per shape.
-    Findings it cannot run (batched GEMMs) are appended to `skipped`, once per shape, when given."""
+    Findings it cannot run (batched GEMMs; loops of small GEMMs, whose grouped launch is
+    measured by the generated grouped variant's own --bench) are appended to `skipped`, once
+    per shape, when given."""
     results, seen = [], set()
     for f in diagnosis.findings:
+        grouped = (f.suggestion or {}).get("schedule") == "grouped" and (f.suggestion or {}).get("shapes")
+        if grouped and skipped is not None:
+            shapes, dtype = f.suggestion["shapes"], f.suggestion.get("dtype") or dtype_default
+            command = f"advisor generate grouped --shapes {','.join(shapes)} --dtype {dtype} -o grouped.py"
+            skipped.append(SkippedFinding(
+                f.symptom, f.kernel, {"shapes": len(shapes), "dtype": dtype},
+                f"a loop of {f.launches} small kernels ({len(shapes)} GEMM shapes): --run times one GEMM shape at a "
+                f"time; time their grouped launch against the loop and its CUDA graph with `{command}` and then "
+                "`python grouped.py --check --bench` on the GPU"))
         if f.shape is None or f.symptom not in STRATEGIES_FOR:
             continue
         s = f.shape

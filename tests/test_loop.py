@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 import tracefiles as T
 from click.testing import CliRunner
+from conftest import DATA
 
 import advisor.loop as L
 from advisor.cli import cli
@@ -120,8 +121,23 @@ def test_all_batched_says_so(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     assert ("advisor: --run: skipped tail_wave: batched GEMM (batch=12 of 1664x1408x8192 bf16): "
             "advisor's schedules are 2-D GEMMs; not run") in r.stderr
-    assert "every GEMM finding is batched" in r.stderr and "no finding with a GEMM shape" not in r.stderr
+    assert "nothing run here (1 finding skipped" in r.stderr and "no finding with a GEMM shape" not in r.stderr
     assert not (out / "run_report.json").exists() and not list(out.glob("variant_*.py"))
+
+
+def test_small_gemm_loop_is_listed_with_its_grouped_command(tmp_path, monkeypatch):
+    # the planted loop of 64 small GEMMs: no single shape to time, so --run says how to time
+    # its grouped launch (the command generate accepts), instead of passing over it silently
+    monkeypatch.setattr(L, "gpu_present", lambda: False)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(cli, ["diagnose", str(DATA / "h200" / "small_gemms.sqlite.gz"), "--run", "--out", str(out),
+                                 "--cache-dir", str(tmp_path / "cache")])
+    assert r.exit_code == 0, r.output
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("advisor: --run: skipped launch_overhead")]
+    assert "64 GEMM shapes" in line and "python grouped.py --check --bench" in line
+    command = line.split("`")[1].split()[1:]
+    r = CliRunner().invoke(cli, [*command[:-1], str(tmp_path / "grouped.py")])
+    assert r.exit_code == 0 and (tmp_path / "grouped.py").is_file()
 
 
 def test_run_report_lists_the_skipped(tmp_path, monkeypatch):
