@@ -20,7 +20,22 @@ import pandas as pd
 # dtype shorthands: nullable ints for optional numbers, plain int64 for required times.
 _I = "Int64"
 _F = "Float64"
-_S = "string"
+# Text: pandas' NA-aware string dtype, always with Python storage. With pyarrow installed,
+# pandas 3 would make "string" Arrow-backed, while the fast paths below and in
+# symptoms/gemm.py build Python-backed StringArrays directly; frames mixing the two storages
+# in one column failed to concatenate (pandas 3.0.6: AttributeError '_pa_array').
+_S = pd.StringDtype("python")
+STRING = _S
+
+
+def string_array(values: np.ndarray) -> pd.arrays.StringArray:
+    """A STRING array of an object ndarray holding str or pd.NA, built directly (validated in
+    C; pd.array(..., STRING) is ~4x slower). pandas 3's StringArray(values) alone takes the
+    default storage for its dtype (pyarrow, when installed) while its data stays Python."""
+    try:
+        return pd.arrays.StringArray(values, dtype=_S)
+    except TypeError:  # pandas 2: no dtype argument, and Python storage by default
+        return pd.arrays.StringArray(values)
 
 SCHEMAS: dict[str, dict[str, str]] = {
     # One row per kernel execution.
@@ -169,7 +184,7 @@ def _missing(dtype: str, index: pd.Index) -> pd.Series:
         return pd.Series(pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)), index=index)
     if dtype == _F:
         return pd.Series(pd.arrays.FloatingArray(np.zeros(n, dtype=np.float64), np.ones(n, dtype=bool)), index=index)
-    return pd.Series(pd.arrays.StringArray(np.full(n, pd.NA, dtype=object)), index=index)
+    return pd.Series(string_array(np.full(n, pd.NA, dtype=object)), index=index)
 
 
 def _numeric(s: pd.Series) -> pd.Series:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..model import Trace
+from ..model import Trace, string_array
 from .strings import contains, factorize
 
 _GEMM = re.compile(
@@ -361,7 +361,7 @@ def assign_shapes(trace: Trace) -> pd.DataFrame:
         if has.any():
             picked = ranges[col].to_numpy(dtype=object)[hit[has]]
             values[has] = np.where(pd.isna(picked), pd.NA, picked)
-        return pd.arrays.StringArray(values)  # validated in C; pd.array(..., "string") is 4x slower
+        return string_array(values)
 
     return pd.DataFrame(
         {"M": ints("M"), "N": ints("N"), "K": ints("K"), "batch": ints("batch"),

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ..findings import Finding
+from ..model import STRING
 from ..rules import Rule
 from .context import Context, as_int, dims, group_launches, launch_rows, shape_of
 
@@ -141,7 +142,8 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
         distinct = names.groupby("stream_key", sort=False)["name"].size()
         top = names.sort_values("ns", ascending=False, kind="stable").drop_duplicates("stream_key").set_index("stream_key")
         stream_keys = list(per_stream[_KEY].itertuples(index=False, name=None))
-        per_stream["name"] = top["name"].reindex(stream_keys).to_numpy()
+        # the model's string dtype, as the big-grid rows have it (model.STRING: one storage)
+        per_stream["name"] = pd.array(top["name"].reindex(stream_keys).to_numpy(), dtype=STRING)
         per_stream["top_kernel_launches"] = top["launches"].reindex(stream_keys).to_numpy()
         per_stream["top_kernel_ns"] = top["ns"].reindex(stream_keys).to_numpy()
         per_stream["kernel_names"] = distinct.reindex(stream_keys).to_numpy()
