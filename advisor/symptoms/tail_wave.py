@@ -93,6 +93,10 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                     "waves_occupancy": None if pd.isna(row["waves"]) else round(float(row["waves"]), 3),
                     "tail_efficiency_occupancy": None if pd.isna(row["tail_efficiency"]) else round(float(row["tail_efficiency"]), 3),
                     "blocks_per_sm": None if pd.isna(row["blocks_per_sm"]) else int(row["blocks_per_sm"]),
+                    # why the _sat figures decide even where more blocks fit an SM (the two
+                    # models disagree whenever blocks_per_sm > 1)
+                    "waves_basis": "sat: one tile per SM at a time (a GEMM tile keeps an SM's tensor cores busy "
+                                   "even where more fit); occupancy: as many as fit",
                     "last_wave_tiles": units - full * sms,
                     "share_of_gpu_time": round(share, 4),
                     "median_ns": int(row["median_ns"]),
