@@ -189,6 +189,22 @@ def test_mixed_tiny_stream_names_its_biggest_kernel_with_its_own_counts():
     assert "the most in `vectorized_elementwise_kernel`: 60 launches, 180.0 us" in md
 
 
+def test_library_kernels_are_named_with_what_to_change():
+    # a user's kernel gets the plain suggestion; a library's says to change the call
+    def big_grid(name):
+        ks = [kernel(i * 500_000, 400_000, name=name, grid=(1_000_000, 1, 1), block=(32, 1, 1), regs=16) for i in range(3)]
+        (f,) = by_symptom(diagnose(make_trace(ks)), "launch_overhead")
+        return f
+    assert "library" not in big_grid("tiny_block_kernel").evidence
+    f = big_grid("void cudnn::ops::nchwToNhwcKernel<float, float, float, false>(cudnn::ops::nchw2nhwc_params_t<float>)")
+    assert f.evidence["library"] == "cuDNN" and "channels_last" in f.evidence["library_change"]
+    ks = back_to_back(100, 3_000, 7_000, name="void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>")
+    (f,) = by_symptom(diagnose(make_trace(ks)), "launch_overhead")
+    assert f.evidence["library"] == "PyTorch ATen" and "torch.compile" in f.evidence["library_change"]
+    md = render("diagnosis.md.j2", d=diagnose(make_trace(ks)))
+    assert "- Library kernel (PyTorch ATen): its code is not yours to change; change the call instead: fuse" in md
+
+
 def test_small_gemm_stream_suggests_grouped():
     ks = back_to_back(64, 4_000, 6_000, name="sm90_xmma_gemm_bf16_tilesize128x128x64", grid=(4, 1, 1))
     (f,) = by_symptom(diagnose(make_trace(ks)), "launch_overhead")

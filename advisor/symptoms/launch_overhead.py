@@ -18,6 +18,8 @@ of one kind (mostly GEMMs: a grouped launch; the rest: a persistent kernel or a 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -180,6 +182,32 @@ def _dtype_of(shapes: pd.DataFrame | None, stream_key: tuple) -> str | None:
 # a grouped-GEMM suggestion lists at most this many shapes (the most launched)
 MAX_GROUPED_SHAPES = 64
 
+# Kernels that belong to a library or runtime: their code is not the user's to make
+# persistent, but the call that launches them can change. (pattern, library, what to change)
+_LIBRARY_KERNELS = [
+    (re.compile(r"cudnn", re.I), "cuDNN",
+     "keep tensors in the layout the convolution wants (e.g. channels_last end to end), so layout kernels do not run"),
+    (re.compile(r"__amd_rocclr_|\brocclr", re.I), "the ROCm runtime: copy and fill",
+     "move the data in fewer, larger copies, or keep it on the device"),
+    (re.compile(r"at::native::|\bc10::"), "PyTorch ATen",
+     "fuse the elementwise work (torch.compile) or batch it (torch._foreach_* ops); a CUDA graph removes the gaps"),
+    (re.compile(r"\bcub::|\bthrust::"), "CUB/Thrust", "call it on larger batches"),
+]
+
+
+def _library(name: str) -> tuple[str, str] | None:
+    for pattern, library, change in _LIBRARY_KERNELS:
+        if pattern.search(name):
+            return library, change
+    return None
+
+
+def _note_library(evidence: dict, name: str) -> dict:
+    found = _library(name)
+    if found:
+        evidence["library"], evidence["library_change"] = found
+    return evidence
+
 
 def _run_finding(row, rule: Rule, ctx: Context) -> Finding | None:
     busy = row["kernel_ns"] + row["gap_ns"]
@@ -202,7 +230,7 @@ def _run_finding(row, rule: Rule, ctx: Context) -> Finding | None:
         est_savings_ns=int(row["gap_ns"]),
         confidence="high" if frac >= 0.5 else "medium",
         watch_for=rule.watch_for,
-        evidence={
+        evidence=_note_library({
             "pattern": "tiny back-to-back kernels",
             "stream_id": None if row["stream_id"] < 0 else int(row["stream_id"]),
             "runs": int(row["runs"]),
@@ -218,7 +246,7 @@ def _run_finding(row, rule: Rule, ctx: Context) -> Finding | None:
             "top_kernel_launches": int(row["top_kernel_launches"]),
             "top_kernel_ns": int(row["top_kernel_ns"]),
             "gemm_shapes_known": len(row["gemm_shapes"]),
-        },
+        }, str(row["name"])),
         suggestion=_run_suggestion(row, grouped),
     )
 
@@ -259,14 +287,14 @@ def _big_grid_finding(row, rule: Rule, ctx: Context) -> Finding | None:
         est_savings_ns=int(savings),
         confidence="low",
         watch_for=rule.watch_for,
-        evidence={
+        evidence=_note_library({
             "pattern": "huge grid of short blocks",
             "waves_occupancy": round(float(waves), 1),
             "wave_ns": int(wave_ns),
             "blocks_per_sm": bps,
             "sm_count": sms,
             "median_ns": int(row["median_ns"]),
-        },
+        }, str(row["name"])),
         suggestion={"schedule": "persistent", "grid": sms * bps},
     )
 
