@@ -185,9 +185,9 @@ MAX_GROUPED_SHAPES = 64
 # Kernels that belong to a library or runtime: their code is not the user's to make
 # persistent, but the call that launches them can change. (pattern, library, what to change)
 _LIBRARY_KERNELS = [
-    (re.compile(r"cudnn", re.I), "cuDNN",
+    (re.compile(r"cudnn", re.IGNORECASE), "cuDNN",
      "keep tensors in the layout the convolution wants (e.g. channels_last end to end), so layout kernels do not run"),
-    (re.compile(r"__amd_rocclr_|\brocclr", re.I), "the ROCm runtime: copy and fill",
+    (re.compile(r"__amd_rocclr_|\brocclr", re.IGNORECASE), "the ROCm runtime: copy and fill",
      "move the data in fewer, larger copies, or keep it on the device"),
     (re.compile(r"at::native::|\bc10::"), "PyTorch ATen",
      "fuse the elementwise work (torch.compile) or batch it (torch._foreach_* ops); a CUDA graph removes the gaps"),
