@@ -36,11 +36,17 @@ REQUIRES = ()  # runs need only kernel times; the big-grid half also needs grids
 _KEY = ["rank", "device_id", "stream_id", "gemm_run"]
 
 
+def _runs_key(rule: Rule) -> tuple:
+    """ctx.cache key of find_runs' frame; + ("names",) and + ("shapes",) hold its side tables
+    (per run_id: each kernel name's time and launches; each GEMM launch's shape and dtype)."""
+    return ("runs", rule["tiny_kernel_ns"], rule["max_gap_in_run_ns"], rule["min_run_kernels"])
+
+
 def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
     """Runs of tiny back-to-back kernels per (rank, device, stream): one row per run with
     kernels, kernel_ns, gap_ns, first/last times and the dominant kernel name. Cached. Ranks
     whose kernels the profiler serialized have none (their gaps are the profiler's)."""
-    key = ("runs", rule["tiny_kernel_ns"], rule["max_gap_in_run_ns"], rule["min_run_kernels"])
+    key = _runs_key(rule)
     if key in ctx.cache:
         return ctx.cache[key]
     k = ctx.kernels
@@ -92,8 +98,7 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
             per_name["name"] = names.reindex(per_name[name_key].to_numpy()).to_numpy()
         # what each run is made of, for the finding's "mostly <kernel>" (a run mixes kernels)
         per_name = per_name.rename(columns={"sum": "ns", "size": "launches"})
-        per_name["stream_key"] = runs.loc[per_name["run_id"], _KEY].apply(tuple, axis=1).to_numpy()
-        ctx.cache[key + ("names",)] = per_name
+        ctx.cache[key + ("names",)] = per_name[["run_id", "name", "ns", "launches"]]
         # the GEMM shapes the runs launch (where NVTX or the profiler gave them): what a
         # grouped launch would take
         if {"M", "N", "K"} <= set(in_runs.columns):
@@ -101,7 +106,7 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
             if "batch" in g:
                 g = g[g["batch"].fillna(1) == 1]  # batched GEMMs are not what --shapes lists
             shapes = pd.DataFrame({
-                "stream_key": runs.loc[g["run_id"], _KEY].apply(tuple, axis=1).to_numpy(),
+                "run_id": g["run_id"].to_numpy(),
                 "shape": [f"{int(m)}x{int(n)}x{int(kk)}" for m, n, kk in zip(g["M"], g["N"], g["K"])],
                 "dtype": g["dtype"].astype("object").to_numpy() if "dtype" in g else None,
             })
@@ -138,20 +143,22 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
             gemm_fraction=("gemm_fraction", "mean"),
         )
         per_stream = per_stream.reset_index()
-        # the stream's kernel is the one with the most time in its runs, with its own counts
-        key = ("runs", rule["tiny_kernel_ns"], rule["max_gap_in_run_ns"], rule["min_run_kernels"], "names")
-        names = ctx.cache[key].groupby(["stream_key", "name"], sort=False)[["ns", "launches"]].sum().reset_index()
-        distinct = names.groupby("stream_key", sort=False)["name"].size()
-        top = names.sort_values("ns", ascending=False, kind="stable").drop_duplicates("stream_key").set_index("stream_key")
-        stream_keys = list(per_stream[_KEY].itertuples(index=False, name=None))
+        # the side tables per finding: their runs' rows, joined on run_id
+        key, ids = _runs_key(rule), runs[["run_id", *_KEY]]
+        stream_keys = pd.MultiIndex.from_frame(per_stream[_KEY])
+        # the finding's kernel is the one with the most time in its runs, with its own counts
+        names = ctx.cache[key + ("names",)].merge(ids, on="run_id")
+        names = names.groupby([*_KEY, "name"], sort=False)[["ns", "launches"]].sum().reset_index()
+        distinct = names.groupby(_KEY, sort=False)["name"].size()
+        top = names.sort_values("ns", ascending=False, kind="stable").drop_duplicates(_KEY).set_index(_KEY)
         # the model's string dtype, as the big-grid rows have it (model.STRING: one storage)
         per_stream["name"] = pd.array(top["name"].reindex(stream_keys).to_numpy(), dtype=STRING)
         per_stream["top_kernel_launches"] = top["launches"].reindex(stream_keys).to_numpy()
         per_stream["top_kernel_ns"] = top["ns"].reindex(stream_keys).to_numpy()
         per_stream["kernel_names"] = distinct.reindex(stream_keys).to_numpy()
-        shapes = ctx.cache.get(key[:4] + ("shapes",))
-        per_stream["gemm_shapes"] = [_shapes_of(shapes, sk) for sk in stream_keys]
-        per_stream["gemm_dtype"] = [_dtype_of(shapes, sk) for sk in stream_keys]
+        shapes, dtypes = _gemm_shapes(ctx.cache.get(key + ("shapes",)), ids)
+        per_stream["gemm_shapes"] = [shapes.get(k, []) for k in stream_keys]
+        per_stream["gemm_dtype"] = [dtypes.get(k) for k in stream_keys]
         per_stream["kind"] = "run"
         parts.append(per_stream)
     k = ctx.kernels
@@ -164,19 +171,17 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
-def _shapes_of(shapes: pd.DataFrame | None, stream_key: tuple) -> list[str]:
-    """The distinct GEMM shapes of one stream's runs, most launched first."""
+def _gemm_shapes(shapes: pd.DataFrame | None, ids: pd.DataFrame) -> tuple[dict, dict]:
+    """Per finding key (_KEY): the distinct GEMM shapes of its runs, most launched first, and
+    their most common dtype (where one is known)."""
     if shapes is None or shapes.empty:
-        return []
-    own = shapes.loc[shapes["stream_key"] == stream_key, "shape"]
-    return own.value_counts(sort=True).index.tolist()
-
-
-def _dtype_of(shapes: pd.DataFrame | None, stream_key: tuple) -> str | None:
-    if shapes is None or shapes.empty or shapes["dtype"].isna().all():
-        return None
-    own = shapes.loc[shapes["stream_key"] == stream_key, "dtype"].dropna()
-    return str(own.value_counts().index[0]) if len(own) else None
+        return {}, {}
+    by_shape, by_dtype = {}, {}
+    for k, g in shapes.merge(ids, on="run_id").groupby(_KEY, sort=False):
+        by_shape[k] = g["shape"].value_counts(sort=True).index.tolist()
+        known = g["dtype"].dropna()
+        by_dtype[k] = str(known.value_counts().index[0]) if len(known) else None
+    return by_shape, by_dtype
 
 
 # a grouped-GEMM suggestion lists at most this many shapes (the most launched)
