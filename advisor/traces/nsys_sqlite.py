@@ -107,14 +107,15 @@ _KERNEL_INTS = {
 _KERNEL_NAME_IDS = ("demangledName", "shortName", "mangledName")
 
 _RUNTIME_INTS = {"start": "start_ns", "end": "end_ns", "correlationId": "correlation_id"}
-_COPY_INTS = {
+# what every GPU activity row (copy, set, graph replay) has
+_ACTIVITY_INTS = {
     "start": "start_ns",
     "end": "end_ns",
     "deviceId": "device_id",
     "streamId": "stream_id",
     "correlationId": "correlation_id",
-    "bytes": "bytes",
 }
+_COPY_INTS = {**_ACTIVITY_INTS, "bytes": "bytes"}
 
 # CUPTI's CUpti_ActivityMemcpyKind (cupti_activity.h) plus nsys's unified-memory kinds
 # 11-13 (ENUM_CUDA_MEMCPY_OPER in 2023-2026 exports), folded onto the model's kinds: CUDA
@@ -168,14 +169,6 @@ _CUDA_GPU_2021_COLS = {
     "computeCapabilityMinor": "cc_minor",
     "numThreadsPerWarp": "warp_size",
     "maxWarpsPerMultiprocessor": "max_warps_per_sm",
-}
-
-_GRAPH_INTS = {
-    "start": "start_ns",
-    "end": "end_ns",
-    "deviceId": "device_id",
-    "streamId": "stream_id",
-    "correlationId": "correlation_id",
 }
 
 # The process of a row, an internal column dropped before the Trace is built.
@@ -417,10 +410,10 @@ class _Reader:
         `--cuda-graph-trace=graph`: its kernels are not in the kernel table)."""
         if GRAPH_TRACE not in self.tables or not {"start", "end"} <= set(self.columns(GRAPH_TRACE)):
             return kernels
-        raw = self.ints(GRAPH_TRACE, [*_GRAPH_INTS, "graphId", "globalPid"])
+        raw = self.ints(GRAPH_TRACE, [*_ACTIVITY_INTS, "graphId", "globalPid"])
         if raw.empty:
             return kernels
-        df = pd.DataFrame({dst: raw[src] for src, dst in _GRAPH_INTS.items() if src in raw})
+        df = pd.DataFrame({dst: raw[src] for src, dst in _ACTIVITY_INTS.items() if src in raw})
         graph = raw["graphId"] if "graphId" in raw else pd.Series(pd.NA, index=raw.index, dtype="Int64")
         df["name"] = [f"CUDA graph {'?' if pd.isna(g) else int(g)} (whole replay)" for g in graph]
         if "globalPid" in raw:
