@@ -143,10 +143,9 @@ def merge(traces: Sequence[Trace]) -> Trace:
     # A file may hold several ranks already (an nsys capture of several processes): its
     # ranks then keep their order and follow the previous file's, one rank per (file, rank)
     rank_maps, nxt = [], 0
-    multi = any(len(t.ranks) > 1 for t in traces)
-    declared = None if multi else _declared_ranks(traces)
-    for i, t in enumerate(traces):
-        own = t.ranks or [0]
+    owns = [t.ranks or [0] for t in traces]  # each a pass over every frame: once per file
+    declared = None if any(len(own) > 1 for own in owns) else _declared_ranks(traces)
+    for i, own in enumerate(owns):
         if declared is not None:
             rank_maps.append({r: declared[i] for r in own})
         else:
