@@ -771,6 +771,36 @@ def test_kernel_trace_is_not_marked_serialized(tmp_path):
     assert not any("counter-collection" in n for n in trace.meta["notes"])
 
 
+def test_v1_csv_with_counter_columns_is_marked_serialized(tmp_path):
+    # rocprof v1 -i input.txt (pmc: SQ_WAVES ...) appends one column per counter to results.csv;
+    # per-dispatch counters serialize the dispatches, as for rocprofv3 counter collection
+    src = corpus_file("rocprof_v1_results.csv")
+    rows = csv_rows(src)[:6]
+    header = list(rows[0]) + ["SQ_WAVES", "SQ_INSTS_VALU", "FETCH_SIZE", "WRITE_SIZE", "VALUBusy"]
+    path = write_csv(tmp_path / "results.csv", header,
+                     [[r[h] for h in rows[0]] + [1, 2, 3.5, 4.5, 50.0] for r in rows])
+    trace = load_trace(path)
+    assert trace.meta["variant"] == "rocprof v1"
+    assert trace.meta["serialized_ranks"] == [0]
+    (note,) = [n for n in trace.meta["notes"] if "counter-collection" in n]
+    assert "SQ_WAVES, SQ_INSTS_VALU, FETCH_SIZE, WRITE_SIZE and 1 more" in note
+    assert len(trace.kernels) == 6
+    # the corpus file itself (kernel columns only) is a plain trace
+    assert "serialized_ranks" not in load_trace(src).meta
+
+
+@pytest.mark.parametrize("header, serialized", [(V2_OLD, True), (V2_FILE_PLUGIN_V2, False)], ids=["SQ_WAVES", "plain"])
+def test_v2_csv_counter_columns_mark_serialized(tmp_path, header, serialized):
+    values = {"Dispatch_ID": 1, "GPU_ID": 4, "Queue_ID": 1, "Queue_Index": 1, "PID": 10, "TID": 10, "GRD": 1024,
+              "WGR": 64, "LDS": 0, "SCR": 0, "Arch_VGPR": 8, "ACCUM_VGPR": 0, "SGPR": 16, "Wave_Size": 64, "SIG": 1,
+              "OBJ": 2, "Kernel_Name": "k", "Start_Timestamp": 100, "End_Timestamp": 900, "Correlation_ID": 3,
+              "SQ_WAVES": 16, "Grid_Size": 1024, "Workgroup_Size": 64, "LDS_Per_Workgroup": 0,
+              "Scratch_Per_Workitem": 0, "Accum_VGPR": 0}
+    trace = load_trace(write_csv(tmp_path / "results_result.csv", header, [[values[h] for h in header]]))
+    assert trace.meta["variant"] == "rocprofv2"
+    assert ("serialized_ranks" in trace.meta) is serialized
+
+
 # --------------------------------------------------------------------------------------------
 # rocprofv3 LDS_Block_Size: static LDS only (generateCSV.cpp: lds_block_size_v from the kernel
 # symbol), while the older Group_Segment_Size is the dispatch's static + dynamic value

@@ -26,7 +26,8 @@ execute in hardware at a time"; rocprof-compute's profile-mode docs: "Kernel dis
 serialized across HIP streams on the same GPU during profiling"), so the gaps and overlaps of
 such a timeline are the profiler's, not the program's. The trace says so in a note and lists
 the rank in `meta["serialized_ranks"]`, which the GPU-idle, launch-gap and overlap judgements
-skip.
+skip. A rocprof v1 or rocprofv2 kernel CSV with columns beyond its kernel-record columns
+(SQ_WAVES, FETCH_SIZE, ...: a `-i input.txt` counter run) is marked the same way, naming them.
 
 Conversions to the trace model:
 - Grids become workgroups. Per-dimension grids: ceil(grid / workgroup) each. The v1/v2
@@ -77,6 +78,31 @@ _SERIALIZED = {
     "rocprofv3 counter_collection": "rocprofv3 counter collection serializes kernel dispatches",
     ROCPROF_COMPUTE: "rocprof-compute profile serializes kernel dispatches across HIP streams and joins several counter passes",
 }
+
+# The kernel-record columns of rocprof v1's results.csv (rocprofiler v1 `tblextr.py`, with
+# --timestamp on and --obj-tracking on) and of rocprofv2's CSVs (both file-plugin layouts).
+# Anything else in such a file is a counter or derived metric (SQ_WAVES, FETCH_SIZE, VALUBusy):
+# the run collected counters per dispatch, which serializes the dispatches (rocprof-compute's
+# profile-mode docs: counters "with kernel dispatch association ... requires serializing kernel
+# dispatches"), so the timeline is marked as _SERIALIZED variants are.
+_V1_V2_RECORD_COLUMNS = frozenset({
+    "Index", "KernelName", "gpu-id", "queue-id", "queue-index", "pid", "tid", "grd", "wgr", "lds", "scr",
+    "arch_vgpr", "vgpr", "accum_vgpr", "sgpr", "wave_size", "sig", "obj", "DispatchNs", "BeginNs", "EndNs",
+    "CompleteNs", "DurationNs",
+    "Dispatch_ID", "GPU_ID", "Queue_ID", "Queue_Index", "PID", "TID", "GRD", "WGR", "LDS", "SCR", "Arch_VGPR",
+    "ACCUM_VGPR", "Accum_VGPR", "SGPR", "Wave_Size", "SIG", "OBJ", "Kernel_Name", "Start_Timestamp",
+    "End_Timestamp", "Correlation_ID", "Grid_Size", "Workgroup_Size", "LDS_Per_Workgroup",
+    "Scratch_Per_Workitem", "Node_Id",
+})
+
+
+def counter_columns(cols: list[str], variant: str) -> list[str]:
+    """The counter/metric columns of a rocprof v1 or rocprofv2 kernel CSV, in header order
+    (empty for a plain kernel trace, and for the other variants, which name their own kind)."""
+    if variant not in ("rocprof v1", "rocprofv2"):
+        return []
+    return [c for c in cols if c and c not in _V1_V2_RECORD_COLUMNS]
+
 
 # canonical column -> header names it appears under, in order of preference
 _ALIASES: dict[str, tuple[str, ...]] = {
@@ -175,10 +201,15 @@ def read(path: Path, *, rank: int, cache_dir: Path | None = None) -> Trace:
         notes.append("the file ends mid-row (truncated?): its last row was skipped")
     kernels, devices = kernel_frames(df, path=path, variant=variant, rank=rank, notes=notes)
     meta: dict[str, Any] = {"format": FORMAT, "variant": variant, "notes": notes}
-    if variant in _SERIALIZED:
+    counters = counter_columns(_header(data[: 64 << 10]) or [], variant)
+    why = _SERIALIZED.get(variant)
+    if counters:
+        shown = ", ".join(counters[:4]) + (f" and {len(counters) - 4} more" if len(counters) > 4 else "")
+        why = f"{variant} with counter columns ({shown}); per-dispatch counters serialize kernel dispatches"
+    if why:
         meta["serialized_ranks"] = [rank]
         notes.append(
-            f"{path.name} is a counter-collection file ({_SERIALIZED[variant]}): the GPU ran one kernel at a time, "
+            f"{path.name} is a counter-collection file ({why}): the GPU ran one kernel at a time, "
             "so the gaps and stream overlaps of this timeline are the profiler's, not the program's; GPU idle, "
             "launch-gap and overlap findings are not made for it, and kernel times are those of kernels running "
             "alone. For the program's own timeline, trace without counters (rocprofv3 --kernel-trace)"
