@@ -46,6 +46,23 @@ def _echo_json(obj) -> None:
     click.echo(json.dumps(obj, indent=2, default=str))
 
 
+def _stdout_is_tty() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stdout
+        return False
+
+
+def _echo_markdown(markdown: str) -> None:
+    """A report on stdout: markdown as written to report.md when piped or redirected (for pull
+    requests and agents), without its backslash escapes when a person reads it on a terminal."""
+    if _stdout_is_tty():
+        from .textutil import md_for_terminal
+
+        markdown = md_for_terminal(markdown)
+    click.echo(markdown, nl=False)
+
+
 trace_args = click.argument(
     "traces", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=True)
 )
@@ -227,7 +244,7 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
     if as_json:
         _echo_json(payload)
     else:
-        click.echo(markdown, nl=False)
+        _echo_markdown(markdown)
     if run_variants:
         from .loop import loop_findings
 
@@ -302,7 +319,7 @@ def _write_run_report(results, out_dir: Path, rules=None, skipped=()) -> None:
     (out_dir / "run_report.md").write_text(md, encoding="utf-8")
     payload = {"device": device, "results": [r.to_dict() for r in results], "skipped": [s.to_dict() for s in skipped]}
     (out_dir / "run_report.json").write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
-    click.echo(md, nl=False)
+    _echo_markdown(md)
     click.echo(f"advisor: wrote {out_dir / 'run_report.md'} and run_report.json", err=True)
 
 
@@ -529,7 +546,7 @@ def profile_command(out_dir, kineto, top, rules_dir, command) -> None:
     (out_dir / "report.md").write_text(markdown, encoding="utf-8")
     (out_dir / "report.json").write_text(json.dumps(d.to_dict(), indent=2, default=str), encoding="utf-8")
     log(f"trace: {result.trace}; report: {out_dir / 'report.md'}")
-    click.echo(markdown, nl=False)
+    _echo_markdown(markdown)
 
 
 def main() -> None:

@@ -37,6 +37,64 @@ def md_escape(s: object, limit: int = 160) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+_MD_ESCAPABLE = frozenset("\\`*_[]|~$")
+
+
+def md_for_terminal(markdown: str) -> str:
+    """Our markdown as it should read on a terminal: the backslash escapes and HTML entities
+    that md_escape added are taken out again (`two\\_phase` -> `two_phase`), except inside
+    code spans and fences (where they were never added) and for `\\|` in table rows (which
+    would split a cell). Only for display: the text stays free of controls (safe_text shows
+    them as escapes before md_escape runs), and report files keep the escaped form."""
+    out = []
+    fenced = False
+    for line in markdown.split("\n"):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            out.append(line)
+        elif fenced:
+            out.append(line)
+        else:
+            out.append(_unescape_line(line, in_table=line.lstrip().startswith("|")))
+    return "\n".join(out)
+
+
+def _unescape_line(line: str, in_table: bool) -> str:
+    """One line outside fences: escape pairs undone, code spans (`...`, any run of backticks
+    closed by the same run) copied as they are."""
+    out: list[str] = []
+    text_start = i = 0
+
+    def flush(stop: int) -> None:
+        text = line[text_start:stop]
+        out.append(text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&"))
+
+    while i < len(line):
+        ch = line[i]
+        if ch == "\\" and i + 1 < len(line) and line[i + 1] in _MD_ESCAPABLE:
+            flush(i)
+            keep = in_table and line[i + 1] == "|"
+            out.append(line[i:i + 2] if keep else line[i + 1])
+            i += 2
+            text_start = i
+        elif ch == "`":
+            run = len(line[i:]) - len(line[i:].lstrip("`"))
+            close = line.find("`" * run, i + run)
+            while close != -1 and line[close + run:close + run + 1] == "`":  # a longer run does not close it
+                close = line.find("`" * run, close + run + 1)
+            if close == -1:
+                i += run
+                continue
+            flush(i)
+            out.append(line[i:close + run])
+            i = close + run
+            text_start = i
+        else:
+            i += 1
+    flush(len(line))
+    return "".join(out)
+
+
 def fmt_ns(ns: float | int | None) -> str:
     """Human duration: 812 ns, 12.3 us, 4.56 ms, 1.23 s."""
     if ns is None:

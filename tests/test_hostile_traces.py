@@ -180,6 +180,45 @@ def test_hostile_trace_reports_are_inert(workdir, fmt):
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("fmt", ["kineto", "nsys"])
+def test_terminal_report_is_unescaped_and_still_inert(workdir, fmt, monkeypatch):
+    """On a terminal the report drops md_escape's backslashes (`two\\_phase` read badly), and
+    the hostile text still adds no control characters and no lines."""
+    path, _ = BUILDERS[fmt](workdir / hostile_file_name(), workdir / "PWNED")
+    runner = CliRunner()
+    piped = runner.invoke(cli, ["diagnose", str(path)]).stdout
+    monkeypatch.setattr("advisor.cli._stdout_is_tty", lambda: True)
+    shown = runner.invoke(cli, ["diagnose", str(path)])
+    assert shown.exit_code == 0, shown.output
+    tty = shown.stdout
+    assert "\\_" in piped and tty != piped
+    assert tty.count("\n") == piped.count("\n")
+    for ch in ("\x1b", "\x00", "\x07", "\u202e", "\u2066", "\u200b", "\r"):
+        assert ch not in tty
+    assert not any(line.startswith("# injected") for line in tty.splitlines())
+    # table rows keep their cells: every row of the findings table has the header's column count
+    rows = [line for line in tty.splitlines() if line.startswith("| ")]
+    head = rows[0]
+    def cells(line: str) -> int:
+        return len(line.replace("\\|", "").split("|"))
+
+    assert all(cells(r) == cells(head) for r in rows if r.startswith(("| 1 ", "| 2 ", "| # ")))
+
+
+def test_md_for_terminal():
+    from advisor.textutil import md_escape, md_for_terminal, safe_text
+
+    assert md_for_terminal(r"reduction = two\_phase; torch.\_foreach\_\* ops &amp; a &lt;b&gt;") == (
+        "reduction = two_phase; torch._foreach_* ops & a <b>")
+    assert md_for_terminal(r"name `a\_b` and ``x`y\_z`` then \_") == r"name `a\_b` and ``x`y\_z`` then _"
+    assert md_for_terminal("```\nx\\_y\n```\nz\\_w") == "```\nx\\_y\n```\nz_w"
+    assert md_for_terminal(r"| a \| b | c\_d |") == r"| a \| b | c_d |"  # a pipe stays escaped in tables
+    assert md_for_terminal(r"an open \` tick and a\_b") == "an open ` tick and a_b"
+    # escaping then unescaping gives back the safe_text line (controls still shown as escapes)
+    for text in ("k<a_b, *c|d> & [x](y) &amp; $x$ ~y~", "\x1b[31m\u202e \\ back", "`tick` ``` x"):
+        assert md_for_terminal(md_escape(text, limit=400)) == safe_text(text, 400)
+
+
 def test_hostile_finding_generates_inert_code_that_runs(workdir):
     marker = workdir / "PWNED"
     path, evil = kineto_trace(workdir / hostile_file_name(), marker)
