@@ -149,6 +149,25 @@ def test_small_grid_long_k_split_and_savings():
     assert f.evidence["hbm_floor_ns"] == int(floor)
     assert f.est_savings_ns == int(888_000 - max(888_000 * 4 / 132, floor))
     assert by_symptom(d, "tail_wave") == []
+    assert f.evidence["hbm_gb_per_s"] == 4800.0  # the known-GPU table's figure: the trace has none
+
+
+def test_small_grid_long_k_floor_says_which_bandwidth():
+    """The same H200 run read from nsys (the device's own 4814 GB/s: memory clock x bus width)
+    and from Kineto (no bandwidth in the trace: the spec sheet's 4800) gives floors 0.3% apart;
+    the evidence shows the figure each used."""
+    from pathlib import Path
+
+    from advisor.traces import load_trace
+
+    data = Path(__file__).parent / "data" / "h200"
+    seen = {}
+    for name in ("skinny.sqlite.gz", "skinny.kineto.json.gz"):
+        (f,) = by_symptom(diagnose(load_trace(data / name)), "small_grid_long_k")
+        e = f.evidence
+        assert abs(e["hbm_floor_ns"] - e["bytes_min"] / e["hbm_gb_per_s"]) <= 1  # GB/s = bytes/ns
+        seen[name] = e["hbm_gb_per_s"]
+    assert seen == {"skinny.sqlite.gz": 4814.3, "skinny.kineto.json.gz": 4800.0}
 
 
 def test_small_grid_short_k_is_not_flagged():

@@ -66,7 +66,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
             if row["median_ns"] < rule["min_launch_ns_without_shape"]:
                 continue
             split = max(1, min(int(rule["max_split"]), sms // tiles))
-            floor_ns, nbytes, confidence = 0.0, None, "low"
+            floor_ns, nbytes, confidence, bw = 0.0, None, "low", None
         if split < 2:
             continue
         # Perfectly spread over every SM, the launch would take dur x waves, but never less
@@ -101,6 +101,9 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                     "K": None if shape is None else shape["K"],
                     "hbm_floor_ns": int(floor_ns) if floor_ns else None,
                     "bytes_min": nbytes,
+                    # the device's own figure where the trace has one (nsys: memory clock x bus
+                    # width, 4814 GB/s on the H200), else the spec sheet's (4800): floors differ by that
+                    "hbm_gb_per_s": round(float(bw) / 1e9, 1) if bw else None,
                     "median_ns": int(row["median_ns"]),
                     "share_of_gpu_time": round(share, 4),
                 },
