@@ -44,18 +44,28 @@ Caveats
   operand row-major and 16-byte aligned, and `triton.set_allocator`) is in the search space
   when the group allows it, so the benchmark can decide.
 * Sizes, strides and addresses reach the kernel from memory, so the compiler knows nothing
-  about them and would emit 2-byte loads without cp.async (no software pipeline). Two
-  host-checked promises, compiled in as constexprs, give it back what it needs:
-  the layout (every A_i row-major, or every A_i a transposed view: the unit stride becomes
-  a compile-time fact; a mix takes the general-stride path, correct and slower; same for
-  B), and ALIGN, the largest power of two (up to 16 bytes' worth) dividing every element
-  offset, leading stride, M, N and K. With ALIGN = 16 bytes the loads are 16-byte cp.async
-  into a `num_stages` ring and the stores 16-byte vectors (checked in the sm_90 PTX by
-  `--compile-sm90`); even sizes give 4-byte cp.async; odd sizes (K = 129 in bf16) give
-  2-byte synchronous loads and run several times slower. Pad leading dimensions to
-  multiples of 8 (16-bit) where you can, as `torch._grouped_mm` requires anyway. Operands
-  are addressed as one typed base pointer plus offsets because Triton's alignment analysis
-  does not follow an integer converted to a pointer.
+  about them and would emit 2-byte loads without cp.async (no software pipeline). Host-
+  checked promises, compiled in as constexprs, give it back what it needs: the layout
+  (every A_i row-major, or every A_i a transposed view: the unit stride becomes a compile-
+  time fact; a mix takes the general-stride path, correct and slower; same for B); ALIGN,
+  the largest power of two (up to 16 bytes' worth) dividing every A and B offset and
+  leading stride and the sizes their vectors run along (K of a row-major A, N of a
+  row-major B); and ALIGN_C, the same for C's offsets, row stride and N. M joins neither,
+  so a ragged M (tokens per expert) keeps the fast path: on the H200 (2026-12-02,
+  `bench/probe_grouped_alignment.py`) 64 experts with M in 1..512 and K = N = 1024 took
+  102 us, against 997 us when every odd M lowered the promise to 1. With ALIGN = 16 bytes
+  the loads are 16-byte cp.async into a `num_stages` ring and the stores 16-byte vectors
+  (checked in the sm_90 PTX by `--compile-sm90`); even sizes give 4-byte cp.async; an odd
+  K or N (K = 129 in bf16) gives 2-byte synchronous loads and runs several times slower.
+* `stage=True` is for that last case (sizes read off a trace: 237x432x261): each launch first
+  copies every A_i and B_i into zero-padded, 16-byte aligned row-major slots of one buffer
+  (a second kernel, `stage_copy_kernel`; K and N rounded up to 16 bytes' worth, the zeros add
+  nothing to C), so the GEMMs get the full promise, and only C's stores stay narrow. The
+  search space leads with staged configs for 16-bit groups with an odd K or N. On the H200
+  the example trace's 64 odd GEMMs took 226 us unstaged and 74-91 us staged, the copy about
+  35 us of it; `torch._grouped_mm` on operands padded once, outside the timed call, 47 us.
+  Where the operands can stay padded (to multiples of 8, as `torch._grouped_mm` requires
+  anyway), pad them once instead.
 * Outputs share one allocation (each C_i is a contiguous view into it); pass `out=` to
   prepare()/grouped_matmul() to write into your own tensors (unit column stride needed).
 * A plan pins its tensors: launching it reads the current contents of the same A_i/B_i and
@@ -84,7 +94,7 @@ entry for sm_90 without a GPU (shared memory, cp.async width, TMA).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -106,8 +116,10 @@ from .launch import launch as launch_kernel
 from .tf32_layout import enabled as tf32_layout_enabled
 
 # Per-group int64 table row: offsets of A, B, C (elements from the base pointer), M, N, K,
-# stride_am, stride_ak, stride_bk, stride_bn, stride_cm; padded to 16 columns = 128 bytes,
-# so a row is one cache line. Per-tile int32 row: group, tile row, tile column, padding.
+# stride_am, stride_ak, stride_bk, stride_bn, stride_cm, N of C; padded to 16 columns = 128
+# bytes, so a row is one cache line. N and K are the operands' (a staged plan's are padded
+# to whole 16-byte rows, see `stage`); the last N is C's own, which the stores mask with.
+# Per-tile int32 row: group, tile row, tile column, padding.
 GROUP_COLS = 16
 TILE_COLS = 4
 
@@ -139,6 +151,8 @@ class Config:
     lpt_order: bool = True  # schedule tiles by decreasing K (else group order)
     programs_per_sm: int = 2  # resident programs per SM (grid = this x #SMs): one's loads
     # and epilogue overlap another's MMAs, which matters when each tile has only a few k-steps
+    stage: bool = False  # copy A_i and B_i into zero-padded, 16-byte aligned row-major buffers
+    # first (one extra launch a call), so groups with odd K or N get cp.async/TMA loads
 
     def validate(self, dtype: torch.dtype | None = None) -> None:
         for name in ("block_m", "block_n", "block_k"):
@@ -151,6 +165,8 @@ class Config:
             raise ValueError("num_stages must be >= 1")
         if self.programs_per_sm not in (1, 2, 3, 4):
             raise ValueError("programs_per_sm must be 1..4")
+        if dtype is not None and self.stage and dtype == torch.float32:
+            raise ValueError("stage is for 16-bit groups (fp32 rows need only 4 elements for 16 bytes)")
         if dtype is not None:
             elt = dtype.itemsize
             if self.block_k * elt < 32:
@@ -175,7 +191,8 @@ class Config:
 
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n}x{self.block_k}_w{self.num_warps}_s{self.num_stages}"
-                f"_p{self.programs_per_sm}{'_tma' if self.use_tma else ''}{'' if self.lpt_order else '_grouporder'}")
+                f"_p{self.programs_per_sm}{'_tma' if self.use_tma else ''}{'' if self.lpt_order else '_grouporder'}"
+                f"{'_staged' if self.stage else ''}")
 
 
 # --------------------------------------------------------------------------------------
@@ -220,8 +237,10 @@ def grouped_gemm_kernel(
     # tile shape
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     # promises shared by all groups: operand layouts; ALIGN (a power of two) divides every
-    # offset, leading stride, M, N and K, in elements
-    A_LAYOUT: tl.constexpr, B_LAYOUT: tl.constexpr, ALIGN: tl.constexpr,
+    # A and B offset and leading stride and the sizes their vectors run along (K for a
+    # row-major A, M for a column-major one; N for a row-major B, K for a column-major one),
+    # ALIGN_C likewise C's offsets, leading strides and N (M when C is column-major), in elements
+    A_LAYOUT: tl.constexpr, B_LAYOUT: tl.constexpr, ALIGN: tl.constexpr, ALIGN_C: tl.constexpr,
     # schedule: programs in the grid, TMA descriptors instead of pointer loads
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr,
     GROUP_COLS: tl.constexpr = 16, TILE_COLS: tl.constexpr = 4,
@@ -248,26 +267,36 @@ def grouped_gemm_kernel(
         s_bk = tl.load(row + 8)
         s_bn = tl.load(row + 9)
         s_cm = tl.load(row + 10)
+        N_C = tl.load(row + 11).to(tl.int32)
+        M_C = M
         if ALIGN > 1:
-            # Host-checked promise (see _common_alignment). Sizes and offsets arrive from
-            # memory, so without it the compiler must assume 1-element granularity and
-            # issues 2-byte loads without cp.async; with ALIGN * element size = 16 bytes
-            # the masked loads become 16-byte cp.async and the stores 16-byte vectors.
+            # Host-checked promise (see _alignments). Sizes and offsets arrive from memory,
+            # so without it the compiler must assume 1-element granularity and issues 2-byte
+            # loads without cp.async; with ALIGN * element size = 16 bytes the masked loads
+            # become 16-byte cp.async. Only the sizes a vector runs along are promised: a
+            # ragged M (an MoE layer's tokens per expert) keeps row-major loads vectorized.
             a_off = tl.multiple_of(a_off, ALIGN)
             b_off = tl.multiple_of(b_off, ALIGN)
-            c_off = tl.multiple_of(c_off, ALIGN)
-            M = tl.multiple_of(M, ALIGN)
-            N = tl.multiple_of(N, ALIGN)
-            K = tl.multiple_of(K, ALIGN)
-            s_cm = tl.multiple_of(s_cm, ALIGN)
             if A_LAYOUT == 0:
                 s_am = tl.multiple_of(s_am, ALIGN)
+                K = tl.multiple_of(K, ALIGN)
             if A_LAYOUT == 1:
                 s_ak = tl.multiple_of(s_ak, ALIGN)
+                M = tl.multiple_of(M, ALIGN)
             if B_LAYOUT == 0:
                 s_bk = tl.multiple_of(s_bk, ALIGN)
+                N = tl.multiple_of(N, ALIGN)
             if B_LAYOUT == 1:
                 s_bn = tl.multiple_of(s_bn, ALIGN)
+                K = tl.multiple_of(K, ALIGN)
+        if ALIGN_C > 1:
+            # the same for the stores: 16-byte vectors where C's rows (columns) allow them
+            c_off = tl.multiple_of(c_off, ALIGN_C)
+            s_cm = tl.multiple_of(s_cm, ALIGN_C)
+            if C_COL_MAJOR:
+                M_C = tl.multiple_of(M_C, ALIGN_C)
+            else:
+                N_C = tl.multiple_of(N_C, ALIGN_C)
         a_base = base_ptr + a_off
         b_base = base_ptr + b_off
         c_base = base_ptr + c_off
@@ -306,7 +335,43 @@ def grouped_gemm_kernel(
             c_ptrs = c_base + rm[:, None] + rn[None, :] * s_cm
         else:
             c_ptrs = c_base + rm[:, None] * s_cm + rn[None, :]
-        tl.store(c_ptrs, acc.to(base_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+        tl.store(c_ptrs, acc.to(base_ptr.dtype.element_ty), mask=(rm[:, None] < M_C) & (rn[None, :] < N_C))
+
+
+# Staging table (int64, STAGE_COLS per matrix): source offset (elements from the source
+# base), destination offset (elements from the staging buffer), rows, columns, source row and
+# column strides, destination row stride (= padded columns). Schedule (int32, TILE_COLS per
+# tile): matrix, tile row, tile column.
+STAGE_COLS = 8
+STAGE_BLOCK_R, STAGE_BLOCK_C = 32, 128
+
+
+@triton.jit(do_not_specialize=["num_tiles"])
+def stage_copy_kernel(src_ptr, dst_ptr, table_ptr, sched_ptr, num_tiles,
+                      BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+                      ALIGN: tl.constexpr, STAGE_COLS: tl.constexpr = 8, TILE_COLS: tl.constexpr = 4):
+    """Copy every A_i / B_i of a staged plan into its zero-padded row-major slot: the source
+    as it is (any strides, 2-byte loads where it is odd), the destination in 16-byte vectors
+    (its offsets and row stride are multiples of ALIGN elements), the padding columns written
+    as zeros so that the GEMM's K and N may run to the padded sizes."""
+    pid = tl.program_id(axis=0)
+    for t in tl.range(pid, num_tiles, NUM_PROGRAMS):
+        m = tl.load(sched_ptr + t * TILE_COLS).to(tl.int64)
+        tr = tl.load(sched_ptr + t * TILE_COLS + 1)
+        tc = tl.load(sched_ptr + t * TILE_COLS + 2)
+        row = table_ptr + m * STAGE_COLS
+        src_off = tl.load(row + 0)
+        dst_off = tl.multiple_of(tl.load(row + 1), ALIGN)
+        rows = tl.load(row + 2).to(tl.int32)
+        cols = tl.load(row + 3).to(tl.int32)
+        s_r = tl.load(row + 4)
+        s_c = tl.load(row + 5)
+        d_r = tl.multiple_of(tl.load(row + 6).to(tl.int32), ALIGN)  # padded columns = row stride
+        r = tr * BLOCK_R + tl.arange(0, BLOCK_R)
+        c = tc * BLOCK_C + tl.arange(0, BLOCK_C)
+        v = tl.load(src_ptr + src_off + r[:, None] * s_r + c[None, :] * s_c,
+                    mask=(r[:, None] < rows) & (c[None, :] < cols), other=0.0)
+        tl.store(dst_ptr + dst_off + r[:, None] * d_r + c[None, :], v, mask=(r[:, None] < rows) & (c[None, :] < d_r))
 
 
 # --------------------------------------------------------------------------------------
@@ -391,27 +456,100 @@ def _pow2_divisor(x: int, cap: int) -> int:
     return d
 
 
-def _common_alignment(sizes, offsets, As, Bs, outs, a_layout: int, b_layout: int, elt: int,
-                      c_col: bool = False) -> int:
-    """ALIGN for the kernel: the largest power of two (at most 16 bytes' worth of elements)
-    dividing every element offset, every leading stride, and every M, N and K (`c_col`: the
-    outputs are column-major, their leading stride is the column one)."""
+def _alignments(sizes, a_offs, b_offs, c_offs, As, Bs, outs, a_layout: int, b_layout: int, elt: int,
+                c_col: bool = False) -> tuple[int, int]:
+    """(ALIGN, ALIGN_C) for the kernel: the largest power of two (at most 16 bytes' worth of
+    elements) dividing, for the loads, every A and B element offset and leading stride and
+    the sizes their vectors run along (a row-major A's K, a column-major one's M; a row-major
+    B's N, a column-major one's K); for the stores, every C offset and leading stride and C's
+    N (M when `c_col`: the outputs are column-major, their leading stride is the column one).
+    M of a row-major A joins neither: rows of any count keep their vectors, which is what a
+    ragged-M group (tokens per expert) needs."""
     cap = ALIGN_BYTES // elt
-    vals = [v for s in sizes for v in s] + list(offsets)
-    d = 1 if c_col else 0
-    for t in outs:
-        vals.append(t.stride(d) if t.shape[d] > 1 else 0)
-    for ts, layout in ((As, a_layout), (Bs, b_layout)):
+
+    def gcd_pow2(vals) -> int:
+        align = cap
+        for v in vals:
+            align = min(align, _pow2_divisor(v, cap))
+            if align == 1:
+                break
+        return align
+
+    load_vals = list(a_offs) + list(b_offs)
+    for ts, layout, dims in ((As, a_layout, (2, 0)), (Bs, b_layout, (1, 2))):
         if layout == STRIDED:
-            return 1
+            return 1, gcd_pow2(_store_vals(sizes, c_offs, outs, c_col))
         d = 0 if layout == ROW_MAJOR else 1  # the dimension whose stride is not 1
-        vals += [t.stride(d) if t.shape[d] > 1 else 0 for t in ts]
-    align = cap
-    for v in vals:
-        align = min(align, _pow2_divisor(v, cap))
-        if align == 1:
-            break
-    return align
+        load_vals += [t.stride(d) if t.shape[d] > 1 else 0 for t in ts]
+        along = dims[0] if layout == ROW_MAJOR else dims[1]  # index into (M, N, K)
+        load_vals += [s[along] for s in sizes]
+    return gcd_pow2(load_vals), gcd_pow2(_store_vals(sizes, c_offs, outs, c_col))
+
+
+def _store_vals(sizes, c_offs, outs, c_col: bool) -> list[int]:
+    d = 1 if c_col else 0
+    return list(c_offs) + [t.stride(d) if t.shape[d] > 1 else 0 for t in outs] + [s[0 if c_col else 1] for s in sizes]
+
+
+def _round_up(x: int, m: int) -> int:
+    return cdiv(x, m) * m
+
+
+class _Staging:
+    """A staged plan's copy step: one zero-initialised buffer holding every A_i as (M, Kp)
+    and every B_i as (Kp, Np), row-major, Kp/Np rounded up to 16 bytes' worth of elements
+    and every slot on a 128-byte boundary, plus the copy tables. `launch()` refreshes the
+    slots from the current contents of the pinned A_i/B_i (one kernel launch)."""
+
+    def __init__(self, As, Bs, sizes, device, num_sms: int):
+        elt = As[0].element_size()
+        per, line = ALIGN_BYTES // elt, 128 // elt
+        self.padded = [(M, _round_up(N, per), _round_up(K, per)) for M, N, K in sizes]
+        slots, total = [], 0
+        for M, Np, Kp in self.padded:
+            a_at = total
+            total += _round_up(M * Kp, line)
+            b_at = total
+            total += _round_up(Kp * Np, line)
+            slots.append((a_at, b_at))
+        self.buffer = torch.zeros(total, dtype=As[0].dtype, device=device)
+        self.As = [self.buffer[a:a + M * Kp].view(M, Kp) for (a, _), (M, _, Kp) in zip(slots, self.padded)]
+        self.Bs = [self.buffer[b:b + Kp * Np].view(Kp, Np) for (_, b), (_, Np, Kp) in zip(slots, self.padded)]
+        src_base = As[0].data_ptr()
+        table = np.zeros((2 * len(sizes), STAGE_COLS), dtype=np.int64)
+        sched = []
+        for i, (a, b, (a_at, b_at), (M, Np, Kp)) in enumerate(zip(As, Bs, slots, self.padded)):
+            for j, (src, at, rows, cols, pad_cols) in enumerate(((a, a_at, M, a.shape[1], Kp),
+                                                                  (b, b_at, b.shape[0], b.shape[1], Np))):
+                delta = src.data_ptr() - src_base
+                if delta % elt:
+                    raise ValueError(f"group {i}: address not a whole number of elements from group 0's A")
+                m = 2 * i + j
+                table[m, :7] = (delta // elt, at, rows, cols, src.stride(0), src.stride(1), pad_cols)
+                tr, tc = cdiv(rows, STAGE_BLOCK_R), cdiv(pad_cols, STAGE_BLOCK_C)
+                tiles = np.zeros((tr * tc, TILE_COLS), dtype=np.int32)
+                tiles[:, 0] = m
+                tiles[:, 1] = np.repeat(np.arange(tr, dtype=np.int32), tc)
+                tiles[:, 2] = np.tile(np.arange(tc, dtype=np.int32), tr)
+                sched.append(tiles)
+        tiles = np.concatenate(sched)
+        packed = np.concatenate([table.reshape(-1), tiles.reshape(-1).view(np.int64)])
+        blob = torch.from_numpy(packed).to(device)
+        self.table_dev = blob[: table.size]
+        self.sched_dev = blob[table.size:].view(torch.int32)
+        self.num_tiles = int(tiles.shape[0])
+        # one program a tile: many resident programs keep enough 2-byte loads of odd rows in
+        # flight (a persistent grid of 4 per SM copied at ~1.2 TB/s on the H200, 2026-12-02)
+        self.grid = max(1, self.num_tiles)
+        self.src = As[0]
+        self.align = per
+
+    def launch(self) -> None:
+        launch_kernel(stage_copy_kernel, (self.grid,),
+            self.src, self.buffer, self.table_dev, self.sched_dev, self.num_tiles,
+            BLOCK_R=STAGE_BLOCK_R, BLOCK_C=STAGE_BLOCK_C, NUM_PROGRAMS=self.grid, ALIGN=self.align,
+            num_warps=4,
+        )
 
 
 def _kernel_tile(config: Config, swapped: bool) -> tuple[int, int]:
@@ -425,32 +563,39 @@ class GroupedPlan:
     the device tables (one H2D copy), the compile-time promises and the grid."""
 
     def __init__(self, As, Bs, outs, sizes, config: Config, groups_dev, tiles_dev, num_tiles,
-                 a_layout, b_layout, align, grid, *, base=None, swapped=False, a_regs=False):
+                 a_layout, b_layout, align, grid, *, base=None, swapped=False, a_regs=False,
+                 align_c=None, staging: _Staging | None = None):
         self.As, self.Bs, self.outs, self.sizes = As, Bs, outs, sizes
         self.config = config
         self.groups_dev, self.tiles_dev, self.num_tiles = groups_dev, tiles_dev, num_tiles
         # the kernel's view: operand layouts of the launched problem (C^T = B^T A^T when
         # `swapped`, then its tile is config's transposed), its base pointer, A through registers
         self.a_layout, self.b_layout, self.align, self.grid = a_layout, b_layout, align, grid
+        self.align_c = align if align_c is None else align_c
         self.base = As[0] if base is None else base
         self.swapped, self.a_regs = swapped, a_regs
+        self.staging = staging  # config.stage: the copy step before every GEMM launch
         self.dtype = As[0].dtype
 
     def __repr__(self) -> str:
         return (f"GroupedPlan(groups={len(self.sizes)}, tiles={self.num_tiles}, grid={self.grid}, "
                 f"config={self.config.label()}, a_layout={self.a_layout}, b_layout={self.b_layout}, "
-                f"align={self.align}{', swapped' if self.swapped else ''})")
+                f"align={self.align}, align_c={self.align_c}{', swapped' if self.swapped else ''}"
+                f"{', staged' if self.staging else ''})")
 
     def launch(self) -> list[torch.Tensor]:
-        """One kernel launch; returns the output list (the same tensors every time)."""
+        """One kernel launch (two when staged: the copy, then the GEMMs); returns the output
+        list (the same tensors every time)."""
         c = self.config
         if c.use_tma and not _interpreting():
             _ensure_allocator()
+        if self.staging is not None:
+            self.staging.launch()
         bm, bn = _kernel_tile(c, self.swapped)
         launch_kernel(grouped_gemm_kernel, (self.grid,),
             self.base, self.groups_dev, self.tiles_dev, self.num_tiles,
             BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=c.block_k,
-            A_LAYOUT=self.a_layout, B_LAYOUT=self.b_layout, ALIGN=self.align,
+            A_LAYOUT=self.a_layout, B_LAYOUT=self.b_layout, ALIGN=self.align, ALIGN_C=self.align_c,
             NUM_PROGRAMS=self.grid, USE_TMA=c.use_tma,
             A_REGS=self.a_regs, C_COL_MAJOR=self.swapped,
             num_warps=c.num_warps, num_stages=c.num_stages,
@@ -515,32 +660,45 @@ def prepare(As: Sequence[torch.Tensor], Bs: Sequence[torch.Tensor], config: Conf
     # from registers, A_i^T is K-major, and C_i^T is stored column-major into C_i
     swapped = (dtype == torch.float32 and not config.use_tma and a_layout == ROW_MAJOR
                and b_layout == ROW_MAJOR and tf32_layout_enabled())
+    sms = num_sms or _num_sms(device)
+    staging = None
     kA, kB, kC, ksizes = As, Bs, outs, sizes
-    if swapped:
+    load_sizes = sizes  # N and K as the operands hold them (padded when staged)
+    if config.stage:
+        # odd K or N (or misaligned, transposed, strided operands): copy them into padded,
+        # aligned row-major slots each launch; the zero padding adds nothing to C
+        staging = _Staging(As, Bs, sizes, device, sms)
+        kA, kB = staging.As, staging.Bs
+        load_sizes = staging.padded
+        a_layout = b_layout = ROW_MAJOR
+    elif swapped:
         kA, kB, kC = [b.t() for b in Bs], [a.t() for a in As], [c.t() for c in outs]
-        ksizes = [(N, M, K) for M, N, K in sizes]
+        ksizes = load_sizes = [(N, M, K) for M, N, K in sizes]
         a_layout, b_layout = _layout(kA, inner=1), _layout(kB, inner=1)
     a_regs = dtype == torch.float32 and a_layout != ROW_MAJOR and tf32_layout_enabled()
     G = len(sizes)
     groups = np.zeros((G, GROUP_COLS), dtype=np.int64)
     base = kA[0].data_ptr()
-    offsets = []
-    for i, (a, b, c, (M, N, K)) in enumerate(zip(kA, kB, kC, ksizes)):
+    a_offs, b_offs, c_offs = [], [], []
+    for i, (a, b, c, (M, N, K), (_, Nl, Kl)) in enumerate(zip(kA, kB, kC, ksizes, load_sizes)):
         offs = []
         for t in (a, b, c):
             delta = t.data_ptr() - base
             if delta % elt:  # cannot happen for tensors of one dtype, but never guess
                 raise ValueError(f"group {i}: address not a whole number of elements from group 0's A")
             offs.append(delta // elt)
-        offsets += offs
+        a_offs.append(offs[0])
+        b_offs.append(offs[1])
+        c_offs.append(offs[2])
         c_lead = c.stride(1) if swapped else c.stride(0)
-        groups[i, :11] = (*offs, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c_lead)
-    # the kernel's group 0 A is its base pointer; its own alignment joins the promise
-    align = _common_alignment(ksizes, offsets + [base // elt if base % elt == 0 else 1],
-                              kA, kB, kC, a_layout, b_layout, elt, c_col=swapped)
+        groups[i, :12] = (*offs, M, Nl, Kl, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c_lead, N)
+    # the kernel's group 0 A is its base pointer; its own alignment joins both promises
+    base_al = [base // elt if base % elt == 0 else 1]
+    align, align_c = _alignments(load_sizes, a_offs + base_al, b_offs, c_offs + base_al, kA, kB, kC,
+                                 a_layout, b_layout, elt, c_col=swapped)
     if config.use_tma and not (a_layout == ROW_MAJOR and b_layout == ROW_MAJOR and align * elt >= ALIGN_BYTES):
         raise ValueError("use_tma needs every A_i and B_i row-major, with 16-byte aligned addresses, row "
-                         "strides and sizes; use the pointer path (use_tma=False)")
+                         "strides and sizes (K and N); use the pointer path (use_tma=False), or stage=True")
     bm, bn = _kernel_tile(config, swapped)
     tiles = tile_schedule(ksizes, bm, bn, config.lpt_order)
     num_tiles = int(tiles.shape[0])
@@ -554,9 +712,10 @@ def prepare(As: Sequence[torch.Tensor], Bs: Sequence[torch.Tensor], config: Conf
         "flops": float(sum(2 * M * N * K for M, N, K in sizes)),
         "bytes": float(sum(elt * (M * K + K * N + M * N) for M, N, K in sizes)),
     }
-    grid = max(1, min(config.programs_per_sm * (num_sms or _num_sms(device)), num_tiles))
+    grid = max(1, min(config.programs_per_sm * sms, num_tiles))
     return GroupedPlan(As, Bs, outs, sizes, config, groups_dev, tiles_dev, num_tiles,
-                       a_layout, b_layout, align, grid, base=kA[0], swapped=swapped, a_regs=a_regs)
+                       a_layout, b_layout, align, grid, base=kA[0], swapped=swapped, a_regs=a_regs,
+                       align_c=align_c, staging=staging)
 
 
 def grouped_matmul(As: Sequence[torch.Tensor], Bs: Sequence[torch.Tensor], config: Config | None = None, *,
@@ -616,14 +775,20 @@ _C32 = [
 def search_space(sizes: Sequence[tuple[int, int, int]], dtype: torch.dtype = torch.bfloat16,
                  num_sms: int | None = None, *, tma_ok: bool = True) -> list[Config]:
     """At most 12 configs for this group, best guess first. Tiles wider than twice the
-    group's largest dimension are dropped; so are TMA configs unless `tma_ok` (the caller
-    knows every operand is row-major and 16-byte aligned; `prepare` re-checks). By default
-    TMA is assumed possible when every M, N, K is a multiple of 16 bytes' worth of
-    elements (the bench's aligned groups, and what `prepare` requires for use_tma)."""
+    group's largest dimension are dropped; so are TMA configs on operands unless `tma_ok`
+    (the caller knows every operand is row-major and 16-byte aligned; `prepare` re-checks).
+    By default TMA is assumed possible when every K and N is a multiple of 16 bytes' worth
+    of elements (the bench's aligned groups, and what `prepare` requires for use_tma).
+
+    A 16-bit group with an odd K or N (sizes read off a trace: 237x432x261) would load its
+    operands 2 bytes at a time, synchronously; its candidates are then mostly staged ones
+    (`stage`: one copy into padded, aligned buffers, then cp.async or TMA loads), best guess
+    first, with the unstaged best guess kept for comparison."""
     sizes = [tuple(int(x) for x in s) for s in sizes]
     elt = dtype.itemsize
     per = ALIGN_BYTES // elt
-    tma_ok = tma_ok and all(M % per == 0 and N % per == 0 and K % per == 0 for M, N, K in sizes)
+    aligned = all(N % per == 0 and K % per == 0 for M, N, K in sizes)
+    tma_ok = tma_ok and aligned
     max_m = max(s[0] for s in sizes)
     max_n = max(s[1] for s in sizes)
     out = []
@@ -648,7 +813,14 @@ def search_space(sizes: Sequence[tuple[int, int, int]], dtype: torch.dtype = tor
         best = max(out, key=lambda c: (tiles[c], not c.use_tma))
         out.remove(best)
         out.insert(0, best)
-    return out[:12]
+    if aligned or dtype == torch.float32:
+        return out[:12]
+    # odd sizes: staged pointer configs in the same order, two staged TMA ones (the slots are
+    # aligned row-major), then the unstaged best guess and the next one
+    staged = [replace(c, stage=True) for c in out if not c.use_tma][:8]
+    staged_tma = [replace(c, stage=True) for c in _C16 if c.use_tma and c.block_m <= 2 * max(max_m, 32)
+                  and c.block_n <= 2 * max(max_n, 32)][:2]
+    return (staged[:1] + staged_tma[:1] + staged[1:] + staged_tma[1:] + out[:2])[:12]
 
 
 def default_config(sizes: Sequence[tuple[int, int, int]], dtype: torch.dtype = torch.bfloat16,
@@ -711,7 +883,7 @@ def torch_grouped_mm(As, Bs) -> Callable[[], torch.Tensor] | None:
 
 def compile_for_sm90(config: Config, dtype: torch.dtype = torch.bfloat16, *, a_layout: int = ROW_MAJOR,
                      b_layout: int = ROW_MAJOR, align: int | None = None, num_programs: int = 132,
-                     a_regs: bool = False, c_col: bool = False):
+                     a_regs: bool = False, c_col: bool = False, align_c: int | None = None):
     """Compile the kernel for sm_90 on any machine (Triton ships ptxas) and return the
     CompiledKernel (`metadata.shared`, `asm["ptx"]`): used to check that every search-space
     entry compiles and fits, and that the aligned path really issues 16-byte cp.async."""
@@ -724,7 +896,7 @@ def compile_for_sm90(config: Config, dtype: torch.dtype = torch.bfloat16, *, a_l
     if align is None:
         align = ALIGN_BYTES // dtype.itemsize
     constexprs = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
-                      A_LAYOUT=a_layout, B_LAYOUT=b_layout, ALIGN=align,
+                      A_LAYOUT=a_layout, B_LAYOUT=b_layout, ALIGN=align, ALIGN_C=align if align_c is None else align_c,
                       NUM_PROGRAMS=num_programs, USE_TMA=config.use_tma, GROUP_COLS=GROUP_COLS, TILE_COLS=TILE_COLS,
                       A_REGS=a_regs, C_COL_MAJOR=c_col)
     signature = {"base_ptr": "*" + _TL_NAME[dtype], "groups_ptr": "*i64", "tiles_ptr": "*i32", "num_tiles": "i32"}
@@ -733,6 +905,23 @@ def compile_for_sm90(config: Config, dtype: torch.dtype = torch.bfloat16, *, a_l
     src = ASTSource(grouped_gemm_kernel, signature, constexprs, attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
                           options=dict(num_warps=config.num_warps, num_stages=config.num_stages))
+
+
+def compile_stage_for_sm90(dtype: torch.dtype = torch.bfloat16, num_programs: int = 528):
+    """The staged plans' copy kernel, compiled for sm_90 (see compile_for_sm90)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    if _interpreting():
+        raise RuntimeError("compile_stage_for_sm90 needs TRITON_INTERPRET unset")
+    constexprs = dict(BLOCK_R=STAGE_BLOCK_R, BLOCK_C=STAGE_BLOCK_C, NUM_PROGRAMS=num_programs,
+                      ALIGN=ALIGN_BYTES // dtype.itemsize, STAGE_COLS=STAGE_COLS, TILE_COLS=TILE_COLS)
+    signature = {"src_ptr": "*" + _TL_NAME[dtype], "dst_ptr": "*" + _TL_NAME[dtype], "table_ptr": "*i64",
+                 "sched_ptr": "*i32", "num_tiles": "i32"}
+    signature.update({k: "constexpr" for k in constexprs})
+    attrs = {(i,): [["tt.divisibility", 16]] for i in (1, 2, 3)}  # the source may sit anywhere
+    src = ASTSource(stage_copy_kernel, signature, constexprs, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
 
 
 def compile_report(dtypes=(torch.bfloat16, torch.float16, torch.float32)) -> list[str]:
@@ -767,6 +956,20 @@ def compile_report(dtypes=(torch.bfloat16, torch.float16, torch.float32)) -> lis
                     problems.append(f"{where}: aligned path without 16-byte cp.async")
                 if c.use_tma and "cp.async.bulk.tensor" not in ptx:
                     problems.append(f"{where}: use_tma without TMA loads")
+        if dtype != torch.float32:
+            # a staged plan's copy kernel, and the GEMM on staged operands with odd-N stores
+            try:
+                k = compile_stage_for_sm90(dtype)
+                ptx = k.asm["ptx"]
+                vec = "st.global.v4.b32" in ptx or "st.global.v4.u32" in ptx
+                print(f"{str(dtype)[6:]:9} stage_copy shared={k.metadata.shared} 16-byte stores={vec}", flush=True)
+                if not vec:
+                    problems.append(f"{dtype}: stage_copy without 16-byte stores")
+                k = compile_for_sm90(Config(stage=True), dtype, align=ALIGN_BYTES // dtype.itemsize, align_c=1)
+                if "cp.async.cg.shared.global" not in k.asm["ptx"]:
+                    problems.append(f"{dtype}: staged GEMM without 16-byte cp.async")
+            except Exception as e:  # noqa: BLE001
+                problems.append(f"{dtype}: staged kernels do not compile: {type(e).__name__}: {str(e)[:200]}")
     return problems
 
 

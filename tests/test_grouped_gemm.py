@@ -153,6 +153,64 @@ def test_aligned_group_gets_the_16_byte_promise(dtype, expected):
     assert gg.prepare(As, Bs, SMALL).align == 2
 
 
+def test_ragged_m_keeps_the_promise():
+    # M is no part of a row-major operand's vectors: an MoE-like group (tokens per expert
+    # odd, K and N model widths) keeps 16-byte loads and, with N aligned, 16-byte stores
+    sizes = [(37, 48, 64), (1, 48, 64), (113, 48, 64), (64, 48, 64)]
+    As, Bs = gg.random_group(sizes, torch.bfloat16, DEVICE, seed=21)
+    plan = gg.prepare(As, Bs, SMALL)
+    assert (plan.align, plan.align_c) == (8, 8)
+    for c in plan.outs:
+        common.poison_(c)
+    gg.check_outputs(As, Bs, plan.launch())
+    # an odd N costs the stores and the B loads their vectors; A's K still promises 8
+    As, Bs = gg.random_group([(37, 45, 64), (16, 48, 64)], torch.bfloat16, DEVICE, seed=22)
+    plan = gg.prepare(As, Bs, SMALL)
+    assert (plan.align, plan.align_c) == (1, 1)
+    gg.check_outputs(As, Bs, plan.launch())
+
+
+STAGED = Config(32, 32, 16, 4, 2, programs_per_sm=1, stage=True)
+STAGED_TMA = Config(32, 32, 16, 4, 2, use_tma=True, programs_per_sm=1, stage=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("cfg", [STAGED, STAGED_TMA], ids=["pointer", "tma"])
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True)])
+def test_staged_group_of_odd_sizes(dtype, cfg, ta, tb):
+    # odd K and N everywhere (sizes as a trace reports them), row-major or transposed views:
+    # the copies are padded, aligned and row-major, so the GEMM gets the full promise
+    sizes = odd_sizes(6, lo=1, hi=70, seed=23) + [(5, 131, 77)]
+    As, Bs = gg.random_group(sizes, dtype, DEVICE, seed=23, transpose_a=ta, transpose_b=tb)
+    plan = gg.prepare(As, Bs, cfg)
+    assert plan.staging is not None and plan.align == 8 and (plan.a_layout, plan.b_layout) == (gg.ROW_MAJOR,) * 2
+    assert all(a.shape[1] % 8 == 0 and b.shape[1] % 8 == 0 for a, b in zip(plan.staging.As, plan.staging.Bs))
+    for c in plan.outs:
+        common.poison_(c)
+    gg.check_outputs(As, Bs, plan.launch())
+
+
+def test_staged_plan_copies_the_current_inputs_every_launch():
+    sizes = odd_sizes(4, seed=24)
+    As, Bs = gg.random_group(sizes, torch.bfloat16, DEVICE, seed=24)
+    plan = gg.prepare(As, Bs, STAGED)
+    gg.check_outputs(As, Bs, plan.launch())
+    new_As, new_Bs = gg.random_group(sizes, torch.bfloat16, DEVICE, seed=25)
+    for x, y in zip(As + Bs, new_As + new_Bs):
+        x.copy_(y)
+    for c in plan.outs:
+        common.poison_(c)
+    gg.check_outputs(As, Bs, plan.launch())
+    # the padding stays zero: K beyond each A's own columns adds nothing
+    for a, st in zip(As, plan.staging.As):
+        assert torch.equal(st[:, a.shape[1]:], torch.zeros_like(st[:, a.shape[1]:]))
+
+
+def test_stage_is_for_16_bit_groups():
+    with pytest.raises(ValueError, match="16-bit"):
+        STAGED.validate(torch.float32)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_tma_path_on_an_aligned_group(dtype):
     sizes = [(40, 48, 24), (8, 16, 64), (72, 32, 8), (16, 80, 40)]
@@ -298,12 +356,16 @@ def test_search_space(dtype, monkeypatch):
         for c in space:
             c.validate(dtype)
         if sizes is mixed:
-            assert not any(c.use_tma for c in space)  # odd sizes: TMA impossible
+            assert not any(c.use_tma and not c.stage for c in space)  # odd sizes: TMA only on staged copies
             first = space[0]
             tiles = sum(-(-M // first.block_m) * -(-N // first.block_n) for M, N, _ in sizes)
             assert tiles >= first.programs_per_sm * 132 and not first.use_tma
+            # 16-bit: staged first (2-byte loads otherwise), the unstaged best guess kept to compare
+            assert first.stage == (dtype != torch.float32)
+            assert any(not c.stage for c in space)
+            assert any(c.stage and c.use_tma for c in space) == (dtype != torch.float32)
         if sizes is aligned:
-            assert any(c.use_tma for c in space)
+            assert any(c.use_tma for c in space) and not any(c.stage for c in space)
         if sizes == [(16, 24, 4000)]:
             assert all(c.block_m <= 64 and c.block_n <= 64 for c in space)
         assert gg.default_config(sizes, dtype, 132) == space[0]

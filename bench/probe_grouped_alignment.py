@@ -1,0 +1,163 @@
+"""Probe: what do odd sizes cost kernels/grouped_gemm.py, and do the two fixes win it back?
+
+    python3 bench/probe_grouped_alignment.py [--rounds 3] [--csv OUT.csv]
+    TRITON_INTERPRET=1 python3 bench/probe_grouped_alignment.py --check   # CPU: correctness only
+
+Question (2026-12-02). `advisor diagnose --example --run` timed the bundled trace's loop of
+64 small GEMMs (its shapes as the trace reports them, e.g. 237x432x261) as one grouped
+launch: 90.1 us, against 29.0 us for the bench's aligned group of the same count and range
+(bench/RESULTS.md). The kernel's alignment promise (ALIGN) was one number for the whole
+group, taken over every M, N and K: one odd size anywhere and every operand was loaded 2
+bytes at a time without cp.async. Two changes:
+- the promise now covers only the sizes a vector runs along (a row-major A's K, a row-major
+  B's and C's N), and the stores get their own (ALIGN_C), so a ragged M (tokens per expert
+  in an MoE layer) keeps 16-byte loads and stores;
+- `stage=True` copies every A_i and B_i into zero-padded, 16-byte aligned row-major slots
+  first (one extra launch), so odd K and N get cp.async or TMA loads too.
+
+Groups: the example trace's 64 shapes (read off the bundled trace by advisor itself), an
+MoE-like group (64 experts, M_i ragged in 1..512, K = N = 1024) and the bench's aligned
+seed-0 group. Providers, side by side in one process, inputs rotated past the L2, each
+verified against a float64 reference on NaN-poisoned outputs first:
+- `old promise`: the plan's ALIGN and ALIGN_C forced to 1 where the old rule gave 1 (any
+  odd M, N or K): what the kernel did before;
+- `promise`: the current rule, unstaged; `staged` and `staged tma`: stage=True;
+- the torch.matmul loop, that loop in a CUDA graph, and torch._grouped_mm on operands padded
+  once outside the timed call (bf16).
+Eager do_bench medians, interleaved rounds, median of the round medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import random
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from advisor.bench.timing import l2_bytes, rotating, rotation_count, time_fn  # noqa: E402
+from kernels import grouped_gemm as gg  # noqa: E402
+from kernels.common import poison_  # noqa: E402
+
+
+def example_shapes() -> list[tuple[int, int, int]]:
+    """The GEMM shapes of the bundled example's small-GEMM loop, as advisor reads them."""
+    from advisor.diagnose import diagnose
+    from advisor.generate import parse_shape
+    from advisor.cli import example_trace
+    from advisor.traces import load_trace
+
+    d = diagnose(load_trace(example_trace()))
+    for f in d.findings:
+        shapes = (f.suggestion or {}).get("shapes")
+        if (f.suggestion or {}).get("schedule") == "grouped" and shapes:
+            return [parse_shape(s) for s in shapes]
+    raise RuntimeError("the example trace has no grouped suggestion")
+
+
+def groups(small: bool) -> dict[str, list[tuple[int, int, int]]]:
+    rng = random.Random(1)
+    if small:  # interpreter: a few tiny members of each kind
+        return {"odd": [(23, 37, 29), (9, 17, 45)], "ragged M": [(rng.randint(1, 40), 32, 48) for _ in range(3)],
+                "aligned": [(16, 24, 32), (40, 8, 16)]}
+    from advisor.bench.grouped import group_sizes
+
+    return {"example trace (odd)": example_shapes(),
+            "MoE ragged M, K=N=1024": [(rng.randint(1, 512), 1024, 1024) for _ in range(64)],
+            "aligned seed 0": group_sizes(64, 128, 512, 0)}
+
+
+def old_rule_align(sizes, plan) -> bool:
+    """True where the old promise (every M, N, K) would have been 1 element: any odd size."""
+    return any(x % 2 for s in sizes for x in s)
+
+
+def providers(sizes, dtype, device):
+    cfg = gg.default_config(sizes, dtype)
+    base = replace(cfg, stage=False)
+    out = {"promise": (base, False)}
+    if old_rule_align(sizes, None):
+        out["old promise"] = (base, True)
+    out["staged"] = (replace(base, stage=True), False)
+    if device == "cuda":
+        out["staged tma"] = (replace(base, stage=True, use_tma=True), False)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--csv", default=None)
+    ap.add_argument("--check", action="store_true", help="correctness only (CPU interpreter)")
+    args = ap.parse_args()
+    device = "cuda" if torch.cuda.is_available() and not args.check else "cpu"
+    if device == "cpu":
+        from kernels.common import fix_interpreter_bf16_dot
+
+        fix_interpreter_bf16_dot()
+    dtype = torch.bfloat16
+    rows = []
+    for gname, sizes in groups(device == "cpu").items():
+        nbytes = sum(2 * (M * K + K * N + M * N) for M, N, K in sizes)
+        flops = sum(2 * M * N * K for M, N, K in sizes)
+        sets = rotation_count(nbytes, l2_bytes(), min_sets=2) if device == "cuda" else 1
+        inputs = [gg.random_group(sizes, dtype, device, seed=7 + i) for i in range(sets)]
+        calls: dict[str, list] = {}
+        for pname, (cfg, force_old) in providers(sizes, dtype, device).items():
+            plans = []
+            for As, Bs in inputs:
+                plan = gg.prepare(As, Bs, cfg)
+                if force_old:
+                    plan.align = plan.align_c = 1
+                plans.append(plan)
+            for c in plans[0].outs:
+                poison_(c)
+            err = gg.check_outputs(*inputs[0], plans[0].launch())
+            print(f"{gname:26} {pname:12} ok  rel_err {err:.2e}  {plans[0]!r}", flush=True)
+            calls[pname] = [p.launch for p in plans]
+        if device == "cuda":
+            loops = [gg.torch_loop(As, Bs, [torch.empty(M, N, dtype=dtype, device=device) for M, N, _ in sizes])
+                     for As, Bs in inputs]
+            calls["torch.matmul loop"] = loops
+            graphs = []
+            for fn in loops:
+                fn()
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    fn()
+                graphs.append(g.replay)
+            calls["loop in a CUDA graph"] = graphs
+            gmm = [gg.torch_grouped_mm(As, Bs) for As, Bs in inputs]
+            if all(gmm):
+                calls["torch._grouped_mm padded (pad untimed)"] = gmm
+        if device == "cpu":
+            continue
+        times: dict[str, list[float]] = {p: [] for p in calls}
+        for _ in range(args.rounds):
+            for p, fns in calls.items():
+                times[p].append(time_fn(rotating(fns), method="do_bench", warmup_ms=25, rep_ms=100).median_ms * 1e3)
+        loop_us = statistics.median(times["torch.matmul loop"])
+        print(f"\n{gname}: {len(sizes)} GEMMs, {flops / 1e9:.2f} GFLOP, {nbytes / 1e6:.1f} MB, {sets} input sets")
+        for p, ts in sorted(times.items(), key=lambda kv: statistics.median(kv[1])):
+            us = statistics.median(ts)
+            print(f"  {p:40} {us:9.1f} us  {flops / us / 1e6:7.1f} TFLOP/s  x{loop_us / us:6.2f} vs the loop   "
+                  f"rounds {' '.join(f'{t:.1f}' for t in ts)}")
+            rows.append({"group": gname, "provider": p, "median_us": round(us, 2), "tflops": round(flops / us / 1e6, 2),
+                         "rounds": " ".join(f"{t:.2f}" for t in ts), "gemms": len(sizes), "device": torch.cuda.get_device_name(),
+                         "torch": torch.__version__})
+        print(flush=True)
+    if args.csv and rows:
+        with open(args.csv, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
