@@ -320,12 +320,14 @@ def generate_grouped(
     finding: dict[str, Any] | None = None,
     device: Device | None = None,
     tuned_for: dict[str, Any] | None = None,
+    chosen_by: dict[str, Any] | None = None,
     path: str | Path | None = None,
 ) -> Variant:
     """Render the grouped-GEMM variant (kernels/grouped_gemm.py inlined) for the GEMMs in
     `sizes` ([(M, N, K), ...]); write it to `path` when given. The knobs are the schedule's
     default_config for the group, overridden knob by knob by `knobs`. `group` (from
-    parse_group) records how the first group["count"] sizes were drawn."""
+    parse_group) records how the first group["count"] sizes were drawn; `chosen_by` replaces
+    the record of how the knobs were chosen (advisor.loop: measured on this GPU)."""
     sizes = [tuple(s) for s in (sizes or [])]
     if not sizes:
         raise AdvisorError("grouped: no GEMMs; give --group COUNT:LO:HI[:SEED] and/or --shapes MxNxK,...")
@@ -337,10 +339,11 @@ def generate_grouped(
         _check_problem(*s, dtype)
     sizes = [tuple(int(x) for x in s) for s in sizes]
     dev = device or Device()
-    final, chosen_by = _grouped_knobs(sizes, dtype, dev)
+    final, modelled = _grouped_knobs(sizes, dtype, dev)
     if knobs:
         final.update(coerce_knobs(GROUPED, knobs))
-        chosen_by = dict(chosen_by, overridden=sorted(knobs))
+        modelled = dict(modelled, overridden=sorted(knobs))
+    chosen_by = chosen_by or modelled  # a caller that measured the knobs says so
     final = coerce_knobs(GROUPED, final)
     _check_config(GROUPED, final, dtype)
     source, _ = bundle(GROUPED)

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 from .codegen import config_fields
 from .errors import AdvisorError
-from .generate import GEMM_STRATEGIES, DTYPES, finding_summary, generate
+from .generate import GEMM_STRATEGIES, DTYPES, finding_summary, generate, parse_shape
 from .kernel_lib import source_path
 from .schedule_model import Device, rank
 
@@ -59,6 +59,7 @@ class ShapeResult:
     variant_knobs: dict | None = None
     ran_on_gpu: bool = False
     counters: dict | None = None  # --counters: advisor.counters.CounterResult.to_dict()
+    kind: str = "gemm"  # advisor.group_loop.GroupResult: "grouped"
 
     @property
     def shape(self) -> str:
@@ -101,6 +102,7 @@ class ShapeResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "kind": self.kind,
             "shape": {"M": self.M, "N": self.N, "K": self.K},
             "dtype": self.dtype,
             "strategies": self.strategies,
@@ -312,21 +314,40 @@ class SkippedFinding:
 def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_for: Callable[[str], Callable] | None = None,
                   dtype_default: str = "bf16", counters: bool = False, log: Callable[[str], None] | None = None,
                   skipped: list[SkippedFinding] | None = None) -> list[ShapeResult]:
-    """run_shape_loop for every finding with a GEMM shape and a GEMM strategy, once per shape.
-    Findings it cannot run (batched GEMMs; loops of small GEMMs, whose grouped launch is
-    measured by the generated grouped variant's own --bench) are appended to `skipped`, once
-    per shape, when given."""
+    """run_shape_loop for every finding with a GEMM shape and a GEMM strategy, once per shape,
+    and advisor.group_loop.run_group_loop for every loop of small GEMMs whose shapes are known
+    (a launch_overhead finding suggesting the grouped schedule), once per set of shapes.
+    Findings it cannot run (batched GEMMs; a loop of one GEMM shape) are appended to
+    `skipped`, once each, when given."""
+    from .group_loop import run_group_loop
+
     results, seen = [], set()
     for f in diagnosis.findings:
         grouped = (f.suggestion or {}).get("schedule") == "grouped" and (f.suggestion or {}).get("shapes")
-        if grouped and skipped is not None:
-            shapes, dtype = f.suggestion["shapes"], f.suggestion.get("dtype") or dtype_default
-            command = f"advisor generate grouped --shapes {','.join(shapes)} --dtype {dtype} -o grouped.py"
-            skipped.append(SkippedFinding(
-                f.symptom, f.kernel, {"shapes": len(shapes), "dtype": dtype},
-                f"a loop of {f.launches} small kernels ({len(shapes)} GEMM shapes): --run times one GEMM shape at a "
-                f"time; time their grouped launch against the loop and its CUDA graph with `{command}` and then "
-                "`python grouped.py --check --bench` on the GPU"))
+        if grouped:
+            shapes, dtype = list(f.suggestion["shapes"]), f.suggestion.get("dtype") or dtype_default
+            dtype = dtype if dtype in DTYPES else dtype_default
+            key = ("grouped", tuple(shapes), dtype)
+            if key in seen:
+                continue
+            seen.add(key)
+            if len(shapes) < 2:
+                if skipped is not None:
+                    skipped.append(SkippedFinding(
+                        f.symptom, f.kernel, {"shapes": len(shapes), "dtype": dtype},
+                        f"a loop of {f.launches} small kernels with one GEMM shape ({shapes[0]}): a grouped launch "
+                        "of one GEMM gains nothing; batch the repeated calls (torch.bmm on stacked operands) or "
+                        "capture the loop in a CUDA graph"))
+                continue
+            sizes = [parse_shape(t) for t in shapes]
+            progress = progress_for(f"{len(sizes)} GEMMs") if progress_for else None
+            res = run_group_loop(sizes, dtype, budget_s=budget_s, finding=finding_summary(f), out_dir=out_dir,
+                                 progress=progress)
+            if counters:
+                res.counters = {"summaries": [], "reports": [],
+                                "notes": ["--counters profiles single GEMM shapes; a grouped launch is not profiled"]}
+            results.append(res)
+            continue
         if f.shape is None or f.symptom not in STRATEGIES_FOR:
             continue
         s = f.shape

@@ -125,19 +125,105 @@ def test_all_batched_says_so(tmp_path, monkeypatch):
     assert not (out / "run_report.json").exists() and not list(out.glob("variant_*.py"))
 
 
-def test_small_gemm_loop_is_listed_with_its_grouped_command(tmp_path, monkeypatch):
-    # the planted loop of 64 small GEMMs: no single shape to time, so --run says how to time
-    # its grouped launch (the command generate accepts), instead of passing over it silently
+def test_small_gemm_loop_becomes_a_grouped_result(tmp_path, monkeypatch):
+    # the planted loop of 64 small GEMMs: --run times their grouped launch against the loop
+    # (here, without a GPU, it writes the grouped variant with the model's knobs and says so)
     monkeypatch.setattr(L, "gpu_present", lambda: False)
     out = tmp_path / "out"
     r = CliRunner().invoke(cli, ["diagnose", str(DATA / "h200" / "small_gemms.sqlite.gz"), "--run", "--out", str(out),
                                  "--cache-dir", str(tmp_path / "cache")])
     assert r.exit_code == 0, r.output
-    (line,) = [x for x in r.stderr.splitlines() if x.startswith("advisor: --run: skipped launch_overhead")]
-    assert "64 GEMM shapes" in line and "python grouped.py --check --bench" in line
-    command = line.split("`")[1].split()[1:]
-    r = CliRunner().invoke(cli, [*command[:-1], str(tmp_path / "grouped.py")])
-    assert r.exit_code == 0 and (tmp_path / "grouped.py").is_file()
+    assert "skipped launch_overhead" not in r.stderr
+    report = json.loads((out / "run_report.json").read_text())
+    (g,) = [x for x in report["results"] if x.get("kind") == "grouped"]
+    assert g["shape"]["count"] == 64 and len(g["shape"]["sizes"]) == 64 and g["dtype"] == "bf16"
+    assert g["finding"]["symptom"] == "launch_overhead" and not g["ran_on_gpu"]
+    assert g["verdict"].startswith("not run: no CUDA GPU here")
+    variant = out / g["variant"]
+    text = variant.read_text()
+    assert "[237, 432, 261]" in text and "variant_grouped_matmul" in text  # the loop's own shapes
+    md = (out / "run_report.md").read_text()
+    assert "## 1. 64 GEMMs in one grouped launch, bf16: launch_overhead" in md
+    assert f"python {variant.name} --check --bench" in md and "advisor bench --shape" not in md
+
+
+def group_finding(shapes, launches=40):
+    from advisor.findings import Finding
+
+    return Finding(symptom="launch_overhead", strategy="persistent", title="t", kernel="gemm_loop", rank=0, device_id=0,
+                   shape=None, grid=None, block=None, launches=launches, total_ns=2_000, est_savings_ns=100,
+                   confidence="high", watch_for="", suggestion={"schedule": "grouped", "shapes": shapes, "dtype": "fp16"})
+
+
+def test_group_findings_run_once_per_set_and_one_shape_is_skipped(monkeypatch):
+    import advisor.group_loop as G
+
+    ran = []
+    monkeypatch.setattr(G, "run_group_loop", lambda sizes, dtype, **kw: ran.append((sizes, dtype)) or G.GroupResult(sizes, dtype))
+    two = ["40x24x32", "17x33x70"]
+    diagnosis = SimpleNamespace(findings=[group_finding(two), group_finding(list(two)), group_finding(["64x64x64"], 50)])
+    skipped = []
+    results = L.loop_findings(diagnosis, budget_s=5, out_dir=None, skipped=skipped)
+    assert ran == [([(40, 24, 32), (17, 33, 70)], "fp16")] and len(results) == 1
+    (s,) = skipped
+    assert s.shape == {"shapes": 1, "dtype": "fp16"}
+    assert "one GEMM shape (64x64x64)" in s.reason and "torch.bmm" in s.reason
+
+
+def group_rows(**us):
+    names = {"loop": "torch.matmul", "graph": "cuda_graph", "gmm": "torch._grouped_mm[padded]", "grouped": "grouped"}
+    return [row(names[k], v, config='{"block_m": 64}' if k == "grouped" else "") for k, v in us.items()]
+
+
+def test_decide_group():
+    import advisor.group_loop as G
+
+    sizes = [(40, 24, 32), (17, 33, 70)]
+    r = G.GroupResult(sizes, "fp16", rows=group_rows(loop=600.0, graph=220.0, gmm=150.0, grouped=60.0))
+    G.decide_group(r)
+    assert r.recommended and r.winner["provider"] == "grouped" and r.baseline["provider"] == "cuda_graph"
+    assert r.verdict == ("grouped wins: one launch of the 2 GEMMs is 10.00x the torch.matmul loop, "
+                         "3.67x the loop captured in a CUDA graph (verified, rel. error 1.0e-03)")
+    # the padded torch._grouped_mm (its padding outside the timed call) is a reference, not a rival
+    r = G.GroupResult(sizes, "fp16", rows=group_rows(loop=600.0, graph=220.0, gmm=40.0, grouped=60.0))
+    G.decide_group(r)
+    assert r.recommended and "already padded to the group's largest K and N took 40.0 us" in r.verdict
+    t = {x["provider"]: x for x in r.table()}
+    assert t["grouped"]["vs_loop"] == 10.0 and round(t["grouped"]["vs_graph"], 3) == 3.667
+    assert t["grouped"]["tflops"] == 2 * (40 * 24 * 32 + 17 * 33 * 70) / 60e-6 / 1e12
+    # the graph is the best baseline and the grouped launch is within the noise: capture the loop
+    r = G.GroupResult(sizes, "fp16", rows=group_rows(loop=600.0, graph=100.0, grouped=98.5))
+    G.decide_group(r)
+    assert not r.recommended and "capture the loop in a CUDA graph" in r.verdict
+    # a grouped launch that failed its check is never the winner
+    r = G.GroupResult(sizes, "fp16", rows=group_rows(loop=600.0, graph=100.0) + [row("grouped", 10.0, status="wrong")])
+    G.decide_group(r)
+    assert r.winner is None and "did not pass its check" in r.verdict
+    assert {x["provider"]: x["status"] for x in r.table()}["grouped"] == "wrong: boom"
+
+
+@pytest.mark.interpreter
+def test_group_gpu_path_on_the_interpreter(tmp_path, monkeypatch):
+    import advisor.group_loop as G
+
+    monkeypatch.setattr(L, "gpu_present", lambda: True)
+    monkeypatch.setattr(L, "device_spec", lambda: (Device(name="interpreter", sm_count=3),
+                                                   {"gpu": "interpreter", "sm_count": 3, "compute_capability": None, "smem_per_block_bytes": None}))
+    finding = {"symptom": "launch_overhead", "strategy": "persistent", "kernel": "k", "launches": 3, "total_ns": 1, "est_savings_ns": 1}
+    sizes = [(40, 24, 32), (17, 33, 70), (24, 16, 48)]
+    r = G.run_group_loop(sizes, "fp16", budget_s=15, finding=finding, out_dir=tmp_path)
+    status = {x["provider"]: x["status"] for x in r.rows}
+    assert status["torch.matmul"] == "ok" and status["grouped"] == "ok"
+    assert status["cuda_graph"] == "skipped"  # no CUDA graphs on the CPU
+    assert all(x["rel_err"] < 2e-3 for x in r.rows if x["status"] == "ok")
+    assert r.ran_on_gpu and r.winner["provider"] == "grouped" and r.verdict
+    text = r.variant_path.read_text()
+    assert "TUNED_FOR = {'gpu': 'interpreter'" in text and "'how': 'measured'" in text and "[24, 16, 48]" in text
+    from advisor.render import render
+
+    md = render("run_report.md.j2", results=[r], device={"gpu": "interpreter", "sm_count": 3, "compute_capability": None},
+                versions={"torch": "t", "triton": "tr"}, rules={}, images={}, skipped=[], date="today")
+    assert "| vs the torch.matmul loop | vs its CUDA graph |" in md and "| grouped |" in md
 
 
 def test_run_report_lists_the_skipped(tmp_path, monkeypatch):

@@ -55,6 +55,20 @@ def group_label(count: int, lo: int, hi: int, seed: int) -> str:
     return f"{count} GEMMs {lo}..{hi} seed {seed}"
 
 
+def job_sizes(job: dict) -> list[tuple]:
+    """A grouped job's GEMMs: the ones it lists ("sizes", e.g. the shapes a trace's loop ran),
+    else the seeded draw of count/lo/hi/seed."""
+    if job.get("sizes"):
+        return [tuple(int(x) for x in s) for s in job["sizes"]]
+    return group_sizes(job["count"], job["lo"], job["hi"], job["seed"])
+
+
+def job_label(job: dict) -> str:
+    if job.get("sizes"):
+        return job.get("label") or f"{len(job['sizes'])} GEMMs"
+    return group_label(job["count"], job["lo"], job["hi"], job["seed"])
+
+
 @dataclass
 class GroupCandidate:
     provider: str

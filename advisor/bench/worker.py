@@ -19,7 +19,8 @@ Plan (JSON): {"run_id", "deadline" (Unix time or null), "hbm_gbps", "settings": 
 "prior_rows": {job: [row, ...]}, "schedules": {strategy: "path/to/file.py"}}. Job kinds:
 "ceiling", "gemm" (suite, M, N, K, dtype, strategies, budget_s; optional baselines, and
 configs = {strategy: [Config as a dict, ...]} to use a caller's ranked list instead of the
-schedule's search space) and "grouped" (suite, dtype, count, lo, hi, seed, budget_s). See bench/bench_gemm.py for a full example.
+schedule's search space) and "grouped" (suite, dtype, count, lo, hi, seed, budget_s; or sizes = [[M, N, K], ...] and
+an optional label instead of the seeded draw). See bench/bench_gemm.py for a full example.
 
 With --compile-slice I/N the worker only warms Triton's on-disk cache: it takes every N-th
 variant of the whole plan, starting at I, in priority order, runs it once on its real
@@ -88,9 +89,9 @@ def job_stub(job: dict, key) -> dict:
 
         shape, M, N, K = shape_text(job["M"], job["N"], job["K"]), job["M"], job["N"], job["K"]
     elif job["kind"] == "grouped":
-        from .grouped import group_label
+        from .grouped import job_label
 
-        shape, M, N, K = group_label(job["count"], job["lo"], job["hi"], job["seed"]), None, None, None
+        shape, M, N, K = job_label(job), None, None, None
     else:
         shape, M, N, K = job.get("id", ""), None, None, None
     return {"suite": suite, "phase": phase, "provider": provider, "config": config, "shape": shape,
@@ -149,7 +150,7 @@ def gemm_candidates(job: dict, schedules: dict, num_sms: int, settings: dict) ->
 
 def _measure(plan: dict, ev: Events) -> int:
     from . import runner
-    from .grouped import grouped_candidates, group_sizes, group_label, measure_ceilings, run_grouped
+    from .grouped import grouped_candidates, job_label, job_sizes, measure_ceilings, run_grouped
 
     settings = plan.get("settings", {})
     device = runner.default_device()
@@ -225,7 +226,7 @@ def _measure(plan: dict, ev: Events) -> int:
                         status="skipped" if isinstance(exc, ImportError) else "compile_error",
                         error=f"no candidates: {runner._error_text(exc)}", timer="", env=env))
             elif job["kind"] == "grouped":
-                sizes = group_sizes(job["count"], job["lo"], job["hi"], job["seed"])
+                sizes = job_sizes(job)
                 module = schedules.get("grouped")
                 configs = None
                 try:
@@ -236,7 +237,7 @@ def _measure(plan: dict, ev: Events) -> int:
                 except Exception:  # noqa: BLE001 - run_grouped records the missing schedule
                     module = None
                 rows = run_grouped(sizes, job["dtype"], configs, budget, progress, suite=job["suite"],
-                                   label=group_label(job["count"], job["lo"], job["hi"], job["seed"]),
+                                   label=job_label(job),
                                    module=module, seed=job.get("check_seed"), **resume, **common)
             else:
                 raise ValueError(f"unknown job kind {job['kind']!r}")
@@ -256,7 +257,7 @@ def compile_items(plan: dict, schedules: dict, num_sms: int) -> list[tuple[dict,
     """Every (job, strategy, config, key) of the plan's GEMM and grouped jobs, in priority
     order: each job's first candidates before anyone's later ones."""
     from . import runner
-    from .grouped import group_sizes, grouped_candidates
+    from .grouped import grouped_candidates, job_sizes
 
     settings = plan.get("settings", {})
     ranked = []
@@ -281,7 +282,7 @@ def compile_items(plan: dict, schedules: dict, num_sms: int) -> list[tuple[dict,
         elif job["kind"] == "grouped":
             try:
                 mod = schedules.get("grouped") or runner.load_schedule("grouped")
-                sizes = group_sizes(job["count"], job["lo"], job["hi"], job["seed"])
+                sizes = job_sizes(job)
                 items = [("grouped", c) for c in grouped_candidates(
                     mod, sizes, job["dtype"], num_sms, max_configs=settings.get("max_configs"),
                     quick=settings.get("quick", False))]
@@ -300,7 +301,7 @@ def _compile(plan: dict, ev: Events, index: int, count: int) -> int:
     import torch
 
     from . import runner
-    from .grouped import group_sizes, schedule_setup
+    from .grouped import job_sizes, schedule_setup
     from .verify import dtype_from_name, make_generator, random_matrix
 
     settings = plan.get("settings", {})
@@ -339,7 +340,7 @@ def _compile(plan: dict, ev: Events, index: int, count: int) -> int:
                     if jid not in inputs:
                         inputs.clear()
                         g = make_generator(device, 5)
-                        sizes = group_sizes(job["count"], job["lo"], job["hi"], job["seed"])
+                        sizes = job_sizes(job)
                         inputs[jid] = ([random_matrix(m, k, dt, device, g) for m, n, k in sizes],
                                        [random_matrix(k, n, dt, device, g) for m, n, k in sizes],
                                        [torch.empty((m, n), dtype=dt, device=device) for m, n, k in sizes])
