@@ -456,7 +456,7 @@ def _pow2_divisor(x: int, cap: int) -> int:
     return d
 
 
-def _alignments(sizes, a_offs, b_offs, c_offs, As, Bs, outs, a_layout: int, b_layout: int, elt: int,
+def _alignments(sizes, store_sizes, a_offs, b_offs, c_offs, As, Bs, outs, a_layout: int, b_layout: int, elt: int,
                 c_col: bool = False) -> tuple[int, int]:
     """(ALIGN, ALIGN_C) for the kernel: the largest power of two (at most 16 bytes' worth of
     elements) dividing, for the loads, every A and B element offset and leading stride and
@@ -464,7 +464,8 @@ def _alignments(sizes, a_offs, b_offs, c_offs, As, Bs, outs, a_layout: int, b_la
     B's N, a column-major one's K); for the stores, every C offset and leading stride and C's
     N (M when `c_col`: the outputs are column-major, their leading stride is the column one).
     M of a row-major A joins neither: rows of any count keep their vectors, which is what a
-    ragged-M group (tokens per expert) needs."""
+    ragged-M group (tokens per expert) needs. `sizes` are the operands' (a staged plan's K
+    and N padded), `store_sizes` C's own."""
     cap = ALIGN_BYTES // elt
 
     def gcd_pow2(vals) -> int:
@@ -478,12 +479,12 @@ def _alignments(sizes, a_offs, b_offs, c_offs, As, Bs, outs, a_layout: int, b_la
     load_vals = list(a_offs) + list(b_offs)
     for ts, layout, dims in ((As, a_layout, (2, 0)), (Bs, b_layout, (1, 2))):
         if layout == STRIDED:
-            return 1, gcd_pow2(_store_vals(sizes, c_offs, outs, c_col))
+            return 1, gcd_pow2(_store_vals(store_sizes, c_offs, outs, c_col))
         d = 0 if layout == ROW_MAJOR else 1  # the dimension whose stride is not 1
         load_vals += [t.stride(d) if t.shape[d] > 1 else 0 for t in ts]
         along = dims[0] if layout == ROW_MAJOR else dims[1]  # index into (M, N, K)
         load_vals += [s[along] for s in sizes]
-    return gcd_pow2(load_vals), gcd_pow2(_store_vals(sizes, c_offs, outs, c_col))
+    return gcd_pow2(load_vals), gcd_pow2(_store_vals(store_sizes, c_offs, outs, c_col))
 
 
 def _store_vals(sizes, c_offs, outs, c_col: bool) -> list[int]:
@@ -694,7 +695,7 @@ def prepare(As: Sequence[torch.Tensor], Bs: Sequence[torch.Tensor], config: Conf
         groups[i, :12] = (*offs, M, Nl, Kl, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c_lead, N)
     # the kernel's group 0 A is its base pointer; its own alignment joins both promises
     base_al = [base // elt if base % elt == 0 else 1]
-    align, align_c = _alignments(load_sizes, a_offs + base_al, b_offs, c_offs + base_al, kA, kB, kC,
+    align, align_c = _alignments(load_sizes, ksizes, a_offs + base_al, b_offs, c_offs + base_al, kA, kB, kC,
                                  a_layout, b_layout, elt, c_col=swapped)
     if config.use_tma and not (a_layout == ROW_MAJOR and b_layout == ROW_MAJOR and align * elt >= ALIGN_BYTES):
         raise ValueError("use_tma needs every A_i and B_i row-major, with 16-byte aligned addresses, row "

@@ -190,6 +190,24 @@ def test_staged_group_of_odd_sizes(dtype, cfg, ta, tb):
     gg.check_outputs(As, Bs, plan.launch())
 
 
+def test_staged_plan_promises_the_stores_only_what_c_holds():
+    # caller outputs with 16-byte rows but an odd N: the staged operands are padded to N = 48,
+    # C is not, so the store promise must stay at C's own N (the interpreter ignores hints:
+    # the promise itself is what is checked)
+    sizes = [(20, 45, 30), (9, 45, 17)]
+    As, Bs = gg.random_group(sizes, torch.bfloat16, DEVICE, seed=26)
+    rows = [torch.empty((M, 48), dtype=torch.bfloat16, device=DEVICE) for M, _, _ in sizes]
+    outs = [common.poison_(r[:, :N]) for r, (_, N, _) in zip(rows, sizes)]
+    plan = gg.prepare(As, Bs, STAGED, out=outs)
+    assert plan.align == 8 and plan.align_c == 1
+    gg.check_outputs(As, Bs, plan.launch())
+    # with N itself a multiple of 8 the same outputs keep 16-byte stores
+    sizes = [(20, 48, 30), (9, 40, 17)]
+    As, Bs = gg.random_group(sizes, torch.bfloat16, DEVICE, seed=27)
+    outs = [r[:, :N] for r, (_, N, _) in zip(rows, sizes)]
+    assert gg.prepare(As, Bs, STAGED, out=outs).align_c == 8
+
+
 def test_staged_plan_copies_the_current_inputs_every_launch():
     sizes = odd_sizes(4, seed=24)
     As, Bs = gg.random_group(sizes, torch.bfloat16, DEVICE, seed=24)
