@@ -25,6 +25,16 @@ verified against a float64 reference on NaN-poisoned outputs first:
 - the torch.matmul loop, that loop in a CUDA graph, and torch._grouped_mm on operands padded
   once outside the timed call (bf16).
 Eager do_bench medians, interleaved rounds, median of the round medians.
+
+What it showed (H200, 2026-12-02, results/probe_grouped_alignment/, run 3 = the committed
+kernels): the ragged-M group took 102 us against 997 us under the old promise (the
+torch.matmul loop ~1 ms, its CUDA graph 339 us, padded torch._grouped_mm 94 us); the
+example trace's odd group 81 us staged against 226 us unstaged (graph 590 us, padded
+torch._grouped_mm 47 us with its padding untimed); the aligned group is unchanged unstaged
+(30 us) and pays ~22 us for a copy it does not need when staged, which is why the search
+space stages only groups with an odd K or N. Run 1 had the copy on a persistent grid (35 us
+of copy), run 2 one program a tile with loads down the columns of row-major sources (no
+better), run 3 loads along the sources' unit stride (SRC_LAYOUT).
 """
 
 from __future__ import annotations

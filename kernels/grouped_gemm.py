@@ -62,8 +62,11 @@ Caveats
   (a second kernel, `stage_copy_kernel`; K and N rounded up to 16 bytes' worth, the zeros add
   nothing to C), so the GEMMs get the full promise, and only C's stores stay narrow. The
   search space leads with staged configs for 16-bit groups with an odd K or N. On the H200
-  the example trace's 64 odd GEMMs took 226 us unstaged and 74-91 us staged, the copy about
-  35 us of it; `torch._grouped_mm` on operands padded once, outside the timed call, 47 us.
+  (`bench/results/probe_grouped_alignment/`) the example trace's 64 odd GEMMs took 226 us
+  unstaged and 81 us staged with the default config, the copy ~22 us of it (52 MB moved);
+  `torch._grouped_mm` on operands padded once, outside the timed call, 47 us. The copy's
+  loads are 2-byte where rows are odd, but run along each source's unit stride: with a
+  row-major source read down its columns the copy alone took ~35 us.
   Where the operands can stay padded (to multiples of 8, as `torch._grouped_mm` requires
   anyway), pad them once instead.
 * Outputs share one allocation (each C_i is a contiguous view into it); pass `out=` to
@@ -349,9 +352,12 @@ STAGE_BLOCK_R, STAGE_BLOCK_C = 32, 128
 @triton.jit(do_not_specialize=["num_tiles"])
 def stage_copy_kernel(src_ptr, dst_ptr, table_ptr, sched_ptr, num_tiles,
                       BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
-                      ALIGN: tl.constexpr, STAGE_COLS: tl.constexpr = 8, TILE_COLS: tl.constexpr = 4):
+                      ALIGN: tl.constexpr, SRC_LAYOUT: tl.constexpr = 2,
+                      STAGE_COLS: tl.constexpr = 8, TILE_COLS: tl.constexpr = 4):
     """Copy every A_i / B_i of a staged plan into its zero-padded row-major slot: the source
-    as it is (any strides, 2-byte loads where it is odd), the destination in 16-byte vectors
+    as it is (2-byte loads where it is odd; SRC_LAYOUT promises, as the GEMM's layouts do,
+    that every source has unit column stride (0) or unit row stride (1), so that a warp's
+    loads run along the source's contiguous dimension), the destination in 16-byte vectors
     (its offsets and row stride are multiples of ALIGN elements), the padding columns written
     as zeros so that the GEMM's K and N may run to the padded sizes."""
     pid = tl.program_id(axis=0)
@@ -369,8 +375,8 @@ def stage_copy_kernel(src_ptr, dst_ptr, table_ptr, sched_ptr, num_tiles,
         d_r = tl.multiple_of(tl.load(row + 6).to(tl.int32), ALIGN)  # padded columns = row stride
         r = tr * BLOCK_R + tl.arange(0, BLOCK_R)
         c = tc * BLOCK_C + tl.arange(0, BLOCK_C)
-        v = tl.load(src_ptr + src_off + r[:, None] * s_r + c[None, :] * s_c,
-                    mask=(r[:, None] < rows) & (c[None, :] < cols), other=0.0)
+        v = _load_operand_tile(src_ptr + src_off, r, c, s_r, s_c, (r[:, None] < rows) & (c[None, :] < cols),
+                               SRC_LAYOUT)
         tl.store(dst_ptr + dst_off + r[:, None] * d_r + c[None, :], v, mask=(r[:, None] < rows) & (c[None, :] < d_r))
 
 
@@ -544,12 +550,16 @@ class _Staging:
         self.grid = max(1, self.num_tiles)
         self.src = As[0]
         self.align = per
+        # unit column strides everywhere (row-major sources) or unit row strides (transposed
+        # views): the copy's loads run along that dimension; a mix takes the general path
+        srcs = list(As) + list(Bs)
+        self.src_layout = _layout(srcs, inner=1)
 
     def launch(self) -> None:
         launch_kernel(stage_copy_kernel, (self.grid,),
             self.src, self.buffer, self.table_dev, self.sched_dev, self.num_tiles,
             BLOCK_R=STAGE_BLOCK_R, BLOCK_C=STAGE_BLOCK_C, NUM_PROGRAMS=self.grid, ALIGN=self.align,
-            num_warps=4,
+            SRC_LAYOUT=self.src_layout, num_warps=4,
         )
 
 
@@ -908,7 +918,7 @@ def compile_for_sm90(config: Config, dtype: torch.dtype = torch.bfloat16, *, a_l
                           options=dict(num_warps=config.num_warps, num_stages=config.num_stages))
 
 
-def compile_stage_for_sm90(dtype: torch.dtype = torch.bfloat16, num_programs: int = 528):
+def compile_stage_for_sm90(dtype: torch.dtype = torch.bfloat16, num_programs: int = 528, src_layout: int = ROW_MAJOR):
     """The staged plans' copy kernel, compiled for sm_90 (see compile_for_sm90)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -916,7 +926,8 @@ def compile_stage_for_sm90(dtype: torch.dtype = torch.bfloat16, num_programs: in
     if _interpreting():
         raise RuntimeError("compile_stage_for_sm90 needs TRITON_INTERPRET unset")
     constexprs = dict(BLOCK_R=STAGE_BLOCK_R, BLOCK_C=STAGE_BLOCK_C, NUM_PROGRAMS=num_programs,
-                      ALIGN=ALIGN_BYTES // dtype.itemsize, STAGE_COLS=STAGE_COLS, TILE_COLS=TILE_COLS)
+                      ALIGN=ALIGN_BYTES // dtype.itemsize, SRC_LAYOUT=src_layout, STAGE_COLS=STAGE_COLS,
+                      TILE_COLS=TILE_COLS)
     signature = {"src_ptr": "*" + _TL_NAME[dtype], "dst_ptr": "*" + _TL_NAME[dtype], "table_ptr": "*i64",
                  "sched_ptr": "*i32", "num_tiles": "i32"}
     signature.update({k: "constexpr" for k in constexprs})
