@@ -789,6 +789,15 @@ def test_v1_csv_with_counter_columns_is_marked_serialized(tmp_path):
     assert "serialized_ranks" not in load_trace(src).meta
 
 
+def test_v1_csv_of_rocm_5_2_is_not_a_counter_run(tmp_path):
+    # before ROCm 5.3 rocprofiler's tool wrote vgpr, sgpr, fbar, sig, obj into every record
+    header = ["Index", "KernelName", "gpu-id", "queue-id", "queue-index", "pid", "tid", "grd", "wgr", "lds", "scr",
+              "vgpr", "sgpr", "fbar", "sig", "obj", "DispatchNs", "BeginNs", "EndNs", "CompleteNs"]
+    row = [0, "k", 2, 0, 0, 7, 7, 4096, 256, 0, 0, 8, 16, 0, "0x0", "0x1", 10, 20, 120, 130]
+    trace = load_trace(write_csv(tmp_path / "results.csv", header, [row]))
+    assert trace.meta["variant"] == "rocprof v1" and "serialized_ranks" not in trace.meta
+
+
 @pytest.mark.parametrize("header, serialized", [(V2_OLD, True), (V2_FILE_PLUGIN_V2, False)], ids=["SQ_WAVES", "plain"])
 def test_v2_csv_counter_columns_mark_serialized(tmp_path, header, serialized):
     values = {"Dispatch_ID": 1, "GPU_ID": 4, "Queue_ID": 1, "Queue_Index": 1, "PID": 10, "TID": 10, "GRD": 1024,

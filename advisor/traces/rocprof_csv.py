@@ -80,14 +80,15 @@ _SERIALIZED = {
 }
 
 # The kernel-record columns of rocprof v1's results.csv (rocprofiler v1 `tblextr.py`, with
-# --timestamp on and --obj-tracking on) and of rocprofv2's CSVs (both file-plugin layouts).
+# --timestamp on and --obj-tracking on; before ROCm 5.3 every record also had `fbar`) and of
+# rocprofv2's CSVs (both file-plugin layouts).
 # Anything else in such a file is a counter or derived metric (SQ_WAVES, FETCH_SIZE, VALUBusy):
 # the run collected counters per dispatch, which serializes the dispatches (rocprof-compute's
 # profile-mode docs: counters "with kernel dispatch association ... requires serializing kernel
 # dispatches"), so the timeline is marked as _SERIALIZED variants are.
 _V1_V2_RECORD_COLUMNS = frozenset({
     "Index", "KernelName", "gpu-id", "queue-id", "queue-index", "pid", "tid", "grd", "wgr", "lds", "scr",
-    "arch_vgpr", "vgpr", "accum_vgpr", "sgpr", "wave_size", "sig", "obj", "DispatchNs", "BeginNs", "EndNs",
+    "arch_vgpr", "vgpr", "accum_vgpr", "sgpr", "fbar", "wave_size", "sig", "obj", "DispatchNs", "BeginNs", "EndNs",
     "CompleteNs", "DurationNs",
     "Dispatch_ID", "GPU_ID", "Queue_ID", "Queue_Index", "PID", "TID", "GRD", "WGR", "LDS", "SCR", "Arch_VGPR",
     "ACCUM_VGPR", "Accum_VGPR", "SGPR", "Wave_Size", "SIG", "OBJ", "Kernel_Name", "Start_Timestamp",
