@@ -707,7 +707,11 @@ def prepare(As: Sequence[torch.Tensor], Bs: Sequence[torch.Tensor], config: Conf
     base_al = [base // elt if base % elt == 0 else 1]
     align, align_c = _alignments(load_sizes, ksizes, a_offs + base_al, b_offs, c_offs + base_al, kA, kB, kC,
                                  a_layout, b_layout, elt, c_col=swapped)
-    if config.use_tma and not (a_layout == ROW_MAJOR and b_layout == ROW_MAJOR and align * elt >= ALIGN_BYTES):
+    # a TMA descriptor takes every row stride, even of a one-row operand, which the pointer
+    # path's promise may skip (its only row is never strided over)
+    tma_rows_ok = all(t.stride(0) * elt % ALIGN_BYTES == 0 for t in list(kA) + list(kB))
+    if config.use_tma and not (a_layout == ROW_MAJOR and b_layout == ROW_MAJOR and align * elt >= ALIGN_BYTES
+                               and tma_rows_ok):
         raise ValueError("use_tma needs every A_i and B_i row-major, with 16-byte aligned addresses, row "
                          "strides and sizes (K and N); use the pointer path (use_tma=False), or stage=True")
     bm, bn = _kernel_tile(config, swapped)

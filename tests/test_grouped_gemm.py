@@ -14,6 +14,7 @@ import os
 import random
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -243,6 +244,13 @@ def test_tma_is_refused_when_the_group_breaks_its_rules():
     As, Bs = gg.random_group([(40, 48, 24)], torch.float16, DEVICE, seed=7, transpose_a=True)
     with pytest.raises(ValueError, match="use_tma"):
         gg.prepare(As, Bs, SMALL_TMA)
+    # a one-row A cut from a wider tensor: its 18-byte row stride still goes into the descriptor
+    As, Bs = gg.random_group([(1, 16, 8), (16, 16, 8)], torch.bfloat16, DEVICE, seed=7)
+    As[0] = torch.randn(2, 9, device=DEVICE).to(torch.bfloat16)[:1, :8]
+    assert gg.prepare(As, Bs, SMALL).align == 8  # the pointer path never strides over its one row
+    with pytest.raises(ValueError, match="use_tma"):
+        gg.prepare(As, Bs, SMALL_TMA)
+    gg.check_outputs(As, Bs, gg.prepare(As, Bs, replace(SMALL_TMA, stage=True)).launch())  # staged: fine
 
 
 def test_plan_is_reusable_and_sees_new_input_contents():
