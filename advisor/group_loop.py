@@ -24,6 +24,7 @@ would capture the loop into a graph itself (advisor.bench.grouped.grouped_timer)
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .generate import GROUPED, generate_grouped
-from .loop import NOISE_MARGIN, complexity
+from .loop import NOISE_MARGIN, complexity, final_failures
 
 LOOP, GRAPH = "torch.matmul", "cuda_graph"
 PADDED = "torch._grouped_mm[padded]"
@@ -69,8 +70,13 @@ class GroupResult:
     observed_ns: int | None = None  # the trace's run is not one call of the group: not compared
 
     @property
+    def tag(self) -> str:
+        """Six hex digits of the sizes: two loops of as many GEMMs get different files."""
+        return hashlib.sha1(self.shapes_text.encode()).hexdigest()[:6]
+
+    @property
     def shape(self) -> str:
-        return f"{len(self.sizes)} GEMMs"
+        return f"{len(self.sizes)} GEMMs {self.tag}"
 
     @property
     def flops(self) -> float:
@@ -84,8 +90,9 @@ class GroupResult:
         """Each provider's best verified time (final re-timings first), then the failures;
         speedups against the loop and its CUDA graph."""
         best: dict[str, dict] = {}
+        refuted = final_failures(self.rows)
         for r in self.rows:
-            if r.get("status") != "ok" or not r.get("median_us"):
+            if r.get("status") != "ok" or not r.get("median_us") or (r["provider"], r.get("config") or "") in refuted:
                 continue
             key = (0 if r.get("phase") == "final" else 1, float(r["median_us"]))
             if r["provider"] not in best or key < best[r["provider"]]["_key"]:
@@ -146,7 +153,9 @@ def decide_group(result: GroupResult) -> None:
     result.baseline = min(bases.values(), key=lambda r: r["median_us"]) if bases else None
     ours = table.get(GROUPED)
     if ours is None:
-        result.verdict = "the grouped launch did not pass its check: nothing to recommend"
+        ran = any(r.get("provider") == GROUPED for r in result.rows)
+        result.verdict = ("the grouped launch did not pass its check: nothing to recommend" if ran else
+                          "the grouped launch was not timed (no config ran within the budget): nothing to recommend")
         return
     result.winner = ours
     vs = [f"{r['median_us'] / ours['median_us']:.2f}x {_WHAT.get(p, p)}" for p, r in bases.items()]
@@ -186,7 +195,8 @@ def run_group_loop(sizes: Sequence[tuple[int, int, int]], dtype: str, *, budget_
 
     sizes = [tuple(int(x) for x in s) for s in sizes]
     res = GroupResult(sizes, dtype, finding=finding)
-    name = f"variant_{finding['symptom']}_{len(sizes)}_gemms.py" if finding else f"variant_grouped_{len(sizes)}_gemms.py"
+    stem = finding["symptom"] if finding else "grouped"
+    name = f"variant_{stem}_{len(sizes)}_gemms_{res.tag}.py"
     if not L.gpu_present():
         if out_dir is not None:
             path = out_dir / name
@@ -198,8 +208,8 @@ def run_group_loop(sizes: Sequence[tuple[int, int, int]], dtype: str, *, budget_
     from .bench.isolate import run_group_isolated
 
     dev, tuned = L.device_spec()
-    workdir = (out_dir / f"work_grouped_{len(sizes)}") if out_dir else None
-    res.rows = run_group_isolated(sizes, dtype, budget_s, progress, suite=suite, workdir=workdir)
+    workdir = (out_dir / f"work_grouped_{len(sizes)}_{res.tag}") if out_dir else None
+    res.rows = run_group_isolated(sizes, dtype, budget_s, progress, suite=suite, label=res.shape, workdir=workdir)
     res.ran_on_gpu = True
     decide_group(res)
     if res.winner is not None and out_dir is not None:

@@ -74,8 +74,9 @@ class ShapeResult:
             out.append({"provider": "observed in trace", "median_us": us, "tflops": flop / (us * 1e-6) / 1e12,
                         "rel_err": None, "status": "ok", "kernel_lines": None, "knobs": None, "config": ""})
         best: dict[str, dict] = {}
+        refuted = final_failures(self.rows)
         for r in self.rows:
-            if r.get("status") != "ok" or not r.get("median_us"):
+            if r.get("status") != "ok" or not r.get("median_us") or _config_key(r) in refuted:
                 continue
             p = r["provider"]
             cur = best.get(p)
@@ -119,6 +120,16 @@ class ShapeResult:
             "model": self.model,
             "counters": self.counters,
         }
+
+
+def _config_key(row: dict) -> tuple[str, str]:
+    return row.get("provider", ""), row.get("config") or ""
+
+
+def final_failures(rows: Sequence[dict]) -> set[tuple[str, str]]:
+    """(provider, config) pairs whose final re-check failed: their earlier passing search rows
+    must not stand in for them (a check on a fresh input set that fails is a real failure)."""
+    return {_config_key(r) for r in rows if r.get("phase") == "final" and r.get("status") != "ok"}
 
 
 def _clean(row: dict | None) -> dict | None:
@@ -327,7 +338,7 @@ def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_
         if grouped:
             shapes, dtype = list(f.suggestion["shapes"]), f.suggestion.get("dtype") or dtype_default
             dtype = dtype if dtype in DTYPES else dtype_default
-            key = ("grouped", tuple(shapes), dtype)
+            key = ("grouped", tuple(sorted(shapes)), dtype)  # the same GEMMs in another order: one group
             if key in seen:
                 continue
             seen.add(key)
@@ -339,10 +350,16 @@ def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_
                         "of one GEMM gains nothing; batch the repeated calls (torch.bmm on stacked operands) or "
                         "capture the loop in a CUDA graph"))
                 continue
-            sizes = [parse_shape(t) for t in shapes]
-            progress = progress_for(f"{len(sizes)} GEMMs") if progress_for else None
-            res = run_group_loop(sizes, dtype, budget_s=budget_s, finding=finding_summary(f), out_dir=out_dir,
-                                 progress=progress)
+            try:
+                sizes = [parse_shape(t) for t in shapes]
+                progress = progress_for(f"{len(sizes)} GEMMs") if progress_for else None
+                res = run_group_loop(sizes, dtype, budget_s=budget_s, finding=finding_summary(f), out_dir=out_dir,
+                                     progress=progress)
+            except AdvisorError as exc:  # a shape no GEMM can have (0x24x32 in a damaged trace): say so, go on
+                if skipped is not None:
+                    skipped.append(SkippedFinding(f.symptom, f.kernel, {"shapes": len(shapes), "dtype": dtype},
+                                                  f"its GEMM shapes cannot be run: {exc}"))
+                continue
             if counters:
                 res.counters = {"summaries": [], "reports": [],
                                 "notes": ["--counters profiles single GEMM shapes; a grouped launch is not profiled"]}

@@ -170,6 +170,43 @@ def test_group_findings_run_once_per_set_and_one_shape_is_skipped(monkeypatch):
     assert "one GEMM shape (64x64x64)" in s.reason and "torch.bmm" in s.reason
 
 
+def test_groups_of_as_many_gemms_get_their_own_files_and_a_bad_shape_is_skipped(tmp_path, monkeypatch):
+    monkeypatch.setattr(L, "gpu_present", lambda: False)
+    diagnosis = SimpleNamespace(findings=[group_finding(["40x24x32", "17x33x70"]), group_finding(["64x48x16", "8x8x8"]),
+                                          group_finding(["0x24x32", "17x33x70"])])
+    skipped = []
+    results = L.loop_findings(diagnosis, budget_s=5, out_dir=tmp_path, skipped=skipped)
+    assert len(results) == 2 and len({r.variant_path for r in results}) == 2 and len({r.shape for r in results}) == 2
+    for r in results:  # each file holds its own group
+        text = r.variant_path.read_text()
+        assert all(f"[{M}, {N}, {K}]" in text for M, N, K in r.sizes)
+    (s,) = skipped
+    assert s.reason.startswith("its GEMM shapes cannot be run:")
+
+
+def test_a_config_that_fails_its_final_check_is_not_recommended():
+    import advisor.group_loop as G
+
+    cfg = '{"block_m": 64}'
+    rows = group_rows(loop=600.0, graph=220.0) + [row("grouped", 50.0, phase="search", config=cfg),
+                                                   row("grouped", None, status="wrong", config=cfg)]
+    r = G.GroupResult([(40, 24, 32), (17, 33, 70)], "fp16", rows=rows)
+    G.decide_group(r)
+    assert not r.recommended and r.winner is None and "did not pass its check" in r.verdict
+    # the same for one GEMM shape: the search row must not stand in for the failed re-check
+    s = result([row("torch.matmul", 100.0), row("stream_k", 50.0, phase="search", config="{}"),
+                row("stream_k", None, status="wrong", config="{}")])
+    assert s.winner is None and not s.recommended
+
+
+@pytest.mark.interpreter
+def test_the_default_grouped_config_runs_even_without_budget():
+    from advisor.bench.grouped import run_grouped
+
+    rows = run_grouped([(40, 24, 32), (17, 33, 70)], "fp16", None, budget_s=0.0, final=False)
+    assert [r["status"] for r in rows if r["provider"] == "grouped"] == ["ok"]
+
+
 def group_rows(**us):
     names = {"loop": "torch.matmul", "graph": "cuda_graph", "gmm": "torch._grouped_mm[padded]", "grouped": "grouped"}
     return [row(names[k], v, config='{"block_m": 64}' if k == "grouped" else "") for k, v in us.items()]

@@ -355,7 +355,9 @@ def run_grouped(sizes: Sequence[tuple], dtype, configs: Sequence | None, budget_
         module = module or load_schedule(GROUPED)
         if configs is None:
             configs = [grouped_default_config(module, gb.sizes, gb.dtype, int(env.get("sm_count") or 1))]
-        plan += [GroupCandidate(GROUPED, c, schedule_setup(module, c)) for c in configs]
+        # the first (default) config runs whatever the budget, as the baselines do: a verdict
+        # on the group needs at least one grouped time
+        plan += [GroupCandidate(GROUPED, c, schedule_setup(module, c), mandatory=(i == 0)) for i, c in enumerate(configs)]
     except Exception as exc:  # noqa: BLE001
         r = gb.row(GROUPED, "", "skipped" if isinstance(exc, ImportError) else "compile_error",
                    f"schedule not available: {_error_text(exc)}")
