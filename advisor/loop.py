@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 from .codegen import config_fields
 from .errors import AdvisorError
-from .generate import GEMM_STRATEGIES, DTYPES, finding_summary, generate, parse_shape
+from .generate import DTYPES, GEMM_STRATEGIES, finding_summary, generate, parse_shape
 from .kernel_lib import source_path
 from .schedule_model import Device, rank
 
