@@ -787,6 +787,14 @@ _C32 = [
 ]
 
 
+# staged (odd-size) 16-bit groups: the configs that led on the H200, in order (see search_space)
+_STAGED_LEADERS = [
+    Config(64, 128, 64, 4, 3, programs_per_sm=2),
+    Config(128, 128, 64, 8, 3, programs_per_sm=1),
+    Config(128, 64, 64, 4, 3, programs_per_sm=2),
+]
+
+
 def search_space(sizes: Sequence[tuple[int, int, int]], dtype: torch.dtype = torch.bfloat16,
                  num_sms: int | None = None, *, tma_ok: bool = True) -> list[Config]:
     """At most 12 configs for this group, best guess first. Tiles wider than twice the
@@ -830,12 +838,19 @@ def search_space(sizes: Sequence[tuple[int, int, int]], dtype: torch.dtype = tor
         out.insert(0, best)
     if aligned or dtype == torch.float32:
         return out[:12]
-    # odd sizes: staged pointer configs in the same order, two staged TMA ones (the slots are
-    # aligned row-major), then the unstaged best guess and the next one
+    # odd sizes: staged pointer configs, the measured leaders first, then two staged TMA ones
+    # (the slots are aligned row-major), then the unstaged best guess and the next one. On the
+    # H200 (2026-12-02, bench/probe_grouped_staged_configs.py: the example trace's 64 GEMMs and
+    # two seeded draws of 64 odd sizes in 128..512) 64x128 with two programs per SM, 128x128
+    # with 8 warps and 128x64 were the three fastest on every group, 1.21-1.31x the staged
+    # 128x128 with 4 warps, and the staged TMA 128x128 0.63-0.66x it.
     staged = [replace(c, stage=True) for c in out if not c.use_tma][:8]
+    staged.sort(key=lambda c: _STAGED_LEADERS.index(replace(c, stage=False))
+                if replace(c, stage=False) in _STAGED_LEADERS else len(_STAGED_LEADERS))
     staged_tma = [replace(c, stage=True) for c in _C16 if c.use_tma and c.block_m <= 2 * max(max_m, 32)
-                  and c.block_n <= 2 * max(max_n, 32)][:2]
-    return (staged[:1] + staged_tma[:1] + staged[1:] + staged_tma[1:] + out[:2])[:12]
+                  and c.block_n <= 2 * max(max_n, 32)]
+    staged_tma.sort(key=lambda c: c.block_m)  # the 64-row TMA tiles ran 1.17-1.23x, the 128-row ones 0.63-0.66x
+    return (staged[:3] + staged_tma[:1] + staged[3:] + staged_tma[1:2] + out[:2])[:12]
 
 
 def default_config(sizes: Sequence[tuple[int, int, int]], dtype: torch.dtype = torch.bfloat16,
