@@ -11,7 +11,9 @@ candidates; the bench runner (advisor.bench, in a crash-proof child process) tim
 every one before timing it. The winner is the fastest verified non-baseline provider; it is
 recommended only when it beats every verified baseline and the kernel observed in the trace
 by more than the noise margin. Without a GPU, the variant is generated with the model's
-knobs and the report says exactly how to run it where there is one.
+knobs and the report says exactly how to run it where there is one. A loop of small GEMMs
+(a launch_overhead finding that lists its shapes) goes to advisor.group_loop instead: one
+grouped launch of those shapes against the loop and its CUDA graph.
 """
 
 from __future__ import annotations

@@ -51,16 +51,16 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from advisor.bench.timing import l2_bytes, rotating, rotation_count, time_fn  # noqa: E402
-from kernels import grouped_gemm as gg  # noqa: E402
-from kernels.common import poison_  # noqa: E402
+from advisor.bench.timing import l2_bytes, rotating, rotation_count, time_fn
+from kernels import grouped_gemm as gg
+from kernels.common import poison_
 
 
 def example_shapes() -> list[tuple[int, int, int]]:
     """The GEMM shapes of the bundled example's small-GEMM loop, as advisor reads them."""
+    from advisor.cli import example_trace
     from advisor.diagnose import diagnose
     from advisor.generate import parse_shape
-    from advisor.cli import example_trace
     from advisor.traces import load_trace
 
     d = diagnose(load_trace(example_trace()))
@@ -83,7 +83,7 @@ def groups(small: bool) -> dict[str, list[tuple[int, int, int]]]:
             "aligned seed 0": group_sizes(64, 128, 512, 0)}
 
 
-def old_rule_align(sizes, plan) -> bool:
+def old_rule_align(sizes) -> bool:
     """True where the old promise (every M, N, K) would have been 1 element: any odd size."""
     return any(x % 2 for s in sizes for x in s)
 
@@ -92,7 +92,7 @@ def providers(sizes, dtype, device):
     cfg = gg.default_config(sizes, dtype)
     base = replace(cfg, stage=False)
     out = {"promise": (base, False)}
-    if old_rule_align(sizes, None):
+    if old_rule_align(sizes):
         out["old promise"] = (base, True)
     out["staged"] = (replace(base, stage=True), False)
     if device == "cuda":

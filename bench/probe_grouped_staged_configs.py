@@ -33,9 +33,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from advisor.bench.timing import l2_bytes, rotating, rotation_count, time_fn  # noqa: E402
-from kernels import grouped_gemm as gg  # noqa: E402
-from kernels.common import poison_  # noqa: E402
+from advisor.bench.timing import l2_bytes, rotating, rotation_count, time_fn
+from kernels import grouped_gemm as gg
+from kernels.common import poison_
 
 
 def odd_groups(small: bool) -> dict[str, list[tuple[int, int, int]]]:
