@@ -81,7 +81,11 @@ def test_small_gemms_shapes_from_emit_nvtx(tmp_path):
     # Next command that generate accepts
     want = {f"{m}x{n}x{kk}" for m, n, kk in zip(gemms["M"], gemms["N"], gemms["K"])}
     assert len(want) == 64 and set(f.suggestion["shapes"]) == want and f.evidence["gemm_shapes_known"] == 64
+    # the shapes whose K or N is not a whole number of 16-byte bf16 rows: staged by the grouped launch
+    odd = sum(1 for t in want if any(int(x) % 8 for x in t.split("x")[1:]))
+    assert f.evidence["gemm_shapes_unaligned"] == odd > 0 and f.evidence["alignment_elements"] == 8
     md = render("diagnosis.md.j2", d=d)
+    assert f"- Alignment: {odd} of these 64 shapes have a K or N that is not a multiple of 8 elements" in md
     (line,) = [x for x in md.splitlines() if x.startswith("- Next: `advisor generate grouped")]
     command = line.split("`")[1].split()[1:]  # after "advisor"
     out = tmp_path / "grouped.py"

@@ -331,3 +331,13 @@ def test_hopper_no_ws_skips_bandwidth_bound_gemm():
     rt = [launch(i + 1, i * 1_000_000 - 5_000) for i in range(5)]
     rg = [nvtx("advisor.gemm M=64 N=4096 K=16384 dtype=bf16", i * 1_000_000 - 6_000, i * 1_000_000 - 1_000) for i in range(5)]
     assert by_symptom(diagnose(make_trace(ks, runtime=rt, ranges=rg)), "hopper_no_ws") == []
+
+
+def test_odd_shapes_of_a_grouped_suggestion():
+    from advisor.symptoms.launch_overhead import _odd_shapes
+
+    assert _odd_shapes(["64x128x256", "8x16x40"], "bf16") == {}  # M never matters
+    assert _odd_shapes(["64x128x256", "8x17x40", "8x16x41", "bad"], "fp16") == {"gemm_shapes_unaligned": 2,
+                                                                                 "alignment_elements": 8}
+    assert _odd_shapes(["8x12x20"], "fp32") == {}  # 16 bytes are 4 fp32 elements
+    assert _odd_shapes(["8x12x20"], None) == {"gemm_shapes_unaligned": 1, "alignment_elements": 8}

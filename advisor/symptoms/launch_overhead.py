@@ -251,9 +251,25 @@ def _run_finding(row, rule: Rule, ctx: Context) -> Finding | None:
             "top_kernel_launches": int(row["top_kernel_launches"]),
             "top_kernel_ns": int(row["top_kernel_ns"]),
             "gemm_shapes_known": len(row["gemm_shapes"]),
+            **_odd_shapes(row["gemm_shapes"][:MAX_GROUPED_SHAPES] if grouped else [], row["gemm_dtype"]),
         }, str(row["name"])),
         suggestion=_run_suggestion(row, grouped),
     )
+
+
+def _odd_shapes(shapes: list, dtype) -> dict:
+    """How many of a grouped suggestion's shapes have a K or N that is not a whole number of
+    16-byte rows: kernels/grouped_gemm.py copies those operands into padded buffers before
+    its GEMMs (`stage`), which padding the model's dimensions would save. Empty when none."""
+    per = 4 if dtype == "fp32" else 8  # elements in 16 bytes; 16-bit when the dtype is unknown
+    odd = 0
+    for text in shapes:
+        try:
+            _, n, k = (int(x) for x in str(text).split("x"))
+        except ValueError:
+            continue
+        odd += bool(n % per or k % per)
+    return {"gemm_shapes_unaligned": odd, "alignment_elements": per} if odd else {}
 
 
 def _run_suggestion(row, grouped: bool) -> dict:
