@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .generate import GROUPED, generate_grouped
-from .loop import NOISE_MARGIN, complexity, final_failures
+from .loop import NOISE_MARGIN, best_rows, complexity
 
 LOOP, GRAPH = "torch.matmul", "cuda_graph"
 PADDED = "torch._grouped_mm[padded]"
@@ -89,14 +89,7 @@ class GroupResult:
     def table(self) -> list[dict]:
         """Each provider's best verified time (final re-timings first), then the failures;
         speedups against the loop and its CUDA graph."""
-        best: dict[str, dict] = {}
-        refuted = final_failures(self.rows)
-        for r in self.rows:
-            if r.get("status") != "ok" or not r.get("median_us") or (r["provider"], r.get("config") or "") in refuted:
-                continue
-            key = (0 if r.get("phase") == "final" else 1, float(r["median_us"]))
-            if r["provider"] not in best or key < best[r["provider"]]["_key"]:
-                best[r["provider"]] = dict(r, _key=key)
+        best = best_rows(self.rows)
         out = []
         for p, r in best.items():
             lines, knobs = complexity(p)

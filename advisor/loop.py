@@ -75,17 +75,7 @@ class ShapeResult:
             us = self.observed_ns / 1e3
             out.append({"provider": "observed in trace", "median_us": us, "tflops": flop / (us * 1e-6) / 1e12,
                         "rel_err": None, "status": "ok", "kernel_lines": None, "knobs": None, "config": ""})
-        best: dict[str, dict] = {}
-        refuted = final_failures(self.rows)
-        for r in self.rows:
-            if r.get("status") != "ok" or not r.get("median_us") or _config_key(r) in refuted:
-                continue
-            p = r["provider"]
-            cur = best.get(p)
-            # Prefer final (re-checked, re-timed) rows over search rows.
-            rank_key = (0 if r.get("phase") == "final" else 1, float(r["median_us"]))
-            if cur is None or rank_key < cur["_key"]:
-                best[p] = dict(r, _key=rank_key)
+        best = best_rows(self.rows)
         failed = {r["provider"] for r in self.rows if r.get("status") != "ok"} - set(best)
         for p, r in best.items():
             lines, knobs = complexity(p)
@@ -126,6 +116,20 @@ class ShapeResult:
 
 def _config_key(row: dict) -> tuple[str, str]:
     return row.get("provider", ""), row.get("config") or ""
+
+
+def best_rows(rows: Sequence[dict]) -> dict[str, dict]:
+    """Each provider's best verified row (under `_key`): final (re-checked, re-timed) rows
+    before search rows, then the fastest; a config whose final re-check failed never counts."""
+    best: dict[str, dict] = {}
+    refuted = final_failures(rows)
+    for r in rows:
+        if r.get("status") != "ok" or not r.get("median_us") or _config_key(r) in refuted:
+            continue
+        key = (0 if r.get("phase") == "final" else 1, float(r["median_us"]))
+        if r["provider"] not in best or key < best[r["provider"]]["_key"]:
+            best[r["provider"]] = dict(r, _key=key)
+    return best
 
 
 def final_failures(rows: Sequence[dict]) -> set[tuple[str, str]]:

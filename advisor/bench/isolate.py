@@ -400,9 +400,6 @@ def run_shape_isolated(M: int, N: int, K: int, dtype, strategies: dict, budget_s
     `progress` receives runner.Progress objects as rows arrive. `schedule_files` maps
     strategy ids to schedule files outside kernels/ (user copies, tests)."""
     import dataclasses
-    import tempfile
-
-    from .runner import Progress
 
     dt = str(dtype).replace("torch.", "")
     dt = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32"}.get(dt, dt)
@@ -411,48 +408,20 @@ def run_shape_isolated(M: int, N: int, K: int, dtype, strategies: dict, budget_s
     job = {"id": f"{suite}/{M}x{N}x{K}/{dt}", "kind": "gemm", "suite": suite, "M": int(M), "N": int(N),
            "K": int(K), "dtype": dt, "strategies": list(strategies), "configs": configs, "budget_s": budget_s,
            "baselines": list(baselines)}
-    plan = {"run_id": R.new_run_id(), "deadline": None, "hbm_gbps": None, "jobs": [job],
-            "settings": {"timer": timer, "warmup_ms": warmup_ms, "rep_ms": rep_ms,
-                         "variant_timeout_s": variant_timeout_s},
-            "schedules": {k: str(v) for k, v in (schedule_files or {}).items()}}
-    workdir = Path(workdir or tempfile.mkdtemp(prefix="advisor-bench-"))
-    t0 = time.monotonic()
-    count = {"n": 0}
-
-    def on_event(ev):
-        if progress is None:
-            return
-        if ev.get("type") == "start":
-            count["n"] += 1
-            key = ev.get("key") or ["", "", "", ""]
-            progress(Progress(R.shape_text(M, N, K), key[2], key[3], key[1], count["n"], 0,
-                              time.monotonic() - t0, budget_s))
-
-    def on_row(r):  # rows from the child and failure rows written here for a dead child
-        if progress is not None:
-            progress(Progress(R.shape_text(M, N, K), r.get("provider", ""), r.get("config", ""),
-                              r.get("phase", ""), count["n"], 0, time.monotonic() - t0, budget_s, r))
-
-    return run_plan(plan, workdir, log_path=log_path or workdir / "worker.log", on_event=on_event, on_row=on_row,
-                    stall_s=stall_s or variant_timeout_s + 30, hard_deadline=hard_deadline)
+    return _run_one_job(job, R.shape_text(M, N, K), budget_s, progress, workdir=workdir, log_path=log_path,
+                        variant_timeout_s=variant_timeout_s, stall_s=stall_s, timer=timer, warmup_ms=warmup_ms,
+                        rep_ms=rep_ms, schedule_files=schedule_files, hard_deadline=hard_deadline)
 
 
-def run_group_isolated(sizes, dtype: str, budget_s: float, progress: Callable | None = None, *,
-                       suite: str = "adhoc", label: str | None = None, workdir=None, log_path=None,
-                       variant_timeout_s: float = 45.0, stall_s: float | None = None, timer: str = "auto",
-                       warmup_ms: float = 10, rep_ms: float = 50, schedule_files: dict | None = None,
-                       hard_deadline: float | None = None) -> list[dict]:
-    """grouped.run_grouped on the GEMMs `sizes` ([(M, N, K), ...]) in a child process, as
-    run_shape_isolated does for one shape: the torch.matmul loop, its CUDA graph,
-    torch._grouped_mm where it applies, then our grouped schedule's search space."""
+def _run_one_job(job: dict, label: str, budget_s: float, progress: Callable | None, *, workdir, log_path,
+                 variant_timeout_s: float, stall_s: float | None, timer: str, warmup_ms: float, rep_ms: float,
+                 schedule_files: dict | None, hard_deadline: float | None) -> list[dict]:
+    """One job's plan run in the child, its events turned into runner.Progress for `progress`
+    (under `label`) as variants start and rows arrive."""
     import tempfile
 
     from .runner import Progress
 
-    sizes = [[int(x) for x in s] for s in sizes]
-    label = label or f"{len(sizes)} GEMMs"
-    job = {"id": f"{suite}/{label}/{dtype}", "kind": "grouped", "suite": suite, "dtype": dtype, "sizes": sizes,
-           "label": label, "budget_s": budget_s}
     plan = {"run_id": R.new_run_id(), "deadline": None, "hbm_gbps": None, "jobs": [job],
             "settings": {"timer": timer, "warmup_ms": warmup_ms, "rep_ms": rep_ms,
                          "variant_timeout_s": variant_timeout_s},
@@ -467,10 +436,27 @@ def run_group_isolated(sizes, dtype: str, budget_s: float, progress: Callable | 
             key = ev.get("key") or ["", "", "", ""]
             progress(Progress(label, key[2], key[3], key[1], count["n"], 0, time.monotonic() - t0, budget_s))
 
-    def on_row(r):
+    def on_row(r):  # rows from the child and failure rows written here for a dead child
         if progress is not None:
             progress(Progress(label, r.get("provider", ""), r.get("config", ""), r.get("phase", ""), count["n"], 0,
                               time.monotonic() - t0, budget_s, r))
 
     return run_plan(plan, workdir, log_path=log_path or workdir / "worker.log", on_event=on_event, on_row=on_row,
                     stall_s=stall_s or variant_timeout_s + 30, hard_deadline=hard_deadline)
+
+
+def run_group_isolated(sizes, dtype: str, budget_s: float, progress: Callable | None = None, *,
+                       suite: str = "adhoc", label: str | None = None, workdir=None, log_path=None,
+                       variant_timeout_s: float = 45.0, stall_s: float | None = None, timer: str = "auto",
+                       warmup_ms: float = 10, rep_ms: float = 50, schedule_files: dict | None = None,
+                       hard_deadline: float | None = None) -> list[dict]:
+    """grouped.run_grouped on the GEMMs `sizes` ([(M, N, K), ...]) in a child process, as
+    run_shape_isolated does for one shape: the torch.matmul loop, its CUDA graph,
+    torch._grouped_mm where it applies, then our grouped schedule's search space."""
+    sizes = [[int(x) for x in s] for s in sizes]
+    label = label or f"{len(sizes)} GEMMs"
+    job = {"id": f"{suite}/{label}/{dtype}", "kind": "grouped", "suite": suite, "dtype": dtype, "sizes": sizes,
+           "label": label, "budget_s": budget_s}
+    return _run_one_job(job, label, budget_s, progress, workdir=workdir, log_path=log_path,
+                        variant_timeout_s=variant_timeout_s, stall_s=stall_s, timer=timer, warmup_ms=warmup_ms,
+                        rep_ms=rep_ms, schedule_files=schedule_files, hard_deadline=hard_deadline)
