@@ -100,8 +100,9 @@ def providers(sizes, dtype, device):
     return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def setup(description: str):
+    """(args, device) of a grouped probe: --rounds, --csv, --check (the CPU interpreter)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--csv", default=None)
     ap.add_argument("--check", action="store_true", help="correctness only (CPU interpreter)")
@@ -111,26 +112,58 @@ def main() -> int:
         from kernels.common import fix_interpreter_bf16_dot
 
         fix_interpreter_bf16_dot()
+    return args, device
+
+
+def group_inputs(sizes, dtype, device, seed: int):
+    """(bytes, flops, input sets): enough fresh (As, Bs) sets to rotate past the L2 on a GPU."""
+    nbytes = sum(2 * (M * K + K * N + M * N) for M, N, K in sizes)
+    flops = sum(2 * M * N * K for M, N, K in sizes)
+    sets = rotation_count(nbytes, l2_bytes(), min_sets=2) if device == "cuda" else 1
+    return nbytes, flops, [gg.random_group(sizes, dtype, device, seed=seed + i) for i in range(sets)]
+
+
+def checked_launches(inputs, cfg, *, old_promise: bool = False):
+    """One plan per input set, the first verified on poisoned outputs: (launchers, rel. error, plan)."""
+    plans = []
+    for As, Bs in inputs:
+        plan = gg.prepare(As, Bs, cfg)
+        if old_promise:
+            plan.align = plan.align_c = 1
+        plans.append(plan)
+    for c in plans[0].outs:
+        poison_(c)
+    err = gg.check_outputs(*inputs[0], plans[0].launch())
+    return [p.launch for p in plans], err, plans[0]
+
+
+def time_rounds(calls: dict, rounds: int) -> dict[str, list[float]]:
+    """Eager do_bench medians (us) of every provider, interleaved over `rounds` rounds."""
+    times: dict[str, list[float]] = {p: [] for p in calls}
+    for _ in range(rounds):
+        for p, fns in calls.items():
+            times[p].append(time_fn(rotating(fns), method="do_bench", warmup_ms=25, rep_ms=100).median_ms * 1e3)
+    return times
+
+
+def write_csv(path, rows: list[dict]) -> None:
+    if path and rows:
+        with open(path, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+
+
+def main() -> int:
+    args, device = setup(__doc__.split("\n")[0])
     dtype = torch.bfloat16
     rows = []
     for gname, sizes in groups(device == "cpu").items():
-        nbytes = sum(2 * (M * K + K * N + M * N) for M, N, K in sizes)
-        flops = sum(2 * M * N * K for M, N, K in sizes)
-        sets = rotation_count(nbytes, l2_bytes(), min_sets=2) if device == "cuda" else 1
-        inputs = [gg.random_group(sizes, dtype, device, seed=7 + i) for i in range(sets)]
+        nbytes, flops, inputs = group_inputs(sizes, dtype, device, seed=7)
         calls: dict[str, list] = {}
         for pname, (cfg, force_old) in providers(sizes, dtype, device).items():
-            plans = []
-            for As, Bs in inputs:
-                plan = gg.prepare(As, Bs, cfg)
-                if force_old:
-                    plan.align = plan.align_c = 1
-                plans.append(plan)
-            for c in plans[0].outs:
-                poison_(c)
-            err = gg.check_outputs(*inputs[0], plans[0].launch())
-            print(f"{gname:26} {pname:12} ok  rel_err {err:.2e}  {plans[0]!r}", flush=True)
-            calls[pname] = [p.launch for p in plans]
+            calls[pname], err, plan = checked_launches(inputs, cfg, old_promise=force_old)
+            print(f"{gname:26} {pname:12} ok  rel_err {err:.2e}  {plan!r}", flush=True)
         if device == "cuda":
             loops = [gg.torch_loop(As, Bs, [torch.empty(M, N, dtype=dtype, device=device) for M, N, _ in sizes])
                      for As, Bs in inputs]
@@ -148,12 +181,9 @@ def main() -> int:
                 calls["torch._grouped_mm padded (pad untimed)"] = gmm
         if device == "cpu":
             continue
-        times: dict[str, list[float]] = {p: [] for p in calls}
-        for _ in range(args.rounds):
-            for p, fns in calls.items():
-                times[p].append(time_fn(rotating(fns), method="do_bench", warmup_ms=25, rep_ms=100).median_ms * 1e3)
+        times = time_rounds(calls, args.rounds)
         loop_us = statistics.median(times["torch.matmul loop"])
-        print(f"\n{gname}: {len(sizes)} GEMMs, {flops / 1e9:.2f} GFLOP, {nbytes / 1e6:.1f} MB, {sets} input sets")
+        print(f"\n{gname}: {len(sizes)} GEMMs, {flops / 1e9:.2f} GFLOP, {nbytes / 1e6:.1f} MB, {len(inputs)} input sets")
         for p, ts in sorted(times.items(), key=lambda kv: statistics.median(kv[1])):
             us = statistics.median(ts)
             print(f"  {p:40} {us:9.1f} us  {flops / us / 1e6:7.1f} TFLOP/s  x{loop_us / us:6.2f} vs the loop   "
@@ -162,11 +192,7 @@ def main() -> int:
                          "rounds": " ".join(f"{t:.2f}" for t in ts), "gemms": len(sizes), "device": torch.cuda.get_device_name(),
                          "torch": torch.__version__})
         print(flush=True)
-    if args.csv and rows:
-        with open(args.csv, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+    write_csv(args.csv, rows)
     return 0
 
 

@@ -23,8 +23,6 @@ the 64x128 TMA one 1.17-1.23x, and the unstaged configs 0.25-0.35x. The staged o
 
 from __future__ import annotations
 
-import argparse
-import csv
 import random
 import statistics
 import sys
@@ -33,17 +31,22 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from advisor.bench.timing import l2_bytes, rotating, rotation_count, time_fn
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from probe_grouped_alignment import (
+    checked_launches,
+    example_shapes,
+    group_inputs,
+    setup,
+    time_rounds,
+    write_csv,
+)
+
 from kernels import grouped_gemm as gg
-from kernels.common import poison_
 
 
 def odd_groups(small: bool) -> dict[str, list[tuple[int, int, int]]]:
     if small:
         return {"odd": [(23, 37, 29), (9, 17, 45), (40, 33, 21)]}
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from probe_grouped_alignment import example_shapes
-
     out = {"example trace": example_shapes()}
     for seed in (1, 2):
         rng = random.Random(seed)
@@ -53,38 +56,19 @@ def odd_groups(small: bool) -> dict[str, list[tuple[int, int, int]]]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--csv", default=None)
-    ap.add_argument("--check", action="store_true", help="correctness only (CPU interpreter)")
-    args = ap.parse_args()
-    device = "cuda" if torch.cuda.is_available() and not args.check else "cpu"
-    if device == "cpu":
-        from kernels.common import fix_interpreter_bf16_dot
-
-        fix_interpreter_bf16_dot()
+    args, device = setup(__doc__.split("\n")[0])
     dtype = torch.bfloat16
     rows = []
     for gname, sizes in odd_groups(device == "cpu").items():
         space = gg.search_space(sizes, dtype, None if device == "cuda" else 3)
-        nbytes = sum(2 * (M * K + K * N + M * N) for M, N, K in sizes)
-        flops = sum(2 * M * N * K for M, N, K in sizes)
-        sets = rotation_count(nbytes, l2_bytes(), min_sets=2) if device == "cuda" else 1
-        inputs = [gg.random_group(sizes, dtype, device, seed=11 + i) for i in range(sets)]
+        _, flops, inputs = group_inputs(sizes, dtype, device, seed=11)
         calls = {}
         for cfg in space:
-            plans = [gg.prepare(As, Bs, cfg) for As, Bs in inputs]
-            for c in plans[0].outs:
-                poison_(c)
-            err = gg.check_outputs(*inputs[0], plans[0].launch())
+            calls[cfg.label()], err, _ = checked_launches(inputs, cfg)
             print(f"{gname:18} {cfg.label():36} ok  rel_err {err:.2e}", flush=True)
-            calls[cfg.label()] = [p.launch for p in plans]
         if device == "cpu":
             continue
-        times = {k: [] for k in calls}
-        for _ in range(args.rounds):
-            for k, fns in calls.items():
-                times[k].append(time_fn(rotating(fns), method="do_bench", warmup_ms=25, rep_ms=100).median_ms * 1e3)
+        times = time_rounds(calls, args.rounds)
         print(f"\n{gname}: {len(sizes)} GEMMs, {flops / 1e9:.2f} GFLOP; search-space order: "
               f"{', '.join(c.label() for c in space[:3])}, ...")
         first = statistics.median(times[space[0].label()])
@@ -95,11 +79,7 @@ def main() -> int:
             rows.append({"group": gname, "config": k, "median_us": round(us, 2), "rounds": " ".join(f"{t:.2f}" for t in ts),
                          "device": torch.cuda.get_device_name(), "torch": torch.__version__})
         print(flush=True)
-    if args.csv and rows:
-        with open(args.csv, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+    write_csv(args.csv, rows)
     return 0
 
 
