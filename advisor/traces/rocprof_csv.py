@@ -187,7 +187,8 @@ def sniff(path: Path, head: bytes) -> bool:
 
 def read(path: Path, *, rank: int, cache_dir: Path | None = None) -> Trace:
     data = read_bytes(path)  # gunzipped when gzip, whatever the name
-    cols = set(_header(data[: 64 << 10]) or [])
+    header = _header(data[: 64 << 10]) or []
+    cols = set(header)
     variant = _variant(cols, path.name)
     if variant is None:
         what = _companion(cols) or "a CSV without rocprof kernel columns"
@@ -202,7 +203,7 @@ def read(path: Path, *, rank: int, cache_dir: Path | None = None) -> Trace:
         notes.append("the file ends mid-row (truncated?): its last row was skipped")
     kernels, devices = kernel_frames(df, path=path, variant=variant, rank=rank, notes=notes)
     meta: dict[str, Any] = {"format": FORMAT, "variant": variant, "notes": notes}
-    counters = counter_columns(_header(data[: 64 << 10]) or [], variant)
+    counters = counter_columns(header, variant)
     why = _SERIALIZED.get(variant)
     if counters:
         shown = ", ".join(counters[:4]) + (f" and {len(counters) - 4} more" if len(counters) > 4 else "")
