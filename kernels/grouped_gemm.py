@@ -525,22 +525,17 @@ class _Staging:
         self.Bs = [self.buffer[b:b + Kp * Np].view(Kp, Np) for (_, b), (_, Np, Kp) in zip(slots, self.padded)]
         src_base = As[0].data_ptr()
         table = np.zeros((2 * len(sizes), STAGE_COLS), dtype=np.int64)
-        sched = []
+        extents = []  # (rows, padded columns) of matrix m = 2i (A_i) and 2i + 1 (B_i)
         for i, (a, b, (a_at, b_at), (M, Np, Kp)) in enumerate(zip(As, Bs, slots, self.padded)):
             for j, (src, at, rows, cols, pad_cols) in enumerate(((a, a_at, M, a.shape[1], Kp),
                                                                   (b, b_at, b.shape[0], b.shape[1], Np))):
                 delta = src.data_ptr() - src_base
                 if delta % elt:
                     raise ValueError(f"group {i}: address not a whole number of elements from group 0's A")
-                m = 2 * i + j
-                table[m, :7] = (delta // elt, at, rows, cols, src.stride(0), src.stride(1), pad_cols)
-                tr, tc = cdiv(rows, STAGE_BLOCK_R), cdiv(pad_cols, STAGE_BLOCK_C)
-                tiles = np.zeros((tr * tc, TILE_COLS), dtype=np.int32)
-                tiles[:, 0] = m
-                tiles[:, 1] = np.repeat(np.arange(tr, dtype=np.int32), tc)
-                tiles[:, 2] = np.tile(np.arange(tc, dtype=np.int32), tr)
-                sched.append(tiles)
-        tiles = np.concatenate(sched)
+                table[2 * i + j, :7] = (delta // elt, at, rows, cols, src.stride(0), src.stride(1), pad_cols)
+                extents.append((rows, pad_cols, 0))
+        # the copy's tiles are laid out as the GEMMs' are: matrix, tile row, tile column
+        tiles = tile_schedule(extents, STAGE_BLOCK_R, STAGE_BLOCK_C, lpt=False)
         packed = np.concatenate([table.reshape(-1), tiles.reshape(-1).view(np.int64)])
         blob = torch.from_numpy(packed).to(device)
         self.table_dev = blob[: table.size]
