@@ -64,7 +64,8 @@ Caveats
   search space leads with staged configs for 16-bit groups with an odd K or N. On the H200
   (`bench/results/probe_grouped_alignment/`, `probe_grouped_staged_configs/`) the example
   trace's 64 odd GEMMs took 226 us unstaged and 64 us staged with the default config (64x128
-  tiles; 81 us with 128x128), the copy ~22 us of it (52 MB moved);
+  tiles; 81 us with 128x128); the copy alone took ~22 us on the bench's aligned group of the
+  same size (staged against unstaged, 52 MB moved), so about a third of that;
   `torch._grouped_mm` on operands padded once, outside the timed call, 47 us. The copy's
   loads are 2-byte where rows are odd, but run along each source's unit stride: with a
   row-major source read down its columns the copy alone took ~35 us.
