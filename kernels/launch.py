@@ -33,7 +33,9 @@ Replayed calls (the second half of this file: `call_key`, `replay`, `Recorder`) 
 further for a schedule's whole `matmul`: its first call with a given key (shapes, strides,
 dtypes, alignment, aliasing, config) is recorded as its launches, later ones skip the
 schedule's own host work and Triton's Python wrapper. ADVISOR_REPLAY=0 (or
-`REPLAYS.enabled = False`) turns that off; ADVISOR_FAST_LAUNCH=0 turns off both.
+`REPLAYS.enabled = False`) turns that off; ADVISOR_FAST_LAUNCH=0 turns off both. Replays
+need Triton's C launcher in 3.5/3.6's argument layout and are not recorded under other
+Tritons (`_flat_launcher`).
 
 Caveat: knobs Triton reads per call and folds into its own key (TRITON_DEBUG through
 `knobs.runtime.debug`, which is part of this key too, and the instrumentation mode, which is
@@ -42,6 +44,7 @@ not) are assumed not to change while a process runs.
 
 from __future__ import annotations
 
+import inspect
 import os
 
 import torch
@@ -217,12 +220,43 @@ def _fill_tma_descriptor(*args):
     return triton.runtime.driver.active.utils.fill_tma_descriptor(*args)
 
 
+# The C launcher's argument layout is Triton's private business and has changed: 3.5 and 3.6
+# call it as (grid, stream, function, cooperative, pdl, global scratch, profile scratch,
+# *metadata-and-kernel-arguments), which is what `_Step` passes; 3.4 has no profile scratch,
+# and 3.7-3.9 pass the metadata, hooks, scratch, argument annotations and the kernel's
+# arguments as one tuple. A launcher of the other layouts, called as 3.6's, would fail or
+# launch garbage, so replays are recorded only where `CudaLauncher.__call__` still has 3.6's
+# signature, (gridX, gridY, gridZ, stream, function, *args), and profile scratch (3.4's has
+# none). The fast path above calls `compiled.run` as JITFunction.run itself does, the same
+# in 3.4-3.9, so it stays on everywhere.
+_FLAT_CALL = ("self", "gridX", "gridY", "gridZ", "stream", "function")
+_flat_launchers: dict[type, bool] = {}
+
+
+def _flat_launcher(run) -> bool:
+    """Whether the launcher object `run` (a CompiledKernel's) has 3.6's call signature."""
+    cls = type(run)
+    known = _flat_launchers.get(cls)
+    if known is None:
+        try:
+            params = list(inspect.signature(cls.__call__).parameters.values())
+        except (TypeError, ValueError):  # no Python signature to read (a C launcher object)
+            params = []
+        known = (tuple(p.name for p in params[:-1]) == _FLAT_CALL
+                 and params[-1].kind is inspect.Parameter.VAR_POSITIONAL)
+        _flat_launchers[cls] = known
+    return known
+
+
 def _raw_launcher(compiled, has_descriptors: bool):
     """Triton's compiled C launcher behind `compiled.run`, or None where we cannot call it
-    directly: a kernel that needs per-launch scratch memory (CudaLauncher allocates it), or a
-    launcher whose descriptor wrapper is not the one we know (it expands descriptors in Python
-    and closes over the C function as `launcher`)."""
+    directly: a launcher of another Triton's argument layout (see `_flat_launcher`), a kernel
+    that needs per-launch scratch memory (CudaLauncher allocates it), or a launcher whose
+    descriptor wrapper is not the one we know (it expands descriptors in Python and closes
+    over the C function as `launcher`)."""
     run = compiled.run
+    if not _flat_launcher(run):
+        return None
     if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
         return None
     raw = getattr(run, "launch", None)

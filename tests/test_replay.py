@@ -4,6 +4,7 @@ replays on one and checks the results)."""
 
 from __future__ import annotations
 
+import inspect
 from types import SimpleNamespace
 
 import pytest
@@ -33,19 +34,30 @@ def _wrapped(launcher):
 
 
 class FakeLauncher(SimpleNamespace):
-    """CompiledKernel.run: kernels.launch.launch's fast path calls it."""
+    """CompiledKernel.run, with Triton 3.6's signature: kernels.launch.launch's fast path calls it."""
 
-    def __call__(self, *args):
-        self.calls.append(args)
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        self.calls.append((gridX, gridY, gridZ, stream, function, *args))
+
+
+class FakeLauncher37(FakeLauncher):
+    """Triton 3.7-3.9's CompiledKernel.run: the metadata and hooks named, and a C launcher that
+    takes the kernel's arguments as one tuple after the scratch and argument annotations."""
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata,
+                 launch_enter_hook, launch_exit_hook, *args):
+        self.calls.append((gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata,
+                           launch_enter_hook, launch_exit_hook, *args))
 
 
 class FakeCompiled:
     function = "fn-handle"
     packed_metadata = ("meta",)
 
-    def __init__(self, c_launch, descriptors: bool, metas=None, scratch: int = 0, known_wrapper: bool = True):
+    def __init__(self, c_launch, descriptors: bool, metas=None, scratch: int = 0, known_wrapper: bool = True,
+                 launcher=FakeLauncher):
         wrapper = _wrapped if known_wrapper else (lambda f: lambda *args: f(*args))  # no `launcher` cell
-        self.run = FakeLauncher(
+        self.run = launcher(
             launch=wrapper(c_launch) if descriptors else c_launch,
             global_scratch_size=scratch, profile_scratch_size=0,
             launch_cooperative_grid=False, launch_pdl=True, calls=[])
@@ -70,12 +82,12 @@ def env(monkeypatch):
         log.fills.append((ptr, rest))
         return ("map", ptr)
 
-    def jit(fn, descriptors, metas=None, scratch=0, known_wrapper=True):
+    def jit(fn, descriptors, metas=None, scratch=0, known_wrapper=True, launcher=FakeLauncher):
         k = triton.runtime.JITFunction(fn)
 
         def fake_run(*args, grid, warmup, **kwargs):
             log.triton.append((k, grid, args, kwargs))
-            return FakeCompiled(c_launch, descriptors, metas, scratch, known_wrapper)
+            return FakeCompiled(c_launch, descriptors, metas, scratch, known_wrapper, launcher)
 
         k.run = fake_run
         return k
@@ -168,6 +180,41 @@ def test_launches_that_cannot_be_replayed_leave_the_call_to_its_own_path(env, wh
     assert not replay(("k",), x, y) and ("k",) in REPLAYS.refused and not REPLAYS.calls
     # and the key is not recorded again: the next call goes straight to `launch`
     assert Recorder(("k",), _gather, x, y).key is None
+
+
+@pytest.mark.parametrize("descriptors", [False, True])
+def test_a_launcher_of_triton_3_7_s_layout_is_never_replayed(env, descriptors):
+    # Triton 3.7-3.9 (torch 2.13 pins 3.7.1) call their C launcher with another argument
+    # layout; a replay in 3.6's layout would fail or launch garbage. So the call is refused
+    # for replays, and later calls take `launch`, whose fast path calls `compiled.run` as
+    # JITFunction.run does in every Triton since 3.4.
+    k = env.jit(_body if descriptors else _plain, descriptors=descriptors, metas=[META] if descriptors else None,
+                launcher=FakeLauncher37)
+    x, y = torch.randn(64), torch.randn(8, 64)
+    desc = TensorDescriptor(y, [8, 64], [64, 1], [16, 32])
+    args = (x, desc, 10, True) if descriptors else (x, 10)
+    for _ in range(3):
+        rec = Recorder(("new-abi",), _gather, x, y)
+        rec.launch(k, (3,), *args, BLOCK=32)
+        rec.commit()
+    assert not replay(("new-abi",), x, y) and ("new-abi",) in REPLAYS.refused
+    assert not REPLAYS.calls and not env.raw
+    assert len(env.triton) == 2  # the recording's launch, then `launch` remembering the kernel
+    compiled_runs = [c for c in LAUNCHES.entries.values()]
+    (compiled, tail), = compiled_runs
+    extra = (7,) if descriptors else ()  # EXTRA's default, in parameter order
+    assert compiled.run.calls == [(3, 1, 1, 1234, "fn-handle", ("meta",), None, None, None, *args, 32, *extra)]
+
+
+def test_the_installed_triton_s_launcher_is_read_as_the_replayable_layout_only_where_it_is():
+    # Which layout the real CudaLauncher has, read from its Triton's source rather than its
+    # version: replays stay on for the Triton the H200 runs (3.6), and off for 3.7+.
+    driver = pytest.importorskip("triton.backends.nvidia.driver")
+    source = inspect.getsource(driver.CudaLauncher.__call__)
+    flat = "global_scratch, profile_scratch, *args)" in source.replace("\n", " ").replace("  ", "")
+    assert launch_mod._flat_launcher(object.__new__(driver.CudaLauncher)) is flat
+    if triton.__version__.startswith(("3.5.", "3.6.")):
+        assert flat
 
 
 def test_a_dropped_recording_is_not_kept(env):
