@@ -200,8 +200,7 @@ def test_a_launcher_of_triton_3_7_s_layout_is_never_replayed(env, descriptors):
     assert not replay(("new-abi",), x, y) and ("new-abi",) in REPLAYS.refused
     assert not REPLAYS.calls and not env.raw
     assert len(env.triton) == 2  # the recording's launch, then `launch` remembering the kernel
-    compiled_runs = [c for c in LAUNCHES.entries.values()]
-    (compiled, tail), = compiled_runs
+    ((compiled, _tail),) = LAUNCHES.entries.values()
     extra = (7,) if descriptors else ()  # EXTRA's default, in parameter order
     assert compiled.run.calls == [(3, 1, 1, 1234, "fn-handle", ("meta",), None, None, None, *args, 32, *extra)]
 
