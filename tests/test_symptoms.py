@@ -290,6 +290,25 @@ def test_gate_gpu_idle_and_sync():
     assert g.value == pytest.approx(9 * 898_000 / 9_100_000, abs=1e-3)
 
 
+@pytest.mark.parametrize("call", ["hipMemcpyWithStream", "hipMemcpyDtoH", "hipMemcpy"])
+def test_gate_sync_calls_hip_blocking_copies(call):
+    # PyTorch on ROCm makes its blocking copies (.item(), .cpu()) with hipMemcpyWithStream,
+    # where CUDA uses cudaMemcpyAsync + cudaStreamSynchronize; hipMemcpyDtoH is the blocking
+    # driver-style copy. Same timeline as test_gate_gpu_idle_and_sync: a 100 us kernel, the
+    # copy returns 2 us after it ends, 898 us of host work: 9 stalls of 898 us in 9.1 ms.
+    ks = [kernel(i * 1_000_000, 100_000, name="Cijk_Alik_Bljk_MT64x16x32", grid=(12, 11, 1)) for i in range(10)]
+    rt = [launch(i + 1, i * 1_000_000 + 5_000, dur=97_000, name=call) for i in range(10)]
+    d = diagnose(make_trace(ks, runtime=rt))
+    (g,) = [g for g in d.gates if g.check == "sync_calls"]
+    assert g.value == pytest.approx(9 * 898_000 / 9_100_000, abs=1e-3)
+
+
+def test_async_hip_copy_is_not_a_sync_call():
+    ks = [kernel(i * 1_000_000, 100_000, name="Cijk_Alik_Bljk_MT64x16x32", grid=(12, 11, 1)) for i in range(10)]
+    rt = [launch(i + 1, i * 1_000_000 + 5_000, dur=97_000, name="hipMemcpyAsync") for i in range(10)]
+    assert not [g for g in diagnose(make_trace(ks, runtime=rt)).gates if g.check == "sync_calls"]
+
+
 def test_final_synchronise_is_free():
     # Work enqueued back to back, one synchronise at the end: no stall.
     ks = [kernel(i * 100_000, 100_000, name="matmul_kernel", grid=(12, 11, 1)) for i in range(10)]
