@@ -72,6 +72,30 @@ def test_tile_from_name(name, tile):
     assert tile_from_name(name) == tile
 
 
+@pytest.mark.parametrize(
+    "name, gemm",
+    [
+        # torch.compile (Inductor) template GEMMs: `triton_tem_fused_<ops>_<n>`
+        ("triton_tem_fused_addmm_0", True),
+        ("triton_tem_fused_addmm_relu_0", True),
+        ("triton_tem_fused_addmm_native_layer_norm_view_1", True),
+        ("triton_tem_fused_mm_t_view_14", True),
+        ("triton_tem_fused_bmm_3", True),
+        # Inductor pointwise / reduction kernels name the ops they fuse, GEMMs among them
+        # (the bias add or activation after an extern cuBLAS mm): they are not GEMMs
+        ("triton_poi_fused_addmm_relu_1", False),
+        ("triton_per_fused_addmm_mean_relu_sub_1", False),
+        ("triton_poi_fused_mm_0", False),
+        ("triton_red_fused__to_copy_mm_sum_2", False),
+        # flex attention is a template too, but no GEMM
+        ("triton_tem_fused_0", False),
+    ],
+)
+def test_inductor_kernel_names(name, gemm):
+    ctx = Context(make_trace([kernel(0, 10_000, name=name, grid=(64, 1, 1))]))
+    assert bool(ctx.kernels.loc[0, "is_gemm"]) is gemm
+
+
 def test_shape_parsers():
     s = parse_range_text("aten::mm, seq = 0, op_id = 1, sizes = [[4096, 1024], [1024, 512]], input_op_ids = [(0, 0)]")
     assert (s["M"], s["N"], s["K"]) == (4096, 512, 1024)
