@@ -107,6 +107,9 @@ def test_shape_parsers():
     assert parse_range_text("aten::mm, sizes = [[2, 3], [4, 5]]") is None  # inner dims differ
     s = parse_cpu_op("aten::linear", "[[8, 128, 1024], [4096, 1024], [4096]]", '["c10::BFloat16", "c10::BFloat16", "c10::BFloat16"]')
     assert (s["M"], s["N"], s["K"], s["dtype"]) == (8 * 128, 4096, 1024, "bf16")
+    # MI300's fp8 (torch.float8_e4m3fnuz) is fp8 too
+    s = parse_cpu_op("aten::_scaled_mm", "[[4096, 8192], [8192, 1024], [], []]", '["c10::Float8_e4m3fnuz", "c10::Float8_e4m3fnuz", "float", "float"]')
+    assert (s["M"], s["N"], s["K"], s["dtype"]) == (4096, 1024, 8192, "fp8")
     s = parse_cpu_op("aten::bmm", "[[12, 64, 32], [12, 32, 128]]", None)
     assert (s["M"], s["N"], s["K"], s["batch"]) == (64, 128, 32, 12)
 

@@ -82,6 +82,8 @@ _DTYPES = {
     "fp16": "fp16", "half": "fp16", "float16": "fp16", "c10::half": "fp16",
     "fp32": "fp32", "float": "fp32", "float32": "fp32",
     "fp8": "fp8", "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8",
+    # the fp8 formats of AMD MI300 (CDNA3): no negative zero, NaN at 0x80
+    "c10::float8_e4m3fnuz": "fp8", "c10::float8_e5m2fnuz": "fp8",
 }
 
 
