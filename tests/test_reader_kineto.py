@@ -298,6 +298,30 @@ def test_old_capitalised_categories(tmp_path):
     assert len(trace.kernels) == 1 and trace.runtime["name"].tolist() == ["cudaLaunchKernel"]
 
 
+def test_pytorch_1_8_input_dims_give_gemm_shape(tmp_path):
+    # PyTorch 1.8's Kineto wrote "Operator" events with "Input dims" (lower-case d), integer
+    # microsecond times, thread ids as strings and no deviceProperties; the GEMM shape must
+    # still reach the kernel the operator launched.
+    events = [
+        {"ph": "X", "cat": "Operator", "name": "aten::mm", "pid": 118664, "tid": "1441273664",
+         "ts": 1610366387140600, "dur": 40,
+         "args": {"Input dims": [[512, 1024], [1024, 2048]], "Input type": [], "External id": 9}},
+        {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 118664, "tid": "1441273664",
+         "ts": 1610366387140610, "dur": 5, "args": {"cbid": 211, "correlation": 627, "external id": 9}},
+        {"ph": "X", "cat": "Kernel", "name": "volta_sgemm_128x64_nn", "pid": 0, "tid": "stream 7",
+         "ts": 1610366387140700, "dur": 100,
+         "args": {"queued": 0, "device": 0, "context": 1, "stream": 7, "correlation": 627, "external id": 9,
+                  "registers per thread": 80, "shared memory": 2304, "warps per SM": 627.2,
+                  "grid": [32, 4, 1], "block": [256, 1, 1]}},
+    ]
+    trace = load_trace(write_trace(tmp_path / "worker0.pt.trace.json", events))
+    assert json.loads(trace.cpu_ops["input_dims"].iloc[0]) == [[512, 1024], [1024, 2048]]
+    from advisor.symptoms.gemm import gemm_table
+
+    g = gemm_table(trace).iloc[0]
+    assert (g["M"], g["N"], g["K"], g["shape_source"]) == (512, 2048, 1024, "kineto-input-dims")
+
+
 def test_short_names(tmp_path):
     names = [
         "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)",

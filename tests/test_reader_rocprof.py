@@ -407,6 +407,25 @@ def test_rocprofv3_json_synthetic(tmp_path, gz):
     assert trace.nvtx[["text", "domain", "dur_ns"]].values.tolist() == [["step 1", "roctx", 3100]]
 
 
+def test_rocprofv3_json_peer_copy_is_ptop(tmp_path):
+    # A device-to-device copy from GPU 0 (agent 101) to GPU 1 (agent 102) is a peer copy, as
+    # CUPTI names it in nsys and Kineto traces; one within GPU 1 stays DtoD.
+    doc = _sdk_doc()
+    proc = doc["rocprofiler-sdk-tool"][0]
+    proc["strings"]["buffer_records"][10] = {"kind": "MEMORY_COPY", "operations": [
+        "MEMORY_COPY_NONE", "MEMORY_COPY_HOST_TO_HOST", "MEMORY_COPY_HOST_TO_DEVICE",
+        "MEMORY_COPY_DEVICE_TO_HOST", "MEMORY_COPY_DEVICE_TO_DEVICE"]}
+    proc["buffer_records"]["memory_copy"] = [
+        {"kind": 10, "operation": 4, "correlation_id": {"internal": 21, "external": 0}, "start_timestamp": 3000 + 1000 * i,
+         "end_timestamp": 3500 + 1000 * i, "dst_agent_id": {"handle": 102}, "src_agent_id": {"handle": src}, "bytes": 1 << 20}
+        for i, src in enumerate((101, 102))
+    ]
+    path = tmp_path / "p_results.json"
+    path.write_text(json.dumps(doc))
+    m = load_trace(path).memcpy
+    assert m[["kind", "device_id"]].values.tolist() == [["PtoP", 1], ["DtoD", 1]]
+
+
 def test_rocprofv3_json_truncated(tmp_path):
     data = json.dumps(_sdk_doc()).encode()
     path = tmp_path / "p_results.json"
@@ -577,6 +596,21 @@ def test_rocpd_v3(tmp_path):
     assert trace.nvtx[["text", "domain", "dur_ns"]].values.tolist() == [["train step", "roctx", 5000]]
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.db"]  # no journal/-wal/-shm left
+
+
+def test_rocpd_peer_copy_is_ptop(tmp_path):
+    # Agent rows 1 and 2 are GPUs 0 and 1: a DEVICE_TO_DEVICE copy between them is a peer
+    # copy (PtoP, as CUPTI names it), one within GPU 1 stays DtoD.
+    path = make_rocpd_v3(tmp_path / "results.db")
+    conn = sqlite3.connect(path)
+    conn.execute(f'INSERT INTO "rocpd_string{UUID}" (id, string) VALUES (8, ?)', ("MEMORY_COPY_DEVICE_TO_DEVICE",))
+    conn.executemany(f'INSERT INTO "rocpd_memory_copy{UUID}" (id, nid, pid, tid, start, "end", name_id, dst_agent_id, src_agent_id, size, stream_id) '
+                     "VALUES (?, 1, 1, 1, ?, ?, 8, 2, ?, 4096, 3)",
+                     [(2, T0 + 3000, T0 + 3100, 1), (3, T0 + 4000, T0 + 4100, 2)])
+    conn.commit()
+    conn.close()
+    m = load_trace(path).memcpy
+    assert m[["kind", "device_id", "dur_ns"]].values.tolist() == [["DtoH", 1, 600], ["PtoP", 1, 100], ["DtoD", 1, 100]]
 
 
 def test_rocpd_suffixed_tables_without_views(tmp_path):

@@ -72,6 +72,30 @@ def test_tile_from_name(name, tile):
     assert tile_from_name(name) == tile
 
 
+@pytest.mark.parametrize(
+    "name, gemm",
+    [
+        # torch.compile (Inductor) template GEMMs: `triton_tem_fused_<ops>_<n>`
+        ("triton_tem_fused_addmm_0", True),
+        ("triton_tem_fused_addmm_relu_0", True),
+        ("triton_tem_fused_addmm_native_layer_norm_view_1", True),
+        ("triton_tem_fused_mm_t_view_14", True),
+        ("triton_tem_fused_bmm_3", True),
+        # Inductor pointwise / reduction kernels name the ops they fuse, GEMMs among them
+        # (the bias add or activation after an extern cuBLAS mm): they are not GEMMs
+        ("triton_poi_fused_addmm_relu_1", False),
+        ("triton_per_fused_addmm_mean_relu_sub_1", False),
+        ("triton_poi_fused_mm_0", False),
+        ("triton_red_fused__to_copy_mm_sum_2", False),
+        # flex attention is a template too, but no GEMM
+        ("triton_tem_fused_0", False),
+    ],
+)
+def test_inductor_kernel_names(name, gemm):
+    ctx = Context(make_trace([kernel(0, 10_000, name=name, grid=(64, 1, 1))]))
+    assert bool(ctx.kernels.loc[0, "is_gemm"]) is gemm
+
+
 def test_shape_parsers():
     s = parse_range_text("aten::mm, seq = 0, op_id = 1, sizes = [[4096, 1024], [1024, 512]], input_op_ids = [(0, 0)]")
     assert (s["M"], s["N"], s["K"]) == (4096, 512, 1024)
@@ -83,6 +107,9 @@ def test_shape_parsers():
     assert parse_range_text("aten::mm, sizes = [[2, 3], [4, 5]]") is None  # inner dims differ
     s = parse_cpu_op("aten::linear", "[[8, 128, 1024], [4096, 1024], [4096]]", '["c10::BFloat16", "c10::BFloat16", "c10::BFloat16"]')
     assert (s["M"], s["N"], s["K"], s["dtype"]) == (8 * 128, 4096, 1024, "bf16")
+    # MI300's fp8 (torch.float8_e4m3fnuz) is fp8 too
+    s = parse_cpu_op("aten::_scaled_mm", "[[4096, 8192], [8192, 1024], [], []]", '["c10::Float8_e4m3fnuz", "c10::Float8_e4m3fnuz", "float", "float"]')
+    assert (s["M"], s["N"], s["K"], s["dtype"]) == (4096, 1024, 8192, "fp8")
     s = parse_cpu_op("aten::bmm", "[[12, 64, 32], [12, 32, 128]]", None)
     assert (s["M"], s["N"], s["K"], s["batch"]) == (64, 128, 32, 12)
 
@@ -288,6 +315,25 @@ def test_gate_gpu_idle_and_sync():
     assert {"gpu_idle", "sync_calls"} <= checks and d.premature
     (g,) = [g for g in d.gates if g.check == "sync_calls"]
     assert g.value == pytest.approx(9 * 898_000 / 9_100_000, abs=1e-3)
+
+
+@pytest.mark.parametrize("call", ["hipMemcpyWithStream", "hipMemcpyDtoH", "hipMemcpy"])
+def test_gate_sync_calls_hip_blocking_copies(call):
+    # PyTorch on ROCm makes its blocking copies (.item(), .cpu()) with hipMemcpyWithStream,
+    # where CUDA uses cudaMemcpyAsync + cudaStreamSynchronize; hipMemcpyDtoH is the blocking
+    # driver-style copy. Same timeline as test_gate_gpu_idle_and_sync: a 100 us kernel, the
+    # copy returns 2 us after it ends, 898 us of host work: 9 stalls of 898 us in 9.1 ms.
+    ks = [kernel(i * 1_000_000, 100_000, name="Cijk_Alik_Bljk_MT64x16x32", grid=(12, 11, 1)) for i in range(10)]
+    rt = [launch(i + 1, i * 1_000_000 + 5_000, dur=97_000, name=call) for i in range(10)]
+    d = diagnose(make_trace(ks, runtime=rt))
+    (g,) = [g for g in d.gates if g.check == "sync_calls"]
+    assert g.value == pytest.approx(9 * 898_000 / 9_100_000, abs=1e-3)
+
+
+def test_async_hip_copy_is_not_a_sync_call():
+    ks = [kernel(i * 1_000_000, 100_000, name="Cijk_Alik_Bljk_MT64x16x32", grid=(12, 11, 1)) for i in range(10)]
+    rt = [launch(i + 1, i * 1_000_000 + 5_000, dur=97_000, name="hipMemcpyAsync") for i in range(10)]
+    assert not [g for g in diagnose(make_trace(ks, runtime=rt)).gates if g.check == "sync_calls"]
 
 
 def test_final_synchronise_is_free():

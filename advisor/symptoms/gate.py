@@ -32,8 +32,13 @@ from .tail_wave import work_units
 SYMPTOM = "gate"
 REQUIRES = ()
 
+# Calls that return only when the GPU has drained: the synchronises, and the blocking copies:
+# cudaMemcpy/cuMemcpyDtoH and their HIP twins, plus hipMemcpyWithStream, which PyTorch on ROCm
+# uses for every blocking copy (.item(), .cpu()) where CUDA builds call cudaMemcpyAsync +
+# cudaStreamSynchronize (c10 memcpy_and_sync).
 _SYNC = re.compile(
-    r"synchronize|^cudaMemcpy(?:2D|3D)?(?:_v\d+)?$|^cuMemcpy[DH]to[DH](?:_v\d+)?$|^hipMemcpy$|cudaStreamWaitEvent_blocking",
+    r"synchronize|^cudaMemcpy(?:2D|3D)?(?:_v\d+)?$|^cuMemcpy[DH]to[DH](?:_v\d+)?$|"
+    r"^hipMemcpy(?:2D|3D|WithStream|[DH]to[DH])?$|cudaStreamWaitEvent_blocking",
     re.I,
 )
 

@@ -29,11 +29,16 @@ from .strings import contains, factorize
 
 _GEMM = re.compile(
     r"gemm|matmul|xmma|nvjet|cijk_|wgmma|tensorop|_mm_|\bmm_|mm_kernel|s16816|h16816|s1688|h1688|"
-    r"_(?:nn|nt|tn|tt)(?:_|$)|scaled_mm|bmm",
+    r"_(?:nn|nt|tn|tt)(?:_|$)|scaled_mm|bmm|addmm",
     re.I,
 )
-# Kernels that are part of a GEMM but not a tiled GEMM themselves.
-_NOT_GEMM = re.compile(r"splitkreduce|split_k_reduce|reduce_kernel|gemv|gemvx|_fixup|elementwise|cast", re.I)
+# Kernels that are part of a GEMM but not a tiled GEMM themselves. torch.compile (Inductor)
+# names its pointwise, reduction and persistent-reduction kernels `triton_poi_` / `triton_red_`
+# / `triton_per_` + the ops they fuse, which may include the mm whose bias or activation they
+# apply (`triton_poi_fused_addmm_relu_1`); its GEMMs are templates, `triton_tem_fused_addmm_0`.
+_NOT_GEMM = re.compile(
+    r"splitkreduce|split_k_reduce|reduce_kernel|gemv|gemvx|_fixup|elementwise|cast|^triton_(?:poi|red|per)_", re.I
+)
 _SPLIT_K = re.compile(r"splitk|split_k|stream_k|streamk|_sk_|segment_k_on|partition_k", re.I)
 _WS = re.compile(r"warpspecialized|warp_specialized|warpspecialize|_ws_|_ws$|^ws_|nvjet", re.I)
 _COMM = re.compile(
@@ -77,6 +82,8 @@ _DTYPES = {
     "fp16": "fp16", "half": "fp16", "float16": "fp16", "c10::half": "fp16",
     "fp32": "fp32", "float": "fp32", "float32": "fp32",
     "fp8": "fp8", "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8",
+    # the fp8 formats of AMD MI300 (CDNA3): no negative zero, NaN at 0x80
+    "c10::float8_e4m3fnuz": "fp8", "c10::float8_e5m2fnuz": "fp8",
 }
 
 

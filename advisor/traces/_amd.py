@@ -21,6 +21,16 @@ def workgroups(grid_items: pd.Series, wg_size: pd.Series) -> pd.Series:
     return (-((-g) // w)).astype("Int64")
 
 
+def copy_kind(kind: str, src_device: Any, dst_device: Any) -> str:
+    """`kind` of a copy ("HtoD", "DtoD"...), made "PtoP" for a device-to-device copy between two
+    different GPUs (src and dst device ids known and different): ROCm names such a copy
+    MEMORY_COPY_DEVICE_TO_DEVICE, CUPTI (nsys, Kineto) calls it peer-to-peer, and a peer copy
+    is communication (symmetric memory, copy-engine collectives), a same-GPU copy is not."""
+    if kind != "DtoD" or src_device is None or dst_device is None or pd.isna(src_device) or pd.isna(dst_device):
+        return kind
+    return "PtoP" if src_device != dst_device else kind
+
+
 def gfx_name(target_version: Any) -> str | None:
     """"gfx942" from rocprofiler-sdk's `gfx_target_version` 90402 (major*10000 + minor*100 +
     stepping, the stepping written in hex as in gfx90a); None for 0 or junk."""

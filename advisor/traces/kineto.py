@@ -8,7 +8,7 @@ The file is a Chrome trace document: `traceEvents` plus Kineto's metadata
 | `kernel` | kernels | args `grid`, `block`, `registers per thread`, `shared memory`, `device`, `stream`, `correlation` |
 | `cuda_runtime`, `cuda_driver` | runtime | HIP calls appear here too on ROCm |
 | `gpu_memcpy`, `gpu_memset` | memcpy | bytes from args `bytes`, else `memory bandwidth (GB/s)` x dur, else the launching call's `size` |
-| `cpu_op` | cpu_ops | `Input Dims` / `Input type` kept as JSON text |
+| `cpu_op` | cpu_ops | `Input Dims` (PyTorch 1.8: `Input dims`) / `Input type` kept as JSON text |
 | `user_annotation` | nvtx | domain `torch.profiler` (`record_function` ranges, `ProfilerStep#N`) |
 
 `gpu_user_annotation` (the GPU-side copy of user annotations) is ignored; so are Python
@@ -403,6 +403,15 @@ def _json_text(values: list) -> list:
     return out
 
 
+def _first(a: dict, *keys: str) -> Any:
+    """a[k] for the first of `keys` that `a` holds with a value (None if none does)."""
+    for k in keys:
+        v = a.get(k)
+        if v is not None:
+            return v
+    return None
+
+
 def _cpu_ops(events, rank, base_ns, notes):
     keep, start, dur = _times(events, base_ns, "cpu_op", notes)
     events = _pick(events, keep)
@@ -415,7 +424,8 @@ def _cpu_ops(events, rank, base_ns, notes):
             "end_ns": start + dur,
             "dur_ns": dur,
             "name": _names(events),
-            "input_dims": _json_text([a.get("Input Dims") for a in args]),
+            # PyTorch 1.8 spelled it "Input dims"
+            "input_dims": _json_text([_first(a, "Input Dims", "Input dims") for a in args]),
             "input_types": _json_text([a.get("Input type") for a in args]),
         }
     )

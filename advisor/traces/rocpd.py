@@ -25,7 +25,8 @@ What becomes what:
 - devices: GPU agents (`type` = 'GPU') that ran kernels or copies, numbered by `type_index`
   (the HIP device ordinal); limits from the agent's `extdata` (the rocprofiler agent record:
   `cu_count`, `wave_front_size`, `max_waves_per_cu`, `lds_size_in_kb`...).
-- memcpy: `rocpd_memory_copy` (name MEMORY_COPY_HOST_TO_DEVICE... gives the kind).
+- memcpy: `rocpd_memory_copy` (name MEMORY_COPY_HOST_TO_DEVICE... gives the kind; a
+  DEVICE_TO_DEVICE copy between two different GPUs is PtoP, as CUPTI calls a peer copy).
 - runtime / nvtx: `rocpd_region` rows whose event category is a HIP/HSA/RCCL API
   (runtime) or a roctx marker (nvtx, domain "roctx").
 
@@ -48,7 +49,7 @@ import pandas as pd
 from ..errors import TraceError
 from ..model import Trace
 from . import _sqlite
-from ._amd import agent_device_row, workgroups
+from ._amd import agent_device_row, copy_kind, workgroups
 from ._jsonio import to_int
 from ._names import short_name, strip_kd
 
@@ -372,7 +373,7 @@ def _copies(t: dict, gpu_ids: dict, rank: int) -> pd.DataFrame:
             "end_ns": end,
             "dur_ns": end - start,
             "op": "memcpy",
-            "kind": [_COPY_KINDS.get(str(n), "unknown") for n in op_names.tolist()],
+            "kind": [copy_kind(_COPY_KINDS.get(str(n), "unknown"), s, d) for n, s, d in zip(op_names.tolist(), src, dst)],
             "bytes": _col(mc, "size"),
         }
     )

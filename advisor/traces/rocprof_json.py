@@ -18,7 +18,8 @@ Layout (rocprofiler-sdk `source/lib/output/generateJSON.cpp`): `{"rocprofiler-sd
 
 Conversions: grid_size counts work-items, so grid = ceil(grid_size / workgroup_size) per
 dimension (workgroups). LDS: the symbol's static size goes to `static_smem_bytes`, the rest
-of the dispatch's group segment to `dynamic_smem_bytes`. Devices are GPU agents only, one
+of the dispatch's group segment to `dynamic_smem_bytes`. A MEMORY_COPY_DEVICE_TO_DEVICE between two
+different GPUs is kind PtoP (CUPTI's name for a peer copy, which nsys and Kineto traces carry). Devices are GPU agents only, one
 row per GPU that ran kernels or copies (all GPUs when none did), numbered by `gpu_index`
 (the HIP device ordinal); `device_id` in the other frames uses the same numbering. A file
 with several processes reads them all into this rank. HIP API calls go to the runtime frame,
@@ -34,7 +35,7 @@ import pandas as pd
 
 from ..errors import TraceError
 from ..model import Trace
-from ._amd import agent_device_row, workgroups
+from ._amd import agent_device_row, copy_kind, workgroups
 from ._jsonio import as_dict, as_list, handle, key, load_json, to_int
 from ._names import short_name, strip_kd
 
@@ -234,8 +235,8 @@ def _copies(records: list, ops: list[list[str]], agents: dict, gpu_ids: dict, ra
     kinds, devices = [], []
     for r in recs:
         op = _op_name(ops, r.get("kind"), r.get("operation")) or ""
-        kinds.append(_COPY_KINDS.get(op, "unknown"))
         dst, src = handle(r.get("dst_agent_id")), handle(r.get("src_agent_id"))
+        kinds.append(copy_kind(_COPY_KINDS.get(op, "unknown"), gpu_ids.get(src), gpu_ids.get(dst)))
         devices.append(gpu_ids.get(dst, gpu_ids.get(src)))
     df = pd.DataFrame(
         {
