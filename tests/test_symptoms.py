@@ -164,6 +164,36 @@ def test_tail_uses_tiles_from_shape_for_persistent_cublas():
     assert f.evidence["waves_sat"] == pytest.approx(288 / 132, abs=1e-3)
 
 
+@pytest.mark.parametrize(
+    "name, grid, tiles",
+    [
+        # cuBLAS (column-major) runs PyTorch's C = A @ B as C^T = B^T A^T: its 128x192 tile is
+        # 128 along N and 192 along M, ceil(1024/128) x ceil(3072/192) = 128 = the grid
+        ("nvjet_sm90_tst_128x192_64x5_2x1_v_bz_coopB_NTN", (2, 64, 1), 128),
+        # a persistent grid tells neither way: the library's convention
+        ("nvjet_sm90_tst_128x192_64x5_2x1_v_bz_coopB_NTN", (132, 1, 1), 128),
+        # split-K: the grid is 3 x the swapped count and no multiple of the named one (144)
+        ("nvjet_sm90_tst_128x192_64x5_2x1_v_bz_splitK_NTN", (384, 1, 1), 128),
+        # the grid outweighs the convention: a cuBLAS name on a grid of the named count
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_nn_n_tilesize128x192x64_warpgroupsize1x1x1", (144, 1, 1), 144),
+        # a kernel of no column-major library: its tile lies as named, 24 x 6 = 144
+        ("my_gemm_128x192_64x3", (144, 1, 1), 144),
+        ("my_gemm_128x192_64x3", (132, 1, 1), 144),
+    ],
+)
+def test_named_tile_orientation(name, grid, tiles):
+    ks = [kernel(0, 60_000, grid=grid, name=name, corr=1)]
+    rg = [nvtx("advisor.gemm M=3072 N=1024 K=8192 dtype=bf16", -6_000, -1_000)]
+    trace = make_trace(ks, runtime=[launch(1, -5_000)], ranges=rg)
+    k = Context(trace).kernels
+    assert int(k["tiles"].iloc[0]) == tiles
+    tm, tn = int(k["tile_m"].iloc[0]), int(k["tile_n"].iloc[0])
+    assert math.ceil(3072 / tm) * math.ceil(1024 / tn) == tiles  # tile_m lies along M
+    # 128 tiles are 0.97 of a wave on 132 SMs; 144 are 1.09 waves, a tail
+    tails = by_symptom(diagnose(trace), "tail_wave")
+    assert [f.evidence["tiles"] for f in tails] == ([] if tiles == 128 else [144])
+
+
 def test_small_grid_long_k_split_and_savings():
     ks = [kernel(0, 888_000, grid=(2, 2, 1), name="matmul_kernel", corr=1)]
     rt = [launch(1, -5_000)]

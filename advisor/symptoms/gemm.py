@@ -408,10 +408,55 @@ def gemm_table(trace: Trace) -> pd.DataFrame:
     named_helper = pd.Series(helper.to_numpy(dtype=bool)[codes], index=k.index)
     out["is_gemm"] = (out["is_gemm_name"] | (out["M"].notna() & ~named_helper)) & ~out["is_comm"]
     out["_name_code"] = name_codes
-    tm, tn = out["tile_m"], out["tile_n"]
+    column_major = pd.Series(uniq.str.contains(_COLUMN_MAJOR).to_numpy(dtype=bool)[codes], index=k.index)
+    out["tile_m"], out["tile_n"] = orient_tiles(out, k["grid_blocks"], column_major)
+    out["tiles"] = _tile_count(out, out["tile_m"], out["tile_n"])
+    return out.drop(columns=["is_gemm_name"])
+
+
+# BLAS libraries that are column-major: cuBLAS/cuBLASLt (nvjet, xmma, the sm*/ampere_* kernels
+# and the CUTLASS kernels it ships, cutlass_80_tensorop_*), hipBLASLt/Tensile (Cijk_).
+# PyTorch computes its row-major C = A @ B there as C^T = B^T @ A^T, so the first extent of
+# the tile in such a kernel's name runs along PyTorch's N, the second along its M.
+_COLUMN_MAJOR = re.compile(
+    r"nvjet|xmma|^(?:void )?(?:sm\d+|ampere|volta|turing|maxwell)_|cutlass_\d+_(?:tensorop|wmma|simt)|cijk_",
+    re.IGNORECASE,
+)
+
+
+def _tile_count(out: pd.DataFrame, tm: pd.Series, tn: pd.Series) -> pd.Series:
+    """Output tiles of tm x tn over M x N (x batch); NA where unknown or past int64."""
     b = out["batch"].fillna(1)
-    tiles_known = -(-out["M"] // tm) * -(-out["N"] // tn) * b
+    count = -(-out["M"] // tm) * -(-out["N"] // tn) * b
     # extents up to 2**31 can multiply past int64 (which wraps silently): unknown instead
     approx = (out["M"].astype("Float64") / tm) * (out["N"].astype("Float64") / tn) * b.astype("Float64")
-    out["tiles"] = tiles_known.astype("Int64").mask((approx >= 2.0**62).fillna(False))
-    return out.drop(columns=["is_gemm_name"])
+    return count.astype("Int64").mask((approx >= 2.0**62).fillna(False))
+
+
+def orient_tiles(out: pd.DataFrame, grid_blocks: pd.Series, column_major: pd.Series) -> tuple[pd.Series, pd.Series]:
+    """The named tile's extents along PyTorch's M and N: (tile_m, tile_n) as named, or swapped.
+
+    The launch's grid decides where it can: the orientation whose tile count equals the grid's
+    blocks, else the one whose count divides them (split-K, a batch in z), when just one does.
+    Otherwise the library's convention: swapped for column-major BLAS kernels (`_COLUMN_MAJOR`),
+    as named for the rest (row-major callers: our own and most hand-written kernels). On the
+    H200 (workloads/model_step.py traces) cuBLAS ran aten::mm 3072x1024x8192 as
+    nvjet_sm90_tst_128x192 on 128 CTAs: ceil(1024/128) x ceil(3072/192), not the 144 tiles of
+    128 rows over M that would have made a tail; each of the 7 GEMM shapes there whose grid
+    tells the two apart fit the swapped tile (6 by an equal count, a split-K one by a
+    multiple), none the named one."""
+    tm, tn = out["tile_m"], out["tile_n"]
+    as_named, swapped = _tile_count(out, tm, tn), _tile_count(out, tn, tm)
+    g = grid_blocks.astype("Int64")
+
+    def only(a: pd.Series, b: pd.Series) -> pd.Series:
+        return (a & ~b).fillna(False).astype(bool)
+
+    eq_named, eq_swapped = g == as_named, g == swapped
+    div_named, div_swapped = (g % as_named) == 0, (g % swapped) == 0
+    swap = column_major.copy()
+    swap[only(div_named, div_swapped)] = False
+    swap[only(div_swapped, div_named)] = True
+    swap[only(eq_named, eq_swapped)] = False
+    swap[only(eq_swapped, eq_named)] = True
+    return tm.where(~swap, tn), tn.where(~swap, tm)

@@ -1,0 +1,79 @@
+"""Traces of unplanted work (workloads/model_step.py on the H200): one training step and one
+eager decode of a small GPT-style model, each captured with nsys and with the PyTorch
+profiler. Nobody arranged a symptom in them, so these tests pin what the diagnosis must say
+(eager decoding is launch-bound) and what it must not (a tail on cuBLAS GEMMs whose grids
+fill the GPU)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import DATA
+
+from advisor.diagnose import diagnose
+from advisor.symptoms import Context
+from advisor.traces import load_trace
+
+H200 = DATA / "h200"
+FORMATS = ["sqlite.gz", "kineto.json.gz"]
+
+
+def _load(scenario, fmt, tmp_path):
+    return load_trace(H200 / f"model_{scenario}.{fmt}", cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_train_step_gemms_read_the_same_from_both_profilers(fmt, tmp_path):
+    k = Context(_load("train", fmt, tmp_path)).kernels
+    gemms = k[k["is_gemm"]]
+    # 4 layers x 4 linears x 3 GEMMs (forward, two gradients) + the head's 3 = 51 with a shape
+    # from aten::mm; the other 8 are cuDNN's flash-attention kernels (wgmma in their names:
+    # forward and backward, 4 layers), which have no GEMM shape
+    assert len(k) == 203 and len(gemms) == 59 and gemms["M"].notna().sum() == 51
+    assert gemms.loc[gemms["M"].isna(), "name"].str.contains("sdpa_sm90_flash").all()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_cublas_tiles_lie_along_pytorch_s_n_and_fill_the_gpu(fmt, tmp_path):
+    # cuBLAS ran the QKV weight gradient (aten::mm 3072x1024x8192) as
+    # nvjet_sm90_tst_128x192 on 128 CTAs: 128 rows of tile along N (1024 / 128 = 8) and 192
+    # along M (3072 / 192 = 16), one wave on 132 SMs. Read the other way round it is 24 x 6 =
+    # 144 tiles, a 1.09-wave tail that is not there.
+    k = Context(_load("train", fmt, tmp_path)).kernels
+    wg = k[k["name"].str.startswith("nvjet_sm90_tst_128x192") & (k["M"] == 3072)]
+    assert len(wg) == 4  # one per layer
+    assert set(wg["grid_blocks"]) == {128} and set(wg["tiles"]) == {128}
+    assert set(wg["tile_m"]) == {192} and set(wg["tile_n"]) == {128}
+    # every GEMM with a named tile and a shape: the tiles fill the grid exactly, or the grid is
+    # a persistent one of 132 CTAs looping over more tiles
+    named = k[k["is_gemm"] & k["tiles"].notna()]
+    assert len(named) == 51
+    assert ((named["tiles"] == named["grid_blocks"]) | ((named["grid_blocks"] == 132) & (named["tiles"] > 132))).all()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_train_step_has_no_gemm_scheduling_finding(fmt, tmp_path):
+    d = diagnose(_load("train", fmt, tmp_path))
+    assert not d.gates
+    symptoms = {f.symptom for f in d.findings}
+    assert not symptoms & {"tail_wave", "small_grid_long_k", "hopper_no_ws"}, symptoms
+    # what remains: huge elementwise passes over the 8192 x 32768 logits, ATen's, low confidence
+    assert d.findings and all(f.symptom == "launch_overhead" and f.confidence == "low" for f in d.findings)
+    assert all(f.evidence["library"] == "PyTorch ATen" for f in d.findings)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_decode_is_launch_bound_and_told_to_use_a_graph(fmt, tmp_path):
+    trace = _load("decode", fmt, tmp_path)
+    k = Context(trace).kernels
+    # 32 forward passes (a prompt, then 31 single tokens) of 4 layers; M=4 GEMMs on nvjet
+    # kernels whose 8-row tile lies along M: 48 tiles for the 4 x 3072 x 1024 QKV projection
+    assert len(k) == 1789
+    qkv = k[k["is_gemm"] & (k["M"] == 4) & (k["N"] == 3072)]
+    assert len(qkv) == 31 * 4 and set(qkv["tiles"]) == {48} and set(qkv["grid_blocks"]) == {48}
+    d = diagnose(trace)
+    (f,) = d.findings
+    assert f.symptom == "launch_overhead" and f.confidence == "high"
+    assert f.suggestion["cuda_graph"] is True
+    assert f.evidence["gap_fraction"] > 0.9  # the GPU waits on Python between microsecond kernels
+    # nsys's emit_nvtx ranges slow the host further: gaps past the run limit read as an idle GPU
+    assert [g.check for g in d.gates] == (["gpu_idle"] if fmt == "sqlite.gz" else [])
