@@ -220,6 +220,8 @@ def _run_finding(row, rule: Rule, ctx: Context) -> Finding | None:
     if frac < rule["min_gap_fraction"] or row["gap_ns"] < rule["min_savings_ns"]:
         return None
     grouped = row["gemm_fraction"] >= 0.5
+    top_share = row["top_kernel_ns"] / row["kernel_ns"] if row["kernel_ns"] else 1.0
+    mixed = not grouped and top_share < rule["mixed_top_share"]
     return Finding(
         symptom=SYMPTOM,
         strategy=rule.strategy,
@@ -250,10 +252,11 @@ def _run_finding(row, rule: Rule, ctx: Context) -> Finding | None:
             "kernel_names": int(row["kernel_names"]),
             "top_kernel_launches": int(row["top_kernel_launches"]),
             "top_kernel_ns": int(row["top_kernel_ns"]),
+            "top_kernel_share": round(float(top_share), 3),
             "gemm_shapes_known": len(row["gemm_shapes"]),
             **_odd_shapes(row["gemm_shapes"][:MAX_GROUPED_SHAPES] if grouped else [], row["gemm_dtype"]),
         }, str(row["name"])),
-        suggestion=_run_suggestion(row, grouped),
+        suggestion=_run_suggestion(row, grouped, mixed),
     )
 
 
@@ -272,8 +275,11 @@ def _odd_shapes(shapes: list, dtype) -> dict:
     return {"gemm_shapes_unaligned": odd, "alignment_elements": per} if odd else {}
 
 
-def _run_suggestion(row, grouped: bool) -> dict:
-    out = {"schedule": "grouped" if grouped else "persistent", "cuda_graph": True}
+def _run_suggestion(row, grouped: bool, mixed: bool) -> dict:
+    """grouped: one launch for the run's GEMMs; cuda_graph: the run is mixed work (no kernel
+    holds `mixed_top_share` of it), which only a graph of the whole loop replaces; else one
+    persistent kernel for the run's repeated kernel."""
+    out = {"schedule": "grouped" if grouped else "cuda_graph" if mixed else "persistent", "cuda_graph": True}
     if grouped and row["gemm_shapes"]:
         out["shapes"] = row["gemm_shapes"][:MAX_GROUPED_SHAPES]
         if row["gemm_dtype"]:
