@@ -1,0 +1,42 @@
+"""The "Next:" commands a diagnosis prints run as written and lead to the variant for the GPU
+the trace was recorded on."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import tracefiles as T
+from click.testing import CliRunner
+
+from advisor.cli import cli
+
+
+def next_commands(markdown: str) -> list[str]:
+    return re.findall(r"^- Next: `(advisor generate [^`]+)`", markdown, flags=re.M)
+
+
+def trace_on(tmp_path, sms: int, name: str = "NVIDIA H100 PCIe"):
+    doc = T.kineto_doc()
+    doc["deviceProperties"] = [dict(T.H100_PROPS, name=name, numSms=sms)]
+    return T.write_kineto(tmp_path / f"gemm_{sms}.json", doc)
+
+
+def test_next_commands_carry_the_traces_sm_count(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    r = runner.invoke(cli, ["diagnose", str(trace_on(tmp_path, 114))])
+    assert r.exit_code == 0, r.output
+    cmds = next_commands(r.output)
+    assert {c.split()[2] for c in cmds} == {"stream_k", "warp_specialization"}, cmds
+    for cmd in cmds:
+        assert "--sm-count 114" in cmd, cmd
+        g = runner.invoke(cli, shlex.split(cmd)[1:])
+        assert g.exit_code == 0, (cmd, g.output)
+        # the model that picked the knobs saw the trace's 114 SMs, not generate's 132 default
+        assert "'sm_count': 114}" in (tmp_path / "variant.py").read_text()
+
+def test_next_commands_on_the_default_gpu_stay_short(tmp_path):
+    r = CliRunner().invoke(cli, ["diagnose", str(trace_on(tmp_path, 132, name="NVIDIA H100 80GB HBM3"))])
+    cmds = next_commands(r.output)
+    assert cmds and not any("--sm-count" in c for c in cmds), cmds
