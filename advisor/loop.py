@@ -252,9 +252,11 @@ def run_shape_loop(
     suite: str = "advisor",
     counters: bool = False,
     log: Callable[[str], None] | None = None,
+    sm_count: int | None = None,
 ) -> ShapeResult:
     """Time and verify `strategies` on one shape (GPU), or generate model-chosen variants
-    (no GPU). Writes the winning variant into `out_dir` when it is recommended."""
+    (no GPU; for `sm_count` SMs when given, e.g. the trace's GPU). Writes the winning variant
+    into `out_dir` when it is recommended."""
     strategies = [s for s in strategies if s in GEMM_STRATEGIES and s != "dp"]
     if not strategies:
         raise AdvisorError("no GEMM strategy to run (choose from split_k, persistent, stream_k, warp_specialization)")
@@ -265,7 +267,8 @@ def run_shape_loop(
         first = strategies[0]
         if out_dir is not None:
             path = out_dir / f"variant_{name}.py"
-            v = generate(first, M, N, K, dtype=dtype, finding=finding, path=path)
+            device = Device(sm_count=sm_count) if sm_count else None
+            v = generate(first, M, N, K, dtype=dtype, finding=finding, device=device, path=path)
             res.variant_path, res.variant_knobs = path, v.knobs
             res.model[first] = v.model
         res.verdict = "not run: no CUDA GPU here; run the generated file with --check --bench on one, or `advisor bench` there"
@@ -338,6 +341,9 @@ def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_
     `skipped`, once each, when given."""
     from .group_loop import run_group_loop
 
+    # Without a GPU the variants are generated for the GPU the trace ran on, as the report's
+    # "Next:" commands are.
+    sm_count_of = getattr(diagnosis, "sm_count_of", lambda f: None)
     results, seen = [], set()
     for f in diagnosis.findings:
         grouped = (f.suggestion or {}).get("schedule") == "grouped" and (f.suggestion or {}).get("shapes")
@@ -360,7 +366,7 @@ def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_
                 sizes = [parse_shape(t) for t in shapes]
                 progress = progress_for(f"{len(sizes)} GEMMs") if progress_for else None
                 res = run_group_loop(sizes, dtype, budget_s=budget_s, finding=finding_summary(f), out_dir=out_dir,
-                                     progress=progress)
+                                     progress=progress, sm_count=sm_count_of(f))
             except AdvisorError as exc:  # a shape no GEMM can have (0x24x32 in a damaged trace): say so, go on
                 if skipped is not None:
                     skipped.append(SkippedFinding(f.symptom, f.kernel, {"shapes": len(shapes), "dtype": dtype},
@@ -393,5 +399,5 @@ def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_
         progress = progress_for(f"{s['M']}x{s['N']}x{s['K']}") if progress_for else None
         results.append(run_shape_loop(s["M"], s["N"], s["K"], dtype, STRATEGIES_FOR[f.symptom], budget_s=budget_s,
                                       observed_ns=observed, finding=finding_summary(f), out_dir=out_dir, progress=progress,
-                                      counters=counters, log=log))
+                                      counters=counters, log=log, sm_count=sm_count_of(f)))
     return results

@@ -40,3 +40,30 @@ def test_next_commands_on_the_default_gpu_stay_short(tmp_path):
     r = CliRunner().invoke(cli, ["diagnose", str(trace_on(tmp_path, 132, name="NVIDIA H100 80GB HBM3"))])
     cmds = next_commands(r.output)
     assert cmds and not any("--sm-count" in c for c in cmds), cmds
+
+
+def test_run_without_a_gpu_generates_for_the_traces_sm_count(tmp_path, monkeypatch):
+    # `diagnose --run` on a machine without a GPU writes the variants with the model's knobs:
+    # for the GPU the trace ran on, as its "Next:" commands do, not for 132 SMs
+    import advisor.loop as L
+
+    monkeypatch.setattr(L, "gpu_present", lambda: False)
+    out = tmp_path / "run"
+    r = CliRunner().invoke(cli, ["diagnose", str(trace_on(tmp_path, 114)), "--run", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    (variant,) = out.glob("variant_*.py")
+    assert "'sm_count': 114}" in variant.read_text()
+
+
+def test_run_without_a_gpu_generates_the_grouped_variant_for_the_traces_sm_count(tmp_path, monkeypatch):
+    import advisor.loop as L
+    from conftest import DATA
+
+    monkeypatch.setattr(L, "gpu_present", lambda: False)
+    out = tmp_path / "run"
+    r = CliRunner().invoke(cli, ["diagnose", str(DATA / "h200" / "small_gemms.sqlite.gz"), "--sm-count", "100", "--run",
+                                 "--out", str(out), "--cache-dir", str(tmp_path / "cache")])
+    assert r.exit_code == 0, r.output
+    assert "--sm-count 100 -o grouped.py" in (out / "report.md").read_text()
+    (variant,) = out.glob("variant_launch_overhead_*.py")
+    assert "'sm_count': 100}" in variant.read_text()
