@@ -334,8 +334,8 @@ class SkippedFinding:
 def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_for: Callable[[str], Callable] | None = None,
                   dtype_default: str = "bf16", counters: bool = False, log: Callable[[str], None] | None = None,
                   skipped: list[SkippedFinding] | None = None) -> list[ShapeResult]:
-    """run_shape_loop for every finding with a GEMM shape and a GEMM strategy, once per shape,
-    and advisor.group_loop.run_group_loop for every loop of small GEMMs whose shapes are known
+    """run_shape_loop for every finding with a GEMM shape and a GEMM strategy, once per shape
+    (with the strategies of every finding on that shape), and advisor.group_loop.run_group_loop for every loop of small GEMMs whose shapes are known
     (a launch_overhead finding suggesting the grouped schedule), once per set of shapes.
     Findings it cannot run (batched GEMMs; a loop of one GEMM shape) are appended to
     `skipped`, once each, when given."""
@@ -344,6 +344,19 @@ def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_
     # Without a GPU the variants are generated for the GPU the trace ran on, as the report's
     # "Next:" commands are.
     sm_count_of = getattr(diagnosis, "sm_count_of", lambda f: None)
+
+    def shape_key(f) -> tuple:
+        s = f.shape
+        dtype = s.get("dtype") if s.get("dtype") in DTYPES else dtype_default
+        return (s.get("batch") or 1, s["M"], s["N"], s["K"], dtype)
+
+    # One run per shape, with the strategies of every finding on it (tail_wave and
+    # hopper_no_ws often flag the same GEMM), the highest-ranked finding's first.
+    strategies_of: dict[tuple, list[str]] = {}
+    for f in diagnosis.findings:
+        if f.shape is not None and f.symptom in STRATEGIES_FOR:
+            chosen = strategies_of.setdefault(shape_key(f), [])
+            chosen.extend(x for x in STRATEGIES_FOR[f.symptom] if x not in chosen)
     results, seen = [], set()
     for f in diagnosis.findings:
         grouped = (f.suggestion or {}).get("schedule") == "grouped" and (f.suggestion or {}).get("shapes")
@@ -380,9 +393,8 @@ def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_
         if f.shape is None or f.symptom not in STRATEGIES_FOR:
             continue
         s = f.shape
-        dtype = s.get("dtype") if s.get("dtype") in DTYPES else dtype_default
-        batch = s.get("batch") or 1
-        key = (batch, s["M"], s["N"], s["K"], dtype)
+        key = shape_key(f)
+        batch, dtype = key[0], key[-1]
         if key in seen:
             continue
         seen.add(key)
@@ -397,7 +409,7 @@ def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_
             continue
         observed = int(f.evidence.get("median_ns") or (f.total_ns / max(1, f.launches)))
         progress = progress_for(f"{s['M']}x{s['N']}x{s['K']}") if progress_for else None
-        results.append(run_shape_loop(s["M"], s["N"], s["K"], dtype, STRATEGIES_FOR[f.symptom], budget_s=budget_s,
+        results.append(run_shape_loop(s["M"], s["N"], s["K"], dtype, strategies_of[key], budget_s=budget_s,
                                       observed_ns=observed, finding=finding_summary(f), out_dir=out_dir, progress=progress,
                                       counters=counters, log=log, sm_count=sm_count_of(f)))
     return results
