@@ -132,6 +132,7 @@ class GroupResult:
             "verdict": self.verdict,
             "variant": self.variant_path.name if self.variant_path else None,
             "variant_knobs": self.variant_knobs,
+            "model": self.model,  # empty: no per-config model ranking for groups
             "counters": self.counters,
         }
 
