@@ -281,7 +281,8 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
             else:
                 _log("--run: no finding with a GEMM shape and a GEMM strategy to run")
             return
-        _write_run_report(results, run_dir, rules=result.rules, skipped=skipped)
+        # with --json, stdout stays the one JSON document; the run's report is in run_dir
+        _write_run_report(results, run_dir, rules=result.rules, skipped=skipped, echo=not as_json)
 
 
 def _log(msg: str) -> None:
@@ -310,7 +311,7 @@ def _progress_bar(label: str):
     return update
 
 
-def _write_run_report(results, out_dir: Path, rules=None, skipped=()) -> None:
+def _write_run_report(results, out_dir: Path, rules=None, skipped=(), echo: bool = True) -> None:
     from .bench import append_csv, write_json
     from .loop import gpu_present
     from .plots import before_after
@@ -339,7 +340,8 @@ def _write_run_report(results, out_dir: Path, rules=None, skipped=()) -> None:
     (out_dir / "run_report.md").write_text(md, encoding="utf-8")
     payload = {"device": device, "results": [r.to_dict() for r in results], "skipped": [s.to_dict() for s in skipped]}
     (out_dir / "run_report.json").write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
-    _echo_markdown(md)
+    if echo:
+        _echo_markdown(md)
     click.echo(f"advisor: wrote {out_dir / 'run_report.md'} and run_report.json", err=True)
 
 

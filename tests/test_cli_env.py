@@ -76,3 +76,16 @@ def test_generate_takes_the_sm_count_from_the_environment(tmp_path, monkeypatch)
     assert knobs == [line for line in given.output.splitlines() if line.startswith("knobs:")]
     assert "SPLIT_K=32" not in knobs[0]  # what 132 SMs get
     assert "ADVISOR_SM_COUNT" in CliRunner().invoke(cli, ["generate", "--help"]).output
+
+
+def test_json_with_run_keeps_stdout_one_json_document(tmp_path, monkeypatch):
+    # `diagnose --json --run --out DIR`: an agent parses stdout as the JSON contract; the run's
+    # markdown report goes to DIR/run_report.md (and .json), not after the JSON on stdout
+    import advisor.loop as L
+
+    monkeypatch.setattr(L, "gpu_present", lambda: False)
+    r = CliRunner().invoke(cli, ["diagnose", "--example", "--json", "--run", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["findings"]
+    assert (tmp_path / "run_report.json").is_file() and (tmp_path / "run_report.md").is_file()
+    assert "run_report.md" in r.stderr
