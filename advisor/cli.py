@@ -201,11 +201,12 @@ counters_opt = _option(
               help="Diagnose the bundled example: a real H200 trace with planted symptoms (no GPU needed).")
 @_option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON (the agents' contract) instead of markdown.")
 @_option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="Also write report.md and report.json into this directory.")
+              help="Also write report.md, report.json and waves.png (with matplotlib) into this directory; with --run "
+                   "also run_report.md/json and the variant files.")
 @_option("--top", type=click.IntRange(1, 10000), default=None, help="Keep only the N findings with the most recoverable time.")
 @_option("--run", "run_variants", is_flag=True,
               help="Then, for each finding with a GEMM shape, generate, verify and time the candidate schedules on this GPU "
-                   "(without a GPU: only generate the files) and write a before/after report into --out.")
+                   "(without a GPU: only generate the files) and write a before/after report into --out (default: ./advisor-run).")
 @_option("--budget-s", type=click.FloatRange(5, 3600), default=60, show_default=True,
               help="With --run: seconds of GPU time per shape (compile time counts).")
 @counters_opt

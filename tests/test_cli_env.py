@@ -89,3 +89,19 @@ def test_json_with_run_keeps_stdout_one_json_document(tmp_path, monkeypatch):
     assert json.loads(r.stdout)["findings"]
     assert (tmp_path / "run_report.json").is_file() and (tmp_path / "run_report.md").is_file()
     assert "run_report.md" in r.stderr
+
+
+def test_diagnose_help_names_every_file_it_writes(tmp_path, monkeypatch):
+    import advisor.loop as L
+
+    monkeypatch.setattr(L, "gpu_present", lambda: False)
+    monkeypatch.chdir(tmp_path)
+    help_text = "".join(CliRunner().invoke(cli, ["diagnose", "--help"]).output.split())  # wrapped anywhere
+    r = CliRunner().invoke(cli, ["diagnose", "--example", "--out", "report"])
+    assert r.exit_code == 0
+    for name in sorted(p.name for p in (tmp_path / "report").iterdir()):
+        assert name in help_text, name
+    # --run without --out writes into ./advisor-run: the help says where
+    r = CliRunner().invoke(cli, ["diagnose", "--example", "--run"])
+    assert r.exit_code == 0 and (tmp_path / "advisor-run" / "run_report.md").is_file()
+    assert "advisor-run" in help_text and "run_report.md" in help_text
