@@ -105,3 +105,19 @@ def test_diagnose_help_names_every_file_it_writes(tmp_path, monkeypatch):
     r = CliRunner().invoke(cli, ["diagnose", "--example", "--run"])
     assert r.exit_code == 0 and (tmp_path / "advisor-run" / "run_report.md").is_file()
     assert "advisor-run" in help_text and "run_report.md" in help_text
+
+
+def test_errors_end_in_one_line_and_exit_2(tmp_path):
+    # README: errors exit 2 and end in one line on stderr (advisor's own, or click's after a usage hint)
+    cases = [
+        ["diagnose", str(tmp_path / "missing.json")],
+        ["diagnose"],
+        ["diagnose", "--example", "--top", "0"],
+        ["generate", "split_k", "--shape", "1x1", "-o", str(tmp_path / "v.py")],
+        ["generate", "split_k", "--shape", "8x8x8", "--config", "noeq", "-o", str(tmp_path / "v.py")],
+        ["bench", "--shape", "8x8x8", "--strategies", "foo"],
+    ]
+    for args in cases:
+        r = CliRunner().invoke(cli, args)
+        last = r.stderr.strip().splitlines()[-1]
+        assert r.exit_code == 2 and (last.startswith("advisor: error: ") or last.startswith("Error: ")), (args, r.stderr)
