@@ -398,6 +398,15 @@ def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_
         if key in seen:
             continue
         seen.add(key)
+        if s.get("dtype") and s["dtype"] not in DTYPES:
+            # Timing bf16 candidates against the observed fp8 (or other) kernel would compare
+            # different arithmetic: say so rather than run it.
+            if skipped is not None:
+                skipped.append(SkippedFinding(
+                    f.symptom, f.kernel, {"M": s["M"], "N": s["N"], "K": s["K"], "batch": batch, "dtype": s["dtype"]},
+                    f"{s['dtype']} GEMM ({s['M']}x{s['N']}x{s['K']}): advisor's schedules are "
+                    f"{', '.join(DTYPES)}; not run"))
+            continue
         if batch != 1:
             # Per-batch operands (torch.bmm) need a batched launcher; folding the batch into M
             # would time a different problem. Say so rather than drop the finding.

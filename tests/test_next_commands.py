@@ -67,3 +67,28 @@ def test_run_without_a_gpu_generates_the_grouped_variant_for_the_traces_sm_count
     assert "--sm-count 100 -o grouped.py" in (out / "report.md").read_text()
     (variant,) = out.glob("variant_launch_overhead_*.py")
     assert "'sm_count': 100}" in variant.read_text()
+
+
+def fp8_trace(tmp_path):
+    evs = T.kineto_gemm_events(6)
+    for e in evs:
+        if e["cat"] == "cpu_op":
+            e["args"]["Input type"] = ["c10::Float8_e4m3fn", "c10::Float8_e4m3fn"]
+    return T.write_kineto(tmp_path / "fp8.json", T.kineto_doc(evs))
+
+
+def test_a_gemm_in_a_dtype_advisor_cannot_generate_is_not_passed_off_as_bf16(tmp_path, monkeypatch):
+    import advisor.loop as L
+
+    trace = fp8_trace(tmp_path)
+    r = CliRunner().invoke(cli, ["diagnose", str(trace)])
+    assert r.exit_code == 0 and "1664x1408x8192 fp8" in r.output
+    lines = [x for x in r.output.splitlines() if x.startswith("- Next: `advisor generate")]
+    assert lines and all("this fp8 GEMM gets a bf16 variant" in x for x in lines), lines
+    # --run would time bf16 candidates against the observed fp8 kernel: it says so and skips
+    monkeypatch.setattr(L, "gpu_present", lambda: False)
+    out = tmp_path / "run"
+    r = CliRunner().invoke(cli, ["diagnose", str(trace), "--run", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "--run: skipped tail_wave: fp8 GEMM (1664x1408x8192)" in r.stderr, r.stderr
+    assert not list(out.glob("variant_*.py"))
