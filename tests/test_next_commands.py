@@ -92,3 +92,30 @@ def test_a_gemm_in_a_dtype_advisor_cannot_generate_is_not_passed_off_as_bf16(tmp
     assert r.exit_code == 0, r.output
     assert "--run: skipped tail_wave: fp8 GEMM (1664x1408x8192)" in r.stderr, r.stderr
     assert not list(out.glob("variant_*.py"))
+
+
+def test_a_double_gemm_is_known_as_fp64_not_assumed_bf16(tmp_path, monkeypatch):
+    # Kineto records torch.float64 operands as "double": the shape's dtype must say fp64 (so
+    # --run does not time bf16 candidates against it, and its HBM floor counts 8-byte elements)
+    import json as _json
+
+    import advisor.loop as L
+
+    evs = T.kineto_gemm_events(6)
+    for e in evs:
+        if e["cat"] == "cpu_op":
+            e["args"]["Input type"] = ["double", "double"]
+    trace = T.write_kineto(tmp_path / "f64.json", T.kineto_doc(evs))
+    r = CliRunner().invoke(cli, ["diagnose", str(trace), "--json"])
+    shapes = [f["shape"] for f in _json.loads(r.stdout)["findings"] if f["shape"]]
+    assert shapes and all(s["dtype"] == "fp64" for s in shapes), shapes
+    monkeypatch.setattr(L, "gpu_present", lambda: False)
+    r = CliRunner().invoke(cli, ["diagnose", str(trace), "--run", "--out", str(tmp_path / "run")])
+    assert "--run: skipped tail_wave: fp64 GEMM (1664x1408x8192)" in r.stderr, r.stderr
+
+
+def test_the_hbm_floor_of_an_fp64_gemm_counts_8_byte_elements():
+    from advisor.symptoms.context import gemm_bytes
+
+    shape = {"M": 256, "N": 256, "K": 131072, "batch": 1, "dtype": "fp64"}
+    assert gemm_bytes(shape) == (8 * (256 * 131072 * 2 + 256 * 256), True)

@@ -77,6 +77,8 @@ _DTYPES = {
     "fp16": "fp16", "half": "fp16", "float16": "fp16", "c10::half": "fp16",
     "fp32": "fp32", "float": "fp32", "float32": "fp32",
     "fp8": "fp8", "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8",
+    # known so that nothing assumes bf16 for it (the schedules do not generate fp64)
+    "fp64": "fp64", "double": "fp64", "float64": "fp64",
 }
 
 
