@@ -3,7 +3,8 @@
 Every command turns an `AdvisorError` into one line on stderr and exit code 2; anything else
 is a bug and keeps its traceback. Options can also come from the environment:
 ADVISOR_SM_COUNT and ADVISOR_CACHE_DIR for every command that takes them, any other option
-as ADVISOR_<COMMAND>_<OPTION> (click's naming, e.g. ADVISOR_DIAGNOSE_TOP=3).
+as ADVISOR_<COMMAND>_<OPTION> named after its flag (e.g. ADVISOR_DIAGNOSE_TOP=3,
+ADVISOR_DIAGNOSE_JSON=1, ADVISOR_DIAGNOSE_OUT=report).
 """
 
 from __future__ import annotations
@@ -42,6 +43,25 @@ class _Group(click.Group):
             ctx.exit(err.exit_code)
 
 
+class _Option(click.Option):
+    """An option that also reads ADVISOR_<COMMAND>_<OPTION> named after its flag (--json ->
+    ADVISOR_DIAGNOSE_JSON, --out -> ADVISOR_DIAGNOSE_OUT), as the README says, where click alone
+    would take the Python parameter's name (as_json, out_dir); that name keeps working."""
+
+    def resolve_envvar_value(self, ctx: click.Context) -> str | None:
+        rv = super().resolve_envvar_value(ctx)
+        if rv is not None or not self.allow_from_autoenv or ctx.auto_envvar_prefix is None:
+            return rv
+        flag = next((o for o in self.opts if o.startswith("--")), None)
+        if flag is None:
+            return None
+        return os.environ.get(f"{ctx.auto_envvar_prefix}_{flag[2:].replace('-', '_').upper()}") or None
+
+
+def _option(*decls, **attrs):
+    return click.option(*decls, cls=_Option, **attrs)
+
+
 def _echo_json(obj) -> None:
     click.echo(json.dumps(obj, indent=2, default=str))
 
@@ -66,7 +86,7 @@ def _echo_markdown(markdown: str) -> None:
 trace_args = click.argument(
     "traces", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=True)
 )
-sm_count_opt = click.option(
+sm_count_opt = _option(
     "--sm-count",
     type=click.IntRange(1, 4096),
     default=None,
@@ -74,7 +94,7 @@ sm_count_opt = click.option(
     show_envvar=True,
     help="SMs (NVIDIA) or CUs (AMD) of the profiled GPU, for traces that do not record it.",
 )
-cache_opt = click.option(
+cache_opt = _option(
     "--cache-dir",
     type=click.Path(path_type=Path, file_okay=False),
     default=None,
@@ -103,8 +123,8 @@ def cli() -> None:
 
 @cli.command("summary")
 @trace_args
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-@click.option("--top", type=click.IntRange(1, 1000), default=10, show_default=True, help="Kernels to list.")
+@_option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@_option("--top", type=click.IntRange(1, 1000), default=10, show_default=True, help="Kernels to list.")
 @sm_count_opt
 @cache_opt
 def summary_command(traces, as_json, top, sm_count, cache_dir) -> None:
@@ -152,7 +172,7 @@ def summary_command(traces, as_json, top, sm_count, cache_dir) -> None:
         click.echo(f"note: {safe_text(n, 300)}")
 
 
-rules_opt = click.option(
+rules_opt = _option(
     "--rules",
     "rules_dir",
     type=click.Path(path_type=Path, file_okay=False, exists=True),
@@ -168,7 +188,7 @@ def example_trace() -> Path:
     return examples_dir() / "h200_planted_mixed.sqlite.gz"
 
 
-counters_opt = click.option(
+counters_opt = _option(
     "--counters", is_flag=True,
     help="After timing, profile one call of each verified provider under Nsight Compute (ncu) and report the "
          "counters that explain the result: tensor-pipe activity, SM busy, achieved occupancy, waves per SM, DRAM "
@@ -177,16 +197,17 @@ counters_opt = click.option(
 
 @cli.command("diagnose")
 @click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--example", is_flag=True,
+@_option("--example", is_flag=True,
               help="Diagnose the bundled example: a real H200 trace with planted symptoms (no GPU needed).")
-@click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON (the agents' contract) instead of markdown.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="Also write report.md and report.json into this directory.")
-@click.option("--top", type=click.IntRange(1, 10000), default=None, help="Keep only the N findings with the most recoverable time.")
-@click.option("--run", "run_variants", is_flag=True,
+@_option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON (the agents' contract) instead of markdown.")
+@_option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Also write report.md, report.json and waves.png (with matplotlib) into this directory; with --run "
+                   "also run_report.md/json and the variant files.")
+@_option("--top", type=click.IntRange(1, 10000), default=None, help="Keep only the N findings with the most recoverable time.")
+@_option("--run", "run_variants", is_flag=True,
               help="Then, for each finding with a GEMM shape, generate, verify and time the candidate schedules on this GPU "
-                   "(without a GPU: only generate the files) and write a before/after report into --out.")
-@click.option("--budget-s", type=click.FloatRange(5, 3600), default=60, show_default=True,
+                   "(without a GPU: only generate the files) and write a before/after report into --out (default: ./advisor-run).")
+@_option("--budget-s", type=click.FloatRange(5, 3600), default=60, show_default=True,
               help="With --run: seconds of GPU time per shape (compile time counts).")
 @counters_opt
 @rules_opt
@@ -261,7 +282,8 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
             else:
                 _log("--run: no finding with a GEMM shape and a GEMM strategy to run")
             return
-        _write_run_report(results, run_dir, rules=result.rules, skipped=skipped)
+        # with --json, stdout stays the one JSON document; the run's report is in run_dir
+        _write_run_report(results, run_dir, rules=result.rules, skipped=skipped, echo=not as_json)
 
 
 def _log(msg: str) -> None:
@@ -290,7 +312,7 @@ def _progress_bar(label: str):
     return update
 
 
-def _write_run_report(results, out_dir: Path, rules=None, skipped=()) -> None:
+def _write_run_report(results, out_dir: Path, rules=None, skipped=(), echo: bool = True) -> None:
     from .bench import append_csv, write_json
     from .loop import gpu_present
     from .plots import before_after
@@ -319,18 +341,19 @@ def _write_run_report(results, out_dir: Path, rules=None, skipped=()) -> None:
     (out_dir / "run_report.md").write_text(md, encoding="utf-8")
     payload = {"device": device, "results": [r.to_dict() for r in results], "skipped": [s.to_dict() for s in skipped]}
     (out_dir / "run_report.json").write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
-    _echo_markdown(md)
+    if echo:
+        _echo_markdown(md)
     click.echo(f"advisor: wrote {out_dir / 'run_report.md'} and run_report.json", err=True)
 
 
 @cli.command("bench")
-@click.option("--shape", "shapes", required=True, multiple=True, help="GEMM MxNxK to benchmark (repeatable).")
-@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
-@click.option("--strategies", default="split_k,stream_k,persistent,warp_specialization", show_default=True,
+@_option("--shape", "shapes", required=True, multiple=True, help="GEMM MxNxK to benchmark (repeatable).")
+@_option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
+@_option("--strategies", default="split_k,stream_k,persistent,warp_specialization", show_default=True,
               help="Comma-separated strategies to time against torch.matmul and our data-parallel baseline.")
-@click.option("--budget-s", type=click.FloatRange(5, 3600), default=60, show_default=True,
+@_option("--budget-s", type=click.FloatRange(5, 3600), default=60, show_default=True,
               help="Seconds of GPU time per shape, compile time included.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("advisor-bench"),
+@_option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("advisor-bench"),
               show_default=True, help="Directory for rows.csv/json, run_report.md/json and the winning variants.")
 @counters_opt
 def bench_command(shapes, dtype, strategies, budget_s, out_dir, counters) -> None:
@@ -371,7 +394,7 @@ def bench_command(shapes, dtype, strategies, budget_s, out_dir, counters) -> Non
 
 @cli.command("rules")
 @rules_opt
-@click.option("--json", "as_json", is_flag=True, help="Print the matrix as JSON.")
+@_option("--json", "as_json", is_flag=True, help="Print the matrix as JSON.")
 def rules_command(rules_dir, as_json) -> None:
     """Print the symptom-to-strategy matrix and every threshold with the reason for its value."""
     from .diagnose import rules_table
@@ -415,20 +438,20 @@ def _parse_knobs(pairs) -> dict:
 @cli.command("generate")
 @click.argument("strategy", type=click.Choice(["dp", "split_k", "persistent", "stream_k", "warp_specialization", "grouped",
                                                "comm_overlap"]))
-@click.option("--shape", default=None, help="Problem size MxNxK, e.g. 256x256x131072 (required, except for grouped).")
-@click.option("--group", default=None, metavar="COUNT:LO:HI[:SEED]",
+@_option("--shape", default=None, help="Problem size MxNxK, e.g. 256x256x131072 (required, except for grouped).")
+@_option("--group", default=None, metavar="COUNT:LO:HI[:SEED]",
               help="grouped only: COUNT GEMMs whose M, N, K are drawn in LO..HI on multiples of 8 with SEED (default 0), "
                    "as bench/bench_gemm.py --grouped draws them, e.g. 64:128:512:0.")
-@click.option("--shapes", default=None, metavar="MxNxK,...",
+@_option("--shapes", default=None, metavar="MxNxK,...",
               help="grouped only: the GEMMs listed (after the --group ones when both are given), e.g. 17x33x70,64x48x128.")
-@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
-@click.option("--config", "configs", multiple=True, metavar="KEY=VALUE",
+@_option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
+@_option("--config", "configs", multiple=True, metavar="KEY=VALUE",
               help="Override one knob of the schedule's Config (repeatable), e.g. --config SPLIT_K=8.")
-@click.option("--sm-count", type=click.IntRange(1, 4096), default=132, show_default=True,
-              help="SMs of the target GPU, for the model that picks the knobs (132 = H100/H200 SXM).")
-@click.option("--pattern", type=click.Choice(["all_gather_matmul", "matmul_reduce_scatter"]), default="all_gather_matmul",
+@_option("--sm-count", type=click.IntRange(1, 4096), default=132, show_default=True, envvar="ADVISOR_SM_COUNT",
+              show_envvar=True, help="SMs of the target GPU, for the model that picks the knobs (132 = H100/H200 SXM).")
+@_option("--pattern", type=click.Choice(["all_gather_matmul", "matmul_reduce_scatter"]), default="all_gather_matmul",
               show_default=True, help="comm_overlap only: which tensor-parallel GEMM pattern to overlap.")
-@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True,
+@_option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True,
               help="Where to write the variant (a standalone .py file).")
 def generate_command(strategy, shape, group, shapes, dtype, configs, sm_count, pattern, output) -> None:
     """Write a standalone Triton variant of STRATEGY for one GEMM shape (or one group of GEMMs).
@@ -511,10 +534,10 @@ def generate_command(strategy, shape, group, shapes, dtype, configs, sm_count, p
 
 
 @cli.command("profile", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("advisor-profile"),
+@_option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("advisor-profile"),
               show_default=True, help="Directory for the trace and the report.")
-@click.option("--kineto", is_flag=True, help="Use the PyTorch profiler even when nsys is available.")
-@click.option("--top", type=click.IntRange(1, 10000), default=None, help="Keep only the N findings with the most recoverable time.")
+@_option("--kineto", is_flag=True, help="Use the PyTorch profiler even when nsys is available.")
+@_option("--top", type=click.IntRange(1, 10000), default=None, help="Keep only the N findings with the most recoverable time.")
 @rules_opt
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def profile_command(out_dir, kineto, top, rules_dir, command) -> None:

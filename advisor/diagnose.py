@@ -24,6 +24,13 @@ class Diagnosis:
     trace: dict[str, Any]
     rules: dict[str, Rule] = field(repr=False, default_factory=dict)
 
+    def sm_count_of(self, finding: Finding) -> int | None:
+        """The SM count of the device `finding` ran on, when the trace (or --sm-count) gives it."""
+        for dev in self.devices:
+            if dev["rank"] == finding.rank and dev["device_id"] == finding.device_id:
+                return dev["sm_count"]
+        return None
+
     @property
     def premature(self) -> bool:
         """True when basic problems dominate and scheduling work should wait."""

@@ -33,6 +33,7 @@ from typing import Any
 
 from .generate import GROUPED, generate_grouped
 from .loop import NOISE_MARGIN, best_rows, complexity
+from .schedule_model import Device
 
 LOOP, GRAPH = "torch.matmul", "cuda_graph"
 PADDED = "torch._grouped_mm[padded]"
@@ -131,6 +132,7 @@ class GroupResult:
             "verdict": self.verdict,
             "variant": self.variant_path.name if self.variant_path else None,
             "variant_knobs": self.variant_knobs,
+            "model": self.model,  # empty: no per-config model ranking for groups
             "counters": self.counters,
         }
 
@@ -180,9 +182,10 @@ def decide_group(result: GroupResult) -> None:
 
 def run_group_loop(sizes: Sequence[tuple[int, int, int]], dtype: str, *, budget_s: float = 60.0,
                    finding: dict | None = None, out_dir: Path | None = None,
-                   progress: Callable[[Any], None] | None = None, suite: str = "advisor") -> GroupResult:
+                   progress: Callable[[Any], None] | None = None, suite: str = "advisor",
+                   sm_count: int | None = None) -> GroupResult:
     """Time and verify one grouped launch of `sizes` against the loop (GPU), or generate the
-    model-chosen grouped variant (no GPU). Writes the variant into `out_dir` when given (on a
+    model-chosen grouped variant (no GPU; for `sm_count` SMs when given). Writes the variant into `out_dir` when given (on a
     GPU, whenever the grouped launch passed its check, with the measured knobs)."""
     from . import loop as L
 
@@ -193,7 +196,8 @@ def run_group_loop(sizes: Sequence[tuple[int, int, int]], dtype: str, *, budget_
     if not L.gpu_present():
         if out_dir is not None:
             path = out_dir / name
-            v = generate_grouped(sizes, dtype=dtype, finding=finding, path=path)
+            device = Device(sm_count=sm_count) if sm_count else None
+            v = generate_grouped(sizes, dtype=dtype, finding=finding, device=device, path=path)
             res.variant_path, res.variant_knobs = path, v.knobs
         res.verdict = ("not run: no CUDA GPU here; on one, run the generated file with --check --bench "
                        "(it times the loop, its CUDA graph and the grouped launch)")

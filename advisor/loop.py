@@ -252,9 +252,11 @@ def run_shape_loop(
     suite: str = "advisor",
     counters: bool = False,
     log: Callable[[str], None] | None = None,
+    sm_count: int | None = None,
 ) -> ShapeResult:
     """Time and verify `strategies` on one shape (GPU), or generate model-chosen variants
-    (no GPU). Writes the winning variant into `out_dir` when it is recommended."""
+    (no GPU; for `sm_count` SMs when given, e.g. the trace's GPU). Writes the winning variant
+    into `out_dir` when it is recommended."""
     strategies = [s for s in strategies if s in GEMM_STRATEGIES and s != "dp"]
     if not strategies:
         raise AdvisorError("no GEMM strategy to run (choose from split_k, persistent, stream_k, warp_specialization)")
@@ -265,7 +267,8 @@ def run_shape_loop(
         first = strategies[0]
         if out_dir is not None:
             path = out_dir / f"variant_{name}.py"
-            v = generate(first, M, N, K, dtype=dtype, finding=finding, path=path)
+            device = Device(sm_count=sm_count) if sm_count else None
+            v = generate(first, M, N, K, dtype=dtype, finding=finding, device=device, path=path)
             res.variant_path, res.variant_knobs = path, v.knobs
             res.model[first] = v.model
         res.verdict = "not run: no CUDA GPU here; run the generated file with --check --bench on one, or `advisor bench` there"
@@ -331,13 +334,29 @@ class SkippedFinding:
 def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_for: Callable[[str], Callable] | None = None,
                   dtype_default: str = "bf16", counters: bool = False, log: Callable[[str], None] | None = None,
                   skipped: list[SkippedFinding] | None = None) -> list[ShapeResult]:
-    """run_shape_loop for every finding with a GEMM shape and a GEMM strategy, once per shape,
-    and advisor.group_loop.run_group_loop for every loop of small GEMMs whose shapes are known
+    """run_shape_loop for every finding with a GEMM shape and a GEMM strategy, once per shape
+    (with the strategies of every finding on that shape), and advisor.group_loop.run_group_loop for every loop of small GEMMs whose shapes are known
     (a launch_overhead finding suggesting the grouped schedule), once per set of shapes.
     Findings it cannot run (batched GEMMs; a loop of one GEMM shape) are appended to
     `skipped`, once each, when given."""
     from .group_loop import run_group_loop
 
+    # Without a GPU the variants are generated for the GPU the trace ran on, as the report's
+    # "Next:" commands are.
+    sm_count_of = getattr(diagnosis, "sm_count_of", lambda f: None)
+
+    def shape_key(f) -> tuple:
+        s = f.shape
+        dtype = s.get("dtype") if s.get("dtype") in DTYPES else dtype_default
+        return (s.get("batch") or 1, s["M"], s["N"], s["K"], dtype)
+
+    # One run per shape, with the strategies of every finding on it (tail_wave and
+    # hopper_no_ws often flag the same GEMM), the highest-ranked finding's first.
+    strategies_of: dict[tuple, list[str]] = {}
+    for f in diagnosis.findings:
+        if f.shape is not None and f.symptom in STRATEGIES_FOR:
+            chosen = strategies_of.setdefault(shape_key(f), [])
+            chosen.extend(x for x in STRATEGIES_FOR[f.symptom] if x not in chosen)
     results, seen = [], set()
     for f in diagnosis.findings:
         grouped = (f.suggestion or {}).get("schedule") == "grouped" and (f.suggestion or {}).get("shapes")
@@ -360,7 +379,7 @@ def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_
                 sizes = [parse_shape(t) for t in shapes]
                 progress = progress_for(f"{len(sizes)} GEMMs") if progress_for else None
                 res = run_group_loop(sizes, dtype, budget_s=budget_s, finding=finding_summary(f), out_dir=out_dir,
-                                     progress=progress)
+                                     progress=progress, sm_count=sm_count_of(f))
             except AdvisorError as exc:  # a shape no GEMM can have (0x24x32 in a damaged trace): say so, go on
                 if skipped is not None:
                     skipped.append(SkippedFinding(f.symptom, f.kernel, {"shapes": len(shapes), "dtype": dtype},
@@ -374,12 +393,20 @@ def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_
         if f.shape is None or f.symptom not in STRATEGIES_FOR:
             continue
         s = f.shape
-        dtype = s.get("dtype") if s.get("dtype") in DTYPES else dtype_default
-        batch = s.get("batch") or 1
-        key = (batch, s["M"], s["N"], s["K"], dtype)
+        key = shape_key(f)
+        batch, dtype = key[0], key[-1]
         if key in seen:
             continue
         seen.add(key)
+        if s.get("dtype") and s["dtype"] not in DTYPES:
+            # Timing bf16 candidates against the observed fp8 (or other) kernel would compare
+            # different arithmetic: say so rather than run it.
+            if skipped is not None:
+                skipped.append(SkippedFinding(
+                    f.symptom, f.kernel, {"M": s["M"], "N": s["N"], "K": s["K"], "batch": batch, "dtype": s["dtype"]},
+                    f"{s['dtype']} GEMM ({s['M']}x{s['N']}x{s['K']}): advisor's schedules are "
+                    f"{', '.join(DTYPES)}; not run"))
+            continue
         if batch != 1:
             # Per-batch operands (torch.bmm) need a batched launcher; folding the batch into M
             # would time a different problem. Say so rather than drop the finding.
@@ -391,7 +418,7 @@ def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_
             continue
         observed = int(f.evidence.get("median_ns") or (f.total_ns / max(1, f.launches)))
         progress = progress_for(f"{s['M']}x{s['N']}x{s['K']}") if progress_for else None
-        results.append(run_shape_loop(s["M"], s["N"], s["K"], dtype, STRATEGIES_FOR[f.symptom], budget_s=budget_s,
+        results.append(run_shape_loop(s["M"], s["N"], s["K"], dtype, strategies_of[key], budget_s=budget_s,
                                       observed_ns=observed, finding=finding_summary(f), out_dir=out_dir, progress=progress,
-                                      counters=counters, log=log))
+                                      counters=counters, log=log, sm_count=sm_count_of(f)))
     return results

@@ -93,10 +93,12 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     from .generate import DTYPES, GEMM_STRATEGIES  # here: generate imports this module
+    from .schedule_model import Device
 
     # What `advisor generate` accepts, so a report suggests only commands that run (a code
-    # span shows markdown escapes literally: `stream\_k` would be wrong there).
-    env.globals.update(gemm_strategies=GEMM_STRATEGIES, gemm_dtypes=tuple(DTYPES))
+    # span shows markdown escapes literally: `stream\_k` would be wrong there), and the SM
+    # count it assumes unless told (a "Next:" command names the trace's when it differs).
+    env.globals.update(gemm_strategies=GEMM_STRATEGIES, gemm_dtypes=tuple(DTYPES), default_sm_count=Device.sm_count)
     env.filters.update(
         code=code,
         ident=ident,

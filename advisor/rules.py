@@ -7,6 +7,7 @@ next to each number. Point `--rules DIR` at your own copy to change them.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,10 +58,13 @@ def _load_one(path: Path) -> Rule:
         if not isinstance(spec, dict) or "value" not in spec or not str(spec.get("why", "")).strip():
             raise AdvisorError(f"{path}: threshold {name!r} needs a 'value' and a one-line 'why'")
         value = spec["value"]
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        ok = ok or (isinstance(value, list) and all(isinstance(v, (int, float)) for v in value))
+        numbers = value if isinstance(value, list) else [value]
+        ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in numbers)
         if not ok:
             raise AdvisorError(f"{path}: threshold {name!r} must be a number or a list of numbers")
+        if not all(math.isfinite(v) for v in numbers):
+            # nan compares false and inf passes everything: either silently turns a rule off
+            raise AdvisorError(f"{path}: threshold {name!r} must be a finite number, not {value!r}")
         thresholds[name] = Threshold(value=value, why=str(spec["why"]).strip(), unit=str(spec.get("unit", "")))
     enabled = data.get("enabled", True)
     if not isinstance(enabled, bool):
@@ -91,4 +95,22 @@ def load_rules(directory: str | Path | None = None) -> dict[str, Rule]:
         if rule.symptom in rules:
             raise AdvisorError(f"{f}: symptom {rule.symptom!r} already defined in {rules[rule.symptom].source}")
         rules[rule.symptom] = rule
+    if d.resolve() != rules_dir().resolve():
+        _check_against_bundled(rules, load_rules())
     return rules
+
+
+def _check_against_bundled(rules: dict[str, Rule], bundled: dict[str, Rule]) -> None:
+    """A user's copy (--rules DIR) names only symptoms advisor computes, and gives a list only
+    where the bundled rule has one: a misspelt symptom id would drop its rule without a word,
+    and a list where the symptom compares a number fails deep inside it."""
+    for rule in rules.values():
+        base = bundled.get(rule.symptom)
+        if base is None:
+            raise AdvisorError(f"{rule.source}: unknown symptom {rule.symptom!r}; advisor computes "
+                               f"{', '.join(sorted(bundled))}")
+        for name, t in rule.thresholds.items():
+            b = base.thresholds.get(name)
+            if b is not None and isinstance(t.value, list) and not isinstance(b.value, list):
+                raise AdvisorError(f"{rule.source}: threshold {name!r} must be one number, as in the bundled "
+                                   f"{base.source} (value = {b.value!r}), not a list")

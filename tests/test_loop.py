@@ -277,3 +277,19 @@ def test_run_report_lists_the_skipped(tmp_path, monkeypatch):
     md = (out / "run_report.md").read_text()
     section = md[md.index("## Not run"):]
     assert "tail_wave on `bmm_kernel`: batched GEMM (batch=12 of 1664x1408x8192 bf16)" in section
+
+
+def test_findings_on_one_shape_run_once_with_every_findings_strategies(monkeypatch):
+    # the bundled example flags 1664x1408x8192 twice: tail_wave (stream_k) and hopper_no_ws
+    # (warp_specialization); --run times the shape once, and the second finding's strategy
+    # must be among its candidates, not dropped without a word
+    ran = []
+    monkeypatch.setattr(L, "run_shape_loop",
+                        lambda M, N, K, dtype, strategies, **kw: ran.append(((M, N, K), list(strategies))) or (M, N, K))
+    diagnosis = SimpleNamespace(findings=[finding("tail_wave", 1), finding("hopper_no_ws", 1),
+                                          finding("small_grid_long_k", 1, M=256, N=256, K=131072)])
+    skipped = []
+    assert L.loop_findings(diagnosis, budget_s=5, out_dir=None, skipped=skipped) == [(1664, 1408, 8192), (256, 256, 131072)]
+    assert ran == [((1664, 1408, 8192), ["stream_k", "persistent", "warp_specialization"]),
+                   ((256, 256, 131072), ["split_k", "stream_k"])]
+    assert skipped == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -81,3 +82,21 @@ def test_readme_states_the_two_commands():
     assert "pip install -r requirements-test.txt && python -m pytest -q" in text
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert "pip install -q -r requirements-test.txt && python -m pytest -q" in ci
+
+
+def test_run_report_json_holds_the_keys_skill_md_promises(tmp_path, monkeypatch):
+    # SKILL.md: "run_report.json holds, per result (kind: gemm ...; grouped ...): table, winner,
+    # recommended, verdict, variant, variant_knobs, model, counters"
+    import advisor.loop as L
+
+    monkeypatch.setattr(L, "gpu_present", lambda: False)
+    r = CliRunner().invoke(cli, ["diagnose", "--example", "--run", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    text = SKILL.read_text(encoding="utf-8")
+    promised = re.search(r"`run_report.json` holds, per result.*?: `table` \(.*?\), (.*?)\.\n", text, flags=re.S).group(1)
+    keys = {"kind", "shape", "table", *re.findall(r"`(\w+)`(?: \([^)]*\))?(?:,|$| \()", promised)}
+    assert {"winner", "recommended", "verdict", "variant", "variant_knobs", "model", "counters"} <= keys, keys
+    results = json.loads((tmp_path / "run_report.json").read_text())["results"]
+    assert {x["kind"] for x in results} == {"gemm", "grouped"}
+    for x in results:
+        assert keys <= set(x), (x["kind"], keys - set(x))

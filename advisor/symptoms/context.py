@@ -127,7 +127,7 @@ def shape_of(row) -> dict | None:
     }
 
 
-ELEMENT_BYTES = {"fp8": 1, "fp16": 2, "bf16": 2, "fp32": 4}
+ELEMENT_BYTES = {"fp8": 1, "fp16": 2, "bf16": 2, "fp32": 4, "fp64": 8}
 
 
 def gemm_bytes(shape: dict, default_elt: int = 2) -> tuple[int, bool]:

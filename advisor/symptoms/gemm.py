@@ -84,6 +84,8 @@ _DTYPES = {
     "fp8": "fp8", "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8",
     # the fp8 formats of AMD MI300 (CDNA3): no negative zero, NaN at 0x80
     "c10::float8_e4m3fnuz": "fp8", "c10::float8_e5m2fnuz": "fp8",
+    # known so that nothing assumes bf16 for it (the schedules do not generate fp64)
+    "fp64": "fp64", "double": "fp64", "float64": "fp64",
 }
 
 
