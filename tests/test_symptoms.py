@@ -89,6 +89,14 @@ def test_tile_from_name(name, tile):
         ("triton_red_fused__to_copy_mm_sum_2", False),
         # flex attention is a template too, but no GEMM
         ("triton_tem_fused_0", False),
+        # attention kernels run GEMMs inside, but are not GEMMs to re-schedule: cuDNN's SDPA
+        # (as on the H200, wgmma in its name), FlashAttention 2/3, PyTorch's memory-efficient
+        ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x64_1x4x1_cga1x1x1_kernel0_0", False),
+        ("void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t>>(Flash_fwd_params)",
+         False),
+        ("void flash::FlashAttnFwdSm90<flash::CollectiveMainloopFwdSm90<2, cute::tuple<>>>(Params)", False),
+        ("fmha_cutlassB_bf16_aligned_64x64_k64_sm80(PyTorchMemEffAttention::AttentionBackwardKernel<cutlass::arch::Sm80>)",
+         False),
     ],
 )
 def test_inductor_kernel_names(name, gemm):

@@ -5,7 +5,7 @@
 # Needs nsys on PATH (on the lent H200: `source .device/nsys-env.sh` first).
 set -u
 out=${1:-out/models}; shift || true
-scenarios=${*:-train decode}
+scenarios=${*:-train decode train_compiled}
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 for s in $scenarios; do

@@ -11,6 +11,10 @@ what it says about work nobody arranged for it (and for what it must not say).
     decode   the same model generating 32 tokens one at a time for 4 sequences after a
              128-token prompt, with a KV cache: M=4 GEMMs and hundreds of microsecond
              kernels launched from Python (launch-bound, as eager decoding is)
+    train_compiled
+             `train` with the model under torch.compile(mode="max-autotune-no-cudagraphs"):
+             Inductor's Triton kernels (triton_poi_/triton_red_/triton_per_ fusions, and
+             triton_tem_ GEMM templates where autotuning picks them over cuBLAS)
 
 Profilers (the profiled part only, after a warm-up run):
     --profiler nsys    under `nsys profile --capture-range=cudaProfilerApi ...`; the part runs
@@ -96,11 +100,13 @@ class Model(nn.Module):
         return self.head(self.ln(x))
 
 
-def train(s: Size, device: str, dtype: torch.dtype):
+def train(s: Size, device: str, dtype: torch.dtype, compiled: bool = False):
     torch.manual_seed(0)
     model = Model(s).to(device=device, dtype=dtype)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     tokens = torch.randint(0, s.vocab, (s.batch, s.seq + 1), device=device)
+    if compiled:
+        model = torch.compile(model, mode="max-autotune-no-cudagraphs")
 
     def step():
         logits = model(tokens[:, :-1])
@@ -134,7 +140,11 @@ def decode(s: Size, device: str, dtype: torch.dtype):
     return generate
 
 
-SCENARIOS = {"train": train, "decode": decode}
+def train_compiled(s: Size, device: str, dtype: torch.dtype):
+    return train(s, device, dtype, compiled=True)
+
+
+SCENARIOS = {"train": train, "decode": decode, "train_compiled": train_compiled}
 
 
 def main(argv=None) -> int:

@@ -36,8 +36,12 @@ _GEMM = re.compile(
 # names its pointwise, reduction and persistent-reduction kernels `triton_poi_` / `triton_red_`
 # / `triton_per_` + the ops they fuse, which may include the mm whose bias or activation they
 # apply (`triton_poi_fused_addmm_relu_1`); its GEMMs are templates, `triton_tem_fused_addmm_0`.
+# Attention kernels run GEMMs inside (cuDNN's sm90 SDPA names `wgmma`), but their shape is
+# not a GEMM's and their schedule is the library's: the GEMM symptoms do not fit them.
 _NOT_GEMM = re.compile(
-    r"splitkreduce|split_k_reduce|reduce_kernel|gemv|gemvx|_fixup|elementwise|cast|^triton_(?:poi|red|per)_", re.I
+    r"splitkreduce|split_k_reduce|reduce_kernel|gemv|gemvx|_fixup|elementwise|cast|^triton_(?:poi|red|per)_|"
+    r"sdpa|fmha|flash_?attn|flash_(?:fwd|bwd|fprop|bprop)|attention",
+    re.IGNORECASE,
 )
 _SPLIT_K = re.compile(r"splitk|split_k|stream_k|streamk|_sk_|segment_k_on|partition_k", re.I)
 _WS = re.compile(r"warpspecialized|warp_specialized|warpspecialize|_ws_|_ws$|^ws_|nvjet", re.I)
