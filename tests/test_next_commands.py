@@ -33,8 +33,13 @@ def test_next_commands_carry_the_traces_sm_count(tmp_path, monkeypatch):
         assert "--sm-count 114" in cmd, cmd
         g = runner.invoke(cli, shlex.split(cmd)[1:])
         assert g.exit_code == 0, (cmd, g.output)
-        # the model that picked the knobs saw the trace's 114 SMs, not generate's 132 default
-        assert "'sm_count': 114}" in (tmp_path / "variant.py").read_text()
+        # the model that picked the knobs saw the trace's 114 SMs, not generate's 132 default;
+        # each command writes its own file (strategy and shape in the name), none overwrites another
+        out = shlex.split(cmd)[-1]
+        assert out == f"{cmd.split()[2]}_{cmd.split()[4]}.py"
+        assert "'sm_count': 114}" in (tmp_path / out).read_text()
+    assert len({shlex.split(c)[-1] for c in cmds}) == len(cmds)
+
 
 def test_next_commands_on_the_default_gpu_stay_short(tmp_path):
     r = CliRunner().invoke(cli, ["diagnose", str(trace_on(tmp_path, 132, name="NVIDIA H100 80GB HBM3"))])
@@ -107,8 +112,14 @@ def test_a_double_gemm_is_known_as_fp64_not_assumed_bf16(tmp_path, monkeypatch):
             e["args"]["Input type"] = ["double", "double"]
     trace = T.write_kineto(tmp_path / "f64.json", T.kineto_doc(evs))
     r = CliRunner().invoke(cli, ["diagnose", str(trace), "--json"])
-    shapes = [f["shape"] for f in _json.loads(r.stdout)["findings"] if f["shape"]]
+    findings = _json.loads(r.stdout)["findings"]
+    shapes = [f["shape"] for f in findings if f["shape"]]
     assert shapes and all(s["dtype"] == "fp64" for s in shapes), shapes
+    # fp64 has no wgmma on Hopper: no warp-specialization finding for it (the bf16 twin has one)
+    assert "hopper_no_ws" not in {f["symptom"] for f in findings}
+    bf16 = T.write_kineto(tmp_path / "bf16.json", T.kineto_doc(T.kineto_gemm_events(6)))
+    r16 = CliRunner().invoke(cli, ["diagnose", str(bf16), "--json"])
+    assert "hopper_no_ws" in {f["symptom"] for f in _json.loads(r16.stdout)["findings"]}
     monkeypatch.setattr(L, "gpu_present", lambda: False)
     r = CliRunner().invoke(cli, ["diagnose", str(trace), "--run", "--out", str(tmp_path / "run")])
     assert "--run: skipped tail_wave: fp64 GEMM (1664x1408x8192)" in r.stderr, r.stderr

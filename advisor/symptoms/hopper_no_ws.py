@@ -58,10 +58,12 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
     if ev.empty:
         return out
     # Under a wave of tiles the grid, not the pipeline, is the limit (small_grid_long_k's
-    # case); tiny GEMMs are latency-bound; bandwidth-bound ones wait on memory.
+    # case); tiny GEMMs are latency-bound; bandwidth-bound ones wait on memory; fp64 has no
+    # wgmma (Hopper runs it on DMMA), so no TMA-fed warpgroup pipeline to specialize.
     keep = [
         r["waves_units"] >= rule["min_waves"]
         and (shape_of(r) is None or gemm_flop(shape_of(r)) >= rule["min_gemm_flop"])
+        and (shape_of(r) or {}).get("dtype") != "fp64"
         and not _bandwidth_bound(r, rule, ctx)
         for r in ev.to_dict("records")
     ]
