@@ -25,6 +25,11 @@ Profilers (the profiled part only, after a warm-up run):
     python3 workloads/model_step.py train --profiler kineto --out out/models
     bash workloads/capture_models.sh out/models     # both profilers, both scenarios
     python3 workloads/model_step.py train --device cpu --tiny   # a smoke run without a GPU
+    python3 workloads/model_step.py decode --time    # eager against one CUDA-graph replay
+
+--time checks the remedy diagnose gives for eager decoding (capture the loop in a CUDA
+graph): it times the 32-token generation eagerly and as one replay of a graph captured from
+it (CUDA events, median of 20 after warm-up), after checking both produce the same tokens.
 """
 
 from __future__ import annotations
@@ -147,6 +152,39 @@ def train_compiled(s: Size, device: str, dtype: torch.dtype):
 SCENARIOS = {"train": train, "decode": decode, "train_compiled": train_compiled}
 
 
+def time_eager_and_graph(run, reps: int = 20) -> dict:
+    """Median ms of `run()` eagerly and as one replay of a CUDA graph captured from it; the
+    graph's output must equal the eager one (the same tokens)."""
+    import statistics
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the default stream, as capture wants
+        for _ in range(3):
+            want = run()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        got = run()
+    graph.replay()
+    torch.cuda.synchronize()
+    if not torch.equal(got, want):
+        raise SystemExit("the graph replay's output differs from the eager run's")
+
+    def ms(fn) -> float:
+        times = []
+        for _ in range(reps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            torch.cuda.synchronize()
+            times.append(a.elapsed_time(b))
+        return statistics.median(times)
+
+    return {"eager_ms": ms(run), "graph_ms": ms(graph.replay)}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("scenario", choices=sorted(SCENARIOS))
@@ -154,12 +192,22 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=Path("out/models"), help="Directory for Kineto traces.")
     p.add_argument("--device", default="cuda", help="cuda (default), or cpu for a smoke run with --tiny.")
     p.add_argument("--tiny", action="store_true", help="A toy size (smoke runs without a GPU).")
+    p.add_argument("--time", action="store_true", help="decode: time it eagerly and as one CUDA-graph replay.")
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("model_step.py needs a CUDA GPU (or --device cpu --tiny)", file=sys.stderr)
         return 2
     s = TINY if args.tiny else Size()
     run = SCENARIOS[args.scenario](s, args.device, torch.bfloat16 if args.device == "cuda" else torch.float32)
+    if args.time:
+        if args.scenario != "decode" or args.device != "cuda":
+            print("--time takes the decode scenario on a CUDA GPU", file=sys.stderr)
+            return 2
+        t = time_eager_and_graph(run)
+        print(f"decode {s.new_tokens} tokens x {s.decode_batch} sequences on {torch.cuda.get_device_name()}: "
+              f"eager {t['eager_ms']:.2f} ms, one CUDA-graph replay {t['graph_ms']:.2f} ms "
+              f"({t['eager_ms'] / t['graph_ms']:.1f}x)")
+        return 0
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     run()  # warm-up: cuBLAS heuristics, allocator, optimizer state
     run()
