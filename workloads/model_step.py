@@ -35,9 +35,6 @@ it (CUDA events, median of 20 after warm-up), after checking both produce the sa
 from __future__ import annotations
 
 import argparse
-import gzip
-import os
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +42,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from kineto_out import export_gz  # beside this script
 
 
 @dataclass(frozen=True)
@@ -226,11 +225,7 @@ def main(argv=None) -> int:
         with profile(activities=activities, record_shapes=True) as prof:
             run()
             sync()
-        raw = args.out / f"model_{args.scenario}.kineto.json"
-        prof.export_chrome_trace(str(raw))
-        with open(raw, "rb") as src, gzip.open(f"{raw}.gz", "wb", compresslevel=9) as dst:
-            shutil.copyfileobj(src, dst)
-        os.remove(raw)
+        export_gz(prof, args.out / f"model_{args.scenario}.kineto.json")
     else:
         run()
         sync()

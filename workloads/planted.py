@@ -33,9 +33,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gzip
-import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -46,6 +43,7 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from advisor import kernel_lib  # noqa: E402
 from advisor.annotate import gemm  # noqa: E402
+from kineto_out import export_gz  # noqa: E402  (beside this script)
 
 DEV = "cuda"
 BF16 = torch.bfloat16
@@ -246,11 +244,7 @@ def main(argv=None) -> int:
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
             run()
             torch.cuda.synchronize()
-        raw = args.out / f"{args.scenario}.kineto.json"
-        prof.export_chrome_trace(str(raw))
-        with open(raw, "rb") as src, gzip.open(f"{raw}.gz", "wb", compresslevel=9) as dst:
-            shutil.copyfileobj(src, dst)
-        os.remove(raw)
+        export_gz(prof, args.out / f"{args.scenario}.kineto.json")
     else:
         run()
         torch.cuda.synchronize()

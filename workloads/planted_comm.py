@@ -38,14 +38,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import gzip
 import os
-import shutil
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from advisor.kernel_lib import load  # noqa: E402
+from kineto_out import export_gz  # noqa: E402  (beside this script)
 
 co = load("comm_overlap")  # before torch.distributed initialises: multicast off
 
@@ -168,11 +167,7 @@ def main(argv=None) -> int:
             acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
             with profile(activities=acts, record_shapes=True) as prof:
                 steps()
-            raw = args.out / f"{args.schedule}_rank{rank}.kineto.json"
-            prof.export_chrome_trace(str(raw))
-            with open(raw, "rb") as src, gzip.open(f"{raw}.gz", "wb", compresslevel=9) as dst:
-                shutil.copyfileobj(src, dst)
-            raw.unlink()
+            export_gz(prof, args.out / f"{args.schedule}_rank{rank}.kineto.json")
         else:
             steps()
         run = replay = static = None  # a captured graph holding NCCL work must go before its communicator
