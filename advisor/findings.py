@@ -12,7 +12,16 @@ class Finding:
 
     `symptom` and `strategy` are stable ids (SKILL.md documents them). `evidence` holds the
     numbers behind the verdict; `suggestion` the knobs a generated variant should start from.
-    `est_savings_ns` is an estimate of recoverable GPU time over all launches, used to rank.
+    `est_savings_ns` is what the remedy can plausibly recover over all launches, used to rank.
+    Its unit is `savings_unit`: "gpu" (kernel time that goes away) or "wall" (idle time the GPU
+    waited: launch gaps, host stalls). The two are never added together.
+
+    `tier` places the remedy on the ladder the matrix follows: 1-3 are the basics (1: keep the
+    GPU fed, 2: layout, dtype, alignment, 3: precision and library choice), 4 a kernel schedule
+    (Split-K, Stream-K, persistent, warp specialization, overlap). `premature` is set by
+    diagnosis on a Tier-4 finding while a larger Tier 1-3 lever covers the same kernels.
+    Evidence carries `bound_ns` (the physics floor the estimate respects, where one applies)
+    and `basis` (one line: how the estimate was obtained).
     """
 
     symptom: str
@@ -31,6 +40,9 @@ class Finding:
     watch_for: str
     evidence: dict[str, Any] = field(default_factory=dict, hash=False)
     suggestion: dict[str, Any] = field(default_factory=dict, hash=False)
+    tier: int = 4
+    savings_unit: str = "gpu"  # "gpu" | "wall"
+    premature: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
