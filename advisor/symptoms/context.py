@@ -19,6 +19,9 @@ class Context:
         self.trace = trace
         self.rules = rules or {}
         self.cache: dict = {}  # results shared between symptoms (e.g. launch-bound runs)
+        # what the diagnosis should say where no finding is raised ("cuBLAS is already near
+        # peak here"): one line each, deduplicated by diagnose()
+        self.notes: list[str] = []
 
     @cached_property
     def kernels(self) -> pd.DataFrame:
@@ -60,6 +63,14 @@ class Context:
         except (KeyError, TypeError, ValueError):
             return None
         return None if pd.isna(v) else v
+
+    def device_row(self, rank: int, device_id) -> dict | None:
+        """The devices-frame row of (rank, device) as a dict (name, peak, bandwidth...), or None."""
+        try:
+            row = self.devices.loc[(int(rank), int(device_id))]
+        except (KeyError, TypeError, ValueError):
+            return None
+        return {k: (None if pd.isna(v) else v) for k, v in row.items()}
 
     def share(self, rank: int, device_id, ns: float) -> float:
         key = (int(rank), -1 if pd.isna(device_id) else int(device_id))
