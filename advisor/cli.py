@@ -209,12 +209,16 @@ counters_opt = _option(
                    "(without a GPU: only generate the files) and write a before/after report into --out (default: ./advisor-run).")
 @_option("--budget-s", type=click.FloatRange(5, 3600), default=60, show_default=True,
               help="With --run: seconds of GPU time per shape (compile time counts).")
+@_option("--shape", "shapes", multiple=True, metavar="KERNEL_PATTERN=MxNxK[:dtype]",
+         help="A GEMM shape the trace does not record, for the kernels whose names match the regular expression "
+              "KERNEL_PATTERN (e.g. --shape 'dp_gemm=1664x1408x8192:bf16'). Repeatable; the first match wins; "
+              "the findings, their Next: commands and --run use it.")
 @counters_opt
 @rules_opt
 @sm_count_opt
 @cache_opt
-def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budget_s, counters, rules_dir, sm_count,
-                     cache_dir) -> None:
+def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budget_s, shapes, counters, rules_dir,
+                     sm_count, cache_dir) -> None:
     """Find where work maps badly onto the GPU's SMs and name the strategy to try.
 
     Reads TRACES (one file, or one per rank), computes the symptoms (tail waves, under-filled
@@ -230,6 +234,7 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
       advisor diagnose run.nsys-rep
       advisor diagnose rank0.json.gz rank1.json.gz --json --top 5
       advisor diagnose trace.sqlite --sm-count 132 --out report/
+      advisor diagnose trace.json.gz --shape 'cutlass.*gemm=4096x4096x8192:bf16'
       advisor diagnose run.nsys-rep --run --counters --out report/   (on a GPU)
     """
     from .diagnose import diagnose
@@ -244,7 +249,7 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
     if counters and not run_variants:
         raise click.UsageError("--counters profiles the variants that --run measures: add --run")
     trace = load_trace(traces, sm_count=sm_count, cache_dir=cache_dir)
-    result = diagnose(trace, rules=rules_dir, top=top)
+    result = diagnose(trace, rules=rules_dir, top=top, shapes=list(shapes))
     payload = result.to_dict()
     images = {}
     if out_dir is not None:

@@ -10,12 +10,14 @@ from typing import Any
 import numpy as np
 
 
+from .errors import AdvisorError
 from .findings import Finding, Gate
 from .model import Trace
 from .rules import Rule, load_rules
 from .summary import devices_table
 from .symptoms import GATE, PATTERNS, Context
 from .symptoms import intervals
+from .symptoms.gemm import parse_shape_override
 
 
 @dataclass
@@ -74,11 +76,20 @@ def diagnose(
     trace: Trace,
     rules: str | Path | dict[str, Rule] | None = None,
     top: int | None = None,
+    shapes: list[str] | None = None,
 ) -> Diagnosis:
     """Run every enabled rule over `trace`. `rules` is a directory of TOML rules (default: the
-    bundled ones) or already-loaded rules. Findings come ranked by estimated recoverable time."""
+    bundled ones) or already-loaded rules. `shapes`: GEMM shapes the trace does not record,
+    as `KERNEL_PATTERN=MxNxK[:dtype]` (a regular expression searched in kernel names; the first
+    matching one wins). Findings come ranked by estimated recoverable time."""
     rules = rules if isinstance(rules, dict) else load_rules(rules)
-    ctx = Context(trace, rules)
+    overrides = []
+    for spec in shapes or []:
+        try:
+            overrides.append(parse_shape_override(spec))
+        except ValueError as exc:
+            raise AdvisorError(f"--shape {exc}") from None
+    ctx = Context(trace, rules, overrides)
     findings: list[Finding] = []
     not_applicable = []
     for module in PATTERNS:

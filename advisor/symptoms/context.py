@@ -15,9 +15,10 @@ from .strings import factorize
 
 
 class Context:
-    def __init__(self, trace: Trace, rules: dict | None = None):
+    def __init__(self, trace: Trace, rules: dict | None = None, shapes: list[tuple[str, dict]] | None = None):
         self.trace = trace
         self.rules = rules or {}
+        self.shapes = list(shapes or [])  # the user's --shape overrides: (kernel pattern, shape)
         self.cache: dict = {}  # results shared between symptoms (e.g. launch-bound runs)
         # what the diagnosis should say where no finding is raised ("cuBLAS is already near
         # peak here"): one line each, deduplicated by diagnose()
@@ -30,7 +31,7 @@ class Context:
         combination), computed once here so that each symptom's grouping hashes integers
         instead of a million strings again (bench/SCALE.md)."""
         k = self.trace.kernels
-        out = pd.concat([k, occupancy(self.trace), gemm_table(self.trace)], axis=1)
+        out = pd.concat([k, occupancy(self.trace), gemm_table(self.trace, self.shapes)], axis=1)
         if "_name_code" not in out.columns:  # gemm_table factorized the names already
             out["_name_code"] = factorize(out["name"])[0]
         # strings grouped as integer codes (-1 for missing, as groupby(dropna=False) keeps NA)
