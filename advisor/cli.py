@@ -159,14 +159,18 @@ def summary_command(traces, as_json, top, sm_count, cache_dir) -> None:
     click.echo(f"memcpy/memset: {m['count']} ops, {fmt_ns(m['total_ns'])}, {fmt_bytes(m['bytes'])}")
     if info["top_kernels"]:
         click.echo("")
-        click.echo(f"{'total':>10} {'count':>7} {'median':>10}  {'grid':<16} {'block':<13} {'regs':>4} {'smem':>9}  name")
+        # one row per (name, grid, block, shape): a name launched several ways has several rows
+        click.echo(f"{'total':>10} {'count':>7} {'median':>10}  {'grid':<16} {'block':<13} {'regs':>4} {'smem':>9}  "
+                   f"{'shape':<22} name")
         for t in info["top_kernels"]:
             grid = "x".join("?" if v is None else str(v) for v in t["grid"])
+            s = t.get("shape")
+            shape = f"{s['M']}x{s['N']}x{s['K']}" + (f" {s['dtype']}" if s.get("dtype") else "") if s else "-"
             block = "x".join("?" if v is None else str(v) for v in t["block"])
             regs = "?" if t["registers_per_thread"] is None else t["registers_per_thread"]
             smem = "?" if t["shared_mem_bytes"] is None else fmt_bytes(t["shared_mem_bytes"])
             click.echo(
-                f"{fmt_ns(t['total_ns']):>10} {t['count']:>7} {fmt_ns(t['median_ns']):>10}  {grid:<16} {block:<13} {regs:>4} {smem:>9}  {safe_text(t['name'], 100)}"
+                f"{fmt_ns(t['total_ns']):>10} {t['count']:>7} {fmt_ns(t['median_ns']):>10}  {grid:<16} {block:<13} {regs:>4} {smem:>9}  {safe_text(shape, 22):<22} {safe_text(t['name'], 100)}"
             )
     for n in info["notes"]:
         click.echo(f"note: {safe_text(n, 300)}")

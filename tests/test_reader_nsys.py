@@ -568,14 +568,16 @@ def check_summary_json(path: Path) -> dict:
         assert {"name", "sm_count", "compute_capability"} <= set(d)
     (count, total), = raw(path, 'SELECT count(*), sum("end" - start) FROM CUPTI_ACTIVITY_KIND_KERNEL')
     assert info["kernels"]["count"] == count and info["kernels"]["total_ns"] == total
+    # one row per (name, grid, block) (and shape, which these exports do not name)
     top = raw(
         path,
-        'SELECT s.value, count(*), sum(k."end" - k.start) AS t FROM CUPTI_ACTIVITY_KIND_KERNEL k '
-        "JOIN StringIds s ON s.id = k.demangledName GROUP BY s.value ORDER BY t DESC",
+        'SELECT s.value, count(*), sum(k."end" - k.start) AS t, k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ '
+        "FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName "
+        "GROUP BY s.value, k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ ORDER BY t DESC",
     )
     first = info["top_kernels"][0]
     assert {"name", "count", "total_ns", "grid", "block"} <= set(first)
-    assert (first["name"], first["count"], first["total_ns"]) == top[0]
+    assert (first["name"], first["count"], first["total_ns"], *first["grid"], *first["block"]) == top[0]
     assert len(first["grid"]) == 3 and len(first["block"]) == 3
     return info
 

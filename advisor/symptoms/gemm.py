@@ -53,7 +53,10 @@ _SPLIT_K = re.compile(r"splitk|split_k|stream_k|streamk|_sk_|segment_k_on|partit
 _WS = re.compile(r"warpspecialized|warp_specialized|warpspecialize|_ws_|_ws$|^ws_|nvjet", re.I)
 _COMM = re.compile(
     r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce|multimem|"
-    r"sendrecv|broadcast_kernel|"
+    r"sendrecv|broadcast_kernel|msccl|"
+    # expert-parallel all-to-all kernels (DeepEP and DeepSeek's copy of it): token dispatch and
+    # combine move data between GPUs over NVLink/RDMA; get_dispatch_layout only computes
+    r"(?:deep_?ep|dpsk::ep)::(?:intranode|internode(?:_ll)?)::\w*(?:dispatch|combine)|"
     # symmetric-memory signal kernels: a GPU waiting there waits for its peers, not computing
     r"(?:^|[^a-z])barrier_kernel|(?:put|wait)_signal_kernel",
     re.I,
