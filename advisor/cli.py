@@ -104,6 +104,29 @@ cache_opt = _option(
 )
 
 
+def _size(ctx, param, value):
+    if value is None:
+        return None
+    from .traces._inflate import parse_size
+
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+inflate_opt = _option(
+    "--max-inflated-bytes",
+    default=None,
+    metavar="SIZE",
+    callback=_size,
+    envvar="ADVISOR_MAX_INFLATED_BYTES",
+    show_envvar=True,
+    help="Refuse a gzip trace that inflates to more than SIZE (bytes, or e.g. 16G) [default: 4G]: "
+         "a 5 MiB gzip bomb can hold 6 GiB.",
+)
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "ADVISOR"})
 @click.version_option(__version__, prog_name="advisor")
 def cli() -> None:
@@ -127,12 +150,13 @@ def cli() -> None:
 @_option("--top", type=click.IntRange(1, 1000), default=10, show_default=True, help="Kernels to list.")
 @sm_count_opt
 @cache_opt
-def summary_command(traces, as_json, top, sm_count, cache_dir) -> None:
+@inflate_opt
+def summary_command(traces, as_json, top, sm_count, cache_dir, max_inflated_bytes) -> None:
     """Say what TRACES hold: format, devices, kernels, top kernels by time, NVTX, copies."""
     from .summary import summarize
     from .traces import load_trace
 
-    trace = load_trace(traces, sm_count=sm_count, cache_dir=cache_dir)
+    trace = load_trace(traces, sm_count=sm_count, cache_dir=cache_dir, max_inflated_bytes=max_inflated_bytes)
     info = summarize(trace, top=top)
     if as_json:
         _echo_json(info)
@@ -213,8 +237,9 @@ counters_opt = _option(
 @rules_opt
 @sm_count_opt
 @cache_opt
+@inflate_opt
 def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budget_s, counters, rules_dir, sm_count,
-                     cache_dir) -> None:
+                     cache_dir, max_inflated_bytes) -> None:
     """Find where work maps badly onto the GPU's SMs and name the strategy to try.
 
     Reads TRACES (one file, or one per rank), computes the symptoms (tail waves, under-filled
@@ -243,7 +268,7 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
         raise click.UsageError("give at least one trace file (or --example for the bundled one)")
     if counters and not run_variants:
         raise click.UsageError("--counters profiles the variants that --run measures: add --run")
-    trace = load_trace(traces, sm_count=sm_count, cache_dir=cache_dir)
+    trace = load_trace(traces, sm_count=sm_count, cache_dir=cache_dir, max_inflated_bytes=max_inflated_bytes)
     result = diagnose(trace, rules=rules_dir, top=top)
     payload = result.to_dict()
     images = {}
