@@ -18,6 +18,7 @@ import click
 
 from . import __version__
 from .errors import AdvisorError
+from .safeio import write_file
 from .textutil import fmt_bytes, fmt_ns, safe_text
 
 
@@ -284,8 +285,8 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
 
         markdown = render("diagnosis.md.j2", d=result, images=images)
     if out_dir is not None:
-        (out_dir / "report.md").write_text(markdown, encoding="utf-8")
-        (out_dir / "report.json").write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
+        write_file(out_dir / "report.md", markdown)
+        write_file(out_dir / "report.json", json.dumps(payload, indent=2, default=str))
         click.echo(f"wrote {out_dir / 'report.md'} and {out_dir / 'report.json'}", err=True)
     if as_json:
         _echo_json(payload)
@@ -363,9 +364,9 @@ def _write_run_report(results, out_dir: Path, rules=None, skipped=(), echo: bool
 
     md = render("run_report.md.j2", results=results, device=device, versions=versions, rules=rules or {}, images=images,
                 skipped=skipped, date=_dt.date.today().isoformat())
-    (out_dir / "run_report.md").write_text(md, encoding="utf-8")
+    write_file(out_dir / "run_report.md", md)
     payload = {"device": device, "results": [r.to_dict() for r in results], "skipped": [s.to_dict() for s in skipped]}
-    (out_dir / "run_report.json").write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
+    write_file(out_dir / "run_report.json", json.dumps(payload, indent=2, default=str))
     if echo:
         _echo_markdown(md)
     click.echo(f"advisor: wrote {out_dir / 'run_report.md'} and run_report.json", err=True)
@@ -591,8 +592,8 @@ def profile_command(out_dir, kineto, top, rules_dir, command) -> None:
     trace = load_trace([result.trace], cache_dir=out_dir)
     d = diagnose(trace, rules=rules_dir, top=top)
     markdown = render("diagnosis.md.j2", d=d)
-    (out_dir / "report.md").write_text(markdown, encoding="utf-8")
-    (out_dir / "report.json").write_text(json.dumps(d.to_dict(), indent=2, default=str), encoding="utf-8")
+    write_file(out_dir / "report.md", markdown)
+    write_file(out_dir / "report.json", json.dumps(d.to_dict(), indent=2, default=str))
     log(f"trace: {result.trace}; report: {out_dir / 'report.md'}")
     _echo_markdown(markdown)
 

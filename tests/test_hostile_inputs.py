@@ -141,3 +141,128 @@ def test_unreadable_decompressed_sqlite_is_not_kept(tmp_path):
     cache = tmp_path / "cache"
     one_line_error(run_cli("summary", "--cache-dir", str(cache), str(path)), "bad.sqlite.gz")
     assert not cache.exists() or not [p for p in cache.rglob("*.sqlite")]
+
+
+# ------------------------------------------------------- 2. no writes through planted symlinks
+
+
+def planted(victim: Path, where: Path) -> Path:
+    """A symlink at `where` pointing at `victim`, a file that stands for ~/.bashrc."""
+    victim.parent.mkdir(parents=True, exist_ok=True)
+    victim.write_text("echo original\n")
+    where.parent.mkdir(parents=True, exist_ok=True)
+    where.symlink_to(victim)
+    return victim
+
+
+def test_out_dir_replaces_planted_symlinks(tmp_path):
+    trace = T.write_kineto(tmp_path / "t.json")
+    out = tmp_path / "out"
+    victims = {name: planted(tmp_path / f"victim-{name}", out / name) for name in ("report.md", "report.json", "waves.png")}
+    r = run_cli("diagnose", str(trace), "--out", str(out))
+    assert r.exit_code == 0, r.output
+    for name, victim in victims.items():
+        assert victim.read_text() == "echo original\n", name
+        assert (out / name).is_file() and not (out / name).is_symlink(), name
+    assert (out / "report.md").read_text().startswith("# advisor diagnosis")
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_generate_output_replaces_a_planted_symlink(tmp_path):
+    target = tmp_path / "v.py"
+    victim = planted(tmp_path / "victim", target)
+    r = run_cli("generate", "dp", "--shape", "64x64x64", "-o", str(target))
+    assert r.exit_code == 0, r.output
+    assert victim.read_text() == "echo original\n"
+    assert not target.is_symlink() and "def variant_matmul" in target.read_text()
+
+
+def test_run_rows_replace_planted_symlinks(tmp_path):
+    from advisor.bench import rows as R
+    from advisor.counters import write_rows
+
+    for writer, name in ((lambda p: R.append_csv(p, [{"provider": "dp", "median_us": 1.0}]), "rows.csv"),
+                         (lambda p: R.write_json(p, [{"a": 1}]), "rows.json"),
+                         (lambda p: write_rows(p, [{"metric": "m", "value": 1}]), "counters.csv")):
+        victim = planted(tmp_path / f"victim-{name}", tmp_path / "out" / name)
+        writer(tmp_path / "out" / name)
+        assert victim.read_text() == "echo original\n", name
+        assert not (tmp_path / "out" / name).is_symlink()
+    R.append_csv(tmp_path / "out" / "rows.csv", [{"provider": "split_k", "median_us": 2.0}])
+    assert [r["provider"] for r in R.read_csv(tmp_path / "out" / "rows.csv")] == ["dp", "split_k"]
+
+
+def sqlite_gz(tmp_path: Path, name: str = "run.sqlite.gz") -> Path:
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(T.write_nsys(tmp_path / "src.sqlite", n=4).read_bytes()))
+    return path
+
+
+def cache_entries(cache: Path) -> list[Path]:
+    return sorted(p for p in cache.iterdir() if p.name.endswith(".sqlite"))
+
+
+def test_cache_refuses_a_directory_others_can_write(tmp_path):
+    gz = sqlite_gz(tmp_path)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    one_line_error(run_cli("summary", "--cache-dir", str(shared), str(gz)), "writable by other users", "--cache-dir")
+    assert list(shared.iterdir()) == []
+    if os.getuid() == 0:  # as root the test can make a directory that belongs to someone else
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o700)
+        os.chown(theirs, 65534, 65534)
+        one_line_error(run_cli("summary", "--cache-dir", str(theirs), str(gz)), "belongs to another user")
+
+
+def test_cache_is_private_and_never_follows_a_planted_link(tmp_path):
+    from advisor.traces import _cache
+
+    gz = sqlite_gz(tmp_path)
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    name = f"run-{_cache.source_key(gz)}.sqlite"
+    victim = planted(tmp_path / "victim", cache / name)
+    assert len(load_trace(gz, cache_dir=cache).kernels) == 4
+    assert victim.read_text() == "echo original\n"
+    (entry,) = cache_entries(cache)
+    assert entry.name == name and not entry.is_symlink()
+    assert oct(entry.stat().st_mode & 0o777) == oct(0o600)
+    fresh = tmp_path / "fresh-cache"
+    load_trace(gz, cache_dir=fresh)
+    assert oct(fresh.stat().st_mode & 0o777) == oct(0o700)
+
+
+# ------------------------------------------------------------- 3. a cache that checks what it finds
+
+
+def test_garbage_cache_entry_is_rebuilt(tmp_path):
+    from advisor.traces import _cache
+
+    gz = sqlite_gz(tmp_path)
+    cache = tmp_path / "cache"
+    assert len(load_trace(gz, cache_dir=cache).kernels) == 4
+    (entry,) = cache_entries(cache)
+    entry.write_bytes(b"SQLite format 3\x00" + os.urandom(4000))  # garbage under the right name
+    assert len(load_trace(gz, cache_dir=cache).kernels) == 4
+    entry.write_bytes(entry.read_bytes()[:3000])  # a truncated copy
+    assert len(load_trace(gz, cache_dir=cache).kernels) == 4
+    assert cache_entries(cache) == [entry]
+    # an entry others could have written (mode 0644) is not trusted either
+    planted_export = T.write_nsys(tmp_path / "planted.sqlite", n=9)
+    entry.write_bytes(planted_export.read_bytes())
+    entry.chmod(0o644)
+    assert len(load_trace(gz, cache_dir=cache).kernels) == 4
+    assert _cache.source_key(gz) in entry.name
+
+
+def test_cache_key_follows_the_source_content(tmp_path):
+    from advisor.traces import _cache
+
+    gz = sqlite_gz(tmp_path)
+    key = _cache.source_key(gz)
+    data = gz.read_bytes()
+    gz.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # same size, new content and mtime
+    os.utime(gz, ns=(gz.stat().st_atime_ns, gz.stat().st_mtime_ns + 10**9))
+    assert _cache.source_key(gz) != key

@@ -91,23 +91,41 @@ def _declared_sqlite_size(header: bytes) -> int | None:
     return page_size * pages or None
 
 
-def gunzip_sqlite(path: Path, cache_dir: Path | None) -> Path:
-    """A gzip-compressed SQLite trace (`trace.sqlite.gz`) decompressed into the cache
-    (named by content hash, reused), since SQLite cannot read through gzip. Inflated in
-    chunks, never past the cap nor past the size the database's own header declares; a
-    failed or interrupted copy is removed."""
-    from .nsys_rep import content_hash, default_cache_dir
-
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    stem = path.name[: -len(".gz")] if path.name.endswith(".gz") else path.name
-    target = cache / f"{Path(stem).stem}-{content_hash(path)}.sqlite"
-    if target.is_file():
-        return target
-    cap = _inflate.max_inflated_bytes()
-    tmp = target.with_suffix(f".tmp{os.getpid()}")
+def _complete_sqlite(path: Path) -> bool:
+    """A cached gunzipped copy is reused only if it is a SQLite file of the size its header
+    declares (when it declares one): a truncated or foreign file is made again."""
     try:
-        cache.mkdir(parents=True, exist_ok=True)
-        with _inflate.open_content(path, cap=cap) as src, open(tmp, "wb") as dst:
+        with open(path, "rb") as fh:
+            header = fh.read(100)
+        declared = _declared_sqlite_size(header)
+        return header.startswith(SQLITE_MAGIC) and declared in (None, os.path.getsize(path))
+    except OSError:
+        return False
+
+
+def gunzip_sqlite(path: Path, cache_dir: Path | None) -> Path:
+    return _gunzip_sqlite(path, cache_dir)[0]
+
+
+def _gunzip_sqlite(path: Path, cache_dir: Path | None) -> tuple[Path, bool]:
+    """A gzip-compressed SQLite trace (`trace.sqlite.gz`) decompressed into the cache
+    (keyed on the source's content identity, reused when still sound), since SQLite cannot
+    read through gzip. Inflated in chunks, never past the cap nor past the size the
+    database's own header declares; a failed or interrupted copy is removed. Returns
+    (copy, whether it came from the cache)."""
+    from ..safeio import create_temp
+    from . import _cache
+
+    cache = _cache.cache_root(cache_dir)
+    stem = path.name[: -len(".gz")] if path.name.endswith(".gz") else path.name
+    target = cache / f"{Path(stem).stem}-{_cache.source_key(path)}.sqlite"
+    if _cache.lookup(target, _complete_sqlite):
+        return target, True
+    cap = _inflate.max_inflated_bytes()
+    tmp = None
+    try:
+        fd, tmp = create_temp(cache, target.name, private=True)
+        with _inflate.open_content(path, cap=cap) as src, os.fdopen(fd, "wb") as dst:
             written, limit = 0, cap
             while chunk := src.read(1 << 20):
                 if written == 0:
@@ -122,17 +140,20 @@ def gunzip_sqlite(path: Path, cache_dir: Path | None) -> Path:
                 dst.write(chunk)
         os.replace(tmp, target)
     except TraceError as exc:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         why = str(exc).removeprefix(f"{path.name}: ")
         raise TraceError(f"{path.name}: cannot decompress gzip SQLite trace: {why}") from None
     except (OSError, EOFError, MemoryError) as exc:
-        tmp.unlink(missing_ok=True)  # no half-written copy left in the cache
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)  # no half-written copy left in the cache
         why = getattr(exc, "strerror", None) or exc or type(exc).__name__
         raise TraceError(f"{path.name}: cannot decompress gzip SQLite trace ({why})") from None
     except BaseException:  # Ctrl-C mid-copy: still no partial file
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise
-    return target
+    return target, False
 
 
 def _check_path(path: Path) -> None:
@@ -277,10 +298,20 @@ def _load(paths, *, sm_count, cache_dir, require_kernels) -> Trace:
             raise TraceError(f"{path}: given twice (also as {first}); pass each rank's trace once")
         source = path
         try:
+            cached = False
             if _inflate.is_gzip(path) and read_head(path).startswith(SQLITE_MAGIC):
-                path = gunzip_sqlite(path, cache)
-            fmt = detect(path)
-            t = FORMATS[fmt].read(path, rank=rank, cache_dir=cache)
+                path, cached = _gunzip_sqlite(path, cache)
+            try:
+                fmt = detect(path)
+                t = FORMATS[fmt].read(path, rank=rank, cache_dir=cache)
+            except TraceError:
+                if not cached:
+                    raise
+                # a cached copy that does not read (damaged since): made again, once
+                path.unlink(missing_ok=True)
+                path, _ = _gunzip_sqlite(source, cache)
+                fmt = detect(path)
+                t = FORMATS[fmt].read(path, rank=rank, cache_dir=cache)
         except TraceError as exc:
             if path == source:
                 raise
