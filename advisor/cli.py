@@ -18,6 +18,7 @@ import click
 
 from . import __version__
 from .errors import AdvisorError
+from .safeio import write_file
 from .textutil import fmt_bytes, fmt_ns, safe_text
 
 
@@ -104,6 +105,29 @@ cache_opt = _option(
 )
 
 
+def _size(ctx, param, value):
+    if value is None:
+        return None
+    from .traces._inflate import parse_size
+
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+inflate_opt = _option(
+    "--max-inflated-bytes",
+    default=None,
+    metavar="SIZE",
+    callback=_size,
+    envvar="ADVISOR_MAX_INFLATED_BYTES",
+    show_envvar=True,
+    help="Refuse a gzip trace that inflates to more than SIZE (bytes, or e.g. 16G) [default: 4G]: "
+         "a 5 MiB gzip bomb can hold 6 GiB.",
+)
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "ADVISOR"})
 @click.version_option(__version__, prog_name="advisor")
 def cli() -> None:
@@ -127,12 +151,13 @@ def cli() -> None:
 @_option("--top", type=click.IntRange(1, 1000), default=10, show_default=True, help="Kernels to list.")
 @sm_count_opt
 @cache_opt
-def summary_command(traces, as_json, top, sm_count, cache_dir) -> None:
+@inflate_opt
+def summary_command(traces, as_json, top, sm_count, cache_dir, max_inflated_bytes) -> None:
     """Say what TRACES hold: format, devices, kernels, top kernels by time, NVTX, copies."""
     from .summary import summarize
     from .traces import load_trace
 
-    trace = load_trace(traces, sm_count=sm_count, cache_dir=cache_dir)
+    trace = load_trace(traces, sm_count=sm_count, cache_dir=cache_dir, max_inflated_bytes=max_inflated_bytes)
     info = summarize(trace, top=top)
     if as_json:
         _echo_json(info)
@@ -221,8 +246,9 @@ counters_opt = _option(
 @rules_opt
 @sm_count_opt
 @cache_opt
+@inflate_opt
 def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budget_s, shapes, counters, rules_dir,
-                     sm_count, cache_dir) -> None:
+                     sm_count, cache_dir, max_inflated_bytes) -> None:
     """Find where work maps badly onto the GPU's SMs and name the strategy to try.
 
     Reads TRACES (one file, or one per rank), computes the symptoms (tail waves, under-filled
@@ -252,7 +278,7 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
         raise click.UsageError("give at least one trace file (or --example for the bundled one)")
     if counters and not run_variants:
         raise click.UsageError("--counters profiles the variants that --run measures: add --run")
-    trace = load_trace(traces, sm_count=sm_count, cache_dir=cache_dir)
+    trace = load_trace(traces, sm_count=sm_count, cache_dir=cache_dir, max_inflated_bytes=max_inflated_bytes)
     result = diagnose(trace, rules=rules_dir, top=top, shapes=list(shapes))
     payload = result.to_dict()
     images = {}
@@ -268,8 +294,8 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
 
         markdown = render("diagnosis.md.j2", d=result, images=images)
     if out_dir is not None:
-        (out_dir / "report.md").write_text(markdown, encoding="utf-8")
-        (out_dir / "report.json").write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
+        write_file(out_dir / "report.md", markdown)
+        write_file(out_dir / "report.json", json.dumps(payload, indent=2, default=str))
         click.echo(f"wrote {out_dir / 'report.md'} and {out_dir / 'report.json'}", err=True)
     if as_json:
         _echo_json(payload)
@@ -347,9 +373,9 @@ def _write_run_report(results, out_dir: Path, rules=None, skipped=(), echo: bool
 
     md = render("run_report.md.j2", results=results, device=device, versions=versions, rules=rules or {}, images=images,
                 skipped=skipped, date=_dt.date.today().isoformat())
-    (out_dir / "run_report.md").write_text(md, encoding="utf-8")
+    write_file(out_dir / "run_report.md", md)
     payload = {"device": device, "results": [r.to_dict() for r in results], "skipped": [s.to_dict() for s in skipped]}
-    (out_dir / "run_report.json").write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
+    write_file(out_dir / "run_report.json", json.dumps(payload, indent=2, default=str))
     if echo:
         _echo_markdown(md)
     click.echo(f"advisor: wrote {out_dir / 'run_report.md'} and run_report.json", err=True)
@@ -575,8 +601,8 @@ def profile_command(out_dir, kineto, top, rules_dir, command) -> None:
     trace = load_trace([result.trace], cache_dir=out_dir)
     d = diagnose(trace, rules=rules_dir, top=top)
     markdown = render("diagnosis.md.j2", d=d)
-    (out_dir / "report.md").write_text(markdown, encoding="utf-8")
-    (out_dir / "report.json").write_text(json.dumps(d.to_dict(), indent=2, default=str), encoding="utf-8")
+    write_file(out_dir / "report.md", markdown)
+    write_file(out_dir / "report.json", json.dumps(d.to_dict(), indent=2, default=str))
     log(f"trace: {result.trace}; report: {out_dir / 'report.md'}")
     _echo_markdown(markdown)
 

@@ -93,8 +93,10 @@ def _finish(variant: Variant, filename: str, target: Path | None) -> Variant:
     write it when a path was given."""
     compile(variant.source, filename, "exec")
     if target is not None:
+        from .safeio import write_file
+
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(variant.source, encoding="utf-8")
+        write_file(target, variant.source)  # never through a symlink planted at -o
         variant.path = target
     return variant
 
