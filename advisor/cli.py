@@ -472,8 +472,11 @@ def _parse_knobs(pairs) -> dict:
 
 @cli.command("generate")
 @click.argument("strategy", type=click.Choice(["dp", "split_k", "persistent", "stream_k", "warp_specialization", "grouped",
-                                               "comm_overlap"]))
-@_option("--shape", default=None, help="Problem size MxNxK, e.g. 256x256x131072 (required, except for grouped).")
+                                               "comm_overlap", "split_kv"]))
+@_option("--shape", default=None, help="Problem size MxNxK, e.g. 256x256x131072 (required, except for grouped and split_kv).")
+@_option("--attn", default=None, metavar="B:HQ:HKV:D:S[:LQ]",
+              help="split_kv only: decode attention with batch B, HQ query heads, HKV kv heads, head_dim D, KV length S "
+                   "and LQ query positions (default 1), e.g. 1:32:8:128:32768.")
 @_option("--group", default=None, metavar="COUNT:LO:HI[:SEED]",
               help="grouped only: COUNT GEMMs whose M, N, K are drawn in LO..HI on multiples of 8 with SEED (default 0), "
                    "as bench/bench_gemm.py --grouped draws them, e.g. 64:128:512:0.")
@@ -488,7 +491,7 @@ def _parse_knobs(pairs) -> dict:
               show_default=True, help="comm_overlap only: which tensor-parallel GEMM pattern to overlap.")
 @_option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True,
               help="Where to write the variant (a standalone .py file).")
-def generate_command(strategy, shape, group, shapes, dtype, configs, sm_count, pattern, output) -> None:
+def generate_command(strategy, shape, attn, group, shapes, dtype, configs, sm_count, pattern, output) -> None:
     """Write a standalone Triton variant of STRATEGY for one GEMM shape (or one group of GEMMs).
 
     The file holds the schedule's kernel (inlined from advisor's kernels/), its knobs baked in
@@ -505,19 +508,25 @@ def generate_command(strategy, shape, group, shapes, dtype, configs, sm_count, p
     torch.matmul and that loop in a CUDA graph), comm_overlap (a torchrun
     script overlapping the collective of a tensor-parallel GEMM with its
     compute; --pattern picks all-gather + GEMM or GEMM + reduce-scatter;
-    knobs: chunks, ...).
+    knobs: chunks, ...), split_kv (decode attention split over the KV
+    sequence, flash-decoding; takes --attn B:HQ:HKV:D:S[:LQ]; --bench times it
+    against torch SDPA's flash, cuDNN, efficient and math backends).
 
     \b
     Example:
       advisor generate split_k --shape 256x256x131072 --dtype bf16 -o variant.py
       advisor generate grouped --group 64:128:512:0 --dtype bf16 -o grouped.py
+      advisor generate split_kv --attn 1:32:8:128:32768 --dtype bf16 -o decode.py
     """
     from .generate import (
         GROUPED,
+        SPLIT_KV,
         generate,
         generate_comm_overlap,
         generate_grouped,
+        generate_split_kv,
         group_sizes,
+        parse_attn,
         parse_group,
         parse_shape,
         parse_shapes,
@@ -525,6 +534,19 @@ def generate_command(strategy, shape, group, shapes, dtype, configs, sm_count, p
     from .schedule_model import Device
 
     knobs = _parse_knobs(configs)
+    if (attn is not None) != (strategy == SPLIT_KV):
+        raise AdvisorError("generate split_kv needs --attn B:HQ:HKV:D:S[:LQ], e.g. --attn 1:32:8:128:32768"
+                           if attn is None else f"--attn is for the split_kv strategy; {strategy} takes --shape MxNxK")
+    if strategy == SPLIT_KV:
+        if shape is not None or group is not None or shapes is not None:
+            raise AdvisorError("generate split_kv takes --attn B:HQ:HKV:D:S[:LQ], not --shape/--group/--shapes")
+        v = generate_split_kv(parse_attn(attn), dtype=dtype, knobs=knobs, device=Device(sm_count=sm_count), path=output)
+        a = v.attn
+        click.echo(f"wrote {output} (split_kv, B={a['B']} Hq={a['Hq']} Hkv={a['Hkv']} D={a['D']} S={a['S']} Lq={a['Lq']} {dtype})")
+        click.echo("knobs: " + ", ".join(f"{k}={val}" for k, val in v.knobs.items()))
+        click.echo(f"chosen by: {_chosen_by(v.chosen_by)}")
+        click.echo(f"next: python {output} --check   (then --bench on the GPU: vs torch SDPA's flash, cuDNN and math backends)")
+        return
     if strategy == GROUPED:
         if shape is not None:
             raise AdvisorError("generate grouped takes --group COUNT:LO:HI[:SEED] and/or --shapes MxNxK,..., not --shape")
