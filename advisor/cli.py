@@ -629,6 +629,89 @@ def profile_command(out_dir, kineto, top, rules_dir, command) -> None:
     _echo_markdown(markdown)
 
 
+def _side_files(positional: str | None, repeated: tuple[Path, ...], which: str) -> list[Path]:
+    """One side's trace files: the positional argument (one file, or a comma-separated list of
+    per-rank files) or the repeated --before/--after options, not both."""
+    if positional is not None and repeated:
+        raise click.UsageError(f"give the {which} side as an argument or as --{which} options, not both")
+    if repeated:
+        return list(repeated)
+    if positional is None:
+        raise click.UsageError(f"no {which} trace: advisor compare BEFORE AFTER (or --{which} FILE, repeated per rank)")
+    if Path(positional).exists() or "," not in positional:
+        return [Path(positional)]
+    return [Path(p) for p in positional.split(",") if p]
+
+
+@cli.command("compare")
+@click.argument("before", required=False)
+@click.argument("after", required=False)
+@_option("--before", "before_files", multiple=True, type=click.Path(path_type=Path),
+         help="A trace of the before side (repeat once per rank); instead of the BEFORE argument.")
+@_option("--after", "after_files", multiple=True, type=click.Path(path_type=Path),
+         help="A trace of the after side (repeat once per rank); instead of the AFTER argument.")
+@_option("--json", "as_json", is_flag=True, help="Print the comparison as JSON (the agents' contract) instead of markdown.")
+@_option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+         help="Also write compare.md and compare.json into this directory.")
+@_option("--top", type=click.IntRange(1, 1000), default=15, show_default=True, help="Kernels to list in the markdown.")
+@_option("--fail-on-regression", "fail_pct", type=click.FloatRange(0, 1000), default=None, metavar="PCT",
+         help="Exit 1 when the verdict is `slower` by more than PCT percent (CI gate); exit 2 when the traces are "
+              "not comparable.")
+@rules_opt
+@sm_count_opt
+@cache_opt
+def compare_command(before, after, before_files, after_files, as_json, out_dir, top, fail_pct, rules_dir, sm_count,
+                    cache_dir) -> None:
+    """Compare two profiles of one program: what a change did to its step time.
+
+    BEFORE and AFTER are each one trace, or one file per rank as a comma-separated list
+    (or repeat --before F / --after F). Formats may differ (an nsys export before, a
+    PyTorch profiler trace after). Each side is cut into steps: Kineto ProfilerStep#N
+    ranges, else NVTX or record_function ranges named like a step ("step", "train_step 3",
+    "iteration"), else the whole capture. Reports per-step wall time, GPU busy time, GPU
+    time by kind of work (GEMM, attention, communication, copies, reductions,
+    elementwise), per-kernel changes (GEMMs matched by shape, others by name family), the
+    findings resolved, new and remaining, and a verdict: faster, slower, same (inside the
+    noise the traces show: the spread of per-step times, or of repeated launches of one
+    kernel when a side has a single step) or not_comparable (different GPUs, rank counts
+    or programs, with why). Sides from different profilers are judged on GPU busy time.
+
+    \b
+    Examples:
+      advisor compare before.nsys-rep after.json.gz
+      advisor compare r0.sqlite,r1.sqlite r0_after.json.gz,r1_after.json.gz --json
+      advisor compare --before base.json.gz --after pr.json.gz --fail-on-regression 5
+    """
+    from .compare import compare, regression_exceeds
+    from .render import render
+    from .traces import load_trace
+
+    b_files = _side_files(before, before_files, "before")
+    a_files = _side_files(after, after_files, "after")
+    tb = load_trace(b_files, sm_count=sm_count, cache_dir=cache_dir)
+    ta = load_trace(a_files, sm_count=sm_count, cache_dir=cache_dir)
+    result = compare(tb, ta, rules=rules_dir)
+    payload = result.to_dict()
+    markdown = ""
+    if out_dir is not None or not as_json:
+        markdown = render("compare.md.j2", d=payload, top=top)
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "compare.md").write_text(markdown, encoding="utf-8")
+        (out_dir / "compare.json").write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
+        _log(f"wrote {out_dir / 'compare.md'} and {out_dir / 'compare.json'}")
+    if as_json:
+        _echo_json(payload)
+    else:
+        _echo_markdown(markdown)
+    if fail_pct is not None:
+        if result.verdict == "not_comparable":
+            raise AdvisorError(f"cannot gate on a regression: the traces are not comparable ({result.why})")
+        if regression_exceeds(result, fail_pct):
+            _log(f"regression: {result.why}; more than the {fail_pct:g}% allowed")
+            sys.exit(1)
+
+
 def main() -> None:
     cli.main(prog_name="advisor")
 
