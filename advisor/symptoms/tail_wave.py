@@ -82,7 +82,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         full = math.floor(waves)
         src = ctx.device_value(row["rank"], row["device_id"], "sm_count_source")
         # high only when the SM count is the trace's and the cap was measured on this shape
-        confidence = "high" if src in ("trace", "user") and est.measured_exact else "medium" if shape else "low"
+        confidence = "high" if src in ("trace", "user") and est.measured_exact else "medium"
         out.append(
             Finding(
                 symptom=SYMPTOM,
