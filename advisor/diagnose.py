@@ -110,6 +110,7 @@ def rules_table(rules: dict[str, Rule]) -> list[dict[str, Any]]:
         {
             "symptom": r.symptom,
             "strategy": r.strategy,
+            "strategies": dict(r.strategies),
             "title": r.title,
             "try_first": r.try_first,
             "watch_for": r.watch_for,
