@@ -33,8 +33,9 @@ class Diagnosis:
 
     @property
     def premature(self) -> bool:
-        """True when basic problems dominate and scheduling work should wait."""
-        return bool(self.gates)
+        """True when basic problems dominate and scheduling work should wait (a one-off
+        start-up gap in the profile window does not)."""
+        return any(g.premature for g in self.gates)
 
     def to_dict(self) -> dict[str, Any]:
         return {

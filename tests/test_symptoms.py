@@ -528,3 +528,20 @@ def test_real_runs_get_their_own_strategy_ids(corpus):
     d = _corpus_diag(corpus, "kineto/param_dlrm_v100_8rank/worker0.json.gz")
     (f,) = [f for f in d.findings if f.evidence.get("pattern") == "tiny back-to-back kernels"]
     assert f.strategy == "cuda_graph" and f.evidence["run_kind"] == "mixed_run"
+
+
+def test_real_startup_gap_is_named_and_not_premature(tmp_path):
+    # two planted programs in one H200 nsys capture: 637 ms of module loading before the first
+    # GEMM, 62 and 24 ms more loading cuBLAS/Triton modules; between them the GPU is busy. The
+    # gate fired gpu_idle (1% busy) and marked every finding premature, without saying where.
+    from conftest import DATA
+
+    from advisor.traces import load_trace
+    d = diagnose(load_trace(DATA / "h200" / "two_procs.sqlite.gz", cache_dir=tmp_path))
+    assert [g.check for g in d.gates] == ["startup_gap"] and not d.premature
+    (g,) = d.gates
+    assert g.gaps[0]["gap_ns"] > 600e6 and g.gaps[0]["at_ms"] > 6000 and g.gaps[0]["waited_on"] == "host"
+    assert any(c["name"] == "cuModuleLoadData" for c in g.gaps[0]["host_api_calls"])
+    assert "capture-range=cudaProfilerApi" in g.message and "torch.profiler.schedule" in g.message
+    assert d.findings  # the GEMM findings stand, not premature
+    assert "Fix these first" not in render("diagnosis.md.j2", d=d)
