@@ -445,6 +445,8 @@ def rules_command(rules_dir, as_json) -> None:
         click.echo(f"  {r['title']}")
         click.echo(f"  try first: {r['try_first']}")
         click.echo(f"  watch for: {r['watch_for']}")
+        if r["strategies"]:
+            click.echo(f"  strategy by pattern: {', '.join(f'{k} -> {v}' for k, v in r['strategies'].items())}")
         for name, t in r["thresholds"].items():
             unit = f" {t['unit']}" if t["unit"] else ""
             click.echo(f"    {name} = {t['value']}{unit}")

@@ -56,9 +56,13 @@ def test_train_step_has_no_gemm_scheduling_finding(fmt, tmp_path):
     assert not d.gates
     symptoms = {f.symptom for f in d.findings}
     assert not symptoms & {"tail_wave", "small_grid_long_k", "hopper_no_ws"}, symptoms
-    # what remains: huge elementwise passes over the 8192 x 32768 logits, ATen's, low confidence
-    assert d.findings and all(f.symptom == "launch_overhead" and f.confidence == "low" for f in d.findings)
-    assert all(f.evidence["library"] == "PyTorch ATen" for f in d.findings)
+    # what remains: huge elementwise passes over the 8192 x 32768 logits, ATen's, low
+    # confidence, one finding per kernel; under nsys (emit_nvtx slows the host) also the GPU
+    # waiting on launches: 64 short host-bound gaps, 5 ms of a 23 ms step
+    big = [f for f in d.findings if f.evidence["pattern"] == "huge grid of short blocks"]
+    assert len(big) == 3 and all(f.confidence == "low" and f.evidence["library"] == "PyTorch ATen" for f in big)
+    rest = [f for f in d.findings if f not in big]
+    assert [(f.evidence["pattern"], f.strategy) for f in rest] == ([("host-bound launches", "cuda_graph")] if fmt == "sqlite.gz" else [])
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -71,8 +75,12 @@ def test_decode_is_launch_bound_and_told_to_use_a_graph(fmt, tmp_path):
     qkv = k[k["is_gemm"] & (k["M"] == 4) & (k["N"] == 3072)]
     assert len(qkv) == 31 * 4 and set(qkv["tiles"]) == {48} and set(qkv["grid_blocks"]) == {48}
     d = diagnose(trace)
-    (f,) = d.findings
-    assert f.symptom == "launch_overhead" and f.confidence == "high"
+    (f,) = [f for f in d.findings if f.evidence["pattern"] == "tiny back-to-back kernels"]
+    assert f.symptom == "launch_overhead" and f.confidence == "high" and f.strategy == "cuda_graph"
+    # under nsys the host is slower still: the short host-bound gaps outside the runs are one
+    # more finding with the same remedy
+    assert {(x.evidence["pattern"], x.strategy) for x in d.findings if x is not f} == (
+        {("host-bound launches", "cuda_graph")} if fmt == "sqlite.gz" else set())
     # a model's layers, not one kernel in a loop: the biggest kind (the M=4 nvjet GEMM) holds
     # under a fifth of the kernel time, so the remedy is a graph of the loop, not a persistent kernel
     assert f.suggestion == {"schedule": "cuda_graph", "cuda_graph": True}
