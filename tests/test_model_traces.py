@@ -56,12 +56,12 @@ def test_train_step_has_no_gemm_scheduling_finding(fmt, tmp_path):
     assert not d.gates
     symptoms = {f.symptom for f in d.findings}
     assert not symptoms & {"tail_wave", "small_grid_long_k", "hopper_no_ws"}, symptoms
-    # what remains: huge elementwise passes over the 8192 x 32768 logits, ATen's, low
-    # confidence, one finding per kernel; under nsys (emit_nvtx slows the host) also the GPU
-    # waiting on launches: 64 short host-bound gaps, 5 ms of a 23 ms step
+    # the huge elementwise passes over the 8192 x 32768 logits claim nothing (a persistent loop
+    # recovered no per-block cost on the H200: bench/results/block_cost_h200.csv); under nsys
+    # (emit_nvtx slows the host) the GPU waits on launches: 64 short host-bound gaps, 5 ms of 23
     big = [f for f in d.findings if f.evidence["pattern"] == "huge grid of short blocks"]
-    assert len(big) == 3 and all(f.confidence == "low" and f.evidence["library"] == "PyTorch ATen" for f in big)
-    rest = [f for f in d.findings if f not in big]
+    assert big == []
+    rest = d.findings
     assert [(f.evidence["pattern"], f.strategy) for f in rest] == ([("host-bound launches", "cuda_graph")] if fmt == "sqlite.gz" else [])
 
 
@@ -107,5 +107,5 @@ def test_compiled_train_step_reads_inductor_s_kernels(fmt, tmp_path):
     d = diagnose(trace)
     # no GEMM finding: the template's 512 blocks are 3.9 waves (tail efficiency 0.97), and
     # cuDNN's flash attention (wgmma in its name) is no Hopper GEMM without warp specialization
-    assert {f.symptom for f in d.findings} == {"launch_overhead"}
-    assert all(f.confidence == "low" for f in d.findings) and not d.gates
+    assert {f.symptom for f in d.findings} <= {"launch_overhead"}
+    assert all(f.evidence["pattern"] != "huge grid of short blocks" for f in d.findings) and not d.gates

@@ -25,7 +25,9 @@ EXPECTED = {
     # 2026-12; both read `persistent` before)
     "tiny_stream": {("launch_overhead", "fusion")},
     "small_gemms": {("launch_overhead", "grouped")},
-    "huge_grid": {("launch_overhead", "persistent")},
+    # 524288 one-warp blocks: measured on the H200, a persistent grid-stride loop over the same
+    # copy was slower (bench/results/block_cost_h200.csv), so nothing is claimed for persistence
+    "huge_grid": set(),
     "balanced": set(),
 }
 # The planted Triton GEMMs are also (correctly) not warp-specialized Hopper GEMMs.

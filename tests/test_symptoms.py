@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from synthetic import H100, back_to_back, kernel, launch, make_trace, nvtx
@@ -291,11 +292,28 @@ def test_mixed_tiny_stream_names_its_biggest_kernel_with_its_own_counts():
     assert "the most in `vectorized_elementwise_kernel`: 60 launches, 180.0 us" in md
 
 
-def test_library_kernels_are_named_with_what_to_change():
+@pytest.fixture
+def cost_rules(tmp_path):
+    """A rules copy with a per-block cost of 60 ns: the bundled value is the H200's measured 0
+    (a persistent loop recovered nothing there), which turns big-grid findings off; these tests
+    check the mechanics for a GPU where a measured cost is above 0."""
+    import shutil
+
+    from advisor.resources import rules_dir
+    d = tmp_path / "cost_rules"
+    shutil.copytree(rules_dir(), d)
+    text = (d / "launch_overhead.toml").read_text()
+    head, tail = text.split("[thresholds.block_cost_ns]")
+    tail = re.sub(r"value = [0-9.]+\n", "value = 60\n", tail, count=1)
+    (d / "launch_overhead.toml").write_text(head + "[thresholds.block_cost_ns]" + tail)
+    return d
+
+
+def test_library_kernels_are_named_with_what_to_change(cost_rules):
     # a user's kernel gets the plain suggestion; a library's says to change the call
     def big_grid(name):
         ks = [kernel(i * 500_000, 400_000, name=name, grid=(1_000_000, 1, 1), block=(32, 1, 1), regs=16) for i in range(3)]
-        (f,) = by_symptom(diagnose(make_trace(ks)), "launch_overhead")
+        (f,) = by_symptom(diagnose(make_trace(ks), rules=cost_rules), "launch_overhead")
         return f
     assert "library" not in big_grid("tiny_block_kernel").evidence
     f = big_grid("void cudnn::ops::nchwToNhwcKernel<float, float, float, false>(cudnn::ops::nchw2nhwc_params_t<float>)")
@@ -324,57 +342,57 @@ def test_busy_stream_of_small_kernels_is_not_flagged():
     assert by_symptom(diagnose(make_trace(ks)), "launch_overhead") == []
 
 
-def test_huge_grid_of_short_blocks():
+def test_huge_grid_of_short_blocks(cost_rules):
     # 1M blocks of 32 threads, 16 regs: 32 blocks/SM -> 1e6 / 4224 = 236.7 waves in 800 us
     # -> 3.4 us per wave, under max_wave_ns.
     ks = [kernel(i * 1_000_000, 800_000, name="tiny_block_kernel", grid=(1_000_000, 1, 1), block=(32, 1, 1), regs=16) for i in range(3)]
-    (f,) = by_symptom(diagnose(make_trace(ks)), "launch_overhead")
+    (f,) = by_symptom(diagnose(make_trace(ks), rules=cost_rules), "launch_overhead")
     assert f.evidence["pattern"] == "huge grid of short blocks" and f.confidence == "low"
     assert f.evidence["waves_occupancy"] == pytest.approx(1_000_000 / (132 * 32), abs=0.1)
     # the measured per-block cost (rules/launch_overhead.toml) x blocks / SMs, per launch
-    cost = load_rules()["launch_overhead"]["block_cost_ns"]
+    cost = load_rules(cost_rules)["launch_overhead"]["block_cost_ns"]
     assert f.est_savings_ns == pytest.approx(3 * 1_000_000 / 132 * cost, abs=3)
     assert f.tier == 4 and f.savings_unit == "gpu" and f.evidence["bound_ns"] is None
     assert f.evidence["grid_blocks_min"] == f.evidence["grid_blocks_max"] == 1_000_000 and "per-block" in f.evidence["basis"]
 
 
-def test_huge_grid_one_finding_per_kernel_whatever_its_grids():
+def test_huge_grid_one_finding_per_kernel_whatever_its_grids(cost_rules):
     # a kernel whose grid follows its input (an embedding lookup's 984,709..990,913 blocks) is
     # one finding with the range of its grids, not one per grid
     grids = [984_709, 986_000, 988_123, 989_500, 990_000, 990_913]
     ks = [kernel(i * 1_000_000, 800_000, name="embedding_kernel", grid=(g, 1, 1), block=(32, 1, 1), regs=16) for i, g in enumerate(grids)]
-    (f,) = by_symptom(diagnose(make_trace(ks)), "launch_overhead")
+    (f,) = by_symptom(diagnose(make_trace(ks), rules=cost_rules), "launch_overhead")
     assert f.launches == 6 and f.evidence["grid_blocks_min"] == 984_709 and f.evidence["grid_blocks_max"] == 990_913
-    cost = load_rules()["launch_overhead"]["block_cost_ns"]
+    cost = load_rules(cost_rules)["launch_overhead"]["block_cost_ns"]
     assert f.est_savings_ns == pytest.approx(sum(grids) / 132 * cost, abs=6)
 
 
-def test_huge_grid_estimate_never_claims_the_whole_kernel():
+def test_huge_grid_estimate_never_claims_the_whole_kernel(cost_rules):
     # 1M blocks in 400 us: the per-block cost would claim more than the kernel's time; a
     # persistent kernel still does the work, so the estimate stops at max_saving_share
-    rule = load_rules()["launch_overhead"]
+    rule = load_rules(cost_rules)["launch_overhead"]
     ks = [kernel(i * 500_000, 400_000, name="tiny_block_kernel", grid=(1_000_000, 1, 1), block=(32, 1, 1), regs=16) for i in range(3)]
-    (f,) = by_symptom(diagnose(make_trace(ks)), "launch_overhead")
+    (f,) = by_symptom(diagnose(make_trace(ks), rules=cost_rules), "launch_overhead")
     assert 1_000_000 / 132 * rule["block_cost_ns"] > 400_000
     assert f.est_savings_ns == pytest.approx(3 * 400_000 * rule["max_saving_share"], abs=3)
 
 
-def test_huge_grid_estimate_reads_the_rule(tmp_path):
+def test_huge_grid_estimate_reads_the_rule(tmp_path, cost_rules):
     # the per-block cost is a rule threshold: halve it, halve the estimate
     import shutil
 
-    from advisor.resources import rules_dir
     d = tmp_path / "rules"
-    shutil.copytree(rules_dir(), d)
+    shutil.copytree(cost_rules, d)
     text = (d / "launch_overhead.toml").read_text()
     head, tail = text.split("[thresholds.block_cost_ns]")
-    cost = load_rules()["launch_overhead"]["block_cost_ns"]
-    tail = tail.replace(f"value = {cost}\n", f"value = {cost / 2}\n", 1)
+    tail = tail.replace("value = 60\n", "value = 30\n", 1)
     (d / "launch_overhead.toml").write_text(head + "[thresholds.block_cost_ns]" + tail)
     ks = [kernel(i * 1_000_000, 800_000, name="tiny_block_kernel", grid=(1_000_000, 1, 1), block=(32, 1, 1), regs=16) for i in range(3)]
-    (a,) = by_symptom(diagnose(make_trace(ks)), "launch_overhead")
+    (a,) = by_symptom(diagnose(make_trace(ks), rules=cost_rules), "launch_overhead")
     (b,) = by_symptom(diagnose(make_trace(ks), rules=d), "launch_overhead")
     assert b.est_savings_ns == pytest.approx(a.est_savings_ns / 2, abs=3)
+    # with the measured H200 cost (0: the persistent loop was slower) there is nothing to claim
+    assert by_symptom(diagnose(make_trace(ks)), "launch_overhead") == []
 
 
 def test_hopper_no_ws_flags_plain_gemm_not_nvjet():
@@ -505,25 +523,25 @@ def test_odd_shapes_of_a_grouped_suggestion():
 # ---------------------------------------------------------------- launch_overhead on real traces
 
 
-def _corpus_diag(corpus, *names):
+def _corpus_diag(corpus, *names, rules=None):
     paths = [corpus / n for n in names]
     for p in paths:
         if not p.exists():
             pytest.skip(f"{p} not in the corpus")
     from advisor.traces import load_trace
-    return diagnose(load_trace(paths))
+    return diagnose(load_trace(paths), rules=rules)
 
 
-def test_real_big_grid_kernel_is_one_finding(corpus):
+def test_real_big_grid_kernel_is_one_finding(corpus, cost_rules):
     # V100 ResNet-50 (2021 Kineto): cuDNN's scalePackedTensor_kernel ran with grids of 100352
     # and 50176 blocks; that was two findings, it is one kernel
-    d = _corpus_diag(corpus, "kineto/kineto_tbplugin_v100_resnet50_2021.json.gz")
+    d = _corpus_diag(corpus, "kineto/kineto_tbplugin_v100_resnet50_2021.json.gz", rules=cost_rules)
     big = [f for f in d.findings if f.evidence.get("pattern") == "huge grid of short blocks"]
     scale = [f for f in big if "scalePackedTensor_kernel" in f.kernel]
     assert len(scale) == 1
     (f,) = scale
     assert (f.evidence["grid_blocks_min"], f.evidence["grid_blocks_max"]) == (50176, 100352) and f.launches == 18
-    assert f.est_savings_ns <= load_rules()["launch_overhead"]["max_saving_share"] * f.total_ns
+    assert f.est_savings_ns <= load_rules(cost_rules)["launch_overhead"]["max_saving_share"] * f.total_ns
     assert len({(x.rank, x.kernel) for x in big}) == len(big)  # never two findings on one kernel
 
 
