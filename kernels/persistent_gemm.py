@@ -224,7 +224,7 @@ def check_staged(config) -> None:
 
 
 # Ideal-time model of staging_pays: the device-to-device copy rate and a sustained 16-bit GEMM
-# rate of the H200 (bench/RESULTS.md ceilings: 4.27 TB/s, 680-800 TFLOP/s at 8192^3); fp32
+# rate of the H200 (docs/results.md ceilings: 4.27 TB/s, 680-800 TFLOP/s at 8192^3); fp32
 # runs as tf32, at half the 16-bit tensor-core rate
 _COPY_BYTES_PER_S = 4.2e12
 _GEMM_FLOPS_PER_S = 6.5e14

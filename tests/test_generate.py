@@ -413,7 +413,7 @@ def test_model_stream_k_policy_on_tail_and_balanced():
 def test_model_tf32_rate():
     # fp32 inputs run as tf32 at half the 16-bit tensor rate: a compute-bound GEMM's compute
     # term doubles, its memory term only follows the bytes. H200, 2026-12-01: 8192^3 took
-    # 3244 us with tf32 (persistent) and ~1600 us in bf16 (bench/RESULTS.md).
+    # 3244 us with tf32 (persistent) and ~1600 us in bf16 (docs/results.md).
     dev = Device()
     cfg = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64}
     bf16 = predict("persistent", cfg, 8192, 8192, 8192, 2, dev)
