@@ -8,7 +8,7 @@ It predicts each candidate's time as the larger of a compute term and a memory t
   iterations by S and adds the reduction; Stream-K spreads the tail's iterations over all
   SMs (contiguous ranges like CUTLASS's cost-based Stream-K block count, or equal K-chunks a
   tile when `aligned`) and pays for handing in and reducing the partial tiles: the
-  per-program timestamps of bench/probe_stream_k_phases.py showed these steps, not the MAC
+  per-program timestamps of experiments/probe_stream_k_phases.py showed these steps, not the MAC
   loops, setting the hybrid's overhead.
   An iteration of a BM x BN x BK step runs at the tile shape's efficiency (larger tiles reuse
   operands more; calibrated on our H200 benchmark rows).

@@ -21,6 +21,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import load_script  # noqa: E402
 from advisor.bench import isolate, rows as R, tables  # noqa: E402
 from advisor.bench.runner import (  # noqa: E402
     DeviceLost, classify, candidate_configs, load_schedule, run_shape, time_limit, VariantTimeout,
@@ -450,11 +451,7 @@ def test_table_math_on_hand_made_rows():
 
 
 def test_targets_and_floor_ratio():
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        import suites
-    finally:
-        sys.path.remove(str(REPO / "bench"))
+    suites = load_script("bench/suites.py")
     hbm = 4000.0  # GB/s: bytes_moved 1e6 -> floor 0.25 us
     rows = [
         _row(suite="tail", shape="A", us=100.0), _row(suite="tail", shape="A", provider="dp", us=150.0),
