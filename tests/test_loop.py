@@ -239,6 +239,7 @@ def test_decide_group():
     assert {x["provider"]: x["status"] for x in r.table()}["grouped"] == "wrong: boom"
 
 
+@pytest.mark.slow
 @pytest.mark.interpreter
 def test_group_gpu_path_on_the_interpreter(tmp_path, monkeypatch):
     import advisor.group_loop as G
