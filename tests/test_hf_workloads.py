@@ -138,3 +138,30 @@ def test_scenario_runs_on_cpu_tiny(tmp_path, scenario, profiler):
             trace = json.load(f)
         names = {e.get("name") for e in trace["traceEvents"]}
         assert f"hf_scenario {scenario}" in names
+
+
+@pytest.mark.slow
+def test_capture_script_packs_one_tarball_even_when_nsys_fails(tmp_path):
+    """capture_hf.sh on two torch-only scenarios on the CPU, with an `nsys` that fails: the timing
+    and Kineto steps still run, and everything lands in OUTDIR/hf_GROUP.tar.gz alone."""
+    import os
+    import tarfile
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nsys").write_text("#!/bin/sh\necho fake nsys >&2\nexit 1\n")
+    (fake / "nsys").chmod(0o755)
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", PYTHON=sys.executable,
+               HF_ARGS="--device cpu --tiny --warmup 1 --reps 3", TMPDIR=str(tmp_path))
+    out = tmp_path / "out"
+    r = subprocess.run(["bash", str(ROOT / "workloads" / "capture_hf.sh"), "sdpa_decode_flash,sdpa_decode_cudnn",
+                        str(out)], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert [p.name for p in out.iterdir()] == ["hf_sdpa_decode_flash_sdpa_decode_cudnn.tar.gz"]
+    with tarfile.open(out / "hf_sdpa_decode_flash_sdpa_decode_cudnn.tar.gz") as tar:
+        names = {Path(n).name for n in tar.getnames()}
+        timings = tar.extractfile("./timings.jsonl").read().decode().splitlines()
+    assert {"hf_sdpa_decode_flash.kineto.json.gz", "hf_sdpa_decode_cudnn.kineto.json.gz", "timings.jsonl",
+            "hf_sdpa_decode_cudnn.meta.json", "nsys.log", "time.log", "kineto.log"} <= names
+    assert [json.loads(t)["scenario"] for t in timings] == ["sdpa_decode_flash", "sdpa_decode_cudnn"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("hf_")]  # the scratch folder is gone

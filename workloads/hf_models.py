@@ -97,7 +97,8 @@ class Scenario:
 
 
 def _on(ctx: Ctx):
-    """Build modules straight on the target device (random init on the GPU is fast)."""
+    """Build modules straight on the target device (random init on the GPU is fast); each build
+    still moves the model there after, in case a library built it elsewhere."""
     return torch.device(ctx.device)
 
 
@@ -135,7 +136,7 @@ def gpt2_train(ctx: Ctx, vocab: int = 50257, compiled: bool = False) -> Built:
     cfg = GPT2Config(vocab_size=vocab, n_positions=seq, n_embd=d, n_layer=layers, n_head=heads)
     with _on(ctx):
         model = GPT2LMHeadModel(cfg)
-    model = model.to(torch.bfloat16).train()
+    model = model.to(ctx.device, torch.bfloat16).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     tokens = _tokens(ctx, 50257, batch, seq)  # the real tokenizer's ids whatever the padding
     run = torch.compile(model) if compiled else model
@@ -150,7 +151,7 @@ def _cnn(ctx: Ctx, make, batch: int, channels_last: bool) -> Built:
     dtype = torch.bfloat16 if ctx.cuda else torch.float32  # bf16 convolutions crawl on the CPU
     with _on(ctx):
         model = make()
-    model = model.to(dtype).train()
+    model = model.to(ctx.device, dtype).train()
     x = torch.randn(batch, 3, res, res, device=ctx.device, dtype=dtype)
     y = torch.randint(0, 1000, (batch,), device=ctx.device)
     if channels_last:
@@ -215,7 +216,7 @@ def lora_llama_train(ctx: Ctx, bf16_adapters: bool = False) -> Built:
                       num_key_value_heads=kv, vocab_size=32000, max_position_embeddings=seq)
     with _on(ctx):
         model = LlamaForCausalLM(cfg)
-    b = _lora(ctx, model.to(torch.bfloat16), batch, seq, 32000, bf16_adapters)
+    b = _lora(ctx, model.to(ctx.device, torch.bfloat16), batch, seq, 32000, bf16_adapters)
     b.info.update(model="transformers LlamaForCausalLM", hidden=hidden, layers=layers, heads=heads, kv_heads=kv)
     return b
 
@@ -230,7 +231,7 @@ def lora_qwen2_train(ctx: Ctx, bf16_adapters: bool = False) -> Built:
                       num_key_value_heads=kv, vocab_size=vocab, max_position_embeddings=seq, tie_word_embeddings=True)
     with _on(ctx):
         model = Qwen2ForCausalLM(cfg)
-    b = _lora(ctx, model.to(torch.bfloat16), batch, seq, vocab, bf16_adapters)
+    b = _lora(ctx, model.to(ctx.device, torch.bfloat16), batch, seq, vocab, bf16_adapters)
     b.info.update(model="transformers Qwen2ForCausalLM", hidden=hidden, layers=layers, heads=heads, kv_heads=kv)
     return b
 
@@ -243,7 +244,7 @@ def bert_fp32_train(ctx: Ctx, precision: str = "fp32") -> Built:
                      max_position_embeddings=max(512, seq), num_labels=2)
     with _on(ctx):
         model = BertForSequenceClassification(cfg)
-    model.train()  # fp32 weights: PyTorch's default
+    model = model.to(ctx.device).train()  # fp32 weights: PyTorch's default
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     tokens = _tokens(ctx, cfg.vocab_size, batch, seq)
     labels = torch.randint(0, 2, (batch,), device=ctx.device)
@@ -317,7 +318,7 @@ def _llama(ctx: Ctx, max_pos: int):
                       num_key_value_heads=kv, vocab_size=32000, max_position_embeddings=max_pos)
     with _on(ctx):
         model = LlamaForCausalLM(cfg)
-    return model.to(torch.bfloat16).eval(), {"model": "transformers LlamaForCausalLM", "hidden": hidden,
+    return model.to(ctx.device, torch.bfloat16).eval(), {"model": "transformers LlamaForCausalLM", "hidden": hidden,
                                              "layers": layers, "heads": heads, "kv_heads": kv, "ffn": inter}
 
 
@@ -352,7 +353,7 @@ def moe_forward(ctx: Ctx) -> Built:
                         num_experts_per_tok=2, vocab_size=32000, max_position_embeddings=seq)
     with _on(ctx):
         model = MixtralForCausalLM(cfg)
-    model = model.to(torch.bfloat16).eval()
+    model = model.to(ctx.device, torch.bfloat16).eval()
     tokens = _tokens(ctx, 32000, batch, seq)
 
     @torch.inference_mode()
