@@ -197,6 +197,9 @@ def _lora(ctx: Ctx, model, batch: int, seq: int, vocab: int, bf16_adapters: bool
     # them in the base model's dtype
     pm = get_peft_model(model, cfg, **({"autocast_adapter_dtype": False} if bf16_adapters else {}))
     trainable = [p for p in pm.parameters() if p.requires_grad]
+    dtypes = {p.dtype for p in trainable}
+    if dtypes != {torch.bfloat16 if bf16_adapters else torch.float32}:  # the pair would measure nothing
+        print(f"WARNING: this peft made {sorted(map(str, dtypes))} adapters", file=sys.stderr)
     opt = torch.optim.AdamW(trainable, lr=1e-4)
     tokens = _tokens(ctx, vocab, batch, seq)
     pm.train()
@@ -576,6 +579,8 @@ def main(argv=None) -> int:
     p.add_argument("--label-nsys", type=Path, metavar="RAW",
                    help="Name RAW's .sqlite exports after their scenario, gzipped into --out, and exit.")
     args = p.parse_args(argv)
+    if args.reps < 2:
+        p.error("--reps must be at least 2 (p20 and p80 need two steps)")
     if args.label_nsys:
         args.out.mkdir(parents=True, exist_ok=True)
         return label_nsys(args.label_nsys, args.out)
