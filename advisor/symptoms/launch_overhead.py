@@ -27,6 +27,7 @@ from ..findings import Finding
 from ..model import STRING
 from ..rules import Rule
 from .context import Context, as_int, dims, group_launches, launch_rows, shape_of
+from .kernel_kinds import schedule_excluded
 
 SYMPTOM = "launch_overhead"
 REQUIRES = ()  # runs need only kernel times; the big-grid half also needs grids and SM counts
@@ -162,7 +163,8 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
         per_stream["kind"] = "run"
         parts.append(per_stream)
     k = ctx.kernels
-    big = launch_rows(k, k["waves"].notna() & ~k["is_comm"], ["waves", "blocks_per_sm", "sm_count"]).copy()
+    # layout transposes and NCHW batch norm are layout_churn's (channels_last), not a persistent kernel's
+    big = launch_rows(k, k["waves"].notna() & ~k["is_comm"] & ~schedule_excluded(ctx), ["waves", "blocks_per_sm", "sm_count"]).copy()
     if len(big):
         big["wave_ns"] = big["dur_ns"] / np.ceil(big["waves"].astype("float64"))
         big = group_launches(big, ["waves", "wave_ns", "blocks_per_sm", "sm_count"])
