@@ -88,8 +88,8 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         return out
     multiple = int(rule["pad_multiple"])
     keys = ["rank", "device_id", "name", "M", "N", "K", "batch", "dtype"]
-    ev = ev.assign(**{c: ev[c].astype(object).where(ev[c].notna(), None) for c in ("M", "N", "K", "batch", "dtype")})
-    for _, grp in ev.groupby([ev[c].astype(str) for c in keys], sort=False):
+    # one finding per kernel and shape: launches of it on several grids share the remedy
+    for _, grp in ev.groupby(keys, sort=False, dropna=False):
         top = grp.iloc[0].to_dict()
         total, launches = int(grp["total_ns"].sum()), int(grp["launches"].sum())
         shape = shape_of(top)
