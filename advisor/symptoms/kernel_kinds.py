@@ -157,9 +157,18 @@ def schedule_excluded(ctx: Context) -> np.ndarray:
     if _enabled(ctx, "misaligned_gemm"):
         out |= kk["misaligned"].to_numpy(dtype=bool)
     if _enabled(ctx, "layout_churn"):
-        out |= (kk["is_transpose"] | kk["is_bn_nchw"]).to_numpy(dtype=bool)
+        # on devices that convolve, as layout_churn requires
+        out |= (kk["is_transpose"] | kk["is_bn_nchw"]).to_numpy(dtype=bool) & on_conv_devices(ctx)
     ctx.cache["schedule_excluded"] = out
     return out
+
+
+def on_conv_devices(ctx: Context) -> np.ndarray:
+    """Per kernel: whether its (rank, device) runs any convolution kernel."""
+    k = ctx.kernels
+    conv = kinds(ctx)["is_conv"].to_numpy(dtype=bool)
+    key = k["rank"].astype("int64").to_numpy() * 1_000_003 + k["device_id"].fillna(-1).astype("int64").to_numpy()
+    return np.isin(key, np.unique(key[conv]))
 
 
 def device_row(ctx: Context, rank, device_id) -> dict:

@@ -31,7 +31,7 @@ from ..findings import Finding
 from ..rules import Rule
 from .context import Context, as_int, dims, group_launches, launch_rows
 from .gemm import _DTYPES, _launch_points
-from .kernel_kinds import device_row, kinds
+from .kernel_kinds import device_row, kinds, on_conv_devices
 from .roofline import measured_bandwidth
 
 SYMPTOM = "layout_churn"
@@ -115,8 +115,7 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     if not conv.any():
         return pd.DataFrame()
     dev_key = k["rank"].astype("int64") * 1_000_003 + k["device_id"].fillna(-1).astype("int64")
-    conv_devices = set(dev_key[conv])
-    on = dev_key.isin(conv_devices).to_numpy()
+    on = on_conv_devices(ctx)
     trans = on & kk["is_transpose"].to_numpy(dtype=bool)
     blocks, sms = k["grid_blocks"].astype("Float64"), k["sm_count"].astype("Float64")
     underfilled = (blocks < sms * float(rule["max_bn_waves"])).fillna(True).to_numpy(dtype=bool)
