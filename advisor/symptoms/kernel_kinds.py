@@ -125,11 +125,20 @@ def kinds(ctx: Context) -> pd.DataFrame:
     if "kernel_kinds" in ctx.cache:
         return ctx.cache["kernel_kinds"]
     k = ctx.kernels
-    codes, uniques = factorize(k["name"])
-    table = pd.DataFrame([_classify(str(u)) for u in uniques] + [_classify("")])
+    # names were factorized once for Context.kernels (_name_code, -1 when missing): classify
+    # one representative row per code
+    codes = k["_name_code"].to_numpy() if "_name_code" in k else factorize(k["name"])[0]
+    n_codes = int(codes.max()) + 1 if len(codes) else 0
+    first = np.full(n_codes, -1, dtype=np.int64)
+    valid = np.flatnonzero(codes >= 0)
+    first[codes[valid][::-1]] = valid[::-1]
+    names = k["name"].to_numpy(dtype=object)
+    table = pd.DataFrame([_classify(str(names[i])) if i >= 0 else _classify("") for i in first] + [_classify("")])
     per = table.iloc[np.where(codes >= 0, codes, len(table) - 1)].set_axis(k.index)
     gemm = k["is_gemm"].to_numpy(dtype=bool)
-    by_dtype = k["dtype"].map(lambda d: _DTYPE_PREC.get(d) if isinstance(d, str) else None)
+    dcodes, duniq = factorize(k["dtype"])
+    dprec = np.array([_DTYPE_PREC.get(str(d)) for d in duniq] + [None], dtype=object)
+    by_dtype = pd.Series(dprec[np.where(dcodes >= 0, dcodes, len(dprec) - 1)], index=k.index)
     prec = per["precision"].where(per["precision"].notna(), by_dtype)
     per = per.assign(precision=prec.where(gemm, None))
     al = per["align_bytes"]
