@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from .model import Trace
@@ -34,36 +35,68 @@ def devices_table(trace: Trace) -> list[dict[str, Any]]:
     return out
 
 
+# One summary row per launch configuration: a kernel name launched with grids 4, 132 and 143
+# is three rows, since a 4-CTA call taking 887 us and a 143-CTA call taking 84 us are
+# different problems that one per-name median would hide.
+_CFG = [f"grid_{a}" for a in "xyz"] + [f"block_{a}" for a in "xyz"]
+_SHAPE = ["M", "N", "K", "dtype"]
+
+
+def _launch_shapes(trace: Trace) -> pd.DataFrame:
+    """M, N, K, dtype per kernel where a range or cpu op names the GEMM shape (else NA)."""
+    from .symptoms.gemm import assign_shapes
+
+    s = assign_shapes(trace)
+    return s.reindex(columns=_SHAPE)
+
+
 def top_kernels(trace: Trace, top: int = 10) -> list[dict[str, Any]]:
+    """The `top` (kernel name, grid, block, shape) groups by total time. Each row also says
+    how many launch configurations its name has (`configs_of_name`)."""
     k = trace.kernels
     if k.empty:
         return []
-    out = []
     # Group by factorized codes, not by comparing names: string equality goes through numpy,
     # which ignores trailing NUL characters, so a name ending in "\x00" would match no row.
     codes, names = pd.factorize(k["name"], use_na_sentinel=False)
-    grouped = k["dur_ns"].groupby(codes, sort=False)
-    stats = grouped.agg(["count", "sum", "median"]).sort_values("sum", ascending=False, kind="stable")
-    for code, st in stats.head(top).iterrows():
+    shapes = _launch_shapes(trace)
+    keys = pd.DataFrame({"_name": codes}, index=k.index)
+    for c in _CFG:
+        keys[c] = k[c].astype("Int64").fillna(-1).astype("int64")
+    for c in ("M", "N", "K"):
+        keys[c] = pd.to_numeric(shapes[c], errors="coerce").astype("Int64").fillna(-1).astype("int64")
+    keys["dtype"] = shapes["dtype"].astype("object").where(shapes["dtype"].notna(), "")
+    key_cols = list(keys.columns)
+    group = keys.groupby(key_cols, sort=False).ngroup().to_numpy()
+    stats = k["dur_ns"].groupby(group, sort=False).agg(["count", "sum", "median"])
+    stats = stats.sort_values("sum", ascending=False, kind="stable")
+    first_row = pd.Series(np.arange(len(k))).groupby(group, sort=False).min()
+    configs = keys.assign(_g=group).drop_duplicates("_g").groupby("_name").size()
+    out = []
+    for g, st in stats.head(top).iterrows():
+        i = int(first_row[g])
+        row = k.iloc[i]
+        code = int(codes[i])
         name = names[code]
-        rows = k[codes == code]
-        # The most frequent launch configuration stands for the kernel.
-        cfg_cols = [f"grid_{a}" for a in "xyz"] + [f"block_{a}" for a in "xyz"]
-        cfg = rows[cfg_cols].astype("object").where(rows[cfg_cols].notna(), None)
-        mode = cfg.value_counts(dropna=False).index[0] if len(cfg) else (None,) * 6
-        first = rows.iloc[0]
-        smem = first["static_smem_bytes"]
-        dyn = first["dynamic_smem_bytes"]
+        smem, dyn = row["static_smem_bytes"], row["dynamic_smem_bytes"]
         smem_total = None if pd.isna(smem) and pd.isna(dyn) else int((0 if pd.isna(smem) else smem) + (0 if pd.isna(dyn) else dyn))
+        shape = None
+        if int(keys.iloc[i]["M"]) >= 0:
+            shape = {c: int(keys.iloc[i][c]) for c in ("M", "N", "K")}
+            if keys.iloc[i]["dtype"]:
+                shape["dtype"] = str(keys.iloc[i]["dtype"])
         out.append(
             {
                 "name": None if pd.isna(name) else str(name),
                 "count": int(st["count"]),
                 "total_ns": int(st["sum"]),
                 "median_ns": int(st["median"]),
-                "grid": [_int(v) for v in mode[:3]],
-                "block": [_int(v) for v in mode[3:]],
-                "registers_per_thread": _int(first["registers_per_thread"]),
+                "grid": _dims(row, "grid"),
+                "block": _dims(row, "block"),
+                "grid_blocks": _int(row["grid_blocks"]),
+                "shape": shape,
+                "configs_of_name": int(configs.get(code, 1)),
+                "registers_per_thread": _int(row["registers_per_thread"]),
                 "shared_mem_bytes": smem_total,
             }
         )

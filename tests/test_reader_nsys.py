@@ -568,14 +568,16 @@ def check_summary_json(path: Path) -> dict:
         assert {"name", "sm_count", "compute_capability"} <= set(d)
     (count, total), = raw(path, 'SELECT count(*), sum("end" - start) FROM CUPTI_ACTIVITY_KIND_KERNEL')
     assert info["kernels"]["count"] == count and info["kernels"]["total_ns"] == total
+    # one row per (name, grid, block) (and shape, which these exports do not name)
     top = raw(
         path,
-        'SELECT s.value, count(*), sum(k."end" - k.start) AS t FROM CUPTI_ACTIVITY_KIND_KERNEL k '
-        "JOIN StringIds s ON s.id = k.demangledName GROUP BY s.value ORDER BY t DESC",
+        'SELECT s.value, count(*), sum(k."end" - k.start) AS t, k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ '
+        "FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName "
+        "GROUP BY s.value, k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ ORDER BY t DESC",
     )
     first = info["top_kernels"][0]
     assert {"name", "count", "total_ns", "grid", "block"} <= set(first)
-    assert (first["name"], first["count"], first["total_ns"]) == top[0]
+    assert (first["name"], first["count"], first["total_ns"], *first["grid"], *first["block"]) == top[0]
     assert len(first["grid"]) == 3 and len(first["block"]) == 3
     return info
 
@@ -706,8 +708,9 @@ def test_rep_converted_into_cache_and_reused(tmp_path, fake_nsys, report):
     trace = load_trace(report, cache_dir=cache)
     assert trace.meta["format"] == "nsys-rep" and trace.meta["sources"] == [report.name]
     assert len(trace.kernels) == 3
-    digest = hashlib.sha256(report.read_bytes()).hexdigest()[:16]
-    exported = cache / f"run_1-{digest}.sqlite"
+    from advisor.traces._cache import source_key
+
+    exported = cache / f"run_1-{source_key(report)}.sqlite"
     assert sorted(os.listdir(cache)) == [exported.name]
     assert sorted(os.listdir(report.parent)) == beside and sha256(report) == before
     (line,) = log_lines(log)

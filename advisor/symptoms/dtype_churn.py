@@ -161,7 +161,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                     "target_precision": target,
                     "bound_ns": int(floor),
                     "basis": f"the adjacent casts' time plus each fp32 GEMM group's time minus its floor on the {target} path; e.g. {basis}",
-                    "owns_kernels": sorted({str(r["name"]) for r, _ in rows} | {str(n) for n in casts["name"]}),
+                    "covers_kernels": sorted({str(r["name"]) for r, _ in rows} | {str(n) for n in casts["name"]}),
                 },
                 suggestion={"fix": FIX, "precision": target},
             )

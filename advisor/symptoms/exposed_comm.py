@@ -34,7 +34,9 @@ bounded by the compute time available to hide it.
 from __future__ import annotations
 
 import math
+import re
 
+import numpy as np
 import pandas as pd
 
 from ..findings import Finding
@@ -71,12 +73,62 @@ def with_peer_copies(kernels: pd.DataFrame, memcpy: pd.DataFrame | None) -> pd.D
     return out
 
 
+# Host-side ranges that name the collective a launch belongs to: PyTorch's `nccl:all_reduce`
+# record_function, c10d's `c10d::allreduce_`, NCCL's own NVTX ranges (`ncclAllReduce`).
+_RANGE_COLLECTIVE = re.compile(r"^(?:nccl:|c10d::|nccl[A-Z]|rccl[A-Z])", re.I)
+
+
+def with_range_collectives(kernels: pd.DataFrame, trace) -> pd.DataFrame:
+    """`kernels` with `comm_name` filled, for communication kernels whose name does not say
+    which collective they run (RCCL's and NCCL's `ncclDevKernel_Generic`), from the innermost
+    host range around the launch call that names one (`nccl:broadcast`, `ncclAllReduce`...)."""
+    if kernels.empty or trace.nvtx.empty or "is_comm" not in kernels.columns:
+        return kernels
+    comm = kernels[kernels["is_comm"]]
+    if comm.empty:
+        return kernels
+    unknown = rk.collective_kinds(comm) == "other"
+    if not unknown.any():
+        return kernels
+    text = trace.nvtx["text"].fillna("").astype(str)
+    ranges = trace.nvtx[text.str.contains(_RANGE_COLLECTIVE) & text.map(rk.collective_kind).ne("other")]
+    if ranges.empty:
+        return kernels
+    from .gemm import _launch_points
+
+    lp = _launch_points(trace).loc[comm.index[unknown.to_numpy()]].dropna(subset=["launch_ns"])
+    names = {}
+    for (rank, tid), g in lp.groupby(["rank", "thread_id"], sort=False):
+        rg = ranges[(ranges["rank"] == rank) & (ranges["thread_id"] == tid).fillna(False)]
+        if rg.empty:
+            continue
+        rg = rg.sort_values("start_ns", kind="stable")
+        starts, ends = rg["start_ns"].to_numpy(), rg["end_ns"].to_numpy()
+        texts = rg["text"].astype(str).to_numpy()
+        for idx, t in zip(g.index, g["launch_ns"].to_numpy()):
+            i = int(np.searchsorted(starts, t, side="right")) - 1
+            while i >= 0 and ends[i] < t:  # the latest-starting range that still covers t
+                i -= 1
+            if i >= 0:
+                names[idx] = texts[i]
+    if not names:
+        return kernels
+    out = kernels.copy()
+    if "comm_name" not in out.columns:
+        out["comm_name"] = pd.Series(pd.NA, index=out.index, dtype="string")
+    fill = pd.Series(names)
+    have = out.loc[fill.index, "comm_name"]
+    fill = fill[have.isna().to_numpy()]
+    out.loc[fill.index, "comm_name"] = fill.to_numpy()
+    return out
+
+
 def analysis(ctx: Context, rule: Rule) -> rk.RankAnalysis:
     """The cross-rank analysis, computed once per context."""
     key = ("ranks", int(rule["min_aligned_collectives"]), int(rule["min_bubble_ns"]))
     if key not in ctx.cache:
         ctx.cache[key] = rk.analyze(
-            with_peer_copies(ctx.kernels, ctx.trace.memcpy),
+            with_peer_copies(with_range_collectives(ctx.kernels, ctx.trace), ctx.trace.memcpy),
             min_matches=int(rule["min_aligned_collectives"]),
             min_bubble_ns=int(rule["min_bubble_ns"]),
         )

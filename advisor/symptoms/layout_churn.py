@@ -199,7 +199,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                     "basis": "the transposes' whole time (channels_last removes them) plus the NCHW batch-norm launches' time "
                              "over their floor (input bytes x passes at the measured bandwidth, or the busy-SM share of the "
                              "launch where the input's size is unknown)",
-                    "owns_kernels": sorted({str(n) for n in grp["name"]}),
+                    "covers_kernels": sorted({str(n) for n in grp["name"]}),
                 },
                 suggestion={"fix": FIX, "memory_format": "channels_last"},
             )

@@ -151,7 +151,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                     "launch_shapes": int(len(grp)),
                     "bound_ns": int(floor),
                     "basis": basis,
-                    "owns_kernels": [str(top["name"])],
+                    "covers_kernels": [str(top["name"])],
                 },
                 suggestion={
                     "fix": _fix(odd, multiple),

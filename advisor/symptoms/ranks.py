@@ -76,7 +76,8 @@ _KIND_PATTERNS = (
     ("barrier", re.compile(r"(?:^|[^a-z])barrier_kernel|(?:put|wait)_signal_kernel", re.I)),
     ("reduce_scatter", re.compile(r"reduce_?scatter", re.I)),
     ("all_gather", re.compile(r"all_?gather", re.I)),
-    ("all_to_all", re.compile(r"all_?to_?all", re.I)),
+    # MoE expert-parallel dispatch/combine (DeepEP) is an all-to-all of tokens
+    ("all_to_all", re.compile(r"all_?to_?all|::(?:intranode|internode(?:_ll)?)::\w*(?:dispatch|combine)", re.I)),
     ("all_reduce", re.compile(r"all_?reduce|cross_device_reduce|one_shot|two_shot", re.I)),
     ("send_recv", re.compile(r"send_?recv|(?:^|[^a-z])(?:send|recv)(?:[^a-z]|$)|sendkernel|recvkernel", re.I)),
     ("broadcast", re.compile(r"broadcast", re.I)),

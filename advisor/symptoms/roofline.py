@@ -1,40 +1,30 @@
 """Per-dtype peak rates and floors: what a kernel cannot beat, for estimates that respect physics.
 
-`peak_flops(device, dtype)` gives the dense rate a well-tuned library GEMM reaches for a
-precision on a device, and where the number comes from. Two kinds of source:
+`peak_flops(device, dtype)` gives the dense rate a library GEMM reaches for a precision on a
+device, and where the number comes from. The numbers come from `rules/measured/<device>.toml`
+(advisor.calibration; measured here: on the H200, torch.matmul 8192^3, median of the runs:
+bf16 694.5, fp16 678.6, tf32 360.2 and fp32 SIMT 51.3 TFLOP/s; device copy 4.27 TB/s), taking
+the median run, not the fastest: an estimate of what a fix gains should use the rate a GEMM
+usually reaches. For a GPU we have not measured, its datasheet dense fp16/bf16 tensor rate
+(advisor.devices.KNOWN_GPUS or the trace) is derated by the H200's measured/datasheet ratio
+(694.5 / 989) and the other precisions follow the datasheet ratios below, per architecture,
+with None where the device has no such path (no TF32 before Ampere, no bf16 before Ampere).
 
-* measured here (the H200, DESIGN.md "Estimates and trust"): cuBLAS bf16 680-700 TFLOP/s at
-  8192^3 (2026-12-02); PyTorch's default fp32 matmul (SIMT `ffma` kernels) ~51 TFLOP/s on an
-  fp32 MLP (issue 36; 51-60 across shapes);
-* the datasheet: the device table's dense fp16/bf16 tensor rate (advisor.devices.KNOWN_GPUS or
-  the trace), scaled by MEASURED_FRACTION, and the datasheet ratios of the other precisions to
-  that rate (below), since a library GEMM reaches the same fraction of each.
-
-`measured_bandwidth(device)` is the device's memory bandwidth times the fraction a device copy
-reaches (4.27 of 4.8 TB/s on the H200). Floors use these, so an estimate built on them is what
-a good kernel reaches, not what the datasheet promises.
+`measured_bandwidth(device)` is the device's measured copy bandwidth, or its datasheet
+bandwidth derated the same way (4.27 of 4.8 TB/s on the H200).
 """
 
 from __future__ import annotations
 
+import tomllib
+from functools import lru_cache
+from pathlib import Path
 from typing import Any, Mapping
 
 import pandas as pd
 
-from ..devices import lookup_gpu
-
-# Measured here; keys are advisor.devices.KNOWN_GPUS keys, rates in FLOP/s.
-MEASURED_PEAKS: dict[str, dict[str, float]] = {
-    "h200": {
-        "bf16": 700e12,  # cuBLAS bf16 8192^3, 680-700 TFLOP/s warm (DESIGN.md, 2026-12-02)
-        "fp16": 700e12,  # same tensor-core rate as bf16 on Hopper (datasheet); not measured apart
-        "fp32": 51e12,  # PyTorch fp32 matmul, SIMT ffma kernels, fp32 MLP (issue 36: ~51, 51-60)
-    },
-}
-# Measured / datasheet on the H200 (700 / 989): applied to devices we have not measured.
-MEASURED_FRACTION = 700.0 / 989.0
-# Device copy measured on the H200: 4.27 TB/s of the 4.8 TB/s datasheet (DESIGN.md).
-BANDWIDTH_FRACTION = 4.27 / 4.8
+from ..calibration import _H200_DATASHEET, _reference, measured_for
+from ..resources import rules_dir
 
 # Datasheet ratios to the dense fp16/bf16 tensor rate, per precision.
 # tf32: A100 156/312, H100 SXM 495/989, B200 1100/2250, MI300X 653.7/1307.4: one half.
@@ -47,6 +37,14 @@ _FP8_RATIO = 2.0
 _FP32_RATIO_NVIDIA = {7: 0.126, 8: 0.0625, 9: 0.068, 10: 0.036}
 _FP32_RATIO_AMPERE_CONSUMER = 0.25  # cc 8.6 / 8.9
 _FP32_RATIO_AMD = 0.125
+
+
+@lru_cache(maxsize=None)
+def _median_rates(source: str) -> dict[str, float]:
+    """The median dense rates (TFLOP/s) of a measured device's table, else its fastest ones."""
+    data = tomllib.loads((rules_dir() / "measured" / Path(source).name).read_text(encoding="utf-8"))
+    c = data.get("ceilings", {})
+    return {str(k): float(v) for k, v in (c.get("dense_tflops_median") or c.get("dense_tflops") or {}).items()}
 
 
 def _get(device: Mapping[str, Any], key: str):
@@ -85,30 +83,44 @@ def _fp32_ratio(device: Mapping[str, Any]) -> float | None:
     return _FP32_RATIO_NVIDIA.get(int(major))
 
 
+def _derating() -> tuple[float, float, str]:
+    """(peak factor, bandwidth factor, source): the H200's measured / datasheet ratios."""
+    ref = _reference()
+    if ref is None:
+        return 1.0, 1.0, "datasheet"
+    bf16 = _median_rates(ref.source).get("bf16", ref.dense_tflops.get("bf16", _H200_DATASHEET["tflops"]))
+    return (bf16 / _H200_DATASHEET["tflops"], ref.copy_bytes_per_s / _H200_DATASHEET["bytes_per_s"],
+            f"datasheet x {bf16 / _H200_DATASHEET['tflops']:.2f} (H200 measured/datasheet, {ref.source})")
+
+
 def peak_flops(device: Mapping[str, Any], dtype: str) -> tuple[float | None, str]:
-    """(dense FLOP/s a library GEMM reaches for `dtype` on `device`, where it comes from).
+    """(dense FLOP/s a library GEMM usually reaches for `dtype` on `device`, where it comes from).
 
     `device` is a devices-frame row as a mapping (name, vendor, cc_major, cc_minor, arch,
     peak_tensor_tflops). `dtype`: "bf16" | "fp16" | "tf32" | "fp32" (no tensor cores) | "fp8".
     (None, reason) where the device has no such path or no rate is known."""
-    key = lookup_gpu(_get(device, "name"))
-    measured = MEASURED_PEAKS.get(key[0], {}) if key else {}
-    if dtype in measured:
-        return measured[dtype], f"measured on the {key[0].upper()}"
-    tensor = _get(device, "peak_tensor_tflops")
-    if "bf16" in measured:
-        base, src = measured["bf16"], f"measured bf16 on the {key[0].upper()}"
-    elif tensor:
-        base, src = float(tensor) * 1e12 * MEASURED_FRACTION, f"datasheet x {MEASURED_FRACTION:.2f} (H200 measured/datasheet)"
+    if dtype == "tf32" and not has_tf32(device):
+        return None, "no TF32/XF32 tensor cores on this device"
+    if dtype == "bf16" and not has_bf16(device):
+        return None, "no bf16 tensor cores on this device"
+    m = measured_for(dict(device))
+    if m is not None:
+        rates = _median_rates(m.source)
+        if dtype in rates:
+            return rates[dtype] * 1e12, f"measured on the {m.device} (median, {m.source})"
+        if "bf16" in rates:
+            base, src = rates["bf16"] * 1e12, f"measured bf16 on the {m.device} ({m.source})"
+        else:
+            return None, f"no measured rate on the {m.device}"
     else:
-        return None, "no tensor-core rate known for this device"
+        tensor = _get(device, "peak_tensor_tflops")
+        if not tensor:
+            return None, "no tensor-core rate known for this device"
+        factor, _, src = _derating()
+        base = float(tensor) * 1e12 * factor
     if dtype in ("bf16", "fp16"):
-        if dtype == "bf16" and not has_bf16(device):
-            return None, "no bf16 tensor cores on this device"
         return base, src
     if dtype == "tf32":
-        if not has_tf32(device):
-            return None, "no TF32/XF32 tensor cores on this device"
         return base * _TF32_RATIO, f"{src} x {_TF32_RATIO} (datasheet tf32/bf16)"
     if dtype == "fp8":
         return base * _FP8_RATIO, f"{src} x {_FP8_RATIO} (datasheet fp8/bf16)"
@@ -121,9 +133,13 @@ def peak_flops(device: Mapping[str, Any], dtype: str) -> tuple[float | None, str
 
 
 def measured_bandwidth(device: Mapping[str, Any]) -> float | None:
-    """Bytes/s a device copy reaches: the trace's or datasheet's bandwidth x BANDWIDTH_FRACTION."""
+    """Bytes/s a device copy reaches: measured on this GPU model, else the trace's or datasheet's
+    bandwidth derated by the H200's measured/datasheet ratio."""
+    m = measured_for(dict(device))
+    if m is not None:
+        return m.copy_bytes_per_s
     bw = _get(device, "mem_bandwidth_bytes_per_s")
-    return float(bw) * BANDWIDTH_FRACTION if bw else None
+    return float(bw) * _derating()[1] if bw else None
 
 
 def gemm_floor_ns(flop: float, nbytes: float, rate: float | None, bw: float | None, latency_ns: float = 0.0) -> float:
@@ -134,7 +150,7 @@ def gemm_floor_ns(flop: float, nbytes: float, rate: float | None, bw: float | No
     return max(compute, memory, float(latency_ns))
 
 
-__all__ = ["peak_flops", "measured_bandwidth", "gemm_floor_ns", "has_tf32", "has_bf16", "MEASURED_PEAKS"]
+__all__ = ["peak_flops", "measured_bandwidth", "gemm_floor_ns", "gemm_estimate", "has_tf32", "has_bf16"]
 
 
 def gemm_estimate(

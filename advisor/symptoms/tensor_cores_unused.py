@@ -111,7 +111,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                     "bound_ns": int(floor),
                     "basis": f"sum over {len(rows)} launch groups of time minus floor on the {target} path; e.g. {basis}",
                     # the hook for ranking: the kernels this lever covers (Tier-4 rules skip them)
-                    "owns_kernels": sorted({str(r["name"]) for r, _, _ in rows}),
+                    "covers_kernels": sorted({str(r["name"]) for r, _, _ in rows}),
                 },
                 suggestion={"fix": FIX_TF32 if tf32 else FIX_16BIT, "precision": target},
             )
