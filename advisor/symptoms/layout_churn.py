@@ -135,6 +135,12 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     return out
 
 
+def _conv_names(ctx: Context, rank, dev) -> set[str]:
+    k = ctx.kernels
+    on = (k["rank"] == rank).to_numpy() & (k["device_id"].fillna(-1).astype("int64") == dev).to_numpy()
+    return {str(n) for n in k.loc[on & kinds(ctx)["is_conv"].to_numpy(dtype=bool), "name"].dropna().unique()}
+
+
 def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
     out: list[Finding] = []
     if ev.empty:
@@ -199,7 +205,8 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                     "basis": "the transposes' whole time (channels_last removes them) plus the NCHW batch-norm launches' time "
                              "over their floor (input bytes x passes at the measured bandwidth, or the busy-SM share of the "
                              "launch where the input's size is unknown)",
-                    "covers_kernels": sorted({str(n) for n in grp["name"]}),
+                    # the transposes and batch norms go; the convolutions change kernels with the layout
+                    "covers_kernels": sorted({str(n) for n in grp["name"]} | _conv_names(ctx, rank, dev)),
                 },
                 suggestion={"fix": FIX, "memory_format": "channels_last"},
             )
