@@ -154,7 +154,14 @@ def test_tensor_cores_unused_without_tf32_says_autocast():
                 mem_bandwidth_bytes_per_s=0.9e12)
     (f,) = by_symptom(diagnose(Builder().mm("volta_sgemm_128x64_nn", M, N, K, 3_000_000, dtype="fp32", n=4).trace(devices=[v100])),
                       "tensor_cores_unused")
-    assert f.evidence["target_precision"] == "fp16" and "autocast" in f.suggestion["fix"]
+    assert f.evidence["target_precision"] == "fp16" and "autocast" in f.suggestion["fix"] and f.confidence == "high"
+    b = Builder()
+    for _ in range(4):
+        b.add("volta_sgemm_128x64_nn", 3_000_000, grid=(13, 11, 1))  # no cpu_op: no shape
+    (f,) = by_symptom(diagnose(b.trace(devices=[v100])), "tensor_cores_unused")
+    # sized by the datasheet fp32 / fp16 ratio on Volta (0.126): a guess, and it says so
+    assert f.confidence == "low" and f.est_savings_ns == pytest.approx(4 * 3_000_000 * (1 - 0.126), abs=10)
+    assert "record_shapes" in f.evidence["basis"]
 
 
 # ----------------------------------------------------------------------------- dtype_churn

@@ -130,7 +130,8 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         top, top_shape = rows[0]
         ops = fp32_ops(ctx, rank, dev)
         shapes = [f"{s['M']}x{s['N']}x{s['K']}" for _, s in rows if s][:8]
-        confidence = "high" if shaped_ns >= 0.5 * gemm_fp32_ns else "medium"
+        # without shapes the GEMMs' part is a rate ratio (a guess); the casts' time is measured
+        confidence = "high" if shaped_ns >= 0.5 * gemm_fp32_ns else ("medium" if cast_ns >= 0.5 * savings else "low")
         out.append(
             Finding(
                 symptom=SYMPTOM,

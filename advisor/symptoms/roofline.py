@@ -190,7 +190,8 @@ def gemm_estimate(
             return None
         floor = max(per_launch * min(1.0, own_rate / rate), float(latency_ns))
         basis = (f"no shape: launch time x {own} peak / {target} peak ({own_rate / 1e12:.0f} / {rate / 1e12:.0f} TFLOP/s, {src}), "
-                 f"at least {latency_ns / 1e3:.0f} us a launch")
+                 f"at least {latency_ns / 1e3:.0f} us a launch (an upper bound: record shapes, Kineto record_shapes=True "
+                 "or emit_nvtx(record_shapes=True), to size it)")
         shaped = False
     floor = min(floor, per_launch)
     return {
