@@ -24,7 +24,7 @@ import pandas as pd
 from ..findings import Finding
 from ..rules import Rule
 from .context import Context, as_int, dims, group_launches, launch_rows, shape_of
-from .kernel_kinds import device_row, gemm_time_by_precision, kinds, row_precision
+from .kernel_kinds import device_row, gemm_time_by_precision, gemm_work, kinds, row_precision
 from .roofline import gemm_estimate, has_bf16
 
 SYMPTOM = "dtype_churn"
@@ -78,7 +78,7 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     out = pd.concat(parts, ignore_index=True)
     by = gemm_time_by_precision(ctx)
     key = list(zip(out["rank"].astype("int64"), out["device_id"].fillna(-1).astype("int64")))
-    for col, src in (("device_gemm_ns", "gemm"), ("device_16bit_ns", "16bit")):
+    for col, src in (("device_gemm_ns", "gemm"), ("device_16bit_ns", "16bit"), ("device_tf32_ns", "tf32")):
         out[col] = [int(by.loc[x, src]) if x in by.index else 0 for x in key]
     out["device_fp32_class_ns"] = [int(by.loc[x, list(FP32_CLASSES)].sum()) if x in by.index else 0 for x in key]
     return out
@@ -104,12 +104,15 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         gemm_ns = int(grp["device_gemm_ns"].iloc[0])
         fp32_ns = int(grp["device_fp32_class_ns"].iloc[0])
         bit16_ns = int(grp["device_16bit_ns"].iloc[0])
-        fp32_share = fp32_ns / gemm_ns if gemm_ns else 1.0
         cast_ns = int(casts["total_ns"].sum())
-        # a 16-bit majority: most GEMM time elsewhere, and evidence that it is 16-bit
+        device = device_row(ctx, rank, dev)
+        # a 16-bit majority of the GEMM work (time weighted by rate: fp32 GEMMs are slow), and
+        # evidence that it is 16-bit
+        tf32_ns = int(grp["device_tf32_ns"].iloc[0])
+        w32, wt, w16 = gemm_work(fp32_ns - tf32_ns, tf32_ns, bit16_ns, device)
+        fp32_share = (w32 + wt) / (w32 + wt + w16) if (w32 + wt + w16) else 1.0
         if fp32_share >= rule["max_fp32_gemm_share"] or (bit16_ns == 0 and cast_ns == 0):
             continue
-        device = device_row(ctx, rank, dev)
         target = "bf16" if has_bf16(device) else "fp16"
         savings, floor, shaped_ns, basis, rows = cast_ns, 0, 0, None, []
         for row in gemms.to_dict("records"):

@@ -217,3 +217,22 @@ def gemm_time_by_precision(ctx: Context) -> pd.DataFrame:
     out = out.reindex(columns=cols, fill_value=0).astype("int64")
     out["gemm"] = out.sum(axis=1)
     return out
+
+
+
+def gemm_work(fp32_ns: float, tf32_ns: float, bit16_ns: float, device) -> tuple[float, float, float]:
+    """A device's GEMM *work* by precision, in ns of the 16-bit path: each precision's kernel
+    time weighted by its rate over the 16-bit rate. Time alone misleads: full-fp32 GEMMs run
+    ~14x slower on an H200 (51 vs 695 TFLOP/s), so LoRA adapters left in fp32 beside a bf16
+    Llama held most of its GEMM time while doing a small part of its work: a part left behind
+    (dtype_churn), not an fp32 model (tensor_cores_unused). Without rates: the times."""
+    from .roofline import peak_flops
+
+    def rate(dtype):
+        return peak_flops(device, dtype)[0] if device is not None else None
+
+    b16 = rate("bf16") or rate("fp16")
+    f32, t32 = rate("fp32"), rate("tf32")
+    if not b16 or not f32:
+        return float(fp32_ns), float(tf32_ns), float(bit16_ns)
+    return fp32_ns * f32 / b16, tf32_ns * ((t32 / b16) if t32 else 1.0), float(bit16_ns)

@@ -24,7 +24,7 @@ import pandas as pd
 from ..findings import Finding
 from ..rules import Rule
 from .context import Context, as_int, dims, group_launches, launch_rows, shape_of
-from .kernel_kinds import device_row, gemm_time_by_precision, kinds, row_precision
+from .kernel_kinds import device_row, gemm_time_by_precision, gemm_work, kinds, row_precision
 from .roofline import gemm_estimate, has_tf32
 
 SYMPTOM = "tensor_cores_unused"
@@ -46,6 +46,8 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     key = list(zip(out["rank"].astype("int64"), out["device_id"].fillna(-1).astype("int64")))
     out["device_gemm_ns"] = [int(by.loc[x, "gemm"]) for x in key]
     out["device_fp32_gemm_ns"] = [int(by.loc[x, "fp32"]) for x in key]
+    out["device_tf32_ns"] = [int(by.loc[x, "tf32"]) for x in key]
+    out["device_16bit_ns"] = [int(by.loc[x, "16bit"]) for x in key]
     return out
 
 
@@ -56,9 +58,14 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
     ev = ev.assign(_dev=ev["device_id"].fillna(-1).astype("int64"))
     for (rank, dev), grp in ev.groupby(["rank", "_dev"], sort=False):
         gemm_ns, fp32_ns = int(grp["device_gemm_ns"].iloc[0]), int(grp["device_fp32_gemm_ns"].iloc[0])
-        fp32_share = fp32_ns / gemm_ns if gemm_ns else 0.0
+        # the share of the GEMM *work* in full fp32 (time weighted by rate: kernel_kinds.gemm_work);
+        # GEMMs of unknown precision count as other work
+        other = gemm_ns - fp32_ns - int(grp["device_tf32_ns"].iloc[0]) - int(grp["device_16bit_ns"].iloc[0])
+        w32, wt, w16 = gemm_work(fp32_ns, int(grp["device_tf32_ns"].iloc[0]), int(grp["device_16bit_ns"].iloc[0]) + max(0, other),
+                                 device_row(ctx, rank, dev))
+        fp32_share = w32 / (w32 + wt + w16) if (w32 + wt + w16) else 0.0
         if fp32_share < rule["min_fp32_gemm_share"]:
-            continue  # a 16-bit or TF32 majority: dtype_churn's case
+            continue  # a 16-bit or TF32 majority of the work: dtype_churn's case
         share = ctx.share(rank, dev, fp32_ns)
         if share < rule["min_share"]:
             continue
