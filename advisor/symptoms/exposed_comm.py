@@ -131,6 +131,7 @@ def analysis(ctx: Context, rule: Rule) -> rk.RankAnalysis:
             with_peer_copies(with_range_collectives(ctx.kernels, ctx.trace), ctx.trace.memcpy),
             min_matches=int(rule["min_aligned_collectives"]),
             min_bubble_ns=int(rule["min_bubble_ns"]),
+            unrelated="; ".join(ctx.trace.meta.get("unrelated_ranks") or ()) or None,
         )
     return ctx.cache[key]
 
@@ -227,7 +228,6 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
             evidence.update(
                 {
                     "ranks": n_ranks,
-                    "slowest_rank": info.get("slowest_rank"),
                     "last_arrivals": int(row["last_arrivals"]),
                     "alignment": {
                         "status": al.get("status"),
@@ -237,6 +237,8 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                     },
                 }
             )
+        if n_ranks > 1 and info.get("slowest_rank") is not None:  # only when every rank's clock is aligned
+            evidence["slowest_rank"] = info["slowest_rank"]
         if info.get("critical_path"):
             evidence["critical_path"] = info["critical_path"]
         if missing_ranks:

@@ -25,6 +25,7 @@ import pandas as pd
 from ..devices import complete_devices
 from ..errors import NoKernelsError, TraceError
 from ..model import FRAMES, Trace, conform
+from .runs import file_digest, unrelated_reasons
 from . import (
     kineto,
     nsys_rep,
@@ -221,12 +222,18 @@ def load_trace(
     sm_count: int | None = None,
     cache_dir: str | os.PathLike | None = None,
     require_kernels: bool = True,
+    allow_unrelated: bool = False,
 ) -> Trace:
     """Read one trace file, or several (one per rank), into one `Trace`.
 
     Raises `TraceError` (one line, user-fixable) for a missing, unreadable, unknown, corrupt or
     kernel-less file. `sm_count` overrides the SM count of every device (for traces that do
     not record it). `cache_dir` is where `.nsys-rep` files are exported to SQLite.
+
+    Several files must be the ranks of one run (`runs.unrelated_reasons`: not the same
+    content twice, no rank declared twice, one GPU model, clocks that meet); otherwise a
+    TraceError says why, or, with `allow_unrelated`, a note does and the trace is marked
+    (`meta["unrelated_ranks"]`) so that no cross-rank figure is computed.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -257,7 +264,19 @@ def load_trace(
         t.meta.setdefault("format", fmt)
         t.meta["sources"] = [source.name]  # the file the user named, not a cache copy
         traces.append(t)
+    reasons = unrelated_reasons(traces, paths, [file_digest(p) for p in paths]) if len(paths) > 1 else []
+    if reasons and not allow_unrelated:
+        raise TraceError(
+            f"these files are not the ranks of one run: {'; '.join(reasons)}. Pass one run's per-rank traces, "
+            "or --allow-unrelated to read them side by side without cross-rank figures"
+        )
     trace = merge(traces)
+    if reasons:
+        trace.meta["unrelated_ranks"] = reasons
+        trace.note(
+            f"files read side by side, not as one run ({'; '.join(reasons)}): each rank is judged on its own, "
+            "with no clock alignment, waits, slowest rank or critical path across them"
+        )
     _mask_impossible(trace)
     complete_devices(trace, sm_count=sm_count)
     world = trace.meta.get("world_size")
