@@ -34,6 +34,9 @@ class Rule:
     enabled: bool = True
     thresholds: dict[str, Threshold] = field(default_factory=dict, hash=False)
     source: str = ""
+    # situation -> strategy id, for a symptom whose remedy depends on what it sees (exposed_comm:
+    # which collective, next to which kernels); `strategy` is the default
+    strategies: dict[str, str] = field(default_factory=dict, hash=False)
 
     def __getitem__(self, name: str) -> Any:
         try:
@@ -66,6 +69,9 @@ def _load_one(path: Path) -> Rule:
             # nan compares false and inf passes everything: either silently turns a rule off
             raise AdvisorError(f"{path}: threshold {name!r} must be a finite number, not {value!r}")
         thresholds[name] = Threshold(value=value, why=str(spec["why"]).strip(), unit=str(spec.get("unit", "")))
+    strategies = data.get("strategies", {})
+    if not isinstance(strategies, dict) or not all(isinstance(v, str) and v.strip() for v in strategies.values()):
+        raise AdvisorError(f"{path}: 'strategies' must be a table of strategy ids (strings)")
     enabled = data.get("enabled", True)
     if not isinstance(enabled, bool):
         raise AdvisorError(f"{path}: 'enabled' must be true or false")
@@ -78,6 +84,7 @@ def _load_one(path: Path) -> Rule:
         enabled=enabled,
         thresholds=thresholds,
         source=path.name,
+        strategies={str(k): v.strip() for k, v in strategies.items()},
     )
 
 
