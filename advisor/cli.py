@@ -18,6 +18,7 @@ import click
 
 from . import __version__
 from .errors import AdvisorError
+from .safeio import write_file
 from .textutil import fmt_bytes, fmt_ns, safe_text
 
 
@@ -111,6 +112,29 @@ cache_opt = _option(
 )
 
 
+def _size(ctx, param, value):
+    if value is None:
+        return None
+    from .traces._inflate import parse_size
+
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+inflate_opt = _option(
+    "--max-inflated-bytes",
+    default=None,
+    metavar="SIZE",
+    callback=_size,
+    envvar="ADVISOR_MAX_INFLATED_BYTES",
+    show_envvar=True,
+    help="Refuse a gzip trace that inflates to more than SIZE (bytes, or e.g. 16G) [default: 4G]: "
+         "a 5 MiB gzip bomb can hold 6 GiB.",
+)
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "ADVISOR"})
 @click.version_option(__version__, prog_name="advisor")
 def cli() -> None:
@@ -135,12 +159,14 @@ def cli() -> None:
 @sm_count_opt
 @unrelated_opt
 @cache_opt
-def summary_command(traces, as_json, top, sm_count, allow_unrelated, cache_dir) -> None:
+@inflate_opt
+def summary_command(traces, as_json, top, sm_count, allow_unrelated, cache_dir, max_inflated_bytes) -> None:
     """Say what TRACES hold: format, devices, kernels, top kernels by time, NVTX, copies."""
     from .summary import summarize
     from .traces import load_trace
 
-    trace = load_trace(traces, sm_count=sm_count, cache_dir=cache_dir, allow_unrelated=allow_unrelated)
+    trace = load_trace(traces, sm_count=sm_count, cache_dir=cache_dir, max_inflated_bytes=max_inflated_bytes,
+                       allow_unrelated=allow_unrelated)
     info = summarize(trace, top=top)
     if as_json:
         _echo_json(info)
@@ -221,13 +247,18 @@ counters_opt = _option(
                    "(without a GPU: only generate the files) and write a before/after report into --out (default: ./advisor-run).")
 @_option("--budget-s", type=click.FloatRange(5, 3600), default=60, show_default=True,
               help="With --run: seconds of GPU time per shape (compile time counts).")
+@_option("--shape", "shapes", multiple=True, metavar="KERNEL_PATTERN=MxNxK[:dtype]",
+         help="A GEMM shape the trace does not record, for the kernels whose names match the regular expression "
+              "KERNEL_PATTERN (e.g. --shape 'dp_gemm=1664x1408x8192:bf16'). Repeatable; the first match wins; "
+              "the findings, their Next: commands and --run use it.")
 @counters_opt
 @rules_opt
 @sm_count_opt
 @unrelated_opt
 @cache_opt
-def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budget_s, counters, rules_dir, sm_count,
-                     allow_unrelated, cache_dir) -> None:
+@inflate_opt
+def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budget_s, shapes, counters, rules_dir,
+                     sm_count, allow_unrelated, cache_dir, max_inflated_bytes) -> None:
     """Find where work maps badly onto the GPU's SMs and name the strategy to try.
 
     Reads TRACES (one file, or one per rank), computes the symptoms (tail waves, under-filled
@@ -243,6 +274,7 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
       advisor diagnose run.nsys-rep
       advisor diagnose rank0.json.gz rank1.json.gz --json --top 5
       advisor diagnose trace.sqlite --sm-count 132 --out report/
+      advisor diagnose trace.json.gz --shape 'cutlass.*gemm=4096x4096x8192:bf16'
       advisor diagnose run.nsys-rep --run --counters --out report/   (on a GPU)
     """
     from .diagnose import diagnose
@@ -256,8 +288,9 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
         raise click.UsageError("give at least one trace file (or --example for the bundled one)")
     if counters and not run_variants:
         raise click.UsageError("--counters profiles the variants that --run measures: add --run")
-    trace = load_trace(traces, sm_count=sm_count, cache_dir=cache_dir, allow_unrelated=allow_unrelated)
-    result = diagnose(trace, rules=rules_dir, top=top)
+    trace = load_trace(traces, sm_count=sm_count, cache_dir=cache_dir, max_inflated_bytes=max_inflated_bytes,
+                       allow_unrelated=allow_unrelated)
+    result = diagnose(trace, rules=rules_dir, top=top, shapes=list(shapes))
     payload = result.to_dict()
     images = {}
     if out_dir is not None:
@@ -272,8 +305,8 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
 
         markdown = render("diagnosis.md.j2", d=result, images=images)
     if out_dir is not None:
-        (out_dir / "report.md").write_text(markdown, encoding="utf-8")
-        (out_dir / "report.json").write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
+        write_file(out_dir / "report.md", markdown)
+        write_file(out_dir / "report.json", json.dumps(payload, indent=2, default=str))
         click.echo(f"wrote {out_dir / 'report.md'} and {out_dir / 'report.json'}", err=True)
     if as_json:
         _echo_json(payload)
@@ -351,9 +384,9 @@ def _write_run_report(results, out_dir: Path, rules=None, skipped=(), echo: bool
 
     md = render("run_report.md.j2", results=results, device=device, versions=versions, rules=rules or {}, images=images,
                 skipped=skipped, date=_dt.date.today().isoformat())
-    (out_dir / "run_report.md").write_text(md, encoding="utf-8")
+    write_file(out_dir / "run_report.md", md)
     payload = {"device": device, "results": [r.to_dict() for r in results], "skipped": [s.to_dict() for s in skipped]}
-    (out_dir / "run_report.json").write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
+    write_file(out_dir / "run_report.json", json.dumps(payload, indent=2, default=str))
     if echo:
         _echo_markdown(md)
     click.echo(f"advisor: wrote {out_dir / 'run_report.md'} and run_report.json", err=True)
@@ -450,8 +483,11 @@ def _parse_knobs(pairs) -> dict:
 
 @cli.command("generate")
 @click.argument("strategy", type=click.Choice(["dp", "split_k", "persistent", "stream_k", "warp_specialization", "grouped",
-                                               "comm_overlap"]))
-@_option("--shape", default=None, help="Problem size MxNxK, e.g. 256x256x131072 (required, except for grouped).")
+                                               "comm_overlap", "split_kv"]))
+@_option("--shape", default=None, help="Problem size MxNxK, e.g. 256x256x131072 (required, except for grouped and split_kv).")
+@_option("--attn", default=None, metavar="B:HQ:HKV:D:S[:LQ]",
+              help="split_kv only: decode attention with batch B, HQ query heads, HKV kv heads, head_dim D, KV length S "
+                   "and LQ query positions (default 1), e.g. 1:32:8:128:32768.")
 @_option("--group", default=None, metavar="COUNT:LO:HI[:SEED]",
               help="grouped only: COUNT GEMMs whose M, N, K are drawn in LO..HI on multiples of 8 with SEED (default 0), "
                    "as bench/bench_gemm.py --grouped draws them, e.g. 64:128:512:0.")
@@ -466,7 +502,7 @@ def _parse_knobs(pairs) -> dict:
               show_default=True, help="comm_overlap only: which tensor-parallel GEMM pattern to overlap.")
 @_option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True,
               help="Where to write the variant (a standalone .py file).")
-def generate_command(strategy, shape, group, shapes, dtype, configs, sm_count, pattern, output) -> None:
+def generate_command(strategy, shape, attn, group, shapes, dtype, configs, sm_count, pattern, output) -> None:
     """Write a standalone Triton variant of STRATEGY for one GEMM shape (or one group of GEMMs).
 
     The file holds the schedule's kernel (inlined from advisor's kernels/), its knobs baked in
@@ -483,19 +519,25 @@ def generate_command(strategy, shape, group, shapes, dtype, configs, sm_count, p
     torch.matmul and that loop in a CUDA graph), comm_overlap (a torchrun
     script overlapping the collective of a tensor-parallel GEMM with its
     compute; --pattern picks all-gather + GEMM or GEMM + reduce-scatter;
-    knobs: chunks, ...).
+    knobs: chunks, ...), split_kv (decode attention split over the KV
+    sequence, flash-decoding; takes --attn B:HQ:HKV:D:S[:LQ]; --bench times it
+    against torch SDPA's flash, cuDNN, efficient and math backends).
 
     \b
     Example:
       advisor generate split_k --shape 256x256x131072 --dtype bf16 -o variant.py
       advisor generate grouped --group 64:128:512:0 --dtype bf16 -o grouped.py
+      advisor generate split_kv --attn 1:32:8:128:32768 --dtype bf16 -o decode.py
     """
     from .generate import (
         GROUPED,
+        SPLIT_KV,
         generate,
         generate_comm_overlap,
         generate_grouped,
+        generate_split_kv,
         group_sizes,
+        parse_attn,
         parse_group,
         parse_shape,
         parse_shapes,
@@ -503,6 +545,19 @@ def generate_command(strategy, shape, group, shapes, dtype, configs, sm_count, p
     from .schedule_model import Device
 
     knobs = _parse_knobs(configs)
+    if (attn is not None) != (strategy == SPLIT_KV):
+        raise AdvisorError("generate split_kv needs --attn B:HQ:HKV:D:S[:LQ], e.g. --attn 1:32:8:128:32768"
+                           if attn is None else f"--attn is for the split_kv strategy; {strategy} takes --shape MxNxK")
+    if strategy == SPLIT_KV:
+        if shape is not None or group is not None or shapes is not None:
+            raise AdvisorError("generate split_kv takes --attn B:HQ:HKV:D:S[:LQ], not --shape/--group/--shapes")
+        v = generate_split_kv(parse_attn(attn), dtype=dtype, knobs=knobs, device=Device(sm_count=sm_count), path=output)
+        a = v.attn
+        click.echo(f"wrote {output} (split_kv, B={a['B']} Hq={a['Hq']} Hkv={a['Hkv']} D={a['D']} S={a['S']} Lq={a['Lq']} {dtype})")
+        click.echo("knobs: " + ", ".join(f"{k}={val}" for k, val in v.knobs.items()))
+        click.echo(f"chosen by: {_chosen_by(v.chosen_by)}")
+        click.echo(f"next: python {output} --check   (then --bench on the GPU: vs torch SDPA's flash, cuDNN and math backends)")
+        return
     if strategy == GROUPED:
         if shape is not None:
             raise AdvisorError("generate grouped takes --group COUNT:LO:HI[:SEED] and/or --shapes MxNxK,..., not --shape")
@@ -579,10 +634,93 @@ def profile_command(out_dir, kineto, top, rules_dir, command) -> None:
     trace = load_trace([result.trace], cache_dir=out_dir)
     d = diagnose(trace, rules=rules_dir, top=top)
     markdown = render("diagnosis.md.j2", d=d)
-    (out_dir / "report.md").write_text(markdown, encoding="utf-8")
-    (out_dir / "report.json").write_text(json.dumps(d.to_dict(), indent=2, default=str), encoding="utf-8")
+    write_file(out_dir / "report.md", markdown)
+    write_file(out_dir / "report.json", json.dumps(d.to_dict(), indent=2, default=str))
     log(f"trace: {result.trace}; report: {out_dir / 'report.md'}")
     _echo_markdown(markdown)
+
+
+def _side_files(positional: str | None, repeated: tuple[Path, ...], which: str) -> list[Path]:
+    """One side's trace files: the positional argument (one file, or a comma-separated list of
+    per-rank files) or the repeated --before/--after options, not both."""
+    if positional is not None and repeated:
+        raise click.UsageError(f"give the {which} side as an argument or as --{which} options, not both")
+    if repeated:
+        return list(repeated)
+    if positional is None:
+        raise click.UsageError(f"no {which} trace: advisor compare BEFORE AFTER (or --{which} FILE, repeated per rank)")
+    if Path(positional).exists() or "," not in positional:
+        return [Path(positional)]
+    return [Path(p) for p in positional.split(",") if p]
+
+
+@cli.command("compare")
+@click.argument("before", required=False)
+@click.argument("after", required=False)
+@_option("--before", "before_files", multiple=True, type=click.Path(path_type=Path),
+         help="A trace of the before side (repeat once per rank); instead of the BEFORE argument.")
+@_option("--after", "after_files", multiple=True, type=click.Path(path_type=Path),
+         help="A trace of the after side (repeat once per rank); instead of the AFTER argument.")
+@_option("--json", "as_json", is_flag=True, help="Print the comparison as JSON (the agents' contract) instead of markdown.")
+@_option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+         help="Also write compare.md and compare.json into this directory.")
+@_option("--top", type=click.IntRange(1, 1000), default=15, show_default=True, help="Kernels to list in the markdown.")
+@_option("--fail-on-regression", "fail_pct", type=click.FloatRange(0, 1000), default=None, metavar="PCT",
+         help="Exit 1 when the verdict is `slower` by more than PCT percent (CI gate); exit 2 when the traces are "
+              "not comparable.")
+@rules_opt
+@sm_count_opt
+@cache_opt
+def compare_command(before, after, before_files, after_files, as_json, out_dir, top, fail_pct, rules_dir, sm_count,
+                    cache_dir) -> None:
+    """Compare two profiles of one program: what a change did to its step time.
+
+    BEFORE and AFTER are each one trace, or one file per rank as a comma-separated list
+    (or repeat --before F / --after F). Formats may differ (an nsys export before, a
+    PyTorch profiler trace after). Each side is cut into steps: Kineto ProfilerStep#N
+    ranges, else NVTX or record_function ranges named like a step ("step", "train_step 3",
+    "iteration"), else the whole capture. Reports per-step wall time, GPU busy time, GPU
+    time by kind of work (GEMM, attention, communication, copies, reductions,
+    elementwise), per-kernel changes (GEMMs matched by shape, others by name family), the
+    findings resolved, new and remaining, and a verdict: faster, slower, same (inside the
+    noise the traces show: the spread of per-step times, or of repeated launches of one
+    kernel when a side has a single step) or not_comparable (different GPUs, rank counts
+    or programs, with why). Sides from different profilers are judged on GPU busy time.
+
+    \b
+    Examples:
+      advisor compare before.nsys-rep after.json.gz
+      advisor compare r0.sqlite,r1.sqlite r0_after.json.gz,r1_after.json.gz --json
+      advisor compare --before base.json.gz --after pr.json.gz --fail-on-regression 5
+    """
+    from .compare import compare, regression_exceeds
+    from .render import render
+    from .traces import load_trace
+
+    b_files = _side_files(before, before_files, "before")
+    a_files = _side_files(after, after_files, "after")
+    tb = load_trace(b_files, sm_count=sm_count, cache_dir=cache_dir)
+    ta = load_trace(a_files, sm_count=sm_count, cache_dir=cache_dir)
+    result = compare(tb, ta, rules=rules_dir)
+    payload = result.to_dict()
+    markdown = ""
+    if out_dir is not None or not as_json:
+        markdown = render("compare.md.j2", d=payload, top=top)
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "compare.md").write_text(markdown, encoding="utf-8")
+        (out_dir / "compare.json").write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
+        _log(f"wrote {out_dir / 'compare.md'} and {out_dir / 'compare.json'}")
+    if as_json:
+        _echo_json(payload)
+    else:
+        _echo_markdown(markdown)
+    if fail_pct is not None:
+        if result.verdict == "not_comparable":
+            raise AdvisorError(f"cannot gate on a regression: the traces are not comparable ({result.why})")
+        if regression_exceeds(result, fail_pct):
+            _log(f"regression: {result.why}; more than the {fail_pct:g}% allowed")
+            sys.exit(1)
 
 
 def main() -> None:

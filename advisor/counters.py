@@ -396,13 +396,19 @@ def write_rows(path: Path, rows: list[dict]) -> None:
     """Counter rows as CSV (long format), appended with a header when the file is new."""
     if not rows:
         return
+    import io
+
+    from .safeio import read_regular, write_file
+
     cols = list(dict.fromkeys(k for r in rows for k in r))
-    new = not path.exists() or path.stat().st_size == 0
-    with path.open("a", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
-        if new:
-            w.writeheader()
-        w.writerows(rows)
+    old = (read_regular(path) or b"").decode("utf-8", "replace")
+    out = io.StringIO(newline="")
+    out.write(old)
+    w = csv.DictWriter(out, fieldnames=cols, extrasaction="ignore")
+    if not old:
+        w.writeheader()
+    w.writerows(rows)
+    write_file(path, out.getvalue())  # whole file anew: never through a planted symlink
 
 
 def providers_for(table: list[dict]) -> list[tuple[str, str | None]]:

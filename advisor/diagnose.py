@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 
+
+from .errors import AdvisorError
 from .findings import Finding, Gate
 from .model import Trace
 from .rules import Rule, load_rules
 from .summary import devices_table
 from .symptoms import GATE, PATTERNS, Context
+from .symptoms import intervals
+from .symptoms.gemm import parse_shape_override
 
 
 @dataclass
@@ -36,11 +42,21 @@ class Diagnosis:
         """True when basic problems dominate and scheduling work should wait."""
         return bool(self.gates)
 
+    @property
+    def totals(self) -> dict[str, int]:
+        """What the findings claim, GPU time and wall time apart (never added together). Findings
+        on the same launches already share one budget, so these sums count nothing twice."""
+        gpu = sum(f.est_savings_ns for f in self.findings if f.savings_unit == "gpu")
+        wall = sum(f.est_savings_ns for f in self.findings if f.savings_unit == "wall")
+        return {"gpu_time_ns": int(self.trace.get("gpu_time_ns", 0)), "recoverable_gpu_ns": int(gpu),
+                "recoverable_wall_ns": int(wall)}
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "findings": [f.to_dict() for f in self.findings],
             "gates": [g.to_dict() for g in self.gates],
             "premature": self.premature,
+            "totals": self.totals,
             "not_applicable": self.not_applicable,
             "devices": self.devices,
             "notes": self.notes,
@@ -60,11 +76,20 @@ def diagnose(
     trace: Trace,
     rules: str | Path | dict[str, Rule] | None = None,
     top: int | None = None,
+    shapes: list[str] | None = None,
 ) -> Diagnosis:
     """Run every enabled rule over `trace`. `rules` is a directory of TOML rules (default: the
-    bundled ones) or already-loaded rules. Findings come ranked by estimated recoverable time."""
+    bundled ones) or already-loaded rules. `shapes`: GEMM shapes the trace does not record,
+    as `KERNEL_PATTERN=MxNxK[:dtype]` (a regular expression searched in kernel names; the first
+    matching one wins). Findings come ranked by estimated recoverable time."""
     rules = rules if isinstance(rules, dict) else load_rules(rules)
-    ctx = Context(trace, rules)
+    overrides = []
+    for spec in shapes or []:
+        try:
+            overrides.append(parse_shape_override(spec))
+        except ValueError as exc:
+            raise AdvisorError(f"--shape {exc}") from None
+    ctx = Context(trace, rules, overrides)
     findings: list[Finding] = []
     not_applicable = []
     for module in PATTERNS:
@@ -80,7 +105,11 @@ def diagnose(
     gate_rule = rules.get(GATE.SYMPTOM)
     if gate_rule is not None and gate_rule.enabled:
         gates = GATE.judge(GATE.evidence(ctx, gate_rule), gate_rule, ctx)
-    findings.sort(key=lambda f: (-f.est_savings_ns, f.symptom, f.kernel))
+    findings = share_budgets(findings, ctx)
+    findings = mark_premature(findings)
+    # one list by lever size, Tier 1-3 and Tier 4 alike; a premature Tier-4 finding is never
+    # larger than the lever that makes it premature, so that lever ranks above it
+    findings.sort(key=lambda f: (-f.est_savings_ns, f.tier, f.symptom, f.kernel))
     if top is not None:
         findings = findings[:top]
     k = trace.kernels
@@ -98,10 +127,91 @@ def diagnose(
         gates=gates,
         not_applicable=not_applicable,
         devices=devices_table(trace),
-        notes=list(trace.meta.get("notes", [])),
+        notes=list(dict.fromkeys([*trace.meta.get("notes", []), *ctx.notes])),
         trace=info,
         rules=rules,
     )
+
+
+def _launch_key(f: Finding) -> tuple:
+    """The launches a finding is about: one kernel, with one problem shape and grid where known
+    (one kernel name can run many shapes: each is its own budget)."""
+    shape = (f.shape["M"], f.shape["N"], f.shape["K"], f.shape.get("batch")) if f.shape else None
+    return (f.rank, f.device_id, f.kernel, shape, tuple(f.grid) if f.grid else None)
+
+
+def share_budgets(findings: list[Finding], ctx: Context) -> list[Finding]:
+    """Findings on the same launches share one budget.
+
+    GPU time: findings on one kernel (rank, device, name) together claim at most its time minus
+    its physics floor (the largest `bound_ns` among them, where known); the biggest claim is
+    served first and the rest get what is left. Wall time: the idle-gap findings of one device
+    together claim at most that device's idle time (span minus busy). A reduced finding keeps
+    its own figure in evidence (`standalone_ns`) and names the findings it shares with."""
+    out: list[Finding] = []
+    by_key: dict[tuple, list[Finding]] = defaultdict(list)
+    wall: dict[tuple, list[Finding]] = defaultdict(list)
+    for f in findings:
+        if f.savings_unit == "wall":
+            wall[(f.rank, f.device_id)].append(f)
+        else:
+            by_key[_launch_key(f)].append(f)
+    for group in by_key.values():
+        if len(group) == 1:
+            out.extend(group)
+            continue
+        floors = [f.evidence.get("bound_ns") for f in group if f.evidence.get("bound_ns") is not None]
+        budget = max(f.total_ns for f in group) - (max(floors) if floors else 0)
+        out.extend(_serve(group, max(0, int(budget))))
+    for (rank, device_id), group in wall.items():
+        idle = _idle_ns(ctx, rank, device_id)
+        out.extend(_serve(group, idle) if idle is not None else group)
+    return out
+
+
+def _serve(group: list[Finding], budget: int) -> list[Finding]:
+    out, left = [], budget
+    names = [f.symptom for f in group]
+    for f in sorted(group, key=lambda f: (-f.est_savings_ns, f.tier)):
+        give = min(f.est_savings_ns, left)
+        left -= give
+        if give < f.est_savings_ns:
+            others = [n for n in names if n != f.symptom]
+            ev = {**f.evidence, "standalone_ns": f.est_savings_ns, "shares_budget_with": others}
+            f = replace(f, est_savings_ns=int(give), evidence=ev)
+        out.append(f)
+    return out
+
+
+def _idle_ns(ctx: Context, rank, device_id) -> int | None:
+    k = ctx.trace.kernels
+    sel = k[(k["rank"] == rank) & (k["device_id"].fillna(-1) == (-1 if device_id is None else device_id))]
+    if sel.empty:
+        return None
+    s, e = sel["start_ns"].to_numpy(np.int64), sel["end_ns"].to_numpy(np.int64)
+    return int(e.max() - s.min() - intervals.total(s, e))
+
+
+def mark_premature(findings: list[Finding]) -> list[Finding]:
+    """A Tier-4 (schedule) finding is premature while a larger Tier 1-3 lever covers it: the same
+    kernel, a kernel the lever's fix changes (evidence `covers_kernels`), or the same device's
+    window when the lever is about the whole window (evidence `scope` == "window")."""
+    basics = [f for f in findings if f.tier <= 3]
+    out = []
+    for f in findings:
+        if f.tier >= 4:
+            for b in basics:
+                same_device = (b.rank, b.device_id) == (f.rank, f.device_id)
+                covers = same_device and (
+                    _launch_key(b)[:4] == _launch_key(f)[:4]
+                    or f.kernel in (b.evidence.get("covers_kernels") or ())
+                    or b.evidence.get("scope") == "window"
+                )
+                if covers and b.est_savings_ns >= f.est_savings_ns:
+                    f = replace(f, premature=True, evidence={**f.evidence, "premature_because": f"{b.symptom} -> {b.strategy}"})
+                    break
+        out.append(f)
+    return out
 
 
 def rules_table(rules: dict[str, Rule]) -> list[dict[str, Any]]:

@@ -53,6 +53,9 @@ class Variant:
     sizes: list[tuple[int, int, int]] = field(default_factory=list)
     # what the file will refuse at run time that only then can be known (comm_overlap: the world size)
     warnings: list[str] = field(default_factory=list)
+    # split_kv: the attention problem {"B", "Hq", "Hkv", "D", "S", "Lq"} (M, N, K above are then
+    # B x Hq x Lq query rows, D and S)
+    attn: dict[str, int] = field(default_factory=dict)
 
     @property
     def kernel_lines(self) -> int:
@@ -93,8 +96,10 @@ def _finish(variant: Variant, filename: str, target: Path | None) -> Variant:
     write it when a path was given."""
     compile(variant.source, filename, "exec")
     if target is not None:
+        from .safeio import write_file
+
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(variant.source, encoding="utf-8")
+        write_file(target, variant.source)  # never through a symlink planted at -o
         variant.path = target
     return variant
 
@@ -436,4 +441,128 @@ def generate_comm_overlap(
     )
     chosen = {"how": "defaults" if not knobs else "given", "pattern": pattern}
     variant = Variant("comm_overlap", M, N, K, dtype, final, chosen, text, warnings=comm_shape_warnings(pattern, M, K))
+    return _finish(variant, filename, target)
+
+
+SPLIT_KV = "split_kv"  # decode attention split over the KV sequence (kernels/split_kv_attention.py)
+MAX_LQ = 16  # query positions the schedule takes (decode, speculative verify steps)
+
+
+def parse_attn(text: str) -> dict[str, int]:
+    """'1:32:8:128:32768' or '1:32:8:128:32768:4' -> {"B", "Hq", "Hkv", "D", "S", "Lq"}
+    (B:HQ:HKV:D:S[:LQ], Lq 1 unless given), checked as the schedule checks its inputs."""
+    m = re.fullmatch(r"\s*(\d{1,10}):(\d{1,10}):(\d{1,10}):(\d{1,10}):(\d{1,10})(?::(\d{1,10}))?\s*", str(text))
+    if not m:
+        raise AdvisorError(f"attn {text!r}: expected B:HQ:HKV:D:S[:LQ] integers, e.g. 1:32:8:128:32768")
+    B, Hq, Hkv, D, S = (int(g) for g in m.groups()[:5])
+    Lq = int(m.group(6)) if m.group(6) is not None else 1
+    return check_attn({"B": B, "Hq": Hq, "Hkv": Hkv, "D": D, "S": S, "Lq": Lq}, what=f"attn {text!r}")
+
+
+def check_attn(shape: dict[str, Any], what: str = "attention shape") -> dict[str, int]:
+    """The decode-attention problem as validated integers (what reaches generated code)."""
+    out = {}
+    for key in ("B", "Hq", "Hkv", "D", "S", "Lq"):
+        v = shape.get(key, 1 if key == "Lq" else None)
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v < 2**31:
+            raise AdvisorError(f"{what}: {key}={v!r} must be an integer in 1..2^31-1")
+        out[key] = v
+    if out["Hq"] % out["Hkv"]:
+        raise AdvisorError(f"{what}: query heads {out['Hq']} must be a multiple of kv heads {out['Hkv']}")
+    if not 16 <= out["D"] <= 256:
+        raise AdvisorError(f"{what}: head_dim {out['D']} must be 16..256")
+    if not 1 <= out["Lq"] <= MAX_LQ:
+        raise AdvisorError(f"{what}: query length {out['Lq']} must be 1..{MAX_LQ} (decode)")
+    if out["S"] < out["Lq"]:
+        raise AdvisorError(f"{what}: KV length {out['S']} < query length {out['Lq']}")
+    if out["B"] * out["Hkv"] * out["S"] * out["D"] >= 2**40:
+        raise AdvisorError(f"{what}: K alone would hold {out['B'] * out['Hkv'] * out['S'] * out['D']:,} elements")
+    return out
+
+
+def _split_kv_knobs(shape: dict[str, int], dtype: str, dev: Device) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The schedule's default_config for the shape (needs torch and triton to import it); without
+    them the Config defaults with the split count of the same wave rule (advisor.attention)."""
+    device_model = {"gpu": dev.name, "sm_count": dev.sm_count}
+    args = (shape["B"], shape["Hq"], shape["Hkv"], shape["Lq"], shape["S"], shape["D"])
+    try:
+        import torch
+
+        from .kernel_lib import load
+
+        mod = load(SPLIT_KV)
+    except ImportError:
+        from .attention import num_splits_for
+
+        base = _defaults(SPLIT_KV)
+        rows = shape["Hq"] // shape["Hkv"] * shape["Lq"]
+        per_program = min(base["BLOCK_H"], 1 << max(0, max(16, rows) - 1).bit_length())
+        units = shape["B"] * shape["Hkv"] * -(-rows // per_program)
+        base["NUM_SPLITS"] = num_splits_for(units, dev.sm_count * base["CTAS_PER_SM"], -(-shape["S"] // base["MIN_CHUNK"]))
+        return base, {"how": "defaults + the wave rule", "device_model": device_model,
+                      "candidates_from": "the schedule's Config defaults (torch/triton not importable here)"}
+    from dataclasses import asdict
+
+    tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    cfg = mod.default_config(*args, tdtype, dev.sm_count)
+    return asdict(cfg), {"how": "the schedule's default_config", "device_model": device_model,
+                         "candidates_from": "its tile rules and the wave-efficiency split rule"}
+
+
+def generate_split_kv(
+    shape: dict[str, int],
+    dtype: str = "bf16",
+    knobs: dict[str, Any] | None = None,
+    *,
+    finding: dict[str, Any] | None = None,
+    device: Device | None = None,
+    tuned_for: dict[str, Any] | None = None,
+    chosen_by: dict[str, Any] | None = None,
+    path: str | Path | None = None,
+) -> Variant:
+    """Render the split-KV decode-attention variant (kernels/split_kv_attention.py inlined) for
+    `shape` ({"B", "Hq", "Hkv", "D", "S", "Lq"}, e.g. from parse_attn); write it to `path` when
+    given. Knobs: the schedule's default_config for the shape, overridden knob by knob."""
+    if dtype not in DTYPES:
+        raise AdvisorError(f"dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    shape = check_attn(dict(shape))
+    dev = device or Device()
+    final, modelled = _split_kv_knobs(shape, dtype, dev)
+    if knobs:
+        final.update(coerce_knobs(SPLIT_KV, knobs))
+        modelled = dict(modelled, overridden=sorted(knobs))
+    chosen_by = chosen_by or modelled
+    final = coerce_knobs(SPLIT_KV, final)
+    try:
+        import torch
+
+        from .kernel_lib import load
+
+        cfg = load(SPLIT_KV).Config(**final)
+        tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+        if cfg.smem_bytes(shape["D"], tdtype) > 227 * 1024:
+            raise ValueError(f"num_stages={cfg.num_stages}: K/V pipeline needs {cfg.smem_bytes(shape['D'], tdtype):,} bytes "
+                             f"of shared memory, over the 227 KB of an sm_90 block")
+    except ImportError:
+        pass
+    except (TypeError, ValueError) as exc:
+        raise AdvisorError(f"{SPLIT_KV} knobs: {exc}") from None
+    source, _ = bundle(SPLIT_KV)
+    tuned = tuned_for or {"gpu": None, "sm_count": None, "compute_capability": None, "smem_per_block_bytes": None}
+    text, filename, target = _render(
+        "split_kv.py.j2", path,
+        strategy=SPLIT_KV,
+        strategy_id=_ident(SPLIT_KV, "strategy"),
+        dtype=dtype,
+        dtype_id=_ident(dtype, "dtype"),
+        attn=shape,
+        knobs=final,
+        tuned_for=tuned,
+        finding=finding or {},
+        chosen_by=chosen_by,
+        kernel_source=PySafe(source),
+    )
+    # M, N, K of a Variant are a GEMM's; here the rows of queries, head_dim and the KV length
+    variant = Variant(SPLIT_KV, shape["B"] * shape["Hq"] * shape["Lq"], shape["D"], shape["S"], dtype, final,
+                      chosen_by, text, attn=shape)
     return _finish(variant, filename, target)

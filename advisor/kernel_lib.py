@@ -25,6 +25,7 @@ SCHEDULES = {
     "warp_specialization": "ws_gemm",
     "grouped": "grouped_gemm",
     "comm_overlap": "comm_overlap",
+    "split_kv": "split_kv_attention",
 }
 
 

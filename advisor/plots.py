@@ -23,6 +23,18 @@ def _plt():
         return None
 
 
+def _save(fig, path: Path) -> None:
+    """PNG bytes rendered in memory, then written without following a planted symlink."""
+    import io
+
+    from .safeio import write_file
+
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=110, format="png")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_file(path, buf.getvalue())
+
+
 def wave_grid(tiles: int, sms: int) -> list[list[bool]]:
     """Rows = waves, columns = SMs: True where an SM runs a tile in that wave (SM-saturation
     model: tile t runs on SM t % sms in wave t // sms)."""
@@ -53,8 +65,7 @@ def wave_occupancy(findings: Sequence[Any], path: Path, max_kernels: int = 4) ->
         busy = tiles / (len(grid) * sms)
         ax.set_title(f"{f.symptom}: {what}: {tiles} tiles on {sms} SMs, SMs busy {busy:.0%} of the waves", fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     plt.close(fig)
     return path
 
@@ -85,7 +96,6 @@ def before_after(rows: Sequence[dict], path: Path) -> Path | None:
     ax.set_ylabel("median time (us), lower is better", fontsize=8)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     plt.close(fig)
     return path

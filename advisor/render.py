@@ -7,6 +7,8 @@ safe (`code` wraps text in a code span that cannot be broken out of; `ns`, `pct`
 
 from __future__ import annotations
 
+import re
+
 import json
 from typing import Any
 
@@ -82,6 +84,15 @@ def _json(value: Any) -> MdSafe:
     return MdSafe(md_escape(json.dumps(value, default=str, separators=(", ", ": ")), limit=600))
 
 
+def shape_pattern(kernel: Any) -> MdSafe:
+    """A --shape KERNEL_PATTERN for a kernel name: its longest identifier-like token (letters,
+    digits, underscores only, so it is a literal regular expression, safe in a code span and
+    in single quotes), at most 48 characters."""
+    tokens = re.findall(r"[A-Za-z0-9_]{3,}", str(kernel)[:4096]) if kernel is not None else []
+    tokens = [t for t in tokens if t not in ("void", "const", "unsigned", "float", "int", "char")]
+    return MdSafe(max(tokens, key=len)[:48] if tokens else "KERNEL")
+
+
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
@@ -110,6 +121,7 @@ def environment() -> jinja2.Environment:
         percent=lambda v, d=1: MdSafe("-" if v is None else f"{float(v):.{d}f}%"),  # v already in percent
         num=_num,
         json=_json,
+        shape_pattern=shape_pattern,
     )
     return env
 

@@ -6,6 +6,7 @@
     stream_k_gemm     hybrid data-parallel + Stream-K tail, policy knob
     ws_gemm           Hopper TMA + warp specialization, persistent
     grouped_gemm      many independent small GEMMs in one persistent launch
+    split_kv_attention  decode attention split over the KV sequence (flash-decoding), GQA
 
 and the helpers they share: common (input checks, tolerances), launch (fast launches, replayed
 calls), tf32_layout (fp32 operands strided in K: fed through registers by a swap, or copied

@@ -226,6 +226,7 @@ REFUSED_KNOBS = [
     ("grouped", "num_warps=3", "num_warps must be 1, 2, 4 or 8"),
     ("comm_overlap", "chunks=0", "chunks must be a positive integer"),
     ("comm_overlap", "transport=bogus", "transport must be 'nccl' or 'p2p'"),
+    ("split_kv", "BLOCK_N=48", "BLOCK_N=48: must be a power of two"),
 ]
 
 
@@ -239,7 +240,7 @@ def test_generate_refuses_knobs_the_schedule_refuses(tmp_path, strategy, knob, w
     pytest.importorskip("torch")
     pytest.importorskip("triton")
     out = tmp_path / "v.py"
-    shape = ["--shapes", "64x64x64"] if strategy == "grouped" else ["--shape", "17x33x1000"]
+    shape = {"grouped": ["--shapes", "64x64x64"], "split_kv": ["--attn", "1:32:8:128:4096"]}.get(strategy, ["--shape", "17x33x1000"])
     r = CliRunner().invoke(cli, ["generate", strategy, *shape, "--config", knob, "-o", str(out)])
     assert r.exit_code == 2, r.output
     assert why in r.output and f"{strategy} knobs:" in r.output, r.output

@@ -62,8 +62,9 @@ def test_skinny_split_suggestion(fmt, tmp_path):
     (f,) = [f for f in d.findings if f.symptom == "small_grid_long_k"]
     assert f.shape["K"] == 131072 and f.grid == [4, 1, 1]
     assert f.suggestion["split_k"] == 32  # min(132 // 4, max_split 32, 131072 // 512)
-    # The dp kernel took ~834 us; cuBLAS needs ~48 us: most of it is recoverable.
-    assert f.est_savings_ns > 0.9 * f.total_ns
+    # The dp kernel took ~834 us; cuBLAS needs ~48 us: most of it is recoverable, but no more
+    # than our split-K reached over this dp kernel on this very shape (8.36x: 88%).
+    assert 0.8 * f.total_ns < f.est_savings_ns <= (1 - 1 / 8.36) * f.total_ns + 1
 
 
 def test_small_gemms_shapes_from_emit_nvtx(tmp_path):

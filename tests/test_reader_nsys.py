@@ -708,8 +708,9 @@ def test_rep_converted_into_cache_and_reused(tmp_path, fake_nsys, report):
     trace = load_trace(report, cache_dir=cache)
     assert trace.meta["format"] == "nsys-rep" and trace.meta["sources"] == [report.name]
     assert len(trace.kernels) == 3
-    digest = hashlib.sha256(report.read_bytes()).hexdigest()[:16]
-    exported = cache / f"run_1-{digest}.sqlite"
+    from advisor.traces._cache import source_key
+
+    exported = cache / f"run_1-{source_key(report)}.sqlite"
     assert sorted(os.listdir(cache)) == [exported.name]
     assert sorted(os.listdir(report.parent)) == beside and sha256(report) == before
     (line,) = log_lines(log)

@@ -147,51 +147,43 @@ def _cell(v) -> str:
     return str(v)
 
 
-def _read_header(path: Path) -> list[str] | None:
-    if not path.exists() or path.stat().st_size == 0:
-        return None
-    with path.open(newline="") as f:
-        return next(csv.reader(f), None)
-
-
 def append_csv(path, rows: Iterable[dict]) -> Path:
     """Append rows to a CSV, writing the header only when the file is new or empty.
 
     If the existing header lacks columns these rows have (an older schema), the file is
     rewritten once with the union of columns (old order first), so there is always exactly
-    one header and no existing value is lost.
+    one header and no existing value is lost. The whole file is written anew (temp file +
+    rename, advisor.safeio), so a symlink planted at `path` is replaced, not written through.
     """
+    import io
+
+    from ..safeio import read_regular, write_file
+
     path = Path(path)
     rows = list(rows)
     path.parent.mkdir(parents=True, exist_ok=True)
-    header = _read_header(path)
+    old_text = (read_regular(path) or b"").decode("utf-8", "replace")
+    header = next(csv.reader(io.StringIO(old_text)), None) if old_text else None
     keys = list(COLUMNS)
     for r in rows:
         keys += [k for k in r if k not in keys]
+    out = io.StringIO(newline="")
+    w = csv.writer(out)
     if header is None:
         fields = keys
-        with path.open("w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(fields)
-            for r in rows:
-                w.writerow([_cell(r.get(k)) for k in fields])
-        return path
-    missing = [k for k in keys if k not in header and any(k in r for r in rows)]
-    if missing:
-        old = read_csv(path, convert=False)
+        w.writerow(fields)
+    else:
+        missing = [k for k in keys if k not in header and any(k in r for r in rows)]
         fields = header + missing
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        with tmp.open("w", newline="") as f:
-            w = csv.writer(f)
+        if missing:
             w.writerow(fields)
-            for r in old:
+            for r in csv.DictReader(io.StringIO(old_text)):
                 w.writerow([r.get(k, "") for k in fields])
-        tmp.replace(path)
-        header = fields
-    with path.open("a", newline="") as f:
-        w = csv.writer(f)
-        for r in rows:
-            w.writerow([_cell(r.get(k)) for k in header])
+        else:
+            out.write(old_text if old_text.endswith("\n") else old_text + "\r\n")
+    for r in rows:
+        w.writerow([_cell(r.get(k)) for k in fields])
+    write_file(path, out.getvalue())
     return path
 
 
@@ -234,7 +226,9 @@ def write_json(path, rows: Iterable[dict]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = [{k: _json_safe(v) for k, v in r.items()} for r in rows]
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    from ..safeio import write_file
+
+    write_file(path, json.dumps(data, indent=1) + "\n")
     return path
 
 

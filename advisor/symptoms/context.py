@@ -15,10 +15,14 @@ from .strings import factorize
 
 
 class Context:
-    def __init__(self, trace: Trace, rules: dict | None = None):
+    def __init__(self, trace: Trace, rules: dict | None = None, shapes: list[tuple[str, dict]] | None = None):
         self.trace = trace
         self.rules = rules or {}
+        self.shapes = list(shapes or [])  # the user's --shape overrides: (kernel pattern, shape)
         self.cache: dict = {}  # results shared between symptoms (e.g. launch-bound runs)
+        # what the diagnosis should say where no finding is raised ("cuBLAS is already near
+        # peak here"): one line each, deduplicated by diagnose()
+        self.notes: list[str] = []
 
     @cached_property
     def kernels(self) -> pd.DataFrame:
@@ -27,7 +31,7 @@ class Context:
         combination), computed once here so that each symptom's grouping hashes integers
         instead of a million strings again (bench/SCALE.md)."""
         k = self.trace.kernels
-        out = pd.concat([k, occupancy(self.trace), gemm_table(self.trace)], axis=1)
+        out = pd.concat([k, occupancy(self.trace), gemm_table(self.trace, self.shapes)], axis=1)
         if "_name_code" not in out.columns:  # gemm_table factorized the names already
             out["_name_code"] = factorize(out["name"])[0]
         # strings grouped as integer codes (-1 for missing, as groupby(dropna=False) keeps NA)
@@ -60,6 +64,14 @@ class Context:
         except (KeyError, TypeError, ValueError):
             return None
         return None if pd.isna(v) else v
+
+    def device_row(self, rank: int, device_id) -> dict | None:
+        """The devices-frame row of (rank, device) as a dict (name, peak, bandwidth...), or None."""
+        try:
+            row = self.devices.loc[(int(rank), int(device_id))]
+        except (KeyError, TypeError, ValueError):
+            return None
+        return {k: (None if pd.isna(v) else v) for k, v in row.items()}
 
     def share(self, rank: int, device_id, ns: float) -> float:
         key = (int(rank), -1 if pd.isna(device_id) else int(device_id))

@@ -10,7 +10,13 @@ the host thread:
   optionally followed by ``batch=B`` and free text;
 * ``torch.autograd.profiler.emit_nvtx(record_shapes=True)``:
   ``aten::mm, seq = 0, op_id = 1, sizes = [[4096, 4096], [4096, 4096]], ...``;
-* Kineto ``cpu_op`` events with ``Input Dims`` (and ``Input type`` for the dtype).
+* Kineto ``cpu_op`` events with ``Input Dims`` (and ``Input type`` for the dtype);
+* what users write in their own ranges (NVTX, ``torch.profiler.record_function``): any text
+  with ``M=``, ``N=``, ``K=`` tokens (``tail_gemm M=1664 N=1408 K=8192``) or one ``MxNxK``
+  (``qkv 8192x3072x1024 bf16``). Such a free-form shape is given only to kernels whose names
+  say GEMM: a range around a whole layer must not make its elementwise kernels GEMMs;
+* the user's explicit ``--shape KERNEL_PATTERN=MxNxK[:dtype]`` (advisor.diagnose(...,
+  shapes=...)), which wins over everything for the kernels it matches.
 
 The innermost enclosing range wins. Everything here is evidence, not judgement.
 """
@@ -178,6 +184,63 @@ def _extract_sizes(text: str) -> list[Any] | None:
     return None
 
 
+# Free-form shapes in users' range texts. Bounded repetitions and no nested quantifiers: range
+# texts come from traces users do not control.
+_FREE_KV = re.compile(r"(?<![A-Za-z0-9_])([MNK])\s{0,3}[=:]\s{0,3}(\d{1,10})(?![0-9])")
+_FREE_MNK = re.compile(r"(?<![0-9xX.])(\d{1,10})\s{0,2}[xX]\s{0,2}(\d{1,10})\s{0,2}[xX]\s{0,2}(\d{1,10})(?![0-9xX.])")
+_FREE_DTYPE = re.compile(r"(?<![A-Za-z0-9])(bf16|bfloat16|fp16|float16|half|fp32|float32|fp8|fp64|float64)(?![A-Za-z0-9])", re.I)
+# Texts longer than this are not a label someone wrote around a GEMM.
+_MAX_FREE_TEXT = 512
+
+
+def parse_free_text(text: str) -> dict[str, Any] | None:
+    """A GEMM shape from a user's own range label (M=/N=/K= tokens or one MxNxK), else None."""
+    if not isinstance(text, str) or len(text) > _MAX_FREE_TEXT:
+        return None
+    kv: dict[str, int] = {}
+    for key, val in _FREE_KV.findall(text):
+        kv.setdefault(key, int(val))
+    if len(kv) == 3:
+        m, n, k = kv["M"], kv["N"], kv["K"]
+    else:
+        forms = _FREE_MNK.findall(text)
+        if len(forms) != 1:  # none, or several (which one is the GEMM?)
+            return None
+        m, n, k = (int(x) for x in forms[0])
+    if not _plausible(m, n, k):
+        return None
+    dt = _FREE_DTYPE.search(text)
+    return {"M": m, "N": n, "K": k, "batch": 1, "dtype": _DTYPES.get(dt.group(1).lower()) if dt else None,
+            "op": "range text", "source": "nvtx-text"}
+
+
+_USER_SHAPE = re.compile(r"^\s*(\d{1,10})\s*[xX]\s*(\d{1,10})\s*[xX]\s*(\d{1,10})\s*(?::\s*([A-Za-z0-9_:]+))?\s*$")
+
+
+def parse_shape_override(spec: str) -> tuple[str, dict[str, Any]]:
+    """`KERNEL_PATTERN=MxNxK[:dtype]` -> (pattern, shape). Raises ValueError with the reason."""
+    if not isinstance(spec, str) or "=" not in spec:
+        raise ValueError(f"{spec!r}: expected KERNEL_PATTERN=MxNxK[:dtype], e.g. 'dp_gemm=1664x1408x8192:bf16'")
+    pattern, _, dims = spec.rpartition("=")
+    pattern = pattern.strip()
+    m = _USER_SHAPE.match(dims)
+    if not pattern or not m:
+        raise ValueError(f"{spec!r}: expected KERNEL_PATTERN=MxNxK[:dtype], e.g. 'dp_gemm=1664x1408x8192:bf16'")
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"{spec!r}: the kernel pattern is not a regular expression ({exc})") from None
+    M, N, K = (int(x) for x in m.group(1, 2, 3))
+    if not _plausible(M, N, K):
+        raise ValueError(f"{spec!r}: each of M, N, K must be 1..{_MAX_EXTENT}")
+    dtype = None
+    if m.group(4):
+        dtype = _DTYPES.get(m.group(4).lower())
+        if dtype is None:
+            raise ValueError(f"{spec!r}: unknown dtype {m.group(4)!r} (bf16, fp16, fp32, fp8, fp64)")
+    return pattern, {"M": M, "N": N, "K": K, "batch": 1, "dtype": dtype, "op": "--shape", "source": "user"}
+
+
 def parse_range_text(text: str) -> dict[str, Any] | None:
     """GEMM shape from one NVTX range text (advisor convention or emit_nvtx), else None."""
     if not isinstance(text, str):
@@ -196,7 +259,7 @@ def parse_range_text(text: str) -> dict[str, Any] | None:
         shape["source"] = "nvtx-advisor"
         return shape
     if "::" not in text[:64]:
-        return None
+        return parse_free_text(text)
     op = text.split(",", 1)[0].strip()
     sizes = _extract_sizes(text)
     if sizes is None:
@@ -269,7 +332,7 @@ def _shape_ranges(trace: Trace) -> pd.DataFrame:
     nv = trace.nvtx
     if len(nv):
         # Only texts that can be GEMM shapes are parsed: cheap prefilter on the whole column.
-        cand = nv[contains(nv["text"], r"advisor\.gemm|sizes = \[").to_numpy()]
+        cand = nv[contains(nv["text"], r"advisor\.gemm|sizes = \[|\b[MNK]\s{0,3}[=:]|\d\s{0,2}[xX]\s{0,2}\d").to_numpy()]
         if len(cand):
             codes, texts = pd.factorize(cand["text"])
             parts.append(_ranges_with_shapes(cand, codes, [parse_range_text(t) for t in texts]))
@@ -386,10 +449,27 @@ def assign_shapes(trace: Trace) -> pd.DataFrame:
     )
 
 
-def gemm_table(trace: Trace) -> pd.DataFrame:
+def _apply_overrides(out: pd.DataFrame, uniq: pd.Series, codes: np.ndarray, overrides) -> pd.Series:
+    """Write the user's --shape overrides (pattern, shape) onto the kernels whose names match
+    (re.search; the first matching override wins). Returns the mask of kernels overridden."""
+    hit = np.zeros(len(out), dtype=bool)
+    for pattern, shape in overrides:
+        names = uniq.str.slice(0, 4096).str.contains(pattern, regex=True).to_numpy(dtype=bool)
+        mask = names[codes] & ~hit
+        if not mask.any():
+            continue
+        for col in ("M", "N", "K", "batch"):
+            out.loc[mask, col] = shape[col]
+        for col, key in (("dtype", "dtype"), ("op", "op"), ("shape_source", "source")):
+            out.loc[mask, col] = shape[key] if shape[key] is not None else pd.NA
+        hit |= mask
+    return pd.Series(hit, index=out.index)
+
+
+def gemm_table(trace: Trace, overrides: list[tuple[str, dict]] | None = None) -> pd.DataFrame:
     """Per kernel (same index as trace.kernels): is_gemm, is_comm, is_split_k, is_ws,
     tile_m/n/k, M, N, K, batch, dtype, op, shape_source, tiles (output tiles when both shape
-    and tile are known, else NA)."""
+    and tile are known, else NA). `overrides`: the user's (kernel pattern, shape) pairs."""
     k = trace.kernels
     # Name facts are computed once per distinct name and spread to the kernels by their
     # factorized code (`_name_code`, -1 for a missing name, which counts as "").
@@ -412,10 +492,18 @@ def gemm_table(trace: Trace) -> pd.DataFrame:
     per = flags.iloc[codes].set_axis(k.index)
     shapes = assign_shapes(trace)
     out = pd.concat([per, shapes], axis=1)
+    # A free-form label (a user's range around a layer) names a GEMM only for kernels whose
+    # names say GEMM; the others in the range keep no shape.
+    free = (out["shape_source"] == "nvtx-text").fillna(False).to_numpy(dtype=bool) & ~out["is_gemm_name"].to_numpy(dtype=bool)
+    if free.any():
+        for col in ("M", "N", "K", "batch", "dtype", "op", "shape_source"):
+            out.loc[free, col] = pd.NA
+    user = _apply_overrides(out, uniq, codes, overrides or [])
     # A kernel launched inside a GEMM operator's range is a GEMM even when its name says
-    # nothing (a Triton kernel called "kernel_0"), unless it is communication or a helper.
+    # nothing (a Triton kernel called "kernel_0"), unless it is communication or a helper;
+    # so is one the user gave a shape with --shape.
     named_helper = pd.Series(helper.to_numpy(dtype=bool)[codes], index=k.index)
-    out["is_gemm"] = (out["is_gemm_name"] | (out["M"].notna() & ~named_helper)) & ~out["is_comm"]
+    out["is_gemm"] = ((out["is_gemm_name"] | (out["M"].notna() & ~named_helper)) & ~out["is_comm"]) | user
     out["_name_code"] = name_codes
     column_major = pd.Series(uniq.str.contains(_COLUMN_MAJOR).to_numpy(dtype=bool)[codes], index=k.index)
     out["tile_m"], out["tile_n"] = orient_tiles(out, k["grid_blocks"], column_major)

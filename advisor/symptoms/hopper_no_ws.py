@@ -6,13 +6,21 @@ holding a significant share of GPU time. Why it matters: a TMA producer warp fee
 consumer warpgroups keeps the tensor cores busy while loads are in flight. GEMMs whose arithmetic
 intensity is far under the ridge point are skipped: they wait on memory. What to do: a
 warp-specialized persistent TMA kernel, then measure: it does not always win. Estimated
-recoverable time: the kernel's time x `expected_gain` (a prior, so confidence is low).
+recoverable time: the kernel's time x `expected_gain` (a prior), bounded by the roofline at
+the device's measured peak and by what our warp-specialized schedule reached over the kind of
+kernel that ran (advisor.calibration); confidence stays low.
+
+Warp specialization is read from the launch as well as the name: a block of 3 or 5 warpgroups
+(one producer, two or four consumers: how cuBLAS's and CUTLASS's sm90 kernels launch) is
+warp-specialized whatever the name says, and a library kernel already near the device's peak
+is a note ("already near peak"), never advice to replace it.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
+from ..calibration import bound_gemm_estimate, ceiling, is_library_kernel
 from ..findings import Finding
 from ..rules import Rule
 from .context import Context, as_int, dims, gemm_bytes, gemm_flop, group_launches, launch_rows, shape_of
@@ -33,12 +41,34 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     # vectorised membership of (rank, device) in `hopper` (a Python loop took seconds at 1M kernels)
     keys = pd.MultiIndex.from_arrays([k["rank"].astype("int64"), k["device_id"].fillna(-1).astype("int64")])
     on = keys.isin(list(hopper))
-    g = launch_rows(k, on & (k["is_gemm"] & ~k["is_ws"] & k["sm_count"].notna() & k["grid_blocks"].notna()).to_numpy(),
+    g = launch_rows(k, on & (k["is_gemm"] & ~k["is_ws"] & ~ws_launch(k) & k["sm_count"].notna() & k["grid_blocks"].notna()).to_numpy(),
                     ["tiles", "grid_blocks", "sm_count"])
     if g.empty:
         return group_launches(g, [])
     g = pd.concat([g, work_units(g)], axis=1)
     return group_launches(g, ["waves_units"])
+
+
+def ws_launch(k: pd.DataFrame) -> pd.Series:
+    """Launches whose block is 3 or 5 warpgroups (384 or 640 threads): one producer warpgroup
+    feeding two or four consumers, the shape of Hopper's warp-specialized GEMM kernels (cuBLAS
+    sm90_xmma_*, CUTLASS 3 cooperative/ping-pong). A data-parallel kernel uses 1, 2 or 4."""
+    threads = (k["block_x"].astype("Float64") * k["block_y"].fillna(1).astype("Float64")
+               * k["block_z"].fillna(1).astype("Float64"))
+    wg = threads / 128
+    return (((wg == 3) | (wg == 5)) & (threads % 128 == 0)).fillna(False).astype(bool)
+
+
+def _near_peak(row: dict, ctx: Context, fraction: float) -> float | None:
+    """Achieved / measured dense peak of the launch group when its shape is known."""
+    shape = shape_of(row)
+    if shape is None or not row.get("median_ns"):
+        return None
+    c = ceiling(ctx.device_row(row["rank"], row["device_id"]), shape.get("dtype"))
+    if not c.tflops:
+        return None
+    achieved = gemm_flop(shape) / (float(row["median_ns"]) * 1e-9) / 1e12
+    return achieved / c.tflops
 
 
 def _bandwidth_bound(row: dict, rule: Rule, ctx: Context) -> bool:
@@ -73,10 +103,23 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
     for (rank, device_id, name), grp in by_name:
         total = int(grp["total_ns"].sum())
         share = ctx.share(rank, device_id, total)
-        savings = total * float(rule["expected_gain"])
-        if share < rule["min_share"] or savings < rule["min_savings_ns"]:
+        model = total * float(rule["expected_gain"])
+        if share < rule["min_share"] or model < rule["min_savings_ns"]:
             continue
         top = grp.iloc[0].to_dict()
+        peak_frac = _near_peak(top, ctx, rule["near_peak_fraction"])
+        if peak_frac is not None and peak_frac >= rule["near_peak_fraction"] and is_library_kernel(str(name)):
+            ctx.notes.append(f"hopper_no_ws: {str(name)[:60]} already runs at {peak_frac:.0%} of the measured "
+                             "dense peak: the library is near peak here, nothing for a schedule to gain")
+            continue
+        est = bound_gemm_estimate(model, total, int(grp["launches"].sum()), shape_of(top),
+                                  ctx.device_row(rank, device_id), rule.strategy, str(name))
+        savings = est.savings_ns
+        if savings < rule["min_savings_ns"]:
+            if est.capped_by == "measured" and is_library_kernel(str(name)):
+                ctx.notes.append(f"hopper_no_ws: {str(name)[:60]} is not warp-specialized, but our warp-specialized "
+                                 f"schedule does not beat the library on such GEMMs ({est.basis.split('; ')[-1]})")
+            continue
         out.append(
             Finding(
                 symptom=SYMPTOM,
@@ -98,6 +141,12 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                     "launch_shapes": int(len(grp)),
                     "arch": ctx.device_value(rank, device_id, "arch"),
                     "warp_specialized": False,
+                    "threads_per_block": None if top.get("block_x") is None or pd.isna(top.get("block_x")) else int(top["block_x"]),
+                    "fraction_of_peak": None if peak_frac is None else round(peak_frac, 3),
+                    "model_ns": int(model),
+                    "bound_ns": est.bound_ns,
+                    "capped_by": est.capped_by,
+                    "basis": f"prior: WS gains {rule['expected_gain']:.0%} of the kernel time; " + est.basis,
                 },
                 suggestion={"warp_specialize": True, "use_tma": True, "persistent": True},
             )

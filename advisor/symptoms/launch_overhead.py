@@ -235,6 +235,7 @@ def _run_finding(row, rule: Rule, ctx: Context) -> Finding | None:
         launches=int(row["kernels"]),
         total_ns=int(row["kernel_ns"]),
         est_savings_ns=int(row["gap_ns"]),
+        savings_unit="wall",  # the gaps are time the GPU waited, not kernel time
         confidence="high" if frac >= 0.5 else "medium",
         watch_for=rule.watch_for,
         evidence=_note_library({

@@ -6,7 +6,9 @@ is weaker evidence). Why it matters: most SMs idle while a few walk a long K loo
 on the H200, 4 tiles with K=131072 took 888 us where cuBLAS needs 48 us. What to do:
 Split-K with S splits so that tiles x S covers about one wave. Estimated recoverable time:
 the launch time minus the larger of the perfectly-spread time (dur x waves) and the HBM
-floor (bytes moved / bandwidth), over all launches.
+floor (bytes moved / bandwidth), over all launches, bounded by the roofline at the device's
+measured peak and by what our Split-K reached over the kind of kernel that ran
+(advisor.calibration).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import math
 
 import pandas as pd
 
+from ..calibration import bound_gemm_estimate
 from ..findings import Finding
 from ..rules import Rule
 from .context import Context, as_int, dims, gemm_bytes, group_launches, launch_rows, shape_of
@@ -72,10 +75,15 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         # Perfectly spread over every SM, the launch would take dur x waves, but never less
         # than the time to move its bytes once.
         ideal = max(per_launch * waves, floor_ns)
-        savings = max(0.0, per_launch - ideal) * row["launches"]
+        model = max(0.0, per_launch - ideal) * row["launches"]
+        est = bound_gemm_estimate(model, row["total_ns"], int(row["launches"]), shape,
+                                  ctx.device_row(row["rank"], row["device_id"]), rule.strategy, str(row["name"]))
+        savings = est.savings_ns
         share = ctx.share(row["rank"], row["device_id"], row["total_ns"])
         if share < rule["min_share"] or savings < rule["min_savings_ns"]:
             continue
+        if confidence == "high" and not est.measured_exact:
+            confidence = "medium"  # the cap comes from similar shapes, not this one
         out.append(
             Finding(
                 symptom=SYMPTOM,
@@ -106,6 +114,10 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                     "hbm_gb_per_s": round(float(bw) / 1e9, 1) if bw else None,
                     "median_ns": int(row["median_ns"]),
                     "share_of_gpu_time": round(share, 4),
+                    "model_ns": int(model),
+                    "bound_ns": est.bound_ns,
+                    "capped_by": est.capped_by,
+                    "basis": "the launch spread over every SM (time x waves), no faster than its HBM floor; " + est.basis,
                 },
                 suggestion={
                     "split_k": split,

@@ -6,7 +6,9 @@ efficiency `waves / ceil(waves)` (SM-saturation model; the occupancy model is re
 Why it matters: in the last wave only some SMs work; measured on the H200, 143 tiles took
 31% longer than 132. What to do: Stream-K (a data-parallel body plus a Stream-K tail that
 spreads the leftover tiles' K iterations over all SMs). Estimated recoverable time:
-`dur x (1 - waves / ceil(waves))`, an upper bound (perfect balance).
+`dur x (1 - waves / ceil(waves))` (perfect balance), bounded by the GEMM's roofline at the
+device's measured peak and by what our Stream-K reached over the kind of kernel that ran
+(advisor.calibration): over cuBLAS it is about even, so a cuBLAS tail is a note, not a finding.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..calibration import bound_gemm_estimate, is_library_kernel
 from ..findings import Finding
 from ..rules import Rule
 from .context import Context, as_int, dims, group_launches, launch_rows, shape_of
@@ -60,14 +63,26 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         if waves is None or pd.isna(waves) or waves <= rule["min_waves"] or eff > rule["max_tail_efficiency"]:
             continue
         share = ctx.share(row["rank"], row["device_id"], row["total_ns"])
-        savings = row["total_ns"] * (1.0 - eff)
-        if share < rule["min_share"] or savings < rule["min_savings_ns"]:
+        model = row["total_ns"] * (1.0 - eff)
+        if share < rule["min_share"] or model < rule["min_savings_ns"]:
+            continue
+        shape = shape_of(row)
+        est = bound_gemm_estimate(model, row["total_ns"], int(row["launches"]), shape,
+                                  ctx.device_row(row["rank"], row["device_id"]), rule.strategy, str(row["name"]))
+        savings = est.savings_ns
+        if savings < rule["min_savings_ns"]:
+            if est.capped_by == "measured" and is_library_kernel(str(row["name"])):
+                ctx.notes.append(
+                    f"tail_wave: {str(row['name'])[:60]} has a partial last wave ({units_text(row)}), but the "
+                    f"library already runs it about as fast as our Stream-K reaches ({est.basis.split('; ')[-1]}): "
+                    "nothing to gain from a schedule here")
             continue
         sms = int(row["sm_count"])
         units = int(round(row["units"]))
         full = math.floor(waves)
         src = ctx.device_value(row["rank"], row["device_id"], "sm_count_source")
-        confidence = "high" if src in ("trace", "user") else "medium"
+        # high only when the SM count is the trace's and the cap was measured on this shape
+        confidence = "high" if src in ("trace", "user") and est.measured_exact else "medium"
         out.append(
             Finding(
                 symptom=SYMPTOM,
@@ -76,7 +91,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                 kernel=str(row["name"]),
                 rank=as_int(row["rank"]),
                 device_id=as_int(row["device_id"]),
-                shape=shape_of(row),
+                shape=shape,
                 grid=dims(row, "grid"),
                 block=dims(row, "block"),
                 launches=int(row["launches"]),
@@ -100,6 +115,10 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                     "last_wave_tiles": units - full * sms,
                     "share_of_gpu_time": round(share, 4),
                     "median_ns": int(row["median_ns"]),
+                    "model_ns": int(model),
+                    "bound_ns": est.bound_ns,
+                    "capped_by": est.capped_by,
+                    "basis": "perfect balance of the last wave (time x (1 - tail efficiency)); " + est.basis,
                 },
                 suggestion={
                     "full_waves": full,
@@ -110,3 +129,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
             )
         )
     return out
+
+
+def units_text(row) -> str:
+    return f"{int(round(row['units']))} tiles on {int(row['sm_count'])} SMs"

@@ -13,7 +13,6 @@ path, picks the reader, merges several files (one per rank) and completes device
 
 from __future__ import annotations
 
-import gzip
 import os
 import zlib
 from pathlib import Path
@@ -27,6 +26,7 @@ from ..errors import NoKernelsError, TraceError
 from ..model import FRAMES, Trace, conform
 from .runs import file_digest, unrelated_reasons
 from . import (
+    _inflate,
     kineto,
     nsys_rep,
     nsys_sqlite,
@@ -82,32 +82,80 @@ def detect(path: Path) -> str:
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-def gunzip_sqlite(path: Path, cache_dir: Path | None) -> Path:
-    """A gzip-compressed SQLite trace (`trace.sqlite.gz`) decompressed into the cache
-    (named by content hash, reused), since SQLite cannot read through gzip."""
-    from .nsys_rep import content_hash, default_cache_dir
+def _declared_sqlite_size(header: bytes) -> int | None:
+    """Bytes a SQLite file says it has (page size x page count) when its header's count is
+    valid (the "version-valid-for" field matches the change counter), else None."""
+    if len(header) < 100 or not header.startswith(SQLITE_MAGIC) or header[24:28] != header[92:96]:
+        return None
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    return page_size * pages or None
 
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    stem = path.name[: -len(".gz")] if path.name.endswith(".gz") else path.name
-    target = cache / f"{Path(stem).stem}-{content_hash(path)}.sqlite"
-    if target.is_file():
-        return target
-    tmp = target.with_suffix(f".tmp{os.getpid()}")
+
+def _complete_sqlite(path: Path) -> bool:
+    """A cached gunzipped copy is reused only if it is a SQLite file of the size its header
+    declares (when it declares one): a truncated or foreign file is made again."""
     try:
-        cache.mkdir(parents=True, exist_ok=True)
-        with gzip.open(path, "rb") as src, open(tmp, "wb") as dst:
+        with open(path, "rb") as fh:
+            header = fh.read(100)
+        declared = _declared_sqlite_size(header)
+        return header.startswith(SQLITE_MAGIC) and declared in (None, os.path.getsize(path))
+    except OSError:
+        return False
+
+
+def gunzip_sqlite(path: Path, cache_dir: Path | None) -> Path:
+    return _gunzip_sqlite(path, cache_dir)[0]
+
+
+def _gunzip_sqlite(path: Path, cache_dir: Path | None) -> tuple[Path, bool]:
+    """A gzip-compressed SQLite trace (`trace.sqlite.gz`) decompressed into the cache
+    (keyed on the source's content identity, reused when still sound), since SQLite cannot
+    read through gzip. Inflated in chunks, never past the cap nor past the size the
+    database's own header declares; a failed or interrupted copy is removed. Returns
+    (copy, whether it came from the cache)."""
+    from ..safeio import create_temp
+    from . import _cache
+
+    cache = _cache.cache_root(cache_dir)
+    stem = path.name[: -len(".gz")] if path.name.endswith(".gz") else path.name
+    target = cache / f"{Path(stem).stem}-{_cache.source_key(path)}.sqlite"
+    if _cache.lookup(target, _complete_sqlite):
+        return target, True
+    cap = _inflate.max_inflated_bytes()
+    tmp = None
+    try:
+        fd, tmp = create_temp(cache, target.name, private=True)
+        with _inflate.open_content(path, cap=cap) as src, os.fdopen(fd, "wb") as dst:
+            written, limit = 0, cap
             while chunk := src.read(1 << 20):
+                if written == 0:
+                    declared = _declared_sqlite_size(chunk[:100])
+                    limit = min(cap, declared) if declared else cap
+                written += len(chunk)
+                if written > limit:
+                    raise TraceError(
+                        f"{path.name}: inflates past the {limit:,} bytes its SQLite header declares "
+                        "(corrupt, or a gzip bomb)" if limit < cap else str(_inflate._too_big(path.name, cap))
+                    )
                 dst.write(chunk)
         os.replace(tmp, target)
-    except (OSError, EOFError, zlib.error) as exc:
-        tmp.unlink(missing_ok=True)  # no half-written copy left in the cache
-        raise TraceError(f"{path.name}: cannot decompress gzip SQLite trace ({exc})") from None
-    return target
-
-
-def _is_gzip(path: Path) -> bool:
-    with open(path, "rb") as fh:
-        return fh.read(2) == b"\x1f\x8b"
+    except TraceError as exc:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        why = str(exc).removeprefix(f"{path.name}: ")
+        raise TraceError(f"{path.name}: cannot decompress gzip SQLite trace: {why}") from None
+    except (OSError, EOFError, MemoryError) as exc:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)  # no half-written copy left in the cache
+        why = getattr(exc, "strerror", None) or exc or type(exc).__name__
+        raise TraceError(f"{path.name}: cannot decompress gzip SQLite trace ({why})") from None
+    except BaseException:  # Ctrl-C mid-copy: still no partial file
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        raise
+    return target, False
 
 
 def _check_path(path: Path) -> None:
@@ -222,6 +270,7 @@ def load_trace(
     sm_count: int | None = None,
     cache_dir: str | os.PathLike | None = None,
     require_kernels: bool = True,
+    max_inflated_bytes: int | str | None = None,
     allow_unrelated: bool = False,
 ) -> Trace:
     """Read one trace file, or several (one per rank), into one `Trace`.
@@ -229,12 +278,20 @@ def load_trace(
     Raises `TraceError` (one line, user-fixable) for a missing, unreadable, unknown, corrupt or
     kernel-less file. `sm_count` overrides the SM count of every device (for traces that do
     not record it). `cache_dir` is where `.nsys-rep` files are exported to SQLite.
+    `max_inflated_bytes` caps what one gzip file may inflate to (bytes or "8G"; default
+    $ADVISOR_MAX_INFLATED_BYTES, else 4 GiB: see `_inflate`).
 
     Several files must be the ranks of one run (`runs.unrelated_reasons`: not the same
     content twice, no rank declared twice, one GPU model, clocks that meet); otherwise a
     TraceError says why, or, with `allow_unrelated`, a note does and the trace is marked
     (`meta["unrelated_ranks"]`) so that no cross-rank figure is computed.
     """
+    with _inflate.limit(max_inflated_bytes):
+        return _load(paths, sm_count=sm_count, cache_dir=cache_dir, require_kernels=require_kernels,
+                     allow_unrelated=allow_unrelated)
+
+
+def _load(paths, *, sm_count, cache_dir, require_kernels, allow_unrelated=False) -> Trace:
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     paths = [Path(p) for p in paths]
@@ -250,16 +307,29 @@ def load_trace(
             raise TraceError(f"{path}: given twice (also as {first}); pass each rank's trace once")
         source = path
         try:
-            if _is_gzip(path) and read_head(path).startswith(SQLITE_MAGIC):
-                path = gunzip_sqlite(path, cache)
-            fmt = detect(path)
-            t = FORMATS[fmt].read(path, rank=rank, cache_dir=cache)
+            cached = False
+            if _inflate.is_gzip(path) and read_head(path).startswith(SQLITE_MAGIC):
+                path, cached = _gunzip_sqlite(path, cache)
+            try:
+                fmt = detect(path)
+                t = FORMATS[fmt].read(path, rank=rank, cache_dir=cache)
+            except TraceError:
+                if not cached:
+                    raise
+                # a cached copy that does not read (damaged since): made again, once
+                path.unlink(missing_ok=True)
+                path, _ = _gunzip_sqlite(source, cache)
+                fmt = detect(path)
+                t = FORMATS[fmt].read(path, rank=rank, cache_dir=cache)
         except TraceError as exc:
             if path == source:
                 raise
+            path.unlink(missing_ok=True)  # a decompressed copy that cannot be read is not kept
             # errors about the decompressed copy in the cache name the file the user gave
             raise TraceError(str(exc).replace(path.name, source.name)) from None
-        except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        except MemoryError:
+            raise TraceError(f"{source.name}: too large to read into this machine's memory") from None
+        except (OSError, EOFError, zlib.error) as exc:
             raise TraceError(f"{source.name}: cannot read trace ({exc})") from None
         t.meta.setdefault("format", fmt)
         t.meta["sources"] = [source.name]  # the file the user named, not a cache copy

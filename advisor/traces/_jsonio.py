@@ -3,9 +3,7 @@ numbers without losing precision. Shared by the Kineto and rocprofv3 JSON reader
 
 from __future__ import annotations
 
-import gzip
 import json
-import zlib
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -13,23 +11,13 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
-
-GZIP_MAGIC = b"\x1f\x8b"
+from ._inflate import read_all
 
 
 def read_bytes(path: Path) -> bytes:
-    """The file's content, gunzipped when it starts with the gzip magic (whatever its name)."""
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except OSError as exc:
-        raise TraceError(f"{path.name}: cannot read ({exc.strerror or exc})") from None
-    if not raw.startswith(GZIP_MAGIC):
-        return raw
-    try:
-        return gzip.decompress(raw)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise TraceError(f"{path.name}: truncated or corrupt gzip data ({exc})") from None
+    """The file's content, gunzipped when it starts with the gzip magic (whatever its name),
+    inflated in bounded chunks and never past the cap (`_inflate.max_inflated_bytes`)."""
+    return read_all(path)
 
 
 def load_json(path: Path, what: str) -> Any:
@@ -50,6 +38,8 @@ def load_json(path: Path, what: str) -> Any:
         ) from None
     except (UnicodeDecodeError, RecursionError, ValueError) as exc:
         raise TraceError(f"{path.name}: corrupt {what} JSON ({exc})") from None
+    except MemoryError:
+        raise TraceError(f"{path.name}: {what} JSON too large to parse in this machine's memory") from None
 
 
 def to_float(values: Sequence[Any]) -> np.ndarray:

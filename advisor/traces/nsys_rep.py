@@ -6,7 +6,8 @@ The report format is private to Nsight Systems, so the `nsys` CLI converts it:
 
 and `nsys_sqlite` reads the result. The export goes to a cache directory (the `cache_dir`
 argument, else `$XDG_CACHE_HOME/advisor`, else `~/.cache/advisor`), never beside the
-user's file, and is reused while the report's content hash matches. nsys is looked up as
+user's file, and is reused while the report's content identity (size, mtime, hash of its
+head) matches; the cache must be the user's own and not writable by others (`_cache`). nsys is looked up as
 `$NSYS`, then on PATH, then in the standard install directories (newest version first).
 Without nsys the error says how to make the export elsewhere and pass the .sqlite instead.
 
@@ -17,18 +18,20 @@ error messages quote because `nsys export` refuses reports newer than itself).
 
 from __future__ import annotations
 
-import hashlib
+import math
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 
 from ..errors import TraceError
 from ..executables import find_executable
 from ..model import Trace
-from . import _sqlite, nsys_sqlite
+from . import _cache, _sqlite, nsys_sqlite
 
 FORMAT = "nsys-rep"
 DESCRIPTION = "Nsight Systems report (.nsys-rep, converted with nsys export)"
@@ -64,12 +67,6 @@ def sniff(path: Path, head: bytes) -> bool:
     return not _sqlite.is_sqlite(head) and start not in (b"{", b"[")
 
 
-def default_cache_dir() -> Path:
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "advisor"
-
-
 def find_nsys() -> str | None:
     """Path of the nsys executable to use, or None. `$NSYS` must be valid when set."""
     return find_executable("nsys", "NSYS", STANDARD_LOCATIONS, TraceError)
@@ -82,14 +79,6 @@ def report_build(path: Path) -> str | None:
     return ".".join(x.decode() for x in m.groups()) if m else None
 
 
-def content_hash(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()[:16]
-
-
 def _timeout() -> float:
     raw = os.environ.get("ADVISOR_NSYS_TIMEOUT")
     if not raw:
@@ -98,8 +87,8 @@ def _timeout() -> float:
         value = float(raw)
     except ValueError:
         raise TraceError(f"ADVISOR_NSYS_TIMEOUT must be a number of seconds, got {raw!r}") from None
-    if value <= 0:
-        raise TraceError(f"ADVISOR_NSYS_TIMEOUT must be positive, got {raw!r}")
+    if not math.isfinite(value) or value <= 0:  # nan passed `<= 0`, inf overflowed the wait
+        raise TraceError(f"ADVISOR_NSYS_TIMEOUT must be a finite positive number of seconds, got {raw!r}")
     return value
 
 
@@ -150,13 +139,22 @@ def _usable_export(path: Path) -> bool:
 
 
 def export_sqlite(path: Path, cache_dir: Path | None = None) -> Path:
-    """The SQLite export of report `path` in the cache, made by nsys unless already there."""
+    """The SQLite export of report `path` in the cache, made by nsys unless already there
+    (keyed on the report's content identity, checked before it is reused: see `_cache`)."""
+    return _export(path, cache_dir)[0]
+
+
+def _export(path: Path, cache_dir: Path | None) -> tuple[Path, bool]:
+    """(export, whether it came from the cache)."""
     path = Path(path)
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    timeout = _timeout()  # a bad value fails before anything is started or written
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", path.stem)[:80] or "report"
-    target = cache / f"{stem}-{content_hash(path)}.sqlite"
-    if target.is_file() and _usable_export(target):
-        return target
+    name = f"{stem}-{_cache.source_key(path)}.sqlite"
+    where = Path(cache_dir) if cache_dir is not None else _cache.default_cache_dir()
+    if where.is_dir():  # a cached export serves on machines without nsys too
+        target = _cache.cache_root(where) / name
+        if _cache.lookup(target, _usable_export):
+            return target, True
     nsys = find_nsys()
     if nsys is None:
         raise TraceError(
@@ -164,47 +162,51 @@ def export_sqlite(path: Path, cache_dir: Path | None = None) -> Path:
             f"$NSYS or the standard install dirs; on a machine with nsys run "
             f"`{_how_to_export(path)}` and pass the .sqlite file instead"
         )
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise TraceError(f"cannot create the cache dir {cache} ({exc.strerror}); pass --cache-dir") from None
-    # Export under a private name, then rename: an interrupted export never looks finished,
-    # and two advisors converting the same report do not write into one file.
-    partial = target.with_name(f"{target.stem}.partial-{os.getpid()}.sqlite")
-    timeout = _timeout()
+    cache = _cache.cache_root(where)
+    target = cache / name
+    # nsys writes into a private directory (0700, fresh name), then the export is renamed in:
+    # an interrupted export never looks finished, two advisors never share a file, and a
+    # symlink planted at a predictable name is never written through.
+    work = Path(tempfile.mkdtemp(prefix=".export-", dir=cache))
+    partial = work / "export.sqlite"
     cmd = [nsys, "export", "--type", "sqlite", "-f", "true", "-o", str(partial), str(path)]
     build = report_build(path)
     written_by = f" (report written by nsys {build})" if build else ""
     try:
-        returncode, stdout, stderr = _run(cmd, timeout)
-    except subprocess.TimeoutExpired:
-        partial.unlink(missing_ok=True)
-        raise TraceError(
-            f"{path.name}: nsys export did not finish within {timeout:g} s "
-            f"(set ADVISOR_NSYS_TIMEOUT to allow longer, or run `{_how_to_export(path)}` yourself)"
-        ) from None
-    except OSError as exc:
-        partial.unlink(missing_ok=True)
-        raise TraceError(f"{path.name}: cannot run {nsys} ({exc.strerror or exc})") from None
-    if returncode != 0:
-        partial.unlink(missing_ok=True)
-        why = _last_line(stderr) or _last_line(stdout) or f"exit code {returncode}"
-        raise TraceError(f"{path.name}: nsys export failed{written_by}: {why}")
-    if not partial.is_file():
-        raise TraceError(f"{path.name}: nsys export reported success but wrote no {partial}")
-    os.replace(partial, target)
-    return target
+        try:
+            returncode, stdout, stderr = _run(cmd, timeout)
+        except subprocess.TimeoutExpired:
+            raise TraceError(
+                f"{path.name}: nsys export did not finish within {timeout:g} s "
+                f"(set ADVISOR_NSYS_TIMEOUT to allow longer, or run `{_how_to_export(path)}` yourself)"
+            ) from None
+        except OSError as exc:
+            raise TraceError(f"{path.name}: cannot run {nsys} ({exc.strerror or exc})") from None
+        if returncode != 0:
+            why = _last_line(stderr) or _last_line(stdout) or f"exit code {returncode}"
+            raise TraceError(f"{path.name}: nsys export failed{written_by}: {why}")
+        if not partial.is_file() or partial.is_symlink():
+            raise TraceError(f"{path.name}: nsys export reported success but wrote no export")
+        os.chmod(partial, 0o600)  # exports hold the user's kernel names, NVTX text, paths
+        os.replace(partial, target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return target, False
 
 
 def read(path: Path, *, rank: int = 0, cache_dir: Path | None = None) -> Trace:
-    """Export the report to SQLite (or reuse the cached export) and read that."""
+    """Export the report to SQLite (or reuse the cached export) and read that; a cached
+    export that no longer reads is made again, once."""
     path = Path(path)
-    exported = export_sqlite(path, cache_dir)
-    try:
-        trace = nsys_sqlite.read(exported, rank=rank)
-    except TraceError as exc:
-        exported.unlink(missing_ok=True)  # do not reuse an export that cannot be read
-        raise TraceError(f"{path.name}: its SQLite export cannot be read ({exc})") from None
+    for attempt in range(2):
+        exported, cached = _export(path, cache_dir)
+        try:
+            trace = nsys_sqlite.read(exported, rank=rank)
+            break
+        except TraceError as exc:
+            exported.unlink(missing_ok=True)  # do not reuse an export that cannot be read
+            if attempt or not cached:
+                raise TraceError(f"{path.name}: its SQLite export cannot be read ({exc})") from None
     trace.meta["format"] = FORMAT
     trace.meta["sources"] = [path.name]
     trace.meta["sqlite_export"] = str(exported)

@@ -1,0 +1,512 @@
+"""Split-KV decode attention (flash-decoding): cut the KV sequence into chunks so that a few
+query tokens fill the GPU.
+
+What
+    O = softmax(Q K^T * scale) V for decode: a handful of query positions per sequence (Lq in
+    1..16) against a long KV cache of S keys. A FlashAttention forward launches one program
+    per (batch, head, block of queries); in decode that is B x H programs (32 at batch 1 with
+    32 heads) on 132 SMs, each walking all S keys, so most SMs idle while a few stream the
+    cache. Here program (split, row block, batch x kv-head) walks one chunk of the keys,
+    [split x CHUNK, (split + 1) x CHUNK), for every query head that shares that kv-head
+    (grouped-query attention: Hq / Hkv query heads read the same K and V, so one program loads
+    each K/V tile once for all of them, as rows of one tile with the Lq query positions), and
+    writes its fp32 partial output, normalised by its own softmax sum, plus the log-sum-exp of
+    its scores (base 2). A second, small kernel combines the splits of each output row:
+    O = sum_s 2^(lse_s - lse) O_s with lse = log2 sum_s 2^lse_s. With one split the first kernel
+    stores the output itself and no combine runs.
+
+    Causal semantics for Lq > 1: the queries are the LAST Lq positions of the sequence, so
+    query i (0-based) sees keys 0 .. S - Lq + i (what a speculative-decoding verify step or a
+    chunk of prefill appended to a cache needs). Lq = 1 sees every key. S >= Lq is required
+    (the KV cache holds the queries' own positions).
+
+When it wins
+    Decode is memory-bound: the floor is reading K and V once, 2 x B x Hkv x S x D x element
+    bytes at ~4.27 TB/s on an H200 (33.5 MB, 7.9 us at batch 1, 8 kv-heads, D 128, S 8192 in
+    bf16). It wins where B x Hkv (x row blocks) programs under-fill the SMs and S is long; the
+    split count follows FlashAttention's public heuristic (`num_splits_for`): the smallest
+    split whose wave efficiency n / (ceil(n / slots) x slots), n = programs, is within 85% of
+    the best over candidate splits, with at least MIN_CHUNK keys a split. K and V tiles are
+    BLOCK_N keys x D, 16-byte vector loads along D, software-pipelined NUM_STAGES deep.
+
+Caveats
+    - The partials make a round trip through memory: rows x splits x (D + 1) x 4 bytes
+      (1 MB at batch 1, 32 query heads, 64 splits, D 128), small next to the cache.
+    - Query rows pad to BLOCK_H >= 16 (the tensor-core minimum): with one query head per
+      kv-head and Lq = 1, 15 of 16 rows are padding; the MMA has slack, the bytes do not change.
+    - D must be 16..256; a D that is not a power of two runs with masked loads along D
+      (slower: no 16-byte vectors).
+    - fp32 inputs multiply as tf32 on the GPU's tensor cores (about 1e-3 relative error in the
+      scores), like the GEMM schedules; the CPU interpreter computes in plain fp32.
+    - The combine is deterministic (splits summed in order); so is the whole kernel.
+
+Source of the idea
+    Flash-decoding (Tri Dao, Daniel Haziza, Francisco Massa, Grigory Sizov, "Flash-Decoding for
+    long-context inference", PyTorch blog, 2023) and FlashAttention 2's split-KV path with its
+    num_splits heuristic (Dao, arXiv 2307.08691; the heuristic's rule as described above). The
+    online softmax is FlashAttention's (Dao et al., arXiv 2205.14135).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .common import SMEM_PER_BLOCK_SM90, SUPPORTED_DTYPES, cdiv, fix_interpreter_bf16_dot, num_sms
+
+LOG2E = 1.4426950408889634
+MAX_LQ = 16  # query positions per sequence: decode and short speculative/verify steps
+MIN_D, MAX_D = 16, 256  # tl.dot needs K >= 16; D 256 keeps one K or V tile within 64 KB in bf16
+
+# Per-dtype tolerance on ||O - ref|| / ||ref|| (Frobenius) against a float64 softmax of the same
+# (already rounded) inputs. The probabilities are fp32 and rounded to the input dtype for the
+# P @ V product, so each term carries one rounding of P and the output one more:
+TOLERANCE = {
+    # fp16: u = 2^-11; P and output rounding ~ 2 x 2.8e-4 rms, 4x margin.
+    torch.float16: 2e-3,
+    # bf16: u = 2^-8; P rounding ~ 2.3e-3 rms per term (averages down over keys) plus output
+    # rounding 2.3e-3 rms; 2x margin on their sum.
+    torch.bfloat16: 1e-2,
+    # fp32: tf32 on the GPU (u = 2^-11 per operand in both products, ~5e-4 rms each); the
+    # interpreter's plain fp32 lands near 1e-7.
+    torch.float32: 2e-3,
+}
+
+
+def attention_launch_metadata(hook_name: str):
+    """A Triton `launch_metadata` hook naming the kernel and the problem, with the bytes it must
+    move (K and V once), so profiles of our own kernel are diagnosable."""
+
+    def hook(grid, kernel, args):
+        B, Hkv, S, D = args["B"], args["H_KV"], args["S"], args["D"]
+        k = args.get("k_ptr")
+        elt = k.element_size() if hasattr(k, "element_size") else 2
+        return {
+            "name": f"{hook_name} [B={B}, Hkv={Hkv}, S={S}, D={D}, splits={args['num_splits']}]",
+            "bytes": 2 * B * Hkv * S * D * elt,
+        }
+
+    return hook
+
+
+# --------------------------------------------------------------------------------------------
+# Knobs
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every knob of the split-KV schedule."""
+
+    BLOCK_N: int = 64  # keys per K/V tile: 16 KB a tile at D 128 in bf16
+    BLOCK_H: int = 64  # most query rows (heads of a group x Lq) per program; fewer rows pad to >= 16
+    num_warps: int = 4
+    num_stages: int = 3  # K/V tiles in flight per program (memory-bound: deep)
+    NUM_SPLITS: int = 0  # KV chunks; 0: num_splits_for (the wave-efficiency rule) at launch
+    MIN_CHUNK: int = 256  # fewest keys a split walks (caps the split count at S / MIN_CHUNK)
+    CTAS_PER_SM: int = 2  # program slots per SM the wave rule fills (FlashAttention 2 uses 2 for 4-warp blocks)
+    COMBINE_CHUNK: int = 16  # splits the combine kernel loads at once
+
+    def __post_init__(self):
+        for name in ("BLOCK_N", "BLOCK_H", "COMBINE_CHUNK"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 16 or v & (v - 1):
+                raise ValueError(f"{name}={v!r}: must be a power of two >= 16")
+        for name in ("num_warps", "num_stages", "MIN_CHUNK", "CTAS_PER_SM"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name}={v!r}: must be a positive integer")
+        if self.num_warps & (self.num_warps - 1) or self.num_warps > 16:
+            raise ValueError(f"num_warps={self.num_warps!r}: must be 1, 2, 4, 8 or 16")
+        if not isinstance(self.NUM_SPLITS, int) or self.NUM_SPLITS < 0:
+            raise ValueError(f"NUM_SPLITS={self.NUM_SPLITS!r}: must be 0 (automatic) or a positive integer")
+
+    def smem_bytes(self, head_dim: int, dtype: torch.dtype) -> int:
+        """Pipelined K and V tiles per program."""
+        return self.num_stages * 2 * self.BLOCK_N * _pow2(head_dim) * dtype.itemsize
+
+    def describe(self) -> str:
+        splits = self.NUM_SPLITS or "auto"
+        return f"n{self.BLOCK_N} h{self.BLOCK_H} w{self.num_warps} s{self.num_stages} splits{splits}"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def num_splits_for(units: int, slots: int, key_blocks: int, max_splits: int = 128, keep: float = 0.85) -> int:
+    """FlashAttention's split heuristic: `units` programs without a split (batch x kv-heads x
+    row blocks) on `slots` program slots (SMs x programs per SM). A grid already filling 80% of
+    the slots is not split; otherwise, over splits 1..min(max_splits, slots, key_blocks), the
+    smallest split whose wave efficiency n / (ceil(n / slots) x slots), n = units x split, is
+    at least `keep` of the best. Splits that give every program the same number of key
+    blocks as one split fewer are skipped (they only add programs)."""
+    units, slots, key_blocks = max(1, units), max(1, slots), max(1, key_blocks)
+    if units >= 0.8 * slots:
+        return 1
+    top = max(1, min(max_splits, slots, key_blocks))
+
+    def eligible(s: int) -> bool:
+        return s == 1 or cdiv(key_blocks, s) != cdiv(key_blocks, s - 1)
+
+    eff = {s: units * s / (cdiv(units * s, slots) * slots) for s in range(1, top + 1) if eligible(s)}
+    best = max(eff.values())
+    return min(s for s, e in eff.items() if e >= keep * best)
+
+
+def split_plan(S: int, block_n: int, splits: int) -> tuple[int, int]:
+    """(splits that hold keys, key blocks of BLOCK_N per split): every chunk but the last is a
+    whole number of tiles, and empty chunks are dropped (1000 keys in 64-key tiles asked for 5
+    splits -> 4 chunks of 4 tiles)."""
+    blocks = cdiv(S, block_n)
+    per = cdiv(blocks, max(1, min(splits, blocks)))
+    return cdiv(blocks, per), per
+
+
+def rows_per_program(group: int, lq: int, block_h: int) -> int:
+    """Query rows a program holds: the group's heads x Lq, at least 16, at most BLOCK_H."""
+    return min(block_h, _pow2(max(16, group * lq)))
+
+
+def default_config(B: int, Hq: int, Hkv: int, Lq: int, S: int, D: int, dtype: torch.dtype, sms: int) -> Config:
+    """64-key tiles (128 rows of D=64 in bf16 is only 8 KB: 128 keys there), 3 stages (2 for
+    fp32 or D 256 so that two programs fit an SM), and the split count of the wave rule over
+    2 programs per SM, resolved here so that the config names it."""
+    elt = dtype.itemsize
+    block_n = 128 if D * elt <= 128 else 64
+    stages = 2 if D * elt >= 512 else 3
+    warps = 8 if rows_per_program(Hq // Hkv, Lq, 64) * _pow2(D) > 8192 else 4
+    base = Config(BLOCK_N=block_n, num_warps=warps, num_stages=stages)
+    return Config(block_n, base.BLOCK_H, warps, stages, resolve_splits(base, B, Hq, Hkv, Lq, S, sms))
+
+
+def resolve_splits(config: Config, B: int, Hq: int, Hkv: int, Lq: int, S: int, sms: int) -> int:
+    """The split count a launch uses: the config's, or the wave rule's when it says 0."""
+    if config.NUM_SPLITS:
+        return config.NUM_SPLITS
+    rows = (Hq // Hkv) * Lq
+    units = B * Hkv * cdiv(rows, rows_per_program(Hq // Hkv, Lq, config.BLOCK_H))
+    return num_splits_for(units, sms * config.CTAS_PER_SM, cdiv(S, config.MIN_CHUNK))
+
+
+def search_space(B: int, Hq: int, Hkv: int, Lq: int, S: int, D: int, dtype: torch.dtype, sms: int) -> list[Config]:
+    """At most 12 candidates: the default first, then 64- and 128-key tiles at 2-4 stages (those
+    whose pipelines fit two programs an SM) with the rule's split count for 2 and 4 programs an
+    SM, and half the default split (fewer, longer chunks: less combine traffic)."""
+    default = default_config(B, Hq, Hkv, Lq, S, D, dtype, sms)
+    out = [default]
+    for block_n in (64, 128):
+        for stages in (2, 3, 4):
+            for per_sm in (2, 4):
+                base = Config(BLOCK_N=block_n, num_warps=default.num_warps, num_stages=stages, CTAS_PER_SM=per_sm)
+                if 2 * base.smem_bytes(D, dtype) > SMEM_PER_BLOCK_SM90:
+                    continue
+                cfg = Config(block_n, base.BLOCK_H, base.num_warps, stages,
+                             resolve_splits(base, B, Hq, Hkv, Lq, S, sms), CTAS_PER_SM=per_sm)
+                if cfg not in out:
+                    out.append(cfg)
+    if default.NUM_SPLITS >= 2:
+        half = Config(default.BLOCK_N, default.BLOCK_H, default.num_warps, default.num_stages, default.NUM_SPLITS // 2)
+        out.insert(1, half)
+    return out[:12]
+
+
+# --------------------------------------------------------------------------------------------
+# Kernels
+# --------------------------------------------------------------------------------------------
+
+
+@triton.jit(launch_metadata=attention_launch_metadata("split_kv_attention"))
+def split_kv_kernel(
+    # pointers: Q (B, Hq, Lq, D), K and V (B, Hkv, S, D), O (B, Hq, Lq, D);
+    # partials: O_part fp32 (B x Hkv x R, num_splits, D), LSE fp32 (B x Hkv x R, num_splits)
+    q_ptr, k_ptr, v_ptr, o_ptr, opart_ptr, lse_ptr,
+    # problem size: R = (Hq / Hkv) x Lq query rows per kv-head
+    B, H_KV, S, D, LQ, R, GROUP,
+    # element strides
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_om, stride_od,
+    # the split: chunks, and key blocks per chunk; softmax scale x log2(e)
+    num_splits, blocks_per_split, qk_scale,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    EVEN_D: tl.constexpr,  # D == BLOCK_D: no mask along D (16-byte vector loads)
+    DIRECT: tl.constexpr,  # one split: normalise and store O here, no partials
+    INT64: tl.constexpr,  # a key's offset within one (batch, head) can pass 2**31
+    NUM_STAGES: tl.constexpr,
+):
+    split = tl.program_id(0)
+    row_block = tl.program_id(1)
+    bh = tl.program_id(2)  # batch x kv-head
+    b = bh // H_KV
+    kvh = bh % H_KV
+
+    # Query rows of this program: row r is query head kvh x GROUP + r // LQ at position r % LQ.
+    rows = row_block * BLOCK_H + tl.arange(0, BLOCK_H)
+    row_ok = rows < R
+    g = rows // LQ
+    qi = rows % LQ
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    q_off = (b.to(tl.int64) * stride_qb + (kvh * GROUP + g).to(tl.int64)[:, None] * stride_qh
+             + qi[:, None] * stride_qm + offs_d[None, :] * stride_qd)
+    if EVEN_D:
+        q = tl.load(q_ptr + q_off, mask=row_ok[:, None], other=0.0)
+    else:
+        q = tl.load(q_ptr + q_off, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    # the last key each row may see (causal: the queries are the last LQ positions)
+    last_key = S - LQ + qi
+
+    k_base = k_ptr + (b.to(tl.int64) * stride_kb + kvh.to(tl.int64) * stride_kh)
+    v_base = v_ptr + (b.to(tl.int64) * stride_vb + kvh.to(tl.int64) * stride_vh)
+    n_begin = split * blocks_per_split * BLOCK_N
+    n_end = tl.minimum(n_begin + blocks_per_split * BLOCK_N, S)
+
+    # Online softmax in base 2. m starts finite so that a row with no visible key in this chunk
+    # (an early query of the last chunk) gives exp2(-inf - m) = 0 rather than NaN.
+    m_i = tl.full((BLOCK_H,), -1.0e30, dtype=tl.float32)
+    l_i = tl.zeros((BLOCK_H,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_H, BLOCK_D), dtype=tl.float32)
+    offs_n = tl.arange(0, BLOCK_N)
+    for start in tl.range(n_begin, n_end, BLOCK_N, num_stages=NUM_STAGES):
+        n = start + offs_n
+        n_ok = n < n_end
+        if INT64:
+            kv_rows = n.to(tl.int64)
+        else:
+            kv_rows = n
+        k_off = kv_rows[:, None] * stride_kn + offs_d[None, :] * stride_kd
+        v_off = kv_rows[:, None] * stride_vn + offs_d[None, :] * stride_vd
+        if EVEN_D:
+            k = tl.load(k_base + k_off, mask=n_ok[:, None], other=0.0)
+            v = tl.load(v_base + v_off, mask=n_ok[:, None], other=0.0)
+        else:
+            k = tl.load(k_base + k_off, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+            v = tl.load(v_base + v_off, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+        s = tl.dot(q, tl.trans(k)) * qk_scale
+        s = tl.where(n[None, :] <= last_key[:, None], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+
+    seen = l_i > 0.0
+    out = acc / tl.where(seen, l_i, 1.0)[:, None]
+    if DIRECT:
+        o_off = (b.to(tl.int64) * stride_ob + (kvh * GROUP + g).to(tl.int64)[:, None] * stride_oh
+                 + qi[:, None] * stride_om + offs_d[None, :] * stride_od)
+        tl.store(o_ptr + o_off, out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+    else:
+        prow = (bh.to(tl.int64) * R + rows) * num_splits + split  # (row, split) of the partials
+        tl.store(opart_ptr + (prow[:, None] * D + offs_d[None, :]), out, mask=row_ok[:, None] & d_ok[None, :])
+        lse = tl.where(seen, m_i + tl.math.log2(tl.where(seen, l_i, 1.0)), float("-inf"))
+        tl.store(lse_ptr + prow, lse, mask=row_ok)
+
+
+@triton.jit
+def split_kv_combine_kernel(
+    opart_ptr, lse_ptr, o_ptr,
+    H_KV, D, LQ, R, GROUP, num_splits,
+    stride_ob, stride_oh, stride_om, stride_od,
+    BLOCK_S: tl.constexpr,  # >= num_splits: every split's log-sum-exp at once
+    CHUNK: tl.constexpr,  # partial outputs loaded at once
+    BLOCK_D: tl.constexpr,
+):
+    """O[row] = sum_s 2^(lse_s - lse) O_s[row], lse = log2 sum_s 2^lse_s, in split order."""
+    row = tl.program_id(0).to(tl.int64)  # over B x Hkv x R
+    bh = row // R
+    r = row % R
+    b = bh // H_KV
+    h = (bh % H_KV) * GROUP + r // LQ
+    qi = r % LQ
+    offs_s = tl.arange(0, BLOCK_S)
+    lse = tl.load(lse_ptr + row * num_splits + offs_s, mask=offs_s < num_splits, other=float("-inf"))
+    m = tl.max(lse, axis=0)  # finite: S >= LQ, so some chunk holds a visible key
+    total = tl.sum(tl.math.exp2(lse - m), axis=0)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    offs_c = tl.arange(0, CHUNK)
+    for s0 in tl.range(0, num_splits, CHUNK):
+        s = s0 + offs_c
+        s_ok = s < num_splits
+        w = tl.math.exp2(tl.load(lse_ptr + row * num_splits + s, mask=s_ok, other=float("-inf")) - m)
+        part = tl.load(opart_ptr + ((row * num_splits + s)[:, None] * D + offs_d[None, :]),
+                       mask=s_ok[:, None] & d_ok[None, :], other=0.0)
+        acc += tl.sum(part * w[:, None], axis=0)
+    out = acc / total
+    tl.store(o_ptr + (b * stride_ob + h * stride_oh + qi * stride_om + offs_d * stride_od),
+             out.to(o_ptr.dtype.element_ty), mask=d_ok)
+
+
+# --------------------------------------------------------------------------------------------
+# Host launcher
+# --------------------------------------------------------------------------------------------
+
+
+def check_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, ...]:
+    """Validate decode attention inputs and return (B, Hq, Hkv, Lq, S, D). Raises
+    ValueError/TypeError with one line saying what is wrong."""
+    if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
+        raise TypeError("q, k and v must be torch tensors")
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"q, k, v must be 4-D (B, H, L, D), got {q.dim()}-D, {k.dim()}-D, {v.dim()}-D")
+    B, Hq, Lq, D = q.shape
+    if tuple(k.shape) != tuple(v.shape):
+        raise ValueError(f"k and v must have one shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    Bk, Hkv, S, Dk = k.shape
+    if Bk != B or Dk != D:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} differ in batch or head_dim")
+    if Hkv < 1 or Hq % Hkv:
+        raise ValueError(f"query heads ({Hq}) must be a multiple of kv heads ({Hkv})")
+    if not 1 <= Lq <= MAX_LQ:
+        raise ValueError(f"query length {Lq}: decode attention takes 1..{MAX_LQ} query positions")
+    if S < Lq:
+        raise ValueError(f"KV length {S} < query length {Lq}: the queries are the last Lq positions of the KV")
+    if not MIN_D <= D <= MAX_D:
+        raise ValueError(f"head_dim {D}: supported {MIN_D}..{MAX_D}")
+    if min(B, Hq) < 1:
+        raise ValueError(f"empty problem: q {tuple(q.shape)}")
+    if q.dtype != k.dtype or q.dtype != v.dtype:
+        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if q.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"dtype {q.dtype} not supported (fp16, bf16, fp32)")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v are on different devices ({q.device}, {k.device}, {v.device})")
+    if not q.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError("tensors must be on a CUDA device (or set TRITON_INTERPRET=1 for the CPU interpreter)")
+    return B, Hq, Hkv, Lq, S, D
+
+
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: Config | None = None,
+                     scale: float | None = None, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Causal decode attention, O (B, Hq, Lq, D) in q's dtype. q: (B, Hq, Lq, D) with Lq 1..16;
+    k, v: (B, Hkv, S, D) with Hq a multiple of Hkv and S >= Lq; any strides. Query i sees keys
+    0 .. S - Lq + i. `scale` defaults to 1 / sqrt(D). Returns `out` (filled, any strides) when
+    given, else a new tensor."""
+    B, Hq, Hkv, Lq, S, D = check_attention_inputs(q, k, v)
+    sms = num_sms(q.device)
+    if config is None:
+        config = default_config(B, Hq, Hkv, Lq, S, D, q.dtype, sms)
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    if not math.isfinite(scale):
+        raise ValueError(f"scale {scale!r} must be finite")
+    group = Hq // Hkv
+    R = group * Lq
+    block_h = rows_per_program(group, Lq, config.BLOCK_H)
+    block_d = _pow2(D)
+    splits, per_split = split_plan(S, config.BLOCK_N, resolve_splits(config, B, Hq, Hkv, Lq, S, sms))
+    out = _prepare_output(out, q)
+    direct = splits == 1
+    rows_total = B * Hkv * R
+    opart = out if direct else torch.empty((rows_total * splits * D,), dtype=torch.float32, device=q.device)
+    lse = out if direct else torch.empty((rows_total * splits,), dtype=torch.float32, device=q.device)
+    int64 = max((S - 1) * abs(t.stride(2)) + (D - 1) * abs(t.stride(3)) for t in (k, v)) >= 2**31 - 1
+
+    grid = (splits, cdiv(R, block_h), B * Hkv)
+    split_kv_kernel[grid](
+        q, k, v, out, opart, lse,
+        B, Hkv, S, D, Lq, R, group,
+        *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+        splits, per_split, scale * LOG2E,
+        BLOCK_H=block_h, BLOCK_N=config.BLOCK_N, BLOCK_D=block_d, EVEN_D=D == block_d,
+        DIRECT=direct, INT64=int64, NUM_STAGES=config.num_stages,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    if not direct:
+        split_kv_combine_kernel[(rows_total,)](
+            opart, lse, out,
+            Hkv, D, Lq, R, group, splits,
+            *out.stride(),
+            BLOCK_S=max(16, _pow2(splits)), CHUNK=min(config.COMBINE_CHUNK, max(16, _pow2(splits))),
+            BLOCK_D=block_d, num_warps=4 if block_d >= 128 else 2,
+        )
+    return out
+
+
+def _prepare_output(out: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor:
+    if out is None:
+        return torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if not isinstance(out, torch.Tensor):
+        raise TypeError("out must be a torch tensor")
+    if tuple(out.shape) != tuple(q.shape) or out.dtype != q.dtype or out.device != q.device:
+        raise ValueError(f"out is {tuple(out.shape)} {out.dtype} on {out.device}, expected q's "
+                         f"{tuple(q.shape)} {q.dtype} on {q.device}")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Checking
+# --------------------------------------------------------------------------------------------
+
+
+def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """float64 softmax attention on the CPU with this file's causal rule: the truth."""
+    q64, k64, v64 = (t.detach().to(torch.float64).cpu() for t in (q, k, v))
+    B, Hq, Lq, D = q64.shape
+    Hkv, S = k64.shape[1], k64.shape[2]
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    k64 = k64.repeat_interleave(Hq // Hkv, dim=1)
+    v64 = v64.repeat_interleave(Hq // Hkv, dim=1)
+    s = (q64 @ k64.transpose(-1, -2)) * scale
+    visible = torch.arange(S)[None, :] <= (S - Lq + torch.arange(Lq))[:, None]
+    s = s.masked_fill(~visible, float("-inf"))
+    return torch.softmax(s, dim=-1) @ v64
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref||_F / ||ref||_F in float64; inf when `out` holds NaN/inf."""
+    o = out.detach().to(torch.float64).cpu()
+    if not torch.isfinite(o).all():
+        return math.inf
+    denom = torch.linalg.norm(ref).item()
+    return torch.linalg.norm(o - ref).item() / (denom if denom > 0 else 1.0)
+
+
+def random_inputs(B: int, Hq: int, Hkv: int, Lq: int, S: int, D: int, dtype: torch.dtype, device, seed: int = 0):
+    """Fresh normal q, k, v (never zeros) in `dtype` on `device`."""
+    g = torch.Generator(device="cpu")
+    g.manual_seed(seed)
+    q = torch.randn((B, Hq, Lq, D), generator=g).to(dtype).to(device)
+    k = torch.randn((B, Hkv, S, D), generator=g).to(dtype).to(device)
+    v = torch.randn((B, Hkv, S, D), generator=g).to(dtype).to(device)
+    return q, k, v
+
+
+def self_check(shapes, dtypes=(torch.float16, torch.bfloat16, torch.float32), config: Config | None = None) -> None:
+    """Run decode_attention on fresh inputs for each (B, Hq, Hkv, Lq, S, D) and dtype and assert
+    the error is under the dtype's tolerance."""
+    device = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+    fix_interpreter_bf16_dot()  # the interpreter's bf16 tl.dot multiplies bit patterns otherwise
+    for shape in shapes:
+        for dtype in dtypes:
+            q, k, v = random_inputs(*shape, dtype, device)
+            out = decode_attention(q, k, v, config)
+            err = rel_error(out, reference(q, k, v))
+            assert out.shape == q.shape and out.dtype == dtype, (out.shape, out.dtype)
+            assert err <= TOLERANCE[dtype], f"{shape} {dtype}: rel err {err:.3e} > {TOLERANCE[dtype]:.0e}"
+            print(f"ok  B,Hq,Hkv,Lq,S,D={shape} {dtype!s:<15} rel_err={err:.2e}")
+
+
+__all__ = ["Config", "decode_attention", "default_config", "search_space", "num_splits_for", "split_plan",
+           "reference", "rel_error", "random_inputs", "TOLERANCE"]
+
+
+if __name__ == "__main__":
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        self_check([(1, 4, 1, 1, 300, 64), (2, 8, 2, 3, 1000, 32)],
+                   config=Config(BLOCK_N=32, num_stages=2, NUM_SPLITS=3, MIN_CHUNK=64))
+    else:
+        self_check([(1, 32, 8, 1, 8192, 128), (4, 32, 8, 1, 32768, 128), (2, 16, 2, 4, 3000, 64),
+                    (1, 8, 8, 1, 1000, 256)])

@@ -1,0 +1,95 @@
+"""advisor generate split_kv: the --attn parser, validated integers only in the generated file,
+its knobs named, its --check under the Triton interpreter, and the CLI's one-line errors."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from advisor.attention import num_splits_for
+from advisor.cli import cli
+from advisor.errors import AdvisorError
+from advisor.generate import generate_split_kv, parse_attn
+
+HOSTILE = 'k"""\'\n__import__("pathlib").Path("PWNED").touch()  # {{ 7*7 }} {% raw %} `x`'
+
+
+def _run(path: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    return subprocess.run([sys.executable, str(path), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_parse_attn():
+    assert parse_attn("1:32:8:128:32768") == {"B": 1, "Hq": 32, "Hkv": 8, "D": 128, "S": 32768, "Lq": 1}
+    assert parse_attn(" 2:8:8:64:100:4 ")["Lq"] == 4
+    for bad, why in (("1:32:8:128", "expected B:HQ:HKV:D:S"), ("1:30:8:128:100", "multiple of kv heads"),
+                     ("1:8:8:8:100", "head_dim 8"), ("1:8:8:64:100:17", "query length 17"),
+                     ("1:8:8:64:3:4", "KV length 3 < query length 4"), ("0:8:8:64:100", "B=0"),
+                     ("1:8:8:64:1e5", "expected")):
+        with pytest.raises(AdvisorError, match=why):
+            parse_attn(bad)
+
+
+def test_generated_source_parses_and_names_its_knobs(tmp_path):
+    path = tmp_path / "decode.py"
+    v = generate_split_kv(parse_attn("1:32:8:128:32768"), dtype="bf16",
+                          finding={"kernel": HOSTILE, "evidence": {"note": HOSTILE}}, path=path)
+    src = path.read_text()
+    tree = ast.parse(src)
+    assert v.attn["S"] == 32768 and v.strategy == "split_kv"
+    assert 'SHAPE = {"B": 1, "HQ": 32, "HKV": 8, "D": 128, "S": 32768, "LQ": 1}' in src
+    knobs = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "KNOBS")
+    named = ast.literal_eval(knobs.value)
+    assert set(named) >= {"BLOCK_N", "BLOCK_H", "num_warps", "num_stages", "NUM_SPLITS"}
+    # the split count the wave rule gives on 132 SMs x 2 programs (8 kv-heads, 128 chunks of 256 keys)
+    assert named["NUM_SPLITS"] == num_splits_for(8, 264, 128) == 32
+    # trace text only inside a literal: nothing executes it, the template did not expand it
+    assert "PWNED" in src and "{{ 7*7 }}" in src and "49" not in src.split("FINDING =")[1].split("\n")[0]
+    assert "from ." not in src and "def decode_attention" in src and "def variant_attention" in src
+
+
+@pytest.mark.interpreter
+def test_generated_check_runs_under_the_interpreter(tmp_path):
+    # GQA 4, three causal query positions, bf16, a ragged last chunk; then a bad --attn
+    path = tmp_path / "decode.py"
+    generate_split_kv(parse_attn("1:8:2:16:90:3"), dtype="bf16", knobs={"BLOCK_N": 16, "NUM_SPLITS": 3}, path=path)
+    r = _run(path, "--check", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout)
+    assert res["check"]["ok"] and res["check"]["rel_err"] < res["check"]["tolerance"]
+    assert res["shape"] == {"B": 1, "HQ": 8, "HKV": 2, "D": 16, "S": 90, "LQ": 3}
+    assert not (tmp_path / "PWNED").exists()
+    r = _run(path, "--check", "--attn", "1:4:1", cwd=tmp_path)
+    assert r.returncode == 2 and "--attn must look like" in r.stderr
+
+
+def test_generate_split_kv_cli(tmp_path):
+    out = tmp_path / "d.py"
+    r = CliRunner().invoke(cli, ["generate", "split_kv", "--attn", "4:32:8:128:65536", "--config", "num_stages=2", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "split_kv, B=4 Hq=32 Hkv=8 D=128 S=65536" in r.output and "NUM_SPLITS=" in r.output
+    assert "set by --config: num_stages" in r.output
+    ast.parse(out.read_text())
+    for args, why in ((["--shape", "64x64x64"], "needs --attn"),
+                      (["--attn", "1:32:8:128:100", "--shape", "1x1x1"], "not --shape"),
+                      (["--attn", "1:32:7:128:100"], "multiple of kv heads")):
+        r = CliRunner().invoke(cli, ["generate", "split_kv", *args, "-o", str(tmp_path / "x.py")])
+        assert r.exit_code == 2 and why in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    r = CliRunner().invoke(cli, ["generate", "dp", "--attn", "1:32:8:128:100", "-o", str(tmp_path / "x.py")])
+    assert r.exit_code == 2 and "--attn is for the split_kv strategy" in r.output
+
+
+def test_knob_split_rule_matches_the_kernel():
+    # advisor.attention and the kernel file each carry the rule (a kernel file stands alone)
+    kv = pytest.importorskip("advisor.kernel_lib").load("split_kv_attention")
+    for units in (1, 2, 3, 8, 16, 24, 40, 64, 100, 200, 260):
+        for slots in (6, 132, 264, 528):
+            for blocks in (1, 4, 32, 100, 512):
+                assert num_splits_for(units, slots, blocks) == kv.num_splits_for(units, slots, blocks)

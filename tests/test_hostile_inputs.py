@@ -1,0 +1,268 @@
+"""Hostile and huge inputs (issue 33): bounded memory on decompression, no writes through
+planted symlinks, a cache no one else can poison, no regex blow-up, odd types and values,
+no side effects on reading, and no option that runs code taken from the environment.
+
+Each test builds its input here (tmp_path) and fails on the code before the fix it covers.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tracemalloc
+import zlib
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import tracefiles as T
+from advisor.cli import cli
+from advisor.errors import TraceError
+from advisor.traces import _inflate, load_trace, nsys_rep
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    monkeypatch.delenv("NSYS", raising=False)
+    monkeypatch.delenv(_inflate.ENV, raising=False)
+    monkeypatch.setattr(nsys_rep, "STANDARD_LOCATIONS", ())
+
+
+def run_cli(*args: str, env: dict | None = None):
+    return CliRunner().invoke(cli, list(args), env=env)
+
+
+def one_line_error(result, *needles: str) -> str:
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    err = result.stderr
+    assert err.startswith("advisor: error: ") and err.count("\n") == 1, err
+    for n in needles:
+        assert n in err, (n, err)
+    return err
+
+
+def gzip_bomb(path: Path, head: bytes, fill: bytes, total: int, tail: bytes = b"") -> Path:
+    """A gzip file of `head`, then `fill` repeated to `total` bytes, then `tail`: megabytes on
+    disk that inflate to `total`."""
+    block = fill * ((1 << 20) // len(fill))
+    c = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    with open(path, "wb") as fh:
+        fh.write(c.compress(head))
+        done = len(head)
+        while done < total:
+            n = min(len(block), total - done)
+            fh.write(c.compress(block[:n]))
+            done += n
+        fh.write(c.compress(tail))
+        fh.write(c.flush())
+    return path
+
+
+# ------------------------------------------------------------------ 1. bounded decompression
+
+
+def test_gzip_bomb_is_refused_in_bounded_memory(tmp_path):
+    """256 MiB of whitespace inside a valid Kineto document, under a 32 MiB cap: refused once
+    the cap is passed, with no more than a few chunks ever in memory (before: the whole file
+    inflated at once, then parsed)."""
+    bomb = gzip_bomb(tmp_path / "bomb.json.gz", b'{"traceEvents": [', b" ", 256 << 20, b"]}")
+    assert bomb.stat().st_size < 1 << 20
+    tracemalloc.start()
+    try:
+        with pytest.raises(TraceError, match="max-inflated-bytes") as exc:
+            load_trace(bomb, max_inflated_bytes="32M")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "bomb.json.gz" in str(exc.value)
+    assert peak < 48 << 20, f"peak {peak >> 20} MiB"
+
+
+def test_inflate_cap_from_option_and_environment(tmp_path):
+    bomb = gzip_bomb(tmp_path / "b.json.gz", b'{"traceEvents": [', b" ", 8 << 20, b"]}")
+    one_line_error(run_cli("summary", "--max-inflated-bytes", "4M", str(bomb)), "b.json.gz", "4,194,304")
+    one_line_error(run_cli("diagnose", str(bomb), env={_inflate.ENV: "1M"}), "1,048,576")
+    bad = run_cli("summary", "--max-inflated-bytes", "lots", str(bomb))
+    assert bad.exit_code == 2 and "not a size" in bad.stderr
+    # under the default cap the same file is read (and holds no kernels)
+    one_line_error(run_cli("summary", str(bomb)), "no GPU kernel activity")
+    ok = T.write_kineto(tmp_path / "ok.json", gz=True)
+    assert run_cli("summary", "--max-inflated-bytes", "16M", str(ok)).exit_code == 0
+
+
+def test_parse_size():
+    assert _inflate.parse_size("4G") == 4 << 30 and _inflate.parse_size("500M") == 500 << 20
+    assert _inflate.parse_size("16GiB") == 16 << 30 and _inflate.parse_size("123") == 123
+    for bad in ("0", "-1", "1e400", "G", "4X", "nan", str(2**70)):
+        with pytest.raises(ValueError):
+            _inflate.parse_size(bad)
+
+
+def test_multi_member_gzip_reads_whole(tmp_path):
+    """gzip concatenation (`cat a.gz b.gz`) is one stream: both members are read."""
+    doc = json.dumps(T.kineto_doc()).encode()
+    path = tmp_path / "m.json.gz"
+    path.write_bytes(gzip.compress(doc[:100]) + gzip.compress(doc[100:]))
+    assert len(load_trace(path).kernels) == 6
+
+
+def test_sqlite_gz_bomb_leaves_nothing_in_the_cache(tmp_path):
+    """A .sqlite.gz whose header declares a small database and then inflates on: stopped at
+    the declared size, before the cap, and nothing stays in the cache."""
+    real = T.write_nsys(tmp_path / "src.sqlite", n=3).read_bytes()
+    cache = tmp_path / "cache"
+    bomb = gzip_bomb(tmp_path / "run.sqlite.gz", real, b"\x00", 64 << 20)
+    one_line_error(run_cli("summary", "--cache-dir", str(cache), str(bomb)), "run.sqlite.gz", "declares")
+    assert not cache.exists() or not [p for p in cache.rglob("*") if p.is_file()]
+
+
+def test_sqlite_gz_over_the_cap_leaves_nothing(tmp_path):
+    data = bytearray(T.write_nsys(tmp_path / "src.sqlite", n=3).read_bytes())
+    data[92:96] = b"\xff\xff\xff\xff"  # version-valid-for no longer matches: size not declared
+    cache = tmp_path / "cache"
+    bomb = gzip_bomb(tmp_path / "run.sqlite.gz", bytes(data), b"\x00", 16 << 20)
+    one_line_error(run_cli("summary", "--cache-dir", str(cache), "--max-inflated-bytes", "2M", str(bomb)),
+                   "run.sqlite.gz", "max-inflated-bytes")
+    assert not cache.exists() or not [p for p in cache.rglob("*") if p.is_file()]
+
+
+def test_unreadable_decompressed_sqlite_is_not_kept(tmp_path):
+    """A .sqlite.gz that inflates completely but is not a usable database: the error names
+    the user's file and the copy does not stay in the cache (before: it stayed, 4 GiB)."""
+    data = T.write_nsys(tmp_path / "src.sqlite", n=3).read_bytes()
+    broken = data[:100] + bytes(range(256)) * ((len(data) - 100) // 256)
+    broken += data[len(broken):]
+    path = tmp_path / "bad.sqlite.gz"
+    path.write_bytes(gzip.compress(broken))
+    cache = tmp_path / "cache"
+    one_line_error(run_cli("summary", "--cache-dir", str(cache), str(path)), "bad.sqlite.gz")
+    assert not cache.exists() or not [p for p in cache.rglob("*.sqlite")]
+
+
+# ------------------------------------------------------- 2. no writes through planted symlinks
+
+
+def planted(victim: Path, where: Path) -> Path:
+    """A symlink at `where` pointing at `victim`, a file that stands for ~/.bashrc."""
+    victim.parent.mkdir(parents=True, exist_ok=True)
+    victim.write_text("echo original\n")
+    where.parent.mkdir(parents=True, exist_ok=True)
+    where.symlink_to(victim)
+    return victim
+
+
+def test_out_dir_replaces_planted_symlinks(tmp_path):
+    trace = T.write_kineto(tmp_path / "t.json")
+    out = tmp_path / "out"
+    victims = {name: planted(tmp_path / f"victim-{name}", out / name) for name in ("report.md", "report.json", "waves.png")}
+    r = run_cli("diagnose", str(trace), "--out", str(out))
+    assert r.exit_code == 0, r.output
+    for name, victim in victims.items():
+        assert victim.read_text() == "echo original\n", name
+        assert (out / name).is_file() and not (out / name).is_symlink(), name
+    assert (out / "report.md").read_text().startswith("# advisor diagnosis")
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_generate_output_replaces_a_planted_symlink(tmp_path):
+    target = tmp_path / "v.py"
+    victim = planted(tmp_path / "victim", target)
+    r = run_cli("generate", "dp", "--shape", "64x64x64", "-o", str(target))
+    assert r.exit_code == 0, r.output
+    assert victim.read_text() == "echo original\n"
+    assert not target.is_symlink() and "def variant_matmul" in target.read_text()
+
+
+def test_run_rows_replace_planted_symlinks(tmp_path):
+    from advisor.bench import rows as R
+    from advisor.counters import write_rows
+
+    for writer, name in ((lambda p: R.append_csv(p, [{"provider": "dp", "median_us": 1.0}]), "rows.csv"),
+                         (lambda p: R.write_json(p, [{"a": 1}]), "rows.json"),
+                         (lambda p: write_rows(p, [{"metric": "m", "value": 1}]), "counters.csv")):
+        victim = planted(tmp_path / f"victim-{name}", tmp_path / "out" / name)
+        writer(tmp_path / "out" / name)
+        assert victim.read_text() == "echo original\n", name
+        assert not (tmp_path / "out" / name).is_symlink()
+    R.append_csv(tmp_path / "out" / "rows.csv", [{"provider": "split_k", "median_us": 2.0}])
+    assert [r["provider"] for r in R.read_csv(tmp_path / "out" / "rows.csv")] == ["dp", "split_k"]
+
+
+def sqlite_gz(tmp_path: Path, name: str = "run.sqlite.gz") -> Path:
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(T.write_nsys(tmp_path / "src.sqlite", n=4).read_bytes()))
+    return path
+
+
+def cache_entries(cache: Path) -> list[Path]:
+    return sorted(p for p in cache.iterdir() if p.name.endswith(".sqlite"))
+
+
+def test_cache_refuses_a_directory_others_can_write(tmp_path):
+    gz = sqlite_gz(tmp_path)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    one_line_error(run_cli("summary", "--cache-dir", str(shared), str(gz)), "writable by other users", "--cache-dir")
+    assert list(shared.iterdir()) == []
+    if os.getuid() == 0:  # as root the test can make a directory that belongs to someone else
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o700)
+        os.chown(theirs, 65534, 65534)
+        one_line_error(run_cli("summary", "--cache-dir", str(theirs), str(gz)), "belongs to another user")
+
+
+def test_cache_is_private_and_never_follows_a_planted_link(tmp_path):
+    from advisor.traces import _cache
+
+    gz = sqlite_gz(tmp_path)
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    name = f"run-{_cache.source_key(gz)}.sqlite"
+    victim = planted(tmp_path / "victim", cache / name)
+    assert len(load_trace(gz, cache_dir=cache).kernels) == 4
+    assert victim.read_text() == "echo original\n"
+    (entry,) = cache_entries(cache)
+    assert entry.name == name and not entry.is_symlink()
+    assert oct(entry.stat().st_mode & 0o777) == oct(0o600)
+    fresh = tmp_path / "fresh-cache"
+    load_trace(gz, cache_dir=fresh)
+    assert oct(fresh.stat().st_mode & 0o777) == oct(0o700)
+
+
+# ------------------------------------------------------------- 3. a cache that checks what it finds
+
+
+def test_garbage_cache_entry_is_rebuilt(tmp_path):
+    from advisor.traces import _cache
+
+    gz = sqlite_gz(tmp_path)
+    cache = tmp_path / "cache"
+    assert len(load_trace(gz, cache_dir=cache).kernels) == 4
+    (entry,) = cache_entries(cache)
+    entry.write_bytes(b"SQLite format 3\x00" + os.urandom(4000))  # garbage under the right name
+    assert len(load_trace(gz, cache_dir=cache).kernels) == 4
+    entry.write_bytes(entry.read_bytes()[:3000])  # a truncated copy
+    assert len(load_trace(gz, cache_dir=cache).kernels) == 4
+    assert cache_entries(cache) == [entry]
+    # an entry others could have written (mode 0644) is not trusted either
+    planted_export = T.write_nsys(tmp_path / "planted.sqlite", n=9)
+    entry.write_bytes(planted_export.read_bytes())
+    entry.chmod(0o644)
+    assert len(load_trace(gz, cache_dir=cache).kernels) == 4
+    assert _cache.source_key(gz) in entry.name
+
+
+def test_cache_key_follows_the_source_content(tmp_path):
+    from advisor.traces import _cache
+
+    gz = sqlite_gz(tmp_path)
+    key = _cache.source_key(gz)
+    data = gz.read_bytes()
+    gz.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # same size, new content and mtime
+    os.utime(gz, ns=(gz.stat().st_atime_ns, gz.stat().st_mtime_ns + 10**9))
+    assert _cache.source_key(gz) != key

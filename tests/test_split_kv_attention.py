@@ -1,0 +1,175 @@
+"""kernels/split_kv_attention.py under the Triton interpreter: odd KV lengths, GQA ratios 1/4/8,
+one and three query positions (causal), each dtype, ragged chunks and rows without a visible
+key in a chunk, strided K/V, the one-split path, the split rule, validation."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+from advisor.kernel_lib import load
+
+kv = load("split_kv_attention")
+common = load("common")
+common.fix_interpreter_bf16_dot()
+pytestmark = pytest.mark.interpreter
+
+DEVICE = "cuda" if os.environ.get("ADVISOR_TEST_GPU") == "1" else "cpu"
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def small(splits=3, block_n=16, block_h=64, min_chunk=16):
+    return kv.Config(BLOCK_N=block_n, BLOCK_H=block_h, num_warps=4, num_stages=2, NUM_SPLITS=splits,
+                     MIN_CHUNK=min_chunk)
+
+
+def run_checked(B, Hq, Hkv, Lq, S, D, dtype, config, *, seed=0, layout="bhsd", scale=None):
+    """decode_attention into a NaN-poisoned output, checked against the float64 reference."""
+    q, k, v = kv.random_inputs(B, Hq, Hkv, Lq, S, D, dtype, DEVICE, seed=seed)
+    if layout == "bshd":  # the (B, S, H, D) cache layout many models keep, seen as (B, H, S, D)
+        k = k.transpose(1, 2).contiguous().transpose(1, 2)
+        v = v.transpose(1, 2).contiguous().transpose(1, 2)
+    out = common.poison_(torch.empty_like(q))
+    res = kv.decode_attention(q, k, v, config, scale=scale, out=out)
+    assert res is out and res.shape == q.shape and res.dtype == dtype
+    err = kv.rel_error(res, kv.reference(q, k, v, scale))
+    tol = kv.TOLERANCE[dtype]
+    assert err <= tol, f"{(B, Hq, Hkv, Lq, S, D)} {dtype} {config}: rel err {err:.3e} > {tol:.0e}"
+    return res, (q, k, v)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_dtypes_gqa4(dtype):
+    # 300 keys in 16-key tiles split 3 ways: chunks of 7, 7 and 5 tiles, the last one ragged
+    run_checked(1, 8, 2, 1, 300, 32, dtype, small())
+
+
+@pytest.mark.parametrize("S", [1, 17, 1000])
+def test_odd_lengths(S):
+    run_checked(2, 4, 1, 1, S, 32, torch.float16, small(splits=4, block_n=32))
+
+
+@pytest.mark.parametrize("ratio", [1, 4, 8])
+@pytest.mark.parametrize("lq", [1, 3])
+def test_gqa_ratios_and_query_lengths(ratio, lq):
+    run_checked(1, 2 * ratio, 2, lq, 77, 16, torch.float16, small(splits=2))
+
+
+def test_rows_split_over_programs():
+    # 8 query heads per kv-head x Lq 3 = 24 rows in 16-row programs: two row blocks, one ragged
+    run_checked(1, 8, 1, 3, 100, 32, torch.bfloat16, small(block_h=16))
+
+
+def test_early_queries_see_nothing_in_the_last_chunk():
+    # Lq 4 over 65 keys in 1-tile chunks: the last chunk (key 64) is invisible to queries 0-2,
+    # whose partial there must weigh nothing (not NaN) in the combine
+    config = small(splits=5, block_n=16)
+    assert kv.split_plan(65, 16, 5) == (5, 1)
+    run_checked(1, 2, 1, 4, 65, 16, torch.float32, config)
+    run_checked(1, 2, 1, 4, 4, 16, torch.float32, config)  # S == Lq: query 0 sees one key
+
+
+def test_one_split_stores_directly():
+    run_checked(1, 4, 2, 2, 50, 32, torch.float16, small(splits=1))
+
+
+def test_strided_cache_and_scale():
+    run_checked(2, 4, 2, 1, 90, 32, torch.float16, small(), layout="bshd", scale=0.3)
+
+
+@pytest.mark.parametrize("D", [64, 48])
+def test_head_dims(D):
+    # 48 is not a power of two: masked loads along D
+    run_checked(1, 2, 1, 1, 40, D, torch.bfloat16, small(splits=2))
+
+
+def test_deterministic():
+    config = small(splits=4)
+    first, (q, k, v) = run_checked(1, 4, 1, 2, 120, 16, torch.float32, config, seed=3)
+    assert torch.equal(first, kv.decode_attention(q, k, v, config))
+
+
+def test_default_config_runs():
+    # the rule on the test's 3 SMs: one kv-head's program would fill a third of 6 slots -> split
+    q, k, v = kv.random_inputs(1, 4, 1, 1, 700, 32, torch.float16, DEVICE, seed=5)
+    config = kv.default_config(1, 4, 1, 1, 700, 32, torch.float16, kv.num_sms())
+    assert config.NUM_SPLITS > 1
+    out = kv.decode_attention(q, k, v)
+    assert kv.rel_error(out, kv.reference(q, k, v)) <= kv.TOLERANCE[torch.float16]
+
+
+def test_search_space_configs_run():
+    space = kv.search_space(1, 4, 2, 1, 300, 32, torch.float16, 3)
+    assert 2 <= len(space) <= 12 and space[0] == kv.default_config(1, 4, 2, 1, 300, 32, torch.float16, 3)
+    for config in space[:4]:
+        run_checked(1, 4, 2, 1, 300, 32, torch.float16, config)
+
+
+def test_num_splits_rule():
+    # a grid at >= 80% of the slots is not split
+    assert kv.num_splits_for(220, 264, 512) == 1
+    # batch 1, 8 kv-heads, 2 slots on each of 132 SMs: 8 x 33 = 264 is one full wave (1.0), and
+    # the smallest split within 85% of it is 29 (232 / 264 = 0.879; 28 gives 0.848)
+    assert kv.num_splits_for(8, 264, 512) == 29
+    # capped by the key blocks (S / MIN_CHUNK): 8192 keys in 256-key chunks allow 32; 17..31
+    # splits would run as 16 chunks of 2 blocks (not eligible), so 32 (0.97) it is
+    assert kv.num_splits_for(8, 264, 32) == 32
+    assert kv.num_splits_for(8, 264, 4) == 4
+    # one unit on 3 SMs (the tests' count): 3 splits fill the wave
+    assert kv.num_splits_for(1, 3, 100) == 3
+    # with keys to spare (every split count gives other chunk sizes) the pick fills >= 85% of
+    # the best efficiency
+    for units in (1, 3, 8, 16, 40, 64):
+        s = kv.num_splits_for(units, 264, 10**6)
+        eff = units * s / (math.ceil(units * s / 264) * 264)
+        best = max(units * t / (math.ceil(units * t / 264) * 264) for t in range(1, 129))
+        assert eff >= 0.85 * best - 1e-9, (units, s, eff, best)
+
+
+def test_default_config_on_the_h200_suite():
+    # bf16, 32 query heads, 8 kv-heads, D 128 on 132 SMs: the programs cover 85-100% of 2 slots
+    # an SM while the context allows, and every chunk keeps >= 256 keys
+    for B in (1, 2, 4, 8):
+        for S in (8192, 32768, 131072):
+            c = kv.default_config(B, 32, 8, 1, S, 128, torch.bfloat16, 132)
+            splits, per = kv.split_plan(S, c.BLOCK_N, c.NUM_SPLITS)
+            programs = B * 8 * splits
+            assert per * c.BLOCK_N >= 256, (B, S, c)
+            assert programs >= 0.8 * 264 * min(1.0, B * 8 * (S // 256) / 264) or splits == 1, (B, S, c, programs)
+            assert c.smem_bytes(128, torch.bfloat16) * 2 <= common.SMEM_PER_BLOCK_SM90
+    # batch 64 x 8 kv-heads = 512 programs already fill the GPU: no split
+    assert kv.default_config(64, 32, 8, 1, 8192, 128, torch.bfloat16, 132).NUM_SPLITS == 1
+
+
+def test_validation():
+    f16 = torch.float16
+    q = torch.randn(1, 4, 1, 32, dtype=f16)
+    k = torch.randn(1, 2, 10, 32, dtype=f16)
+    with pytest.raises(ValueError, match="multiple of kv heads"):
+        kv.decode_attention(torch.randn(1, 3, 1, 32, dtype=f16), k, k)
+    with pytest.raises(ValueError, match="1..16 query positions"):
+        kv.decode_attention(torch.randn(1, 4, 17, 32, dtype=f16), torch.randn(1, 2, 40, 32, dtype=f16),
+                            torch.randn(1, 2, 40, 32, dtype=f16))
+    with pytest.raises(ValueError, match="KV length 2 < query length 3"):
+        kv.decode_attention(torch.randn(1, 4, 3, 32, dtype=f16), k[:, :, :2], k[:, :, :2])
+    with pytest.raises(ValueError, match="head_dim 8"):
+        kv.decode_attention(q[..., :8], k[..., :8], k[..., :8])
+    with pytest.raises(ValueError, match="4-D"):
+        kv.decode_attention(q[0], k, k)
+    with pytest.raises(ValueError, match="one shape"):
+        kv.decode_attention(q, k, k[:, :, :5])
+    with pytest.raises(TypeError, match="share a dtype"):
+        kv.decode_attention(q, k.float(), k.float())
+    with pytest.raises(TypeError, match="not supported"):
+        kv.decode_attention(q.double(), k.double(), k.double())
+    with pytest.raises(ValueError, match="expected q's"):
+        kv.decode_attention(q, k, k, out=torch.empty(1, 4, 2, 32, dtype=f16))
+    with pytest.raises(ValueError, match="finite"):
+        kv.decode_attention(q, k, k, small(), scale=float("nan"))
+    with pytest.raises(ValueError, match="power of two"):
+        kv.Config(BLOCK_N=48)
+    with pytest.raises(ValueError, match="NUM_SPLITS"):
+        kv.Config(NUM_SPLITS=-1)
