@@ -358,6 +358,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
             evidence["world_size"] = int(world)
         evidence["exposed_transfer_ns"] = recoverable  # exposed minus waiting for peers (skew)
         evidence["bound_ns"] = savings
+        evidence["wall_pool"] = "exposed_comm"  # not the device's idle time (diagnose.share_budgets)
         evidence["basis"] = (
             "exposed communication time (wall time on the device's critical path), less time spent waiting for "
             "peers where ranks are aligned, capped by the compute time on the device that could hide it"
