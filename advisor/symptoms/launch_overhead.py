@@ -26,6 +26,7 @@ import pandas as pd
 from ..findings import Finding
 from ..model import STRING
 from ..rules import Rule
+from ..traces.graphs import is_graph_replayed
 from .context import Context, as_int, dims, group_launches, launch_rows, shape_of
 
 SYMPTOM = "launch_overhead"
@@ -67,7 +68,10 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
         & (d["device_id"].to_numpy()[1:] == d["device_id"].to_numpy()[:-1])
         & (d["stream_id"].to_numpy()[1:] == d["stream_id"].to_numpy()[:-1])
     )
-    tiny = d["dur_ns"].to_numpy() < rule["tiny_kernel_ns"]
+    # a kernel replayed from a CUDA graph was not launched on its own: the gaps around it are
+    # not launch overhead, and a graph is what the advice would be
+    replayed = is_graph_replayed(k).reindex(d.index).to_numpy(dtype=bool)
+    tiny = (d["dur_ns"].to_numpy() < rule["tiny_kernel_ns"]) & ~replayed
     gap = np.clip(d["start_ns"].to_numpy()[1:] - d["end_ns"].to_numpy()[:-1], 0, None)
     link = same & tiny[1:] & tiny[:-1] & (gap <= rule["max_gap_in_run_ns"])
     run_id = np.concatenate([[0], np.cumsum(~link)])
