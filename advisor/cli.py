@@ -456,6 +456,8 @@ def rules_command(rules_dir, as_json) -> None:
         click.echo(f"  {r['title']}")
         click.echo(f"  try first: {r['try_first']}")
         click.echo(f"  watch for: {r['watch_for']}")
+        if r["strategies"]:
+            click.echo(f"  strategy by pattern: {', '.join(f'{k} -> {v}' for k, v in r['strategies'].items())}")
         for name, t in r["thresholds"].items():
             unit = f" {t['unit']}" if t["unit"] else ""
             click.echo(f"    {name} = {t['value']}{unit}")
@@ -587,7 +589,7 @@ def generate_command(strategy, shape, attn, group, shapes, dtype, configs, sm_co
         if v.knobs.get("transport") == "nccl" and "transport" not in knobs:
             click.echo("tip: transport=nccl runs anywhere; on GPUs with peer access (NVLink) --config transport=p2p "
                        "(copy engines, no SMs taken from the GEMM) was 1.0-1.5x faster than NCCL chunks on 2 H200s, graph-replayed "
-                       "(bench/COMM_OVERLAP.md)")
+                       "(docs/schedules/comm_overlap.md)")
         click.echo(f"next: torchrun --nproc-per-node <GPUs> {output} --check --bench --graph   (--graph: time CUDA-graph replays; eager chunks can wait on the host)")
         return
     v = generate(strategy, M, N, K, dtype=dtype, knobs=knobs, device=Device(sm_count=sm_count), path=output)

@@ -39,8 +39,9 @@ class Diagnosis:
 
     @property
     def premature(self) -> bool:
-        """True when basic problems dominate and scheduling work should wait."""
-        return bool(self.gates)
+        """True when basic problems dominate and scheduling work should wait (a one-off
+        start-up gap in the profile window does not)."""
+        return any(g.premature for g in self.gates)
 
     @property
     def totals(self) -> dict[str, int]:
@@ -224,6 +225,7 @@ def rules_table(rules: dict[str, Rule]) -> list[dict[str, Any]]:
         {
             "symptom": r.symptom,
             "strategy": r.strategy,
+            "strategies": dict(r.strategies),
             "title": r.title,
             "try_first": r.try_first,
             "watch_for": r.watch_for,

@@ -52,12 +52,18 @@ class Finding:
 class Gate:
     """A basic problem that makes scheduling work premature until it is fixed."""
 
-    check: str  # stable id: gpu_idle | sync_calls | host_copies | gemm_below_roofline
+    check: str  # stable id: gpu_idle | sync_calls | host_copies | gemm_below_roofline | startup_gap
     message: str
     value: float
     threshold: float
     rank: int | None = None
     kernel: str | None = None
+    # False for a note that is no basic problem of the program (startup_gap: the profile window
+    # holds start-up); only gates with premature=True make scheduling work premature
+    premature: bool = True
+    # the largest idle gaps behind gpu_idle/startup_gap: when (ms from the rank's first event),
+    # how long, whose turn it was and what the host was doing
+    gaps: list = field(default_factory=list, hash=False)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -36,6 +36,11 @@ STRATEGIES_FOR = {
     "small_grid_long_k": ["split_k", "stream_k"],
     "hopper_no_ws": ["warp_specialization", "persistent"],
 }
+# Strategies whose remedy changes the program, not one kernel: --run lists them in `skipped`.
+NOT_RUNNABLE = {
+    "fusion": "fuse the elementwise kernels (torch.compile) or batch them (torch._foreach_* ops) in the program",
+    "cuda_graph": "capture the loop in a CUDA graph (torch.cuda.graph, torch.compile(mode=\"reduce-overhead\")) in the program",
+}
 BASELINES = ("torch.matmul", "dp")
 # A winner must beat the best baseline (and the observed kernel) by more than this: timing
 # spread between repeated medians on the H200 was a few percent.
@@ -389,6 +394,14 @@ def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_
                 res.counters = {"summaries": [], "reports": [],
                                 "notes": ["--counters profiles single GEMM shapes; a grouped launch is not profiled"]}
             results.append(res)
+            continue
+        if f.strategy in NOT_RUNNABLE:
+            # the remedy is a change to the program (fuse, capture a graph), not a kernel to time
+            key = ("not_runnable", f.symptom, f.strategy, f.kernel, f.rank, f.device_id)
+            if key not in seen and skipped is not None:
+                seen.add(key)
+                skipped.append(SkippedFinding(f.symptom, f.kernel, dict(f.shape or {}),
+                                              f"strategy {f.strategy}: {NOT_RUNNABLE[f.strategy]}; nothing to time"))
             continue
         if f.shape is None or f.symptom not in STRATEGIES_FOR:
             continue

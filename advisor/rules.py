@@ -34,9 +34,13 @@ class Rule:
     enabled: bool = True
     thresholds: dict[str, Threshold] = field(default_factory=dict, hash=False)
     source: str = ""
-    # situation -> strategy id, for a symptom whose remedy depends on what it sees (exposed_comm:
-    # which collective, next to which kernels); `strategy` is the default
+    # per-pattern strategy ids where one symptom has several remedies (launch_overhead: a
+    # loop of GEMMs is grouped, an elementwise stream fused...): the `[strategies]` table
     strategies: dict[str, str] = field(default_factory=dict, hash=False)
+
+    def strategy_for(self, pattern: str) -> str:
+        """The strategy id the rule names for `pattern`, else the rule's own."""
+        return self.strategies.get(pattern, self.strategy)
 
     def __getitem__(self, name: str) -> Any:
         try:
@@ -69,9 +73,9 @@ def _load_one(path: Path) -> Rule:
             # nan compares false and inf passes everything: either silently turns a rule off
             raise AdvisorError(f"{path}: threshold {name!r} must be a finite number, not {value!r}")
         thresholds[name] = Threshold(value=value, why=str(spec["why"]).strip(), unit=str(spec.get("unit", "")))
-    strategies = data.get("strategies", {})
+    strategies = data.get("strategies") or {}
     if not isinstance(strategies, dict) or not all(isinstance(v, str) and v.strip() for v in strategies.values()):
-        raise AdvisorError(f"{path}: 'strategies' must be a table of strategy ids (strings)")
+        raise AdvisorError(f"{path}: [strategies] maps a pattern to a strategy id (a non-empty string)")
     enabled = data.get("enabled", True)
     if not isinstance(enabled, bool):
         raise AdvisorError(f"{path}: 'enabled' must be true or false")

@@ -8,7 +8,7 @@ It predicts each candidate's time as the larger of a compute term and a memory t
   iterations by S and adds the reduction; Stream-K spreads the tail's iterations over all
   SMs (contiguous ranges like CUTLASS's cost-based Stream-K block count, or equal K-chunks a
   tile when `aligned`) and pays for handing in and reducing the partial tiles: the
-  per-program timestamps of bench/probe_stream_k_phases.py showed these steps, not the MAC
+  per-program timestamps of experiments/probe_stream_k_phases.py showed these steps, not the MAC
   loops, setting the hybrid's overhead.
   An iteration of a BM x BN x BK step runs at the tile shape's efficiency (larger tiles reuse
   operands more; calibrated on our H200 benchmark rows).
@@ -126,7 +126,7 @@ def tensor_tflops(dev: Device, elt: int) -> float:
     """The dense tensor-core rate for inputs of `elt` bytes: fp32 inputs run as tf32, at half
     the 16-bit rate (H100/H200 datasheet: 494.7 against 989 TFLOP/s). Our kernels reach about
     the same fraction of either: 8192^3 in 3244 us with tf32 (69% of 494.7) and in ~1600 us
-    with bf16 (70% of 989) on the H200 (bench/RESULTS.md, 2026-12-01)."""
+    with bf16 (70% of 989) on the H200 (docs/results.md, 2026-12-01)."""
     return dev.peak_tflops / 2 if elt >= 4 else dev.peak_tflops
 
 

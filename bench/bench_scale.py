@@ -25,7 +25,7 @@ What it does:
     two breakdowns closest to what a diagnosis computes;
 (d) writes long-format rows (bench, tool, input, metric, value, unit, runs, machine, date) to
     bench/results/scale.csv (replacing this machine's earlier rows) and the table with the
-    targets into bench/SCALE.md (between its markers; the text around them is kept).
+    targets into docs/scale.md (between its markers; the text around them is kept).
 
 Targets (issue 9): the 1M-kernel export diagnosed in <= 10 s and <= 2 GiB peak; faster than
 HTA on the same Kineto file.
@@ -52,7 +52,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "scale.csv"
-SCALE_MD = REPO / "bench" / "SCALE.md"
+SCALE_MD = REPO / "docs" / "scale.md"
 COLUMNS = ["bench", "tool", "input", "metric", "value", "unit", "runs", "machine", "date"]
 TARGET_WALL_S = 10.0
 TARGET_RSS_MIB = 2048.0
@@ -377,7 +377,7 @@ END = "<!-- bench_scale.py: generated up to here -->"
 
 
 def write_markdown(results: dict, inputs: dict, mach: str, date: str, vers: dict, runs: int) -> None:
-    """The results table and targets, between the BEGIN/END markers of bench/SCALE.md (the
+    """The results table and targets, between the BEGIN/END markers of docs/scale.md (the
     rest of the file, e.g. what profiling found, is kept as written)."""
     nsys = results.get(("advisor", "nsys"))
     kin = results.get(("advisor", "kineto"))
@@ -443,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-hta", action="store_true", help="skip HolisticTraceAnalysis")
     ap.add_argument("--hta-python", default=sys.executable, help="interpreter with HolisticTraceAnalysis installed")
     ap.add_argument("--profile", action="store_true", help="print a cProfile of one in-process advisor run per input")
-    ap.add_argument("--no-write", action="store_true", help="print only; do not touch bench/results or bench/SCALE.md")
+    ap.add_argument("--no-write", action="store_true", help="print only; do not touch bench/results or docs/scale.md")
     ap.add_argument("--compare", action="append", default=[], metavar="DIR=LABEL",
                     help="also time `advisor diagnose` from another source tree (e.g. `git archive REV | tar -x -C DIR`) "
                          "on both inputs, reported as tool 'advisor LABEL' (repeatable)")

@@ -79,7 +79,7 @@ When it wins
     chunks fall below a wave of tiles. Time spent waiting for a slower rank is not hidden
     by any of this (advisor reports it as wait_ns).
     Measured (2 H200s over NVLink, bf16, CUDA graphs, bench/bench_comm_overlap.py, see
-    bench/COMM_OVERLAP.md): transport="p2p" with 2 chunks beat the unoverlapped sequence by
+    docs/schedules/comm_overlap.md): transport="p2p" with 2 chunks beat the unoverlapped sequence by
     1.22-1.69x on all 12 suite shapes where communication is >= a quarter of the step; the
     NCCL transport by 0.95-1.26x. Replayed eagerly on that machine's slow host, most shapes
     lose (0.36-1.33x): graph-capture the step.

@@ -36,7 +36,7 @@ Caveats
       16 bytes wide only where the leading strides are 16-byte multiples: the host passes
       each stride's power-of-two factor (`common.stride_hints`), because Triton itself only
       recognises strides divisible by 16 elements (K = 8200 ran 10x slower without it,
-      bench/probes/ragged_k.json). Rows that are not 16-byte aligned (K = 1000 in bf16)
+      experiments/probes/ragged_k.json). Rows that are not 16-byte aligned (K = 1000 in bf16)
       get narrower loads; copy such inputs into padded buffers when they are hot.
 
 Source of the idea

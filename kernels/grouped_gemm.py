@@ -52,7 +52,7 @@ Caveats
   leading stride and the sizes their vectors run along (K of a row-major A, N of a
   row-major B); and ALIGN_C, the same for C's offsets, row stride and N. M joins neither,
   so a ragged M (tokens per expert) keeps the fast path: on the H200 (2026-12-02,
-  `bench/probe_grouped_alignment.py`) 64 experts with M in 1..512 and K = N = 1024 took
+  `experiments/probe_grouped_alignment.py`) 64 experts with M in 1..512 and K = N = 1024 took
   102 us, against 997 us when every odd M lowered the promise to 1. With ALIGN = 16 bytes
   the loads are 16-byte cp.async into a `num_stages` ring and the stores 16-byte vectors
   (checked in the sm_90 PTX by `--compile-sm90`); even sizes give 4-byte cp.async; an odd
@@ -62,7 +62,7 @@ Caveats
   (a second kernel, `stage_copy_kernel`; K and N rounded up to 16 bytes' worth, the zeros add
   nothing to C), so the GEMMs get the full promise, and only C's stores stay narrow. The
   search space leads with staged configs for 16-bit groups with an odd K or N. On the H200
-  (`bench/results/probe_grouped_alignment/`, `probe_grouped_staged_configs/`) the example
+  (`experiments/results/probe_grouped_alignment/`, `probe_grouped_staged_configs/`) the example
   trace's 64 odd GEMMs took 226 us unstaged and 64 us staged with the default config (64x128
   tiles; 81 us with 128x128); the copy alone took ~22 us on the bench's aligned group of the
   same size (staged against unstaged, 52 MB moved), so about a third of that;
@@ -837,7 +837,7 @@ def search_space(sizes: Sequence[tuple[int, int, int]], dtype: torch.dtype = tor
         return out[:12]
     # odd sizes: staged pointer configs, the measured leaders first, then two staged TMA ones
     # (the slots are aligned row-major), then the unstaged best guess and the next one. On the
-    # H200 (2026-12-02, bench/probe_grouped_staged_configs.py: the example trace's 64 GEMMs and
+    # H200 (2026-12-02, experiments/probe_grouped_staged_configs.py: the example trace's 64 GEMMs and
     # two seeded draws of 64 odd sizes in 128..512) 64x128 with two programs per SM, 128x128
     # with 8 warps and 128x64 were the three fastest on every group, 1.21-1.31x the staged
     # 128x128 with 4 warps, and the staged TMA 128x128 0.63-0.66x it.

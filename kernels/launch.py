@@ -3,12 +3,12 @@
 Why: every `kernel[grid](*args, **kwargs)` call makes Triton bind and specialize each
 argument again (one native call per argument, a generated Python binder, the cache key, a
 check of the kernel's global variables, the launch-metadata dict and two hook chains). Our
-Stream-K kernel has ~70 parameters; on the H200 (2026-12-01, bench/profile_host.py) that path
+Stream-K kernel has ~70 parameters; on the H200 (2026-12-01, experiments/profile_host.py) that path
 was about half of an eager `stream_k_gemm.matmul` call (~100 us), which made eager calls on
 the tail shapes host-bound (~58 us of GPU work). With this path, the same process timed the
 schedules' host time 19-37% lower than before, and eager do_bench of Stream-K on
 1664x1408x8192 fell from 124 to 73 us while its graph-timed GPU time stayed 64-66 us
-(bench/results/host_overhead/, H200, 2026-12-01).
+(experiments/results/host_overhead/, H200, 2026-12-01).
 
 How: the first call with a given specialization goes through Triton's normal path, which
 compiles (or finds) the kernel and returns it. We remember that compiled kernel under a key
@@ -199,7 +199,7 @@ def _remember(kernel, key: tuple, compiled, n_args: int, kwargs: dict) -> None:
 # call (configs, plans, scratch sizes, tensor descriptors, a ~30-entry keyword dict) and Triton
 # expanding every descriptor in Python (`inner` in triton/backends/nvidia/driver.py). On the
 # H200 an eager Stream-K call cost ~110 us of host time for ~58 us of GPU work
-# (bench/results/host_overhead/h200_2026-12-01_profile.txt). A replay keeps, per call key
+# (experiments/results/host_overhead/h200_2026-12-01_profile.txt). A replay keeps, per call key
 # (shapes, strides, dtypes, alignment, aliasing, config), the launches that call made: the raw
 # launcher, the grid, the constant arguments, and where each pointer and each TMA descriptor
 # came from among the call's "live" tensors (its inputs, output and scratch). A later call with

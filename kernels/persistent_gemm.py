@@ -224,7 +224,7 @@ def check_staged(config) -> None:
 
 
 # Ideal-time model of staging_pays: the device-to-device copy rate and a sustained 16-bit GEMM
-# rate of the H200 (bench/RESULTS.md ceilings: 4.27 TB/s, 680-800 TFLOP/s at 8192^3); fp32
+# rate of the H200 (docs/results.md ceilings: 4.27 TB/s, 680-800 TFLOP/s at 8192^3); fp32
 # runs as tf32, at half the 16-bit tensor-core rate
 _COPY_BYTES_PER_S = 4.2e12
 _GEMM_FLOPS_PER_S = 6.5e14
@@ -269,7 +269,7 @@ def _stage_copy_kernel(src, dst, rows, cols, src_row_stride, dst_row_stride,
 def aligned_copy(x: torch.Tensor) -> torch.Tensor:
     """`x` copied into an aligned_empty buffer. A row-major source whose rows start on 8-byte
     boundaries goes through _stage_copy_kernel, anything else through torch's copy_. On the H200
-    (2026-12-01, bench/results/staging/) copy_ into the padded view moved ~1.5 TB/s (read +
+    (2026-12-01, experiments/results/staging/) copy_ into the padded view moved ~1.5 TB/s (read +
     write), the kernel 2.0-2.6 TB/s on 8-byte aligned rows (1664x8196 bf16: 22.8-23.3 against
     36.9-37.6 us) but 1.0 TB/s on 2-byte aligned ones (4096x4095: 66.9 against 44.6 us)."""
     dst = aligned_empty(*x.shape, x.dtype, x.device)
@@ -314,7 +314,7 @@ def default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> 
 
 # copy_beside's default: 4 copy programs (4 of 132 SMs on the H200), at most 6 chunks; on
 # 4096x4096x8192 and 8192^3 fp32 this beat copying B first by 4.3% and 2.4% (H200,
-# 2026-12-01, bench/results/probe_configs/h200_2026-12-01_balanced_copy_beside_3.txt), and
+# 2026-12-01, experiments/results/probe_configs/h200_2026-12-01_balanced_copy_beside_3.txt), and
 # where no chunk plan hides anything it is one chunk, the copy-first path.
 COPY_BESIDE_SMS, COPY_BESIDE_CHUNKS = 4, 6
 
@@ -352,7 +352,7 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
     if dtype == torch.float32 and min(M, N) > 512:
         # fp32 with a row-major B: pointer loads swap the operands (tf32_layout; the tile
         # becomes 128x256, B^T through registers, no copy of B) where the TMA configs copy B
-        # K-major first. H200, 2026-12-01 (bench/probes/balanced_tf32_swap.json, 3 rounds):
+        # K-major first. H200, 2026-12-01 (experiments/probes/balanced_tf32_swap.json, 3 rounds):
         # 835.7 against 857.3 us on 4096x4096x8192, but 3437 against 3292 on 8192^3; in the
         # bench run that followed (20261201T175839Z-862) level on 4096x4096x8192 (871.8
         # against 865.8). Stream-K's tail winners on fp32 are this tile (tf32_swap_points).
@@ -553,7 +553,7 @@ def copy_beside_applies(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, confi
     return copy_wanted(M, N, K, K * N)
 
 
-# The chunk plan's rates (H200, 2026-12-01, bench/results/probe_copy_beside/), both on the
+# The chunk plan's rates (H200, 2026-12-01, experiments/results/probe_copy_beside/), both on the
 # safe side, since a side copy that falls behind stalls the GEMM while a first chunk larger
 # than needed only costs its copy at the whole GPU's rate (~4 TB/s): one copy program beside
 # the GEMM moved 55 GB/s (69 alone), and the GEMM ran 128x256 fp32 tiles at up to 380

@@ -13,7 +13,7 @@ Usage (repository root, TRITON_INTERPRET unset)
     python -m kernels.sm90_compile_check dp_gemm split_k_gemm --shapes 8192x8192x8192
     python -m kernels.sm90_compile_check --all
     python -m kernels.sm90_compile_check --all --default-only --shapes 1280x1280x4096
-    python -m kernels.sm90_compile_check --variants bench/probes/tail_split_m.json
+    python -m kernels.sm90_compile_check --variants experiments/probes/tail_split_m.json
 
 Caveats
     Compile-only: it proves the configs build and fit in 227 KB of shared memory (a failure
@@ -100,7 +100,7 @@ def main(argv=None) -> int:
     parser.add_argument("--default-only", action="store_true",
                         help="only each schedule's default config (what matmul(a, b) runs), not its search space")
     parser.add_argument("--variants", default=None,
-                        help="a bench/probe_configs.py variants file: compile exactly its configs on its shapes "
+                        help="a experiments/probe_configs.py variants file: compile exactly its configs on its shapes "
                              "(bf16 unless --dtypes says otherwise), before spending device time on them")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -18,7 +18,7 @@ What
                  differ from run to run. Spreading a tile's adds over several sum buffers
                  (fewer adds queued per address) only made 32x32x131072 slower: the last
                  arriver's read-out is a latency chain, not the adds (H200, 2026-12-01,
-                 bench/results/probe_configs/README.md).
+                 experiments/results/probe_configs/README.md).
     "two_phase"  each program stores its partial into a workspace [SPLIT_K, M, N]; a second,
                  small kernel sums the SPLIT_K partials of each element in split order and
                  casts. Deterministic. Two launches; the partials make a round trip through
@@ -105,7 +105,7 @@ from .tf32_layout import a_through_registers, matmul_swapped, tf32_operands
 # then stored zeros over them, and Triton gave the load and the store different thread layouts
 # (#blocked1 vs #blocked), so one thread could zero an element before another had read it. The
 # read-and-clear is now one atomic exchange per element. Re-checked on the H200 (2026-12-01,
-# bench/check_atomic_reductions.py): 60 back-to-back launches each of 128-, 64- and 32-row tiles,
+# experiments/check_atomic_reductions.py): 60 back-to-back launches each of 128-, 64- and 32-row tiles,
 # splits 2-128, every 5th checked against float64, scratch left zeroed.
 REDUCTIONS = ("atomic", "two_phase", "fixup")
 
@@ -226,7 +226,7 @@ def _tf32_wide_point(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -
     """fp32 with M >= 256 and N >= 128: a 256x128 tile on 8 warps, split for one wave. With a
     row-major B, matmul swaps the operands (tf32_layout) and transposes the tile to 128x256,
     so the operand fed to the MMA from registers (B^T) is read out of shared memory once per
-    256 output columns instead of 128. On the H200 (2026-12-01, bench/probes/
+    256 output columns instead of 128. On the H200 (2026-12-01, experiments/probes/
     skinny_tf32_split_k.json, 5 rounds) it ran 512x512x65536 in 114.0 us against 137.5 for the
     128x128 default (torch.matmul 145.4); with the tile the other way round (128x256: B^T read
     out once per 128 columns) 138.2. On 256x256x131072 (two tiles, split 64) it lost, 78.0
@@ -242,7 +242,7 @@ def _tf32_deep_k_point(bm: int, bn: int, bk: int, split: int, dtype: torch.dtype
     """fp32: the one-wave recipe's tile with the 16-bit BLOCK_K kept (for_dtype halves it) and
     as many stages as fit in 192 KB. With a row-major B the swapped kernel feeds B^T to the MMA
     from registers; half the K-steps pay off where the tile is tall, likely because each step
-    waits for that read-out (not profiled). On the H200 (2026-12-01, bench/probes/skinny_tf32_small*.json, 5 rounds
+    waits for that read-out (not profiled). On the H200 (2026-12-01, experiments/probes/skinny_tf32_small*.json, 5 rounds
     twice) 128x64x64 at 4 stages ran 128x8192x8192 in 81.6 and 83.2 us against 94.0 and 94.3
     for 128x64x32 at 6 (and 87.8 at 8 stages, the same 192 KB: the step count, not the bytes
     in flight); torch.matmul 90.2 and 85.4. Only tiles whose 16-bit BLOCK_K is 64 (128 rows,
@@ -285,7 +285,7 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
     if wide is not None:
         atomic.append(wide)
     # the default's recipe (one wave of deep-pipelined programs) for the other tiles, also
-    # ahead of the rest: on the H200 (2026-11-29, bench/probes/skinny_split_k*.json) 128x64
+    # ahead of the rest: on the H200 (2026-11-29, experiments/probes/skinny_split_k*.json) 128x64
     # tiles without a split beat every split config on 128x8192x8192 (40-41 us against 45;
     # cuBLAS runs 128x64 tiles there too) and 64x64 tiles split 2 beat the 64x128 default on
     # 64x4096x14336 (33.3 against 34.6 us)

@@ -56,7 +56,7 @@ What
         a barrier: Triton gave them different thread layouts) and stores the tile. fp32
         additions in arrival order: not bit-reproducible.
 
-    Two options of the aligned fixup (measured on the H200, bench/results/probe_configs/):
+    Two options of the aligned fixup (measured on the H200, experiments/results/probe_configs/):
     tma_hand_in hands a partial in as bulk TMA operations from shared memory (a reduce-add
     into the sum, or a store into the slot; the arrival then waits for their completion),
     which made the atomic 128x256 tile 2-4% faster on 3072^2x4096 but the 128x128 one slower
@@ -92,10 +92,10 @@ When it wins
     (0.91-0.99x geomean over the runs of 2026-11-29 and 2026-12-01, 0.99x in run -537;
     cuBLAS's own times moving by up to 12%: the H200 runs these
     GEMMs at its 700 W cap, its SM clock 1390-1580 MHz after a second of them,
-    bench/probe_clocks.py).
+    experiments/probe_clocks.py).
     cuBLAS picks tiles that Triton's power-of-two blocks cannot express, so that the waves
     come out nearly full and no fixup is needed: 128x160 on 1664x1408 (117 tiles, one wave),
-    320x128 on 2176^2, 192x192 on 3072^2 and 4224^2 (bench/probe_cublas_kernels.py).
+    320x128 on 2176^2, 192x192 on 3072^2 and 4224^2 (experiments/probe_cublas_kernels.py).
 
 Caveats
     - fp32 (tf32) operands strided in K (kernels/tf32_layout.py): TMA configs copy them
@@ -218,7 +218,7 @@ class Config:
     # loop reads little a step, so it needs more steps in flight than the big tile's 3-4
     # stages allow: 64x128 pieces of 128x256 tiles took 26.5 us at 3 stages, 19-20 at 4 and
     # 16-17 with SK_STAGES 5-6 for a 4096-deep K (H200, 2026-12-01,
-    # bench/probes/tail_quarter_pieces*.json)
+    # experiments/probes/tail_quarter_pieces*.json)
     SK_STAGES: int = 0
     # aligned only: where N leaves the last tile column ragged, that column's tiles come first
     # in the tile order, so they fall in the Stream-K region, and with SK_SPLIT_N their column
@@ -560,7 +560,7 @@ def skinny_points(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> l
     every contributor's partial), then the deterministic fixup; then 128x128 tiles on 8
     warps (two warpgroups, 5 stages), for the compute-heavier ones such as 512x512x65536.
 
-    Measured on the H200 (2026-11-29, bench/probes/skinny_stream_k_tma.json, graph timer):
+    Measured on the H200 (2026-11-29, experiments/probes/skinny_stream_k_tma.json, graph timer):
     from 12% behind to 18% ahead of split_k_gemm's best config in the same run (128x64, 8
     stages: 39.3 us on 128x8192x8192 against 43.0; 128x128 on 8 warps: 54.9 against 64.8 on
     512x512x65536; 16x4096x16384: 37.1 against 35.6), where Stream-K's earlier search (128x128
@@ -613,13 +613,13 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 # tile's running sum) its
 # claims took 2-3 us against 4-5 us for the deterministic claims, and it ran 1-4% faster on
 # four of the five tail shapes in one side-by-side run (H200, 2026-11-29,
-# bench/probes/tail_atomic_fixup.json; before that read-out it lost on every tail shape).
+# experiments/probes/tail_atomic_fixup.json; before that read-out it lost on every tail shape).
 # 128x128 with 5 stages ran 1-3% faster than with 4 on four of the five tail shapes (1%
-# slower on 4224^2), and 1-5% faster in a second run (bench/probes/tail_stages.json,
+# slower on 4224^2), and 1-5% faster in a second run (experiments/probes/tail_stages.json,
 # tail_group_m.json); 6 stages, BLOCK_K 128 and GROUP_M 2-16 did not help. Not searched,
 # measured slower on all five tail shapes that day: FLATTEN (within noise) and dp_first
 # (1664x1408x8192: 85 us against 65 us). SK_SPLIT_M=2 on the 5-stage 128x128 tile, both
-# fixups (H200, 2026-12-01, bench/probes/tail_split_m*.json): 64-row pieces halve the
+# fixups (H200, 2026-12-01, experiments/probes/tail_split_m*.json): 64-row pieces halve the
 # partials, so the hand-in took 2.0 instead of 3.8 us a program on 1664x1408x8192 and the
 # launch 62.9 against 65.0 us (atomic) and 63.7 against 66.5 (deterministic), faster in 8
 # and 9 of 9 interleaved rounds; on 2304^2x4096 the 120 pieces need no K-chunks, hence no
@@ -627,20 +627,20 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 # MAC loops (smaller tiles, B read twice) cost more than the fixup saved (5-13% slower);
 # 4-way row splits lost everywhere. Column pieces (an SK_SPLIT_N knob, at commit e6eb523:
 # 128x128 pieces of the 128x256 winners) halved the hand-in there too but slowed the pieces'
-# MAC loops as much, and won on no shape (bench/probes/tail_split_n.json). The TMA hand-in
+# MAC loops as much, and won on no shape (experiments/probes/tail_split_n.json). The TMA hand-in
 # (8th field, tma_hand_in) on the atomic 128x256 tile: 3-4% faster on 3072^2x4096 in two
 # graph-timed runs (124.5 -> 119.9 us, 123.7 -> 118.6), 1.5-3% on 2176^2x8192, level on
 # 2304^2 and 4224^2; on 128x128 tiles it was 2-5% slower (H200, 2026-12-01,
-# bench/probes/tail_tma_hand_in*.json). Helper claims (last field) on that point, only where
+# experiments/probes/tail_tma_hand_in*.json). Helper claims (last field) on that point, only where
 # each helper's pieces are at most HELPER_BYTES: the helpers read out ~14 KB/us, so 256 KB
 # (3072^2x4096: 12 helpers, 2 pieces of 128 KB each) takes ~18 us, about the Stream-K phase
 # they skip; there they won 2-4% in three runs (120.1 -> 118.3 us with the TMA hand-in), and
 # lost 3-12% wherever the helpers had more to read (2176^2, 2304^2;
-# bench/probes/tail_helper_claims*.json). Whole quarter pieces (SK_SPLIT_N=2 with
+# experiments/probes/tail_helper_claims*.json). Whole quarter pieces (SK_SPLIT_N=2 with
 # SK_SPLIT_M=2, whole_pieces, the 64x128 pieces' loops at SK_STAGES=5): the 128x256 tile's
 # tail tiles as one round of pieces with no fixup where K <= 4096 (WHOLE_PIECES_MAX_K); they
 # won 2304^2x4096 in both bench runs since (1.04-1.05x cuBLAS) and 3072^2 in one
-# (bench/probes/tail_quarter_pieces*.json). Searched 7-stage loops for the m/2 pieces too:
+# (experiments/probes/tail_quarter_pieces*.json). Searched 7-stage loops for the m/2 pieces too:
 # 1-2% (within noise) on 2304^2 and 2176^2, slower on 1664x1408 in the bench; not kept.
 # The ragged column first (last field, edge_first, with 128x128 column pieces at SK_STAGES=5),
 # only where it drops pieces: on 4224^2x8192 (the 33 half-empty tiles as 33 pieces) the
@@ -648,7 +648,7 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 # 424.9 against 433.9 us graph-timed for the best other config; on 2176^2x8192 it brought the
 # 128x256 tile level with the 128x128 winner (106.0 against 106.2 us span, 119.6 against 118.8
 # graph-timed). At 3 stages the pieces' loop was latency-bound and lost (18.2 against 16.0 us
-# for the unsplit tiles; bench/probes/tail_edge_first*.json, H200 2026-12-01).
+# for the unsplit tiles; experiments/probes/tail_edge_first*.json, H200 2026-12-01).
 TMA_POINTS = (
     (128, 256, 8, 3, False, True, 1, False, False, 1, 0, False),
     (128, 256, 8, 4, True, True, 1, False, False, 1, 0, False),
@@ -668,7 +668,7 @@ TMA_POINTS = (
 # 5-stage one has beaten it since 2026-11-29 (1 win in 6 finals against 4 in 16).
 # Whole quarter pieces won or tied where K = 4096 (3072^2: 114.0 against 117.7 us for the best
 # other config, 2304^2: 67.1 against 67.2) and lost 5-8% at K = 8192 (4224^2: 447.8 against
-# 425.2; 2176^2: 132.3 against 123.0), 9 interleaved rounds (bench/probes/tail_quarter_pieces_2.json)
+# 425.2; 2176^2: 132.3 against 123.0), 9 interleaved rounds (experiments/probes/tail_quarter_pieces_2.json)
 WHOLE_PIECES_MAX_K = 4096
 HELPER_BYTES = 256 * 1024  # fp32 partial bytes a helper may have to read out (TMA_POINTS)
 
@@ -691,7 +691,7 @@ def tf32_swap_points(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -
     (8 warps, 3 and 4 stages, atomic partial sums). With a row-major B such a config swaps the
     operands (tf32_layout: C^T = B^T A^T, B^T through registers, no copy of B) and transposes
     the tile to 128x256, so B^T is read out of shared memory once per 256 columns (as split-K's
-    fp32 point). On the H200 (2026-12-01, bench/probes/tail_tf32_swap.json, 3 rounds) it beat
+    fp32 point). On the H200 (2026-12-01, experiments/probes/tail_tf32_swap.json, 3 rounds) it beat
     the TMA configs, which copy B K-major first, on four of the five tail shapes: 2304^2x4096
     144.3 against 154.0 us, 3072^2x4096 246.5 against 263.7, 4224^2x8192 963.5 against 994.6,
     2176^2x8192 261.8 against 268.0; on 1664x1408x8192 it lost (159.4 against 140.3)."""
@@ -732,16 +732,16 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
                          staged=staged)
             plan = plan_schedule(M, N, K, cfg, num_sms)
             # row pieces only beside a data-parallel body: on skinny shapes (all Stream-K) the
-            # pieces re-read B and lost 20-40% (bench/probes/skinny_split_m.json)
+            # pieces re-read B and lost 20-40% (experiments/probes/skinny_split_m.json)
             # and only where their units fill one round: on 3072^2x4096 the 96 pieces in 4
             # K-chunks (3 rounds of units a program) lost in every run, 12-16% behind the
-            # 128x256 tiles (bench/results/probe_configs/h200_2026-12-01_tail_quarter_pieces*.txt)
+            # 128x256 tiles (experiments/results/probe_configs/h200_2026-12-01_tail_quarter_pieces*.txt)
             wanted = plan.split_tiles if split_m == 1 else (
                 plan.dp_tiles > 0 and plan.sk_tiles > 0 and (plan.split_tiles or deterministic)
                 and plan.sk_pieces * plan.chunks <= num_sms)
             if split_n > 1 and not edge_first:
                 # quarter pieces only as one split-free round (whole_pieces; column pieces with
-                # K-chunks lost everywhere, bench/probes/tail_split_n.json), and only where
+                # K-chunks lost everywhere, experiments/probes/tail_split_n.json), and only where
                 # that round is short: a piece runs the whole K
                 wanted = plan.dp_tiles > 0 and 0 < plan.sk_pieces <= num_sms and K <= WHOLE_PIECES_MAX_K
             if helpers:  # only where the helpers have little to read
@@ -986,7 +986,7 @@ def _count_arrival(counter_ptr, key, BULK_WAIT: tl.constexpr = False):
     # arrival after the first data-parallel tile instead, so that the writes complete
     # meanwhile, was measured no faster, for per-thread and for bulk writes alike: every
     # program hands in at once and the L2 takes the partials at ~2.4 TB/s, H200 2026-12-01,
-    # bench/results/probe_configs/README.md.)
+    # experiments/results/probe_configs/README.md.)
     tl.debug_barrier()
     return tl.atomic_add(counter_ptr + key, 1, sem="acq_rel")
 
@@ -1102,7 +1102,7 @@ def _reduce_rows(
     Deterministic: summed over the tile's `chunks` partials in chunk order (same bits
     whoever does it); three partial slices in flight (cp.async): 7 or 12 were no faster on
     the H200, nor were partials stored with an L2 evict_last hint (2026-11-29,
-    bench/results/probe_configs/README.md): all programs claim at once, so the ~4-5 us of
+    experiments/results/probe_configs/README.md): all programs claim at once, so the ~4-5 us of
     claims go to reading the region's partials (64 KB a program), not to load latency.
     Atomic: taken out of the tile's fp32 running sum (1/chunks of a tile a claim), zeros
     stored back for the next launch."""

@@ -26,11 +26,11 @@ What
       tried for the persistent TMA path too (B^T loaded by TMA, then read out into
       registers; C^T stored through a descriptor over C, each tile transposed): correct,
       but 25-30% slower than copying B (H200, 2026-12-01, 8192^3: 4357 against 3272 us;
-      bench/results/probe_tf32_layout/h200_2026-12-01_tma_swap.txt), so it was dropped.
+      experiments/results/probe_tf32_layout/h200_2026-12-01_tma_swap.txt), so it was dropped.
     Every schedule's `matmul` calls tf32_operands first; bf16/fp16 inputs and K-major fp32
     ones pass through untouched.
 
-When it pays (H200, 2026-12-01, graph-timed, bench/results/probe_tf32_layout/)
+When it pays (H200, 2026-12-01, graph-timed, experiments/results/probe_tf32_layout/)
     fp32 GEMMs with a row-major B; torch.matmul runs them with tf32.
     - Copy: Stream-K 555.9 -> 145.5 us on 1664x1408x8192 (the copy included; 125.5 on a B
       stored K-major beforehand; torch 148.0), persistent 3439.4 -> 821.4 us on 4096^2x8192
@@ -73,7 +73,7 @@ import triton.language as tl
 from .common import aligned_empty, cdiv, needs_int64_offsets
 from .launch import launch
 
-# Rates of the rule (H200, 2026-12-01, bench/results/probe_tf32_layout/): the relayout
+# Rates of the rule (H200, 2026-12-01, experiments/results/probe_tf32_layout/): the relayout
 # kernel's copy rate (bytes read + written per second: 3.76-4.08 TB/s on 46-268 MB, where
 # torch's transposing copy_ moved 1.05-1.16) and our schedules' sustained tf32 rate on a
 # K-major B (300-350 TFLOP/s on the tail and balanced shapes).
@@ -137,7 +137,7 @@ def _relayout_beside_kernel(src, dst, R, C, s_r, s_c, d_r, d_c,
                             BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, INT64: tl.constexpr):
     """_relayout_kernel for a few programs beside a GEMM (grid <= blocks): the next block's
     load is issued before the current block's store, so each program keeps a load and a store
-    in flight. H200, 2026-12-01 (bench/probe_copy_beside.py): 69 GB/s a program with 64x128
+    in flight. H200, 2026-12-01 (experiments/probe_copy_beside.py): 69 GB/s a program with 64x128
     blocks on 8 warps, against 47 for the plain loop (128x128 blocks were slower, 53)."""
     blocks_r = tl.cdiv(R, BLOCK_R)
     blocks = blocks_r * tl.cdiv(C, BLOCK_C)

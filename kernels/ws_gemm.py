@@ -474,7 +474,7 @@ _C16 = [
     # (A 128x128 WS config with 5 stages was dropped: on the H200, 2026-11-29, it left output
     # elements unwritten (NaN under the poisoned-output check) on all seven shapes tried. So
     # did 128x64 WS with 6 or 8 stages and 128x128 WS with 6, 2026-12-01; with 4 stages they
-    # were right but slower than the non-WS twins: bench/results/probe_configs/README.md.)
+    # were right but slower than the non-WS twins: experiments/results/probe_configs/README.md.)
     # 8. 128x128 non-WS, flatten, two warp groups.
     Config(128, 128, 64, 8, 8, 4, warp_specialize=False, host_descriptors=True, flatten=True, tma_store=True),
     # 9./10. Small problems: tiles that still give most SMs work.

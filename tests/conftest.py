@@ -8,8 +8,11 @@ tests on a real GPU instead.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -19,6 +22,20 @@ if os.environ.get("ADVISOR_TEST_GPU") != "1":
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"
+
+
+def load_script(relpath: str) -> ModuleType:
+    """A script of bench/ or experiments/ (folders of scripts, not packages) as a module,
+    without putting its folder on sys.path for every later import."""
+    path = REPO / relpath
+    name = "_script_" + relpath.removesuffix(".py").replace("/", "_")
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def corpus_dir() -> Path:

@@ -21,6 +21,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import load_script  # noqa: E402
 from advisor.bench import isolate, rows as R, tables  # noqa: E402
 from advisor.bench.runner import (  # noqa: E402
     DeviceLost, classify, candidate_configs, load_schedule, run_shape, time_limit, VariantTimeout,
@@ -450,11 +451,7 @@ def test_table_math_on_hand_made_rows():
 
 
 def test_targets_and_floor_ratio():
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        import suites
-    finally:
-        sys.path.remove(str(REPO / "bench"))
+    suites = load_script("bench/suites.py")
     hbm = 4000.0  # GB/s: bytes_moved 1e6 -> floor 0.25 us
     rows = [
         _row(suite="tail", shape="A", us=100.0), _row(suite="tail", shape="A", provider="dp", us=150.0),
@@ -508,6 +505,7 @@ def _plan(fake_path, suite="iso", **job):
     }
 
 
+@pytest.mark.slow
 def test_isolated_run_survives_a_crash_and_a_hang(fake_path, fake, tmp_path):
     # a caller-ranked list, as advisor bench passes it: good, crash, hang, good again
     ranked = [fake.Config("good"), fake.Config("crash"), fake.Config("hang"), fake.Config("good", index=1)]
@@ -537,6 +535,7 @@ def test_isolated_run_survives_a_crash_and_a_hang(fake_path, fake, tmp_path):
     assert sum(1 for p in seen if p.row is None) >= 6 and sum(1 for p in seen if p.row is not None) == len(rows)
 
 
+@pytest.mark.slow
 def test_run_deadline_kills_the_worker_and_reports_what_never_ran(fake_path, tmp_path):
     plan = _plan(fake_path)
     plan["settings"]["variant_timeout_s"] = 120.0
@@ -569,6 +568,7 @@ def test_precompile_pass_reports_crashes_as_known(fake_path, tmp_path):
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.interpreter
 def test_bench_gemm_script_end_to_end(tmp_path):
     out = tmp_path / "out"

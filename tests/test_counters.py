@@ -127,6 +127,7 @@ def test_target_runs_one_checked_call_on_the_cpu():
     assert ncu_target.main(["--shape", "33x17x40", "--dtype", "fp16", "--provider", "dp", "--config", cfg, "--device", "cpu"]) == 0
 
 
+@pytest.mark.slow
 def test_loop_with_counters_end_to_end_on_a_fake_ncu(tmp_path, monkeypatch):
     exe = _fake_ncu(tmp_path)
     monkeypatch.setenv("NCU", str(exe))

@@ -248,6 +248,7 @@ def test_generate_refuses_knobs_the_schedule_refuses(tmp_path, strategy, knob, w
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_generated_variant_refuses_an_empty_or_negative_check_shape(tmp_path):
     # the schedules refuse empty problems (common.check_matmul_inputs raises "empty problem"),
     # so the variant's --shape says so before any tensor is made, instead of a traceback
@@ -325,6 +326,7 @@ def test_generated_grouped_variant_fp16_checks_under_interpreter(tmp_path):
     assert p.returncode == 2 and "--shapes" in p.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.interpreter
 def test_generated_grouped_variant_fp32_checks_under_interpreter(tmp_path):
     from advisor.kernel_lib import load
@@ -414,7 +416,7 @@ def test_model_stream_k_policy_on_tail_and_balanced():
 def test_model_tf32_rate():
     # fp32 inputs run as tf32 at half the 16-bit tensor rate: a compute-bound GEMM's compute
     # term doubles, its memory term only follows the bytes. H200, 2026-12-01: 8192^3 took
-    # 3244 us with tf32 (persistent) and ~1600 us in bf16 (bench/RESULTS.md).
+    # 3244 us with tf32 (persistent) and ~1600 us in bf16 (docs/results.md).
     dev = Device()
     cfg = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64}
     bf16 = predict("persistent", cfg, 8192, 8192, 8192, 2, dev)
@@ -431,6 +433,7 @@ def test_model_prunes_hopeless():
     assert all(p.config["BLOCK_M"] != 16 for p in ranked)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pattern", ["all_gather_matmul", "matmul_reduce_scatter"])
 def test_comm_overlap_variant_runs_under_torchrun_gloo(tmp_path, pattern):
     path = tmp_path / "overlap.py"
@@ -477,6 +480,7 @@ def test_comm_overlap_variant_without_torchrun_says_to_use_it(tmp_path):
     assert "launch it with torchrun" in p.stderr and "torchrun --nproc-per-node 2 overlap.py --check" in p.stderr
 
 
+@pytest.mark.slow
 def test_comm_overlap_variant_stops_on_a_world_size_that_does_not_split_the_shape(tmp_path):
     path = tmp_path / "overlap.py"
     generate_comm_overlap("matmul_reduce_scatter", 17, 24, 32, dtype="fp32", path=path)

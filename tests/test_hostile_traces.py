@@ -219,6 +219,7 @@ def test_md_for_terminal():
         assert md_for_terminal(md_escape(text, limit=400)) == safe_text(text, 400)
 
 
+@pytest.mark.slow
 def test_hostile_finding_generates_inert_code_that_runs(workdir):
     marker = workdir / "PWNED"
     path, evil = kineto_trace(workdir / hostile_file_name(), marker)

@@ -1,5 +1,5 @@
 """kernels/launch.py: the fast launch path, on the CPU with a stand-in for Triton's compiled
-kernel (the real one needs a GPU; bench/profile_host.py times it there)."""
+kernel (the real one needs a GPU; experiments/profile_host.py times it there)."""
 
 from __future__ import annotations
 

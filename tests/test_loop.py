@@ -239,6 +239,7 @@ def test_decide_group():
     assert {x["provider"]: x["status"] for x in r.table()}["grouped"] == "wrong: boom"
 
 
+@pytest.mark.slow
 @pytest.mark.interpreter
 def test_group_gpu_path_on_the_interpreter(tmp_path, monkeypatch):
     import advisor.group_loop as G
@@ -293,3 +294,15 @@ def test_findings_on_one_shape_run_once_with_every_findings_strategies(monkeypat
     assert ran == [((1664, 1408, 8192), ["stream_k", "persistent", "warp_specialization"]),
                    ((256, 256, 131072), ["split_k", "stream_k"])]
     assert skipped == []
+
+
+def test_fusion_and_graph_findings_are_skipped_with_a_reason(tmp_path, monkeypatch):
+    # the planted elementwise stream (fusion) has nothing to time: --run lists it in skipped
+    # and says what to change, instead of dropping it without a word or crashing
+    monkeypatch.setattr(L, "gpu_present", lambda: False)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(cli, ["diagnose", str(DATA / "h200" / "tiny_stream.sqlite.gz"), "--run", "--out", str(out),
+                                 "--cache-dir", str(tmp_path / "cache")])
+    assert r.exit_code == 0, r.output
+    assert "advisor: --run: skipped launch_overhead: strategy fusion: fuse the elementwise kernels" in r.stderr
+    assert "nothing run here (1 finding skipped" in r.stderr

@@ -12,9 +12,10 @@ import pytest
 from advisor import schedule_model as sm
 from advisor.kernel_lib import load
 
+from conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-import model_check  # bench/ is not a package
+model_check = load_script("bench/model_check.py")
 
 
 def test_aligned_chunks_matches_the_kernel():

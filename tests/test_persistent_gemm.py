@@ -360,6 +360,7 @@ def test_copy_into_beside_kernel():
                 assert torch.equal(out, x)
 
 
+@pytest.mark.slow
 def test_default_copy_beside_config_falls_back_to_pointer_loads(monkeypatch):
     # on a GPU of 64+ SMs the fp32 default carries copy_sms; where the tensors rule TMA out
     # and staging does not pay (C starts 4 bytes into its buffer: staging it would copy

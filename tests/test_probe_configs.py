@@ -1,19 +1,19 @@
-"""bench/probe_configs.py: its variants files (bench/probes/*.json) must keep loading as the
+"""experiments/probe_configs.py: its variants files (experiments/probes/*.json) must keep loading as the
 schedules' Config classes change, and a bad file must fail before any GPU work."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-from probe_configs import load_variants
+from conftest import load_script
 
-PROBES = sorted((ROOT / "bench" / "probes").glob("*.json"))
+ROOT = Path(__file__).resolve().parents[1]
+load_variants = load_script("experiments/probe_configs.py").load_variants
+
+PROBES = sorted((ROOT / "experiments" / "probes").glob("*.json"))
 
 
 @pytest.mark.parametrize("path", PROBES, ids=[p.stem for p in PROBES])
@@ -74,10 +74,10 @@ def test_provider_names_and_shape_filters(tmp_path):
 
 
 def test_precompile_jobs_follow_the_variants_shapes():
-    # bench/precompile.py warms exactly the (schedule, config, shape) calls the probe will
+    # experiments/precompile.py warms exactly the (schedule, config, shape) calls the probe will
     # make: a variant's own shapes, else the file's, narrowed by --shapes; --phases only the
     # Stream-K ones (the phase probe runs nothing else)
-    from precompile import jobs_of
+    jobs_of = load_script("experiments/precompile.py").jobs_of
 
     spec = {"shapes": ["64x64x64", "32x32x32"], "variants": [
         {"schedule": "stream_k_gemm", "config": {"policy": "sk"}},
@@ -87,13 +87,13 @@ def test_precompile_jobs_follow_the_variants_shapes():
         ("split_k_gemm", {"SPLIT_K": 2}, "32x32x32")]
     assert jobs_of(spec, ["32x32x32"], True) == [("stream_k_gemm", {"policy": "sk"}, "32x32x32")]
     # 6 variants on the 5 tail shapes, 2 on 1664x1408x8192 only
-    assert len(jobs_of(json.loads((ROOT / "bench/probes/tail_tma_hand_in.json").read_text()), None, False)) == 32
+    assert len(jobs_of(json.loads((ROOT / "experiments/probes/tail_tma_hand_in.json").read_text()), None, False)) == 32
 
 
 def test_probe_clocks_reads_nvidia_smi_samples():
-    # bench/probe_clocks.py: nvidia-smi's CSV lines (timestamp, SM MHz, W, C, reasons bitmask);
+    # experiments/probe_clocks.py: nvidia-smi's CSV lines (timestamp, SM MHz, W, C, reasons bitmask);
     # the header-less lines it prints, with an unparsable one skipped
-    from probe_clocks import parse_samples
+    parse_samples = load_script("experiments/probe_clocks.py").parse_samples
 
     text = ("2026/12/01 09:10:11.123, 1980, 650.12, 55, 0x0000000000000004\n"
             "[N/A]\n2026/12/01 09:10:11.223, 1582, 691.00, 58, 0x0000000000000000\n")

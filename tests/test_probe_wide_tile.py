@@ -1,14 +1,11 @@
-"""bench/probe_wide_tile.py's two-dot kernel (a BM x (BN0 + BN1) tile) is correct on odd
+"""experiments/probe_wide_tile.py's two-dot kernel (a BM x (BN0 + BN1) tile) is correct on odd
 shapes under the CPU interpreter, so its H200 timings compare a right answer."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from conftest import load_script
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-import probe_wide_tile  # bench/ is not a package
+probe_wide_tile = load_script("experiments/probe_wide_tile.py")
 
 
 def test_two_dot_tile_matches_float64():

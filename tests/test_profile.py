@@ -85,6 +85,7 @@ def test_profile_kineto_records_a_python_program(tmp_path, monkeypatch):
         assert '"traceEvents"' in fh.read()
 
 
+@pytest.mark.slow
 def test_profile_kineto_runs_python_c(tmp_path, monkeypatch):
     # `python -c CODE` is code, not a script path: it runs, sees argv[0] == "-c", and its
     # exit code comes back (it was read as a file name: FileNotFoundError, exit code 1)

@@ -356,6 +356,7 @@ def test_kernel_without_ts_is_skipped_with_note(tmp_path):
     assert any("without a valid ts/dur" in n for n in trace.meta["notes"])
 
 
+@pytest.mark.slow
 def test_large_trace_is_fast(tmp_path):
     """200,000 events must cost a small multiple of parsing the JSON (a reader that builds
     frames row by row is ~100x slower)."""

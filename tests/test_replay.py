@@ -1,5 +1,5 @@
 """kernels/launch.py's replayed calls, on the CPU with stand-ins for Triton's compiled kernel and
-its C launcher (the real ones need a GPU; bench/check_replay.py runs every schedule through
+its C launcher (the real ones need a GPU; experiments/check_replay.py runs every schedule through
 replays on one and checks the results)."""
 
 from __future__ import annotations

@@ -78,10 +78,39 @@ def test_every_skill_command_runs(tmp_path, monkeypatch):
 
 def test_readme_states_the_two_commands():
     text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 150, "the README is for users: results go to docs/"
     assert "pip install . && advisor diagnose --example" in text
     assert "pip install -r requirements-test.txt && python -m pytest -q" in text
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert "pip install -q -r requirements-test.txt && python -m pytest -q" in ci
+    # the README says how to run every test, and .ci/run runs the slow tier after the fast one
+    # and fails if either failed
+    assert 'python -m pytest -q -m ""' in text
+    assert "python -m pytest -q -m slow || status=$?" in ci and ci.rstrip().endswith('exit "$status"')
+
+
+def test_readme_report_excerpt_is_what_diagnose_prints():
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"`advisor diagnose --example`.*?```\n(.*?)```", text, flags=re.S).group(1)
+    rows = [line for line in block.splitlines() if line.startswith("|")]
+    assert len(rows) >= 3
+    r = CliRunner().invoke(cli, ["diagnose", "--example"])
+    assert r.exit_code == 0, r.output
+    for row in rows:
+        assert row in r.output, row
+
+
+def test_readme_names_real_commands_and_files():
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    for line in text.splitlines():
+        for name in re.findall(r"`advisor ([a-z]+)\b", line):
+            assert name in cli.commands or "(coming)" in line, (name, line)
+    links = re.findall(r"\]\(([^)#]+)\)", text)
+    paths = re.findall(r"`((?:docs|bench|workloads|reports|kernels|advisor|rules|templates|experiments)/[\w./-]*)`", text)
+    assert links and paths
+    for rel in links + paths:
+        if "*" not in rel:
+            assert (REPO / rel).exists(), rel
 
 
 def test_run_report_json_holds_the_keys_skill_md_promises(tmp_path, monkeypatch):

@@ -24,6 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape, plan", [("1536x1408x4096", "dp aligned")])
 def test_stream_k_defaults_compile_for_sm90(shape, plan):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -36,6 +37,7 @@ def test_stream_k_defaults_compile_for_sm90(shape, plan):
     assert "0 failure(s)" in proc.stdout
 
 
+@pytest.mark.slow
 def test_variants_file_compiles_its_configs(tmp_path):
     # --variants compiles exactly a probe's configs (here the 64-row Stream-K pieces the tail
     # search added on 2026-12-01, whose one-chunk branch stores by pointer) on their shapes,

@@ -146,6 +146,7 @@ def test_search_space_shapes():
     assert any((c.BLOCK_M, c.BLOCK_N, c.SPLIT_K) == (64, 64, 2) and c.num_stages >= 5 for c in space)
 
 
+@pytest.mark.slow
 def test_tf32_wide_point():
     # fp32 only, where a 256x128 tile fits: the swap transposes it to 128x256 (B^T read out of
     # shared memory once per 256 columns); measured winner on 512x512x65536 (H200)
@@ -159,6 +160,7 @@ def test_tf32_wide_point():
     run_checked(sk, 260, 130, 200, torch.float32, wide[0], layout=(False, True))
 
 
+@pytest.mark.slow
 def test_tf32_deep_k_point():
     # fp32 only, and only for tiles whose 16-bit BLOCK_K is 64: 128x64x64 at 4 stages (192 KB)
     # unsplit on 128x8192x8192, the measured winner there (H200), inside the cap of 12

@@ -109,6 +109,7 @@ def test_deterministic_is_bit_identical():
     assert torch.equal(first, second)
 
 
+@pytest.mark.slow
 def test_repeated_launches_reuse_clean_workspace():
     # counters and the atomic sums come back zeroed, so the next launch (same or other shape)
     # starts clean
@@ -157,6 +158,7 @@ def test_policy_rules_on_132_sms():
     assert plan.grid == 132
 
 
+@pytest.mark.slow
 def test_search_space_configs_run():
     M, N, K = 500, 200, 64  # 128x128: 8 tiles, 128x256: 4 tiles; neither a multiple of 3 SMs
     space = sk.search_space(M, N, K, torch.float16, 3)
@@ -238,6 +240,7 @@ def test_aligned_plan_arithmetic():
     assert sk.plan_schedule(*TMA_SHAPE, acfg("sk"), 7).partial_slots == 75
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("deterministic", [True, False], ids=["fixup", "atomic"])
 @pytest.mark.parametrize("policy", ["hybrid1", "hybrid2", "sk"])
 @pytest.mark.parametrize("use_tma", [False, True], ids=["ptr", "tma"])
@@ -246,6 +249,7 @@ def test_aligned_policies(policy, deterministic, use_tma, monkeypatch):
     run_checked(sk, *TMA_SHAPE, torch.float16, acfg(policy, deterministic, use_tma))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("layout", LAYOUTS, ids=layout_id)
 def test_tma_dtypes_and_layouts(layout, dtype, monkeypatch):
@@ -262,6 +266,7 @@ def test_tma_subtile_and_flatten(monkeypatch):
     run_checked(sk, *TMA_SHAPE, torch.bfloat16, acfg(flatten=True))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("aligned", [True, False], ids=["aligned", "contiguous"])
 @pytest.mark.parametrize("deterministic", [True, False], ids=["fixup", "atomic"])
 def test_data_parallel_tiles_first(aligned, deterministic, monkeypatch):
@@ -324,6 +329,7 @@ def test_skinny_points_on_132_sms():
         assert cfg_.smem_bytes(torch.float32) <= common.SMEM_PER_BLOCK_SM90
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_skinny_points_run(dtype, monkeypatch):
     # 24x80 in 32x64 or 32x128 tiles, K ragged against BLOCK_K: every point, both fixups
@@ -370,6 +376,7 @@ def test_split_validation():
     assert "m/2" in scfg(2).describe() and "m/" not in scfg(1).describe()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("deterministic", [True, False], ids=["fixup", "atomic"])
 @pytest.mark.parametrize("use_tma", [False, True], ids=["ptr", "tma"])
 @pytest.mark.parametrize("split,policy,bm", [(2, "hybrid1", 32), (4, "sk", 64), (2, "hybrid2", 32)])

@@ -39,7 +39,7 @@ def _diagnose(tmp_path, names, block_arrow):
 
 def test_same_findings_with_and_without_pyarrow(tmp_path):
     names = [str(DATA.parents[1] / "advisor" / "examples" / "h200_planted_mixed.sqlite.gz")] + [
-        str(DATA / "h200" / n) for n in ("small_gemms.kineto.json.gz", "huge_grid.sqlite.gz", "two_procs.sqlite.gz")
+        str(DATA / "h200" / n) for n in ("small_gemms.kineto.json.gz", "tiny_stream.sqlite.gz", "two_procs.sqlite.gz")
     ]
     arrow = _diagnose(tmp_path, names, block_arrow=False)
     plain = _diagnose(tmp_path, names, block_arrow=True)

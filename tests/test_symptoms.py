@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from synthetic import H100, back_to_back, kernel, launch, make_trace, nvtx
 
 from advisor.calibration import is_library_kernel, reached
 from advisor.diagnose import diagnose
+from advisor.rules import load_rules
 from advisor.render import render
 from advisor.symptoms import Context
 from advisor.symptoms.gemm import parse_cpu_op, parse_range_text, tile_from_name
@@ -262,10 +264,11 @@ def test_tiny_kernel_stream_is_launch_bound():
     ks = back_to_back(100, 3_000, 7_000, name="vectorized_elementwise_kernel", grid=(4, 1, 1))
     d = diagnose(make_trace(ks))
     (f,) = by_symptom(d, "launch_overhead")
-    assert f.strategy == "persistent"
+    # a run of elementwise kernels: fuse them (its own strategy id, not `persistent`)
+    assert f.strategy == "fusion" and f.tier == 1 and f.savings_unit == "wall"
     assert f.evidence["gap_ns"] == 99 * 7_000 and f.est_savings_ns == 99 * 7_000
     assert f.evidence["gap_fraction"] == pytest.approx(99 * 7_000 / (99 * 7_000 + 100 * 3_000), abs=1e-3)
-    assert f.suggestion["schedule"] == "persistent"
+    assert f.suggestion["schedule"] == "fusion" and "idle gaps" in f.evidence["basis"]
     # Launch-bound gaps are not counted as an idle GPU by the gate.
     assert not [g for g in d.gates if g.check == "gpu_idle"]
 
@@ -289,11 +292,28 @@ def test_mixed_tiny_stream_names_its_biggest_kernel_with_its_own_counts():
     assert "the most in `vectorized_elementwise_kernel`: 60 launches, 180.0 us" in md
 
 
-def test_library_kernels_are_named_with_what_to_change():
+@pytest.fixture
+def cost_rules(tmp_path):
+    """A rules copy with a per-block cost of 60 ns: the bundled value is the H200's measured 0
+    (a persistent loop recovered nothing there), which turns big-grid findings off; these tests
+    check the mechanics for a GPU where a measured cost is above 0."""
+    import shutil
+
+    from advisor.resources import rules_dir
+    d = tmp_path / "cost_rules"
+    shutil.copytree(rules_dir(), d)
+    text = (d / "launch_overhead.toml").read_text()
+    head, tail = text.split("[thresholds.block_cost_ns]")
+    tail = re.sub(r"value = [0-9.]+\n", "value = 60\n", tail, count=1)
+    (d / "launch_overhead.toml").write_text(head + "[thresholds.block_cost_ns]" + tail)
+    return d
+
+
+def test_library_kernels_are_named_with_what_to_change(cost_rules):
     # a user's kernel gets the plain suggestion; a library's says to change the call
     def big_grid(name):
         ks = [kernel(i * 500_000, 400_000, name=name, grid=(1_000_000, 1, 1), block=(32, 1, 1), regs=16) for i in range(3)]
-        (f,) = by_symptom(diagnose(make_trace(ks)), "launch_overhead")
+        (f,) = by_symptom(diagnose(make_trace(ks), rules=cost_rules), "launch_overhead")
         return f
     assert "library" not in big_grid("tiny_block_kernel").evidence
     f = big_grid("void cudnn::ops::nchwToNhwcKernel<float, float, float, false>(cudnn::ops::nchw2nhwc_params_t<float>)")
@@ -308,7 +328,13 @@ def test_library_kernels_are_named_with_what_to_change():
 def test_small_gemm_stream_suggests_grouped():
     ks = back_to_back(64, 4_000, 6_000, name="sm90_xmma_gemm_bf16_tilesize128x128x64", grid=(4, 1, 1))
     (f,) = by_symptom(diagnose(make_trace(ks)), "launch_overhead")
-    assert f.suggestion["schedule"] == "grouped"
+    assert f.suggestion["schedule"] == "grouped" and f.strategy == "grouped" and f.tier == 4
+
+
+def test_run_of_one_custom_kernel_stays_persistent():
+    ks = back_to_back(100, 3_000, 7_000, name="my_tiny_kernel", grid=(4, 1, 1))
+    (f,) = by_symptom(diagnose(make_trace(ks)), "launch_overhead")
+    assert f.strategy == "persistent" and f.suggestion["schedule"] == "persistent"
 
 
 def test_busy_stream_of_small_kernels_is_not_flagged():
@@ -316,14 +342,57 @@ def test_busy_stream_of_small_kernels_is_not_flagged():
     assert by_symptom(diagnose(make_trace(ks)), "launch_overhead") == []
 
 
-def test_huge_grid_of_short_blocks():
-    # 1M blocks of 32 threads, 16 regs: 32 blocks/SM -> 1e6 / 4224 = 236.7 waves in 400 us
-    # -> 1.69 us per wave, under max_wave_ns.
-    ks = [kernel(i * 500_000, 400_000, name="tiny_block_kernel", grid=(1_000_000, 1, 1), block=(32, 1, 1), regs=16) for i in range(3)]
-    (f,) = by_symptom(diagnose(make_trace(ks)), "launch_overhead")
+def test_huge_grid_of_short_blocks(cost_rules):
+    # 1M blocks of 32 threads, 16 regs: 32 blocks/SM -> 1e6 / 4224 = 236.7 waves in 800 us
+    # -> 3.4 us per wave, under max_wave_ns.
+    ks = [kernel(i * 1_000_000, 800_000, name="tiny_block_kernel", grid=(1_000_000, 1, 1), block=(32, 1, 1), regs=16) for i in range(3)]
+    (f,) = by_symptom(diagnose(make_trace(ks), rules=cost_rules), "launch_overhead")
     assert f.evidence["pattern"] == "huge grid of short blocks" and f.confidence == "low"
     assert f.evidence["waves_occupancy"] == pytest.approx(1_000_000 / (132 * 32), abs=0.1)
-    assert f.est_savings_ns == int(3 * min(200_000, (math.ceil(1_000_000 / 4224) - 1) * 500))
+    # the measured per-block cost (rules/launch_overhead.toml) x blocks / SMs, per launch
+    cost = load_rules(cost_rules)["launch_overhead"]["block_cost_ns"]
+    assert f.est_savings_ns == pytest.approx(3 * 1_000_000 / 132 * cost, abs=3)
+    assert f.tier == 4 and f.savings_unit == "gpu" and f.evidence["bound_ns"] is None
+    assert f.evidence["grid_blocks_min"] == f.evidence["grid_blocks_max"] == 1_000_000 and "per-block" in f.evidence["basis"]
+
+
+def test_huge_grid_one_finding_per_kernel_whatever_its_grids(cost_rules):
+    # a kernel whose grid follows its input (an embedding lookup's 984,709..990,913 blocks) is
+    # one finding with the range of its grids, not one per grid
+    grids = [984_709, 986_000, 988_123, 989_500, 990_000, 990_913]
+    ks = [kernel(i * 1_000_000, 800_000, name="embedding_kernel", grid=(g, 1, 1), block=(32, 1, 1), regs=16) for i, g in enumerate(grids)]
+    (f,) = by_symptom(diagnose(make_trace(ks), rules=cost_rules), "launch_overhead")
+    assert f.launches == 6 and f.evidence["grid_blocks_min"] == 984_709 and f.evidence["grid_blocks_max"] == 990_913
+    cost = load_rules(cost_rules)["launch_overhead"]["block_cost_ns"]
+    assert f.est_savings_ns == pytest.approx(sum(grids) / 132 * cost, abs=6)
+
+
+def test_huge_grid_estimate_never_claims_the_whole_kernel(cost_rules):
+    # 1M blocks in 400 us: the per-block cost would claim more than the kernel's time; a
+    # persistent kernel still does the work, so the estimate stops at max_saving_share
+    rule = load_rules(cost_rules)["launch_overhead"]
+    ks = [kernel(i * 500_000, 400_000, name="tiny_block_kernel", grid=(1_000_000, 1, 1), block=(32, 1, 1), regs=16) for i in range(3)]
+    (f,) = by_symptom(diagnose(make_trace(ks), rules=cost_rules), "launch_overhead")
+    assert 1_000_000 / 132 * rule["block_cost_ns"] > 400_000
+    assert f.est_savings_ns == pytest.approx(3 * 400_000 * rule["max_saving_share"], abs=3)
+
+
+def test_huge_grid_estimate_reads_the_rule(tmp_path, cost_rules):
+    # the per-block cost is a rule threshold: halve it, halve the estimate
+    import shutil
+
+    d = tmp_path / "rules"
+    shutil.copytree(cost_rules, d)
+    text = (d / "launch_overhead.toml").read_text()
+    head, tail = text.split("[thresholds.block_cost_ns]")
+    tail = tail.replace("value = 60\n", "value = 30\n", 1)
+    (d / "launch_overhead.toml").write_text(head + "[thresholds.block_cost_ns]" + tail)
+    ks = [kernel(i * 1_000_000, 800_000, name="tiny_block_kernel", grid=(1_000_000, 1, 1), block=(32, 1, 1), regs=16) for i in range(3)]
+    (a,) = by_symptom(diagnose(make_trace(ks), rules=cost_rules), "launch_overhead")
+    (b,) = by_symptom(diagnose(make_trace(ks), rules=d), "launch_overhead")
+    assert b.est_savings_ns == pytest.approx(a.est_savings_ns / 2, abs=3)
+    # with the measured H200 cost (0: the persistent loop was slower) there is nothing to claim
+    assert by_symptom(diagnose(make_trace(ks)), "launch_overhead") == []
 
 
 def test_hopper_no_ws_flags_plain_gemm_not_nvjet():
@@ -449,3 +518,69 @@ def test_odd_shapes_of_a_grouped_suggestion():
                                                                                  "alignment_elements": 8}
     assert _odd_shapes(["8x12x20"], "fp32") == {}  # 16 bytes are 4 fp32 elements
     assert _odd_shapes(["8x12x20"], None) == {"gemm_shapes_unaligned": 1, "alignment_elements": 8}
+
+
+# ---------------------------------------------------------------- launch_overhead on real traces
+
+
+def _corpus_diag(corpus, *names, rules=None):
+    paths = [corpus / n for n in names]
+    for p in paths:
+        if not p.exists():
+            pytest.skip(f"{p} not in the corpus")
+    from advisor.traces import load_trace
+    return diagnose(load_trace(paths), rules=rules)
+
+
+def test_real_big_grid_kernel_is_one_finding(corpus, cost_rules):
+    # V100 ResNet-50 (2021 Kineto): cuDNN's scalePackedTensor_kernel ran with grids of 100352
+    # and 50176 blocks; that was two findings, it is one kernel
+    d = _corpus_diag(corpus, "kineto/kineto_tbplugin_v100_resnet50_2021.json.gz", rules=cost_rules)
+    big = [f for f in d.findings if f.evidence.get("pattern") == "huge grid of short blocks"]
+    scale = [f for f in big if "scalePackedTensor_kernel" in f.kernel]
+    assert len(scale) == 1
+    (f,) = scale
+    assert (f.evidence["grid_blocks_min"], f.evidence["grid_blocks_max"]) == (50176, 100352) and f.launches == 18
+    assert f.est_savings_ns <= load_rules(cost_rules)["launch_overhead"]["max_saving_share"] * f.total_ns
+    assert len({(x.rank, x.kernel) for x in big}) == len(big)  # never two findings on one kernel
+
+
+def test_real_host_bound_step_is_found(corpus):
+    # A100 NCCL trainer (HTA): 2700 kernels on one stream, half under 20 us, but longer GEMMs
+    # and copies break every tiny-kernel run, so no run finding fired. In 1836 short gaps
+    # (159 ms of a 661 ms span) the next launch call began only after the GPU went idle.
+    d = _corpus_diag(corpus, "kineto/hta_a100_nccl.json.gz")
+    assert not [f for f in d.findings if f.evidence.get("pattern") == "tiny back-to-back kernels"]
+    (f,) = [f for f in d.findings if f.evidence.get("pattern") == "host-bound launches"]
+    assert f.strategy == "cuda_graph" and f.tier == 1 and f.savings_unit == "wall"
+    assert f.evidence["host_gaps"] == 1836 and 150e6 < f.est_savings_ns < 165e6
+    assert f.evidence["host_api_calls"][0]["name"] == "cudaLaunchKernel"
+    assert "reduce-overhead" in render("diagnosis.md.j2", d=d)
+
+
+def test_real_runs_get_their_own_strategy_ids(corpus):
+    # V100 all-reduce trainer: the tiny runs are 94% elementwise -> fusion; DLRM rank 0: 61
+    # kinds, GEMMs and sorts among the elementwise ones (66%) -> a CUDA graph
+    d = _corpus_diag(corpus, "kineto/hta_v100_2rank_allreduce.json.gz")
+    (f,) = [f for f in d.findings if f.evidence.get("pattern") == "tiny back-to-back kernels"]
+    assert f.strategy == "fusion" and f.evidence["run_kind"] == "elementwise_run"
+    d = _corpus_diag(corpus, "kineto/param_dlrm_v100_8rank/worker0.json.gz")
+    (f,) = [f for f in d.findings if f.evidence.get("pattern") == "tiny back-to-back kernels"]
+    assert f.strategy == "cuda_graph" and f.evidence["run_kind"] == "mixed_run"
+
+
+def test_real_startup_gap_is_named_and_not_premature(tmp_path):
+    # two planted programs in one H200 nsys capture: 637 ms of module loading before the first
+    # GEMM, 62 and 24 ms more loading cuBLAS/Triton modules; between them the GPU is busy. The
+    # gate fired gpu_idle (1% busy) and marked every finding premature, without saying where.
+    from conftest import DATA
+
+    from advisor.traces import load_trace
+    d = diagnose(load_trace(DATA / "h200" / "two_procs.sqlite.gz", cache_dir=tmp_path))
+    assert [g.check for g in d.gates] == ["startup_gap"] and not d.premature
+    (g,) = d.gates
+    assert g.gaps[0]["gap_ns"] > 600e6 and g.gaps[0]["at_ms"] > 6000 and g.gaps[0]["waited_on"] == "host"
+    assert any(c["name"] == "cuModuleLoadData" for c in g.gaps[0]["host_api_calls"])
+    assert "capture-range=cudaProfilerApi" in g.message and "torch.profiler.schedule" in g.message
+    assert d.findings  # the GEMM findings stand, not premature
+    assert "Fix these first" not in render("diagnosis.md.j2", d=d)

@@ -20,13 +20,14 @@ Group B, schedules and healthy controls:
     sdpa_decode_flash, sdpa_decode_cudnn       decode attention (q length 1, 32 query / 8 KV heads,
                                                head_dim 128) at batch 1 and 4, context 8k and 32k,
                                                SDPA forced to one backend
-    llama_decode -> llama_decode_static        HF Llama (hidden 4096, 4 layers, GQA 32/8) greedy
-                 -> llama_decode_static_compiled  16 tokens after an 8k prompt: dynamic cache ->
-                                               static cache (eager) -> static cache with HF's
-                                               automatic torch.compile (CUDA graphs)
+    llama_decode -> llama_decode_static        HF Llama (hidden 4096, 4 layers, GQA 32/8) greedy,
+                                               16 tokens after an 8k prompt: dynamic -> static cache
     moe_forward                                HF Mixtral (2 layers, 8 experts, top-2) forward
     llama_prefill                              control: 8 x 2048 tokens bf16 forward
+Group C, compiled (slow to start: each process compiles):
     gpt2_train_compiled                        control: gpt2_train_padded under torch.compile
+    llama_decode_static_compiled               llama_decode_static with transformers' automatic
+                                               torch.compile (reduce-overhead: CUDA graphs)
 
 Each scenario warms up (--warmup steps, compilation included), then, with --time, runs --reps
 CUDA-synchronized steps and appends one JSON line to OUT/timings.jsonl; then profiles --steps
@@ -96,7 +97,8 @@ class Scenario:
 
 
 def _on(ctx: Ctx):
-    """Build modules straight on the target device (random init on the GPU is fast)."""
+    """Build modules straight on the target device (random init on the GPU is fast); each build
+    still moves the model there after, in case a library built it elsewhere."""
     return torch.device(ctx.device)
 
 
@@ -134,7 +136,7 @@ def gpt2_train(ctx: Ctx, vocab: int = 50257, compiled: bool = False) -> Built:
     cfg = GPT2Config(vocab_size=vocab, n_positions=seq, n_embd=d, n_layer=layers, n_head=heads)
     with _on(ctx):
         model = GPT2LMHeadModel(cfg)
-    model = model.to(torch.bfloat16).train()
+    model = model.to(ctx.device, torch.bfloat16).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     tokens = _tokens(ctx, 50257, batch, seq)  # the real tokenizer's ids whatever the padding
     run = torch.compile(model) if compiled else model
@@ -149,7 +151,7 @@ def _cnn(ctx: Ctx, make, batch: int, channels_last: bool) -> Built:
     dtype = torch.bfloat16 if ctx.cuda else torch.float32  # bf16 convolutions crawl on the CPU
     with _on(ctx):
         model = make()
-    model = model.to(dtype).train()
+    model = model.to(ctx.device, dtype).train()
     x = torch.randn(batch, 3, res, res, device=ctx.device, dtype=dtype)
     y = torch.randint(0, 1000, (batch,), device=ctx.device)
     if channels_last:
@@ -195,6 +197,9 @@ def _lora(ctx: Ctx, model, batch: int, seq: int, vocab: int, bf16_adapters: bool
     # them in the base model's dtype
     pm = get_peft_model(model, cfg, **({"autocast_adapter_dtype": False} if bf16_adapters else {}))
     trainable = [p for p in pm.parameters() if p.requires_grad]
+    dtypes = {p.dtype for p in trainable}
+    if dtypes != {torch.bfloat16 if bf16_adapters else torch.float32}:  # the pair would measure nothing
+        print(f"WARNING: this peft made {sorted(map(str, dtypes))} adapters", file=sys.stderr)
     opt = torch.optim.AdamW(trainable, lr=1e-4)
     tokens = _tokens(ctx, vocab, batch, seq)
     pm.train()
@@ -214,7 +219,7 @@ def lora_llama_train(ctx: Ctx, bf16_adapters: bool = False) -> Built:
                       num_key_value_heads=kv, vocab_size=32000, max_position_embeddings=seq)
     with _on(ctx):
         model = LlamaForCausalLM(cfg)
-    b = _lora(ctx, model.to(torch.bfloat16), batch, seq, 32000, bf16_adapters)
+    b = _lora(ctx, model.to(ctx.device, torch.bfloat16), batch, seq, 32000, bf16_adapters)
     b.info.update(model="transformers LlamaForCausalLM", hidden=hidden, layers=layers, heads=heads, kv_heads=kv)
     return b
 
@@ -229,7 +234,7 @@ def lora_qwen2_train(ctx: Ctx, bf16_adapters: bool = False) -> Built:
                       num_key_value_heads=kv, vocab_size=vocab, max_position_embeddings=seq, tie_word_embeddings=True)
     with _on(ctx):
         model = Qwen2ForCausalLM(cfg)
-    b = _lora(ctx, model.to(torch.bfloat16), batch, seq, vocab, bf16_adapters)
+    b = _lora(ctx, model.to(ctx.device, torch.bfloat16), batch, seq, vocab, bf16_adapters)
     b.info.update(model="transformers Qwen2ForCausalLM", hidden=hidden, layers=layers, heads=heads, kv_heads=kv)
     return b
 
@@ -242,19 +247,23 @@ def bert_fp32_train(ctx: Ctx, precision: str = "fp32") -> Built:
                      max_position_embeddings=max(512, seq), num_labels=2)
     with _on(ctx):
         model = BertForSequenceClassification(cfg)
-    model.train()  # fp32 weights: PyTorch's default
+    model = model.to(ctx.device).train()  # fp32 weights: PyTorch's default
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     tokens = _tokens(ctx, cfg.vocab_size, batch, seq)
     labels = torch.randint(0, 2, (batch,), device=ctx.device)
-    inner = _train_step(model, opt, input_ids=tokens, labels=labels)
     if precision == "tf32":
         torch.set_float32_matmul_precision("high")  # reset to "highest" before every scenario
-    if precision == "bf16":
-        def step():
-            with torch.autocast(device_type="cuda" if ctx.cuda else "cpu", dtype=torch.bfloat16):
-                return inner()
-    else:
-        step = inner
+    autocast = torch.autocast(device_type="cuda" if ctx.cuda else "cpu", dtype=torch.bfloat16,
+                              enabled=precision == "bf16")
+
+    def step():  # autocast around the forward only, as the AMP recipe has it
+        with autocast:
+            loss = model(input_ids=tokens, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
     return Built(step, {"model": "transformers BertForSequenceClassification", "hidden": hidden, "layers": layers,
                         "batch": batch, "seq": seq, "weights": "float32", "precision": precision,
                         "float32_matmul_precision": torch.get_float32_matmul_precision()})
@@ -312,7 +321,7 @@ def _llama(ctx: Ctx, max_pos: int):
                       num_key_value_heads=kv, vocab_size=32000, max_position_embeddings=max_pos)
     with _on(ctx):
         model = LlamaForCausalLM(cfg)
-    return model.to(torch.bfloat16).eval(), {"model": "transformers LlamaForCausalLM", "hidden": hidden,
+    return model.to(ctx.device, torch.bfloat16).eval(), {"model": "transformers LlamaForCausalLM", "hidden": hidden,
                                              "layers": layers, "heads": heads, "kv_heads": kv, "ffn": inter}
 
 
@@ -329,7 +338,9 @@ def llama_decode(ctx: Ctx, cache: str = "dynamic", compiled: bool = False) -> Bu
 
     @torch.inference_mode()
     def step():
-        return model.generate(tokens, **kw)
+        out = model.generate(tokens, **kw)
+        info["compiled_by_generate"] = hasattr(model, "_compiled_call")  # what generate did, not what we asked
+        return out
 
     info.update(prompt=prompt, new_tokens=new, batch=1, cache=cache, auto_compile=compiled, dtype="bfloat16")
     return Built(step, info)
@@ -345,7 +356,7 @@ def moe_forward(ctx: Ctx) -> Built:
                         num_experts_per_tok=2, vocab_size=32000, max_position_embeddings=seq)
     with _on(ctx):
         model = MixtralForCausalLM(cfg)
-    model = model.to(torch.bfloat16).eval()
+    model = model.to(ctx.device, torch.bfloat16).eval()
     tokens = _tokens(ctx, 32000, batch, seq)
 
     @torch.inference_mode()
@@ -417,13 +428,15 @@ SCENARIOS = {s.name: s for s in [
     _s("moe_forward", "B", "moe_forward", "control", "", "HF Mixtral (8 experts, top-2) forward, 8 x 1024 tokens",
        moe_forward),
     _s("llama_prefill", "B", "llama_prefill", "control", "", "HF Llama prefill, 8 x 2048 tokens, bf16", llama_prefill),
-    _s("gpt2_train_compiled", "B", "gpt2_vocab", "after", "model = torch.compile(model)",
+    _s("gpt2_train_compiled", "C", "gpt2_vocab", "control", "model = torch.compile(model)",
        "gpt2_train_padded under torch.compile (a healthy control)", lambda c: gpt2_train(c, 50304, compiled=True)),
-    _s("llama_decode_static_compiled", "B", "llama_decode", "after",
+    _s("llama_decode_static_compiled", "C", "llama_decode", "after",
        'model.generate(..., cache_implementation="static")  # compile left on: CUDA graphs',
        "static cache with transformers' automatic torch.compile", lambda c: llama_decode(c, "static", True)),
 ]}
-GROUPS = {g: [s.name for s in SCENARIOS.values() if s.group == g] for g in ("A", "B")}
+# C holds the compiled scenarios: each process compiles afresh (Inductor's cache on disk helps the
+# later ones), which would push B past its 8 minutes on one H200
+GROUPS = {g: [s.name for s in SCENARIOS.values() if s.group == g] for g in ("A", "B", "C")}
 
 
 # --- running ------------------------------------------------------------------------------------
@@ -519,9 +532,12 @@ def label_nsys(raw: Path, out: Path) -> int:
     for db in sorted(raw.glob("*.sqlite")):
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
         try:
-            rows = con.execute(
-                "SELECT DISTINCT COALESCE(n.text, s.value) FROM NVTX_EVENTS n LEFT JOIN StringIds s "
-                "ON n.textId = s.id WHERE COALESCE(n.text, s.value) LIKE 'hf_scenario %'").fetchall()
+            cols = {r[1] for r in con.execute("PRAGMA table_info(NVTX_EVENTS)")}
+            # a range's text is inline, or (registered strings, newer nsys) a textId into StringIds
+            text = "COALESCE(n.text, s.value)" if "textId" in cols else "n.text"
+            join = "LEFT JOIN StringIds s ON n.textId = s.id" if "textId" in cols else ""
+            rows = con.execute(f"SELECT DISTINCT {text} FROM NVTX_EVENTS n {join} "
+                               f"WHERE {text} LIKE 'hf_scenario %'").fetchall()
         except sqlite3.Error as e:
             rows = []
             print(f"{db.name}: {e}", file=sys.stderr)
@@ -563,6 +579,8 @@ def main(argv=None) -> int:
     p.add_argument("--label-nsys", type=Path, metavar="RAW",
                    help="Name RAW's .sqlite exports after their scenario, gzipped into --out, and exit.")
     args = p.parse_args(argv)
+    if args.reps < 2:
+        p.error("--reps must be at least 2 (p20 and p80 need two steps)")
     if args.label_nsys:
         args.out.mkdir(parents=True, exist_ok=True)
         return label_nsys(args.label_nsys, args.out)

@@ -29,7 +29,7 @@ class Context:
         """trace.kernels + occupancy columns + GEMM columns, same index; plus `_name_code`
         (the name factorized, -1 when missing) and `_launch_group` (one id per GROUP_KEYS
         combination), computed once here so that each symptom's grouping hashes integers
-        instead of a million strings again (bench/SCALE.md)."""
+        instead of a million strings again (docs/scale.md)."""
         k = self.trace.kernels
         out = pd.concat([k, occupancy(self.trace), gemm_table(self.trace, self.shapes)], axis=1)
         if "_name_code" not in out.columns:  # gemm_table factorized the names already

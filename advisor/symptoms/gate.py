@@ -2,8 +2,13 @@
 
 Checks, per rank (and device):
 * gpu_idle: the GPU is busy (kernels or copies) for too little of the span of its own
-  activity; gaps inside launch-bound runs of tiny kernels are not counted as idle here,
-  since launch_overhead reports them with a remedy.
+  activity in the steady state; gaps inside launch-bound runs of tiny kernels are not
+  counted as idle here, since launch_overhead reports them with a remedy. The message names
+  the largest gaps: when, how long, whether the GPU waited on the host or on the device, the
+  runtime calls and the NVTX range or op the host was in.
+* startup_gap (premature=False): one leading gap (start-up, JIT compilation, data loading)
+  made the whole span look idle while the steady state after it is busy: the profile window
+  should leave it out. Only idle in the steady state makes scheduling work premature.
 * sync_calls: the GPU idles after synchronising calls (device/stream/event synchronise,
   blocking memcpy) until the host launches again; a final synchronise costs nothing.
 * host_copies: host<->device copies take a large share of device busy time.
@@ -25,6 +30,8 @@ from ..rules import Rule
 from ..textutil import safe_text
 from . import intervals
 from .context import Context, as_int, gemm_bytes, gemm_flop, launch_rows, shape_of
+from .idle import gaps as idle_gaps
+from .idle import host_context
 from .launch_overhead import find_runs
 from .strings import contains
 from .tail_wave import work_units
@@ -44,6 +51,11 @@ _SYNC = re.compile(
 
 
 def _idle(ctx: Context, rule: Rule) -> list[dict]:
+    """Per (rank, device): busy fraction of the span of GPU activity (gaps inside launch-bound
+    runs count as busy: launch_overhead reports them), the largest idle gaps with what the
+    host did meanwhile, and whether the largest is a one-off start-up gap: it comes before
+    `startup_busy_share` of the busy time and is `startup_gap_factor` times longer than any
+    later gap. Then `steady_busy_fraction` is the busy fraction after it."""
     t = ctx.trace
     parts = [t.kernels[["rank", "device_id", "start_ns", "end_ns"]], t.memcpy[["rank", "device_id", "start_ns", "end_ns"]]]
     acts = pd.concat(parts, ignore_index=True)
@@ -52,19 +64,80 @@ def _idle(ctx: Context, rule: Rule) -> list[dict]:
     acts["device_id"] = acts["device_id"].fillna(-1).astype("int64")
     lo_rule = ctx.rules.get("launch_overhead")
     runs = find_runs(ctx, lo_rule) if lo_rule is not None else pd.DataFrame()
+    all_gaps = idle_gaps(ctx)
     rows = []
     for (rank, dev), g in acts.groupby(["rank", "device_id"], sort=False):
         if rank in ctx.serialized_ranks:
             continue  # the profiler's gaps, not the program's
-        span = int(g["end_ns"].max() - g["start_ns"].min())
+        first, last = int(g["start_ns"].min()), int(g["end_ns"].max())
+        span = last - first
         busy = intervals.total(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
-        run_gaps = 0
-        if len(runs):
-            r = runs[(runs["rank"] == rank) & (runs["device_id"] == dev)]
-            run_gaps = int(r["gap_ns"].sum())
+        r = runs[(runs["rank"] == rank) & (runs["device_id"] == dev)] if len(runs) else runs
+        run_gaps = int(r["gap_ns"].sum()) if len(r) else 0
         frac = (busy + run_gaps) / span if span > 0 else 1.0
-        rows.append({"rank": int(rank), "device_id": int(dev), "span_ns": span, "busy_ns": busy, "run_gap_ns": run_gaps, "busy_fraction": frac})
+        gp = all_gaps[(all_gaps["rank"] == rank) & (all_gaps["device_id"] == dev)] if len(all_gaps) else all_gaps
+        row = {"rank": int(rank), "device_id": int(dev), "span_ns": span, "busy_ns": busy, "run_gap_ns": run_gaps,
+               "busy_fraction": frac, "startup": None, "steady_busy_fraction": frac, "gaps": [], "jit_gaps": []}
+        if len(gp):
+            top = gp.sort_values("gap_ns", ascending=False, kind="stable")
+            big = top.iloc[0]
+            later = gp[gp["gap_start_ns"] > big["gap_start_ns"]]["gap_ns"]
+            if (big["busy_before_ns"] <= rule["startup_busy_share"] * busy
+                    and big["gap_ns"] >= rule["startup_gap_factor"] * (later.max() if len(later) else 0)):
+                s0 = int(big["gap_start_ns"] + big["gap_ns"])
+                in_steady = r[r["first_ns"] >= s0]["gap_ns"].sum() if len(r) else 0
+                steady_span = last - s0
+                steady_busy = busy - int(big["busy_before_ns"])
+                row["startup"] = _describe(ctx, big)
+                row["steady_busy_fraction"] = (steady_busy + in_steady) / steady_span if steady_span > 0 else 1.0
+                top = top.iloc[1:]
+            # loading and JIT compilation (a kernel's first launch) are one-off too, wherever
+            # they fall: the largest gaps whose host was loading modules or compiling
+            described = [_describe(ctx, x) for _, x in top.head(_JIT_LOOKED_AT).iterrows()]
+            jit = [x for x in described if _is_jit(x)]
+            if jit:
+                s0 = int(row["startup"]["gap_ns"]) if row["startup"] else 0
+                rest = span - s0 - sum(x["gap_ns"] for x in jit)
+                base = row["steady_busy_fraction"] * (span - s0) if span - s0 > 0 else 0
+                row["steady_busy_fraction"] = base / rest if rest > 0 else 1.0
+            row["jit_gaps"] = jit
+            row["gaps"] = [x for x in described if not _is_jit(x)][: rule["gaps_named"]]
+        rows.append(row)
     return rows
+
+
+# how many of a device's largest gaps are looked at for loading/JIT work (host context each)
+_JIT_LOOKED_AT = 20
+_JIT_API = re.compile(r"ModuleLoad|LibraryLoad|nvrtc|cuLink|ModuleGetFunction", re.I)
+_JIT_RANGE = re.compile(r"compil|autotun|\bjit\b|nvrtc|triton\.runtime", re.I)
+
+
+def _is_jit(x: dict) -> bool:
+    """A gap the host spent loading modules or compiling kernels (one-off per kernel)."""
+    return any(_JIT_API.search(c["name"]) for c in x["host_api_calls"]) or bool(
+        x["host_range"] and _JIT_RANGE.search(x["host_range"]))
+
+
+def _describe(ctx: Context, gap) -> dict:
+    """One gap for people: ms from the rank's first event, how long, whose turn, host activity."""
+    t0 = int(gap["gap_start_ns"])
+    host = host_context(ctx, int(gap["rank"]), t0, t0 + int(gap["gap_ns"]), gap["thread_id"])
+    hb = gap["host_bound"]
+    return {
+        "at_ms": round((t0 - int(gap["trace_start_ns"])) / 1e6, 3),
+        "gap_ns": int(gap["gap_ns"]),
+        "waited_on": "unknown" if pd.isna(hb) else ("host" if hb else "device"),
+        "before": safe_text(gap["next_name"], 80),
+        "host_api_calls": host["api_calls"],
+        "host_range": host["range"]["text"] if host["range"] else None,
+    }
+
+
+def _gap_text(x: dict) -> str:
+    what = ", ".join(f"{safe_text(c['name'], 40)} x{c['calls']}" for c in x["host_api_calls"][:2])
+    where = f" in {safe_text(x['host_range'], 60)}" if x["host_range"] else ""
+    host = f"; host: {what}{where}" if what or where else ""
+    return f"{x['gap_ns'] / 1e6:.3g} ms at {x['at_ms']:g} ms before {x['before']} (waiting on the {x['waited_on']}{host})"
 
 
 def _sync(ctx: Context) -> list[dict]:
@@ -167,15 +240,33 @@ def evidence(ctx: Context, rule: Rule) -> dict[str, list[dict]]:
 def judge(ev: dict[str, list[dict]], rule: Rule, ctx: Context) -> list[Gate]:
     gates = []
     for r in ev["gpu_idle"]:
-        if r["busy_fraction"] < rule["min_busy_fraction"]:
+        named = "; largest gaps: " + "; ".join(_gap_text(x) for x in r["gaps"]) if r["gaps"] else ""
+        one_off = ([r["startup"]] if r["startup"] else []) + r["jit_gaps"]
+        if one_off and r["busy_fraction"] < rule["min_busy_fraction"]:
+            # one-off gaps (a leading one, loading/JIT compilation) made the span look idle: say
+            # where, and how to leave them out of the window
+            what = "; ".join(_gap_text(x) for x in one_off[:3])
+            gates.append(Gate(
+                "startup_gap",
+                f"the profile window includes start-up on rank {r['rank']} (device {r['device_id']}): "
+                f"{len(one_off)} one-off idle gap{'s' if len(one_off) > 1 else ''} (start-up, module loading or JIT "
+                f"compilation): {what}; narrow the window with a capture range (nsys --capture-range=cudaProfilerApi) "
+                "or a profiler schedule (torch.profiler.schedule(wait, warmup, active)). Without them the GPU is busy "
+                f"{r['steady_busy_fraction']:.0%} of the time",
+                round(r["busy_fraction"], 3), rule["min_busy_fraction"], rank=r["rank"], premature=False,
+                gaps=one_off,
+            ))
+        if r["steady_busy_fraction"] < rule["min_busy_fraction"]:
+            steady = " after start-up" if r["startup"] is not None else ""
             gates.append(
                 Gate(
                     "gpu_idle",
-                    f"GPU busy only {r['busy_fraction']:.0%} of its active span on rank {r['rank']} "
-                    f"(device {r['device_id']}): the GPU waits on the host",
-                    round(r["busy_fraction"], 3),
+                    f"GPU busy only {r['steady_busy_fraction']:.0%} of its active span{steady} on rank {r['rank']} "
+                    f"(device {r['device_id']}): the GPU waits on the host{named}",
+                    round(r["steady_busy_fraction"], 3),
                     rule["min_busy_fraction"],
                     rank=r["rank"],
+                    gaps=r["gaps"],
                 )
             )
     for r in ev["sync_calls"]:

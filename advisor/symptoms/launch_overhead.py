@@ -1,19 +1,26 @@
 """launch_overhead: work cut into pieces so small that launching them costs as much as running them.
 
-What it detects, two shapes of one problem:
+What it detects, three shapes of one problem:
 * runs of tiny back-to-back kernels on one stream (each under `tiny_kernel_ns`), where the
   gaps between them are a large share of the run: the stream is launch-bound;
+* host-bound windows on a device: short idle gaps (up to `max_gap_in_run_ns`) where the launch
+  call of the next kernel started only after the GPU had gone idle (advisor.symptoms.idle), so
+  the GPU waited on the CPU, even where longer kernels break the tiny-kernel runs;
 * huge grids of very short blocks: many waves (occupancy model) each lasting a few
-  microseconds, so block launch and prologue are paid again and again.
+  microseconds, so block launch and prologue are paid again and again. One finding per
+  kernel (its grids' range in the evidence).
 Why it matters: the GPU idles between launches, and short blocks spend a visible share of
-their life starting up. What to do: a persistent kernel (grid ~ #SMs looping over the work;
-for many small GEMMs, one grouped launch); for runs of unrelated tiny kernels a CUDA graph
-also removes the gaps. Estimated recoverable time: the gaps inside runs (idle wall time, so
-it can exceed the kernels' own time); for big grids, waves x `block_overhead_ns` (a rough
-figure, hence low confidence). A run finding covers every tiny kernel of the stream's runs
-of one kind (mostly GEMMs: a grouped launch; the rest: a persistent kernel or a CUDA graph):
-`launches` and `total_ns` are theirs, `kernel` names the one with the most time in them
-(its own counts in the evidence).
+their life starting up. What to do depends on what the run is made of, so the strategy id is
+per pattern (rules/launch_overhead.toml `[strategies]`): a loop of small GEMMs -> one grouped
+launch; a run of elementwise/reduction kernels -> fusion (torch.compile, torch._foreach_*);
+mixed work (a model's layers) or a host-bound window -> capture the loop in a CUDA graph; one
+kernel repeated or one huge grid -> persistent. Estimated recoverable time: for runs and
+host-bound windows, the gaps (idle wall time, savings_unit "wall", so it can exceed the
+kernels' own time); for big grids, the measured per-block scheduling cost
+(`block_cost_ns`, experiments/block_cost.py) x blocks / SMs, capped by the kernel's own
+throughput floor where its bytes are known (savings_unit "gpu"). A run finding covers every
+tiny kernel of the stream's runs of one kind: `launches` and `total_ns` are theirs, `kernel`
+names the one with the most time in them (its own counts in the evidence).
 """
 
 from __future__ import annotations
@@ -27,10 +34,21 @@ from ..findings import Finding
 from ..model import STRING
 from ..rules import Rule
 from ..traces.graphs import is_graph_replayed
-from .context import Context, as_int, dims, group_launches, launch_rows, shape_of
+from .context import Context, as_int, dims, gemm_bytes, shape_of
+from .idle import gaps as idle_gaps
+from .idle import host_context
 
 SYMPTOM = "launch_overhead"
 REQUIRES = ()  # runs need only kernel times; the big-grid half also needs grids and SM counts
+
+# Kernels whose work is elementwise or a reduction (ATen's elementwise/reduce templates,
+# Inductor's pointwise/reduction/persistent-reduction kernels, multi-tensor optimizers, copies,
+# fills, norms, softmax, index/scatter/gather): what fusion (torch.compile) or foreach ops merge.
+_ELEMENTWISE = re.compile(
+    r"elementwise|reduce_kernel|reduction|triton_(?:poi|red|per)_|multi_tensor_apply|foreach|CatArray|"
+    r"fill|copy_kernel|index|softmax|norm|scatter|gather|where_kernel|_amp_",
+    re.IGNORECASE,
+)
 
 
 # One run finding per stream and kind of run (mostly GEMMs or not)
@@ -91,6 +109,11 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
         gemm_fraction=("is_gemm", "mean"),
     )
     runs = runs[runs["kernels"] >= rule["min_run_kernels"]].copy()
+    # the kernels whose gap before them a run counts (positions in ctx.kernels), so that the
+    # host-bound windows do not count those gaps again where the run's finding fires
+    gapped = d[d["run_id"].isin(runs.index).to_numpy() & (d["gap_before"].to_numpy() > 0)]
+    ctx.cache[key + ("gapped",)] = pd.DataFrame({"run_id": gapped["run_id"].to_numpy(),
+                                                 "pos": k.index.get_indexer(gapped.index)})
     # a loop of small GEMMs and a stream of elementwise kernels want different fixes (one
     # grouped launch, a persistent kernel or a CUDA graph), even on one stream
     runs["gemm_run"] = runs["gemm_fraction"] >= 0.5
@@ -160,19 +183,113 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
         per_stream["top_kernel_launches"] = top["launches"].reindex(stream_keys).to_numpy()
         per_stream["top_kernel_ns"] = top["ns"].reindex(stream_keys).to_numpy()
         per_stream["kernel_names"] = distinct.reindex(stream_keys).to_numpy()
+        ew = names[names["name"].astype(str).str.contains(_ELEMENTWISE).to_numpy()]
+        per_stream["elementwise_ns"] = ew.groupby(_KEY, sort=False)["ns"].sum().reindex(stream_keys).fillna(0).to_numpy()
         shapes, dtypes = _gemm_shapes(ctx.cache.get(key + ("shapes",)), ids)
         per_stream["gemm_shapes"] = [shapes.get(k, []) for k in stream_keys]
         per_stream["gemm_dtype"] = [dtypes.get(k) for k in stream_keys]
         per_stream["kind"] = "run"
         parts.append(per_stream)
-    k = ctx.kernels
-    big = launch_rows(k, k["waves"].notna() & ~k["is_comm"], ["waves", "blocks_per_sm", "sm_count"]).copy()
+    big = _big_grids(ctx, rule)
     if len(big):
-        big["wave_ns"] = big["dur_ns"] / np.ceil(big["waves"].astype("float64"))
-        big = group_launches(big, ["waves", "wave_ns", "blocks_per_sm", "sm_count"])
-        big["kind"] = "big_grid"
         parts.append(big)
+    hb = _host_bound(ctx, rule)
+    if len(hb):
+        parts.append(hb)
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def _big_grids(ctx: Context, rule: Rule) -> pd.DataFrame:
+    """kind="big_grid": one row per kernel (rank, device, name) over its launches with at
+    least `min_waves_big_grid` waves of at most `max_wave_ns` each, whatever their grids (a
+    kernel whose grid follows its input is one kernel, not one finding per grid): launches,
+    time, the range of grids and waves, and the per-launch estimate summed (`saved_ns`, with
+    `bound_ns` where a byte count gives the kernel a throughput floor)."""
+    k = ctx.kernels
+    m = k["waves"].notna() & ~k["is_comm"] & k["grid_blocks"].notna() & k["sm_count"].notna()
+    if not m.any():
+        return pd.DataFrame()
+    cols = [c for c in ("rank", "device_id", "name", "_name_code", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
+                        "block_z", "grid_blocks", "waves", "blocks_per_sm", "sm_count", "dur_ns", "M", "N", "K",
+                        "batch", "dtype", "is_gemm") if c in k.columns]
+    d = k.loc[m.to_numpy(dtype=bool), cols].copy()
+    waves = d["waves"].astype("float64").to_numpy()
+    d["wave_ns"] = d["dur_ns"].to_numpy() / np.ceil(waves)
+    d = d[(waves >= rule["min_waves_big_grid"]) & (d["wave_ns"].to_numpy() <= rule["max_wave_ns"])]
+    if d.empty:
+        return pd.DataFrame()
+    dur = d["dur_ns"].to_numpy("float64")
+    blocks = d["grid_blocks"].astype("float64").to_numpy()
+    sms = d["sm_count"].astype("float64").to_numpy()
+    # what a persistent loop saves: each block's scheduling cost, paid blocks/SMs times per SM
+    cost = blocks / sms * rule["block_cost_ns"]
+    # a kernel cannot beat its own compulsory traffic: known for GEMMs with a shape
+    floor = np.zeros(len(d))
+    bw = np.array([ctx.device_value(r, dv, "mem_bandwidth_bytes_per_s") or np.nan for r, dv in zip(d["rank"], d["device_id"])],
+                  dtype="float64")
+    if "M" in d.columns:
+        for i, row in enumerate(d[["M", "N", "K", "batch", "dtype", "is_gemm"]].itertuples(index=False)):
+            if row.is_gemm and not pd.isna(row.M) and not np.isnan(bw[i]):
+                shape = {"M": int(row.M), "N": int(row.N), "K": int(row.K), "batch": None if pd.isna(row.batch) else int(row.batch),
+                         "dtype": None if pd.isna(row.dtype) else str(row.dtype)}
+                floor[i] = gemm_bytes(shape)[0] / bw[i] * 1e9
+    # the loop still does the work: never more than max_saving_share of the kernel's time
+    d["saved_ns"] = np.clip(np.minimum(np.minimum(cost, dur * rule["max_saving_share"]), dur - floor), 0, None)
+    d["floor_ns"] = floor
+    d["device_id"] = d["device_id"].astype("Float64").fillna(-1).astype("int64")
+    key = ["rank", "device_id", "_name_code" if "_name_code" in d.columns else "name"]
+    g = d.groupby(key, sort=False)
+    out = g.agg(
+        name=("name", "first"), launches=("dur_ns", "size"), total_ns=("dur_ns", "sum"), median_ns=("dur_ns", "median"),
+        saved_ns=("saved_ns", "sum"), floor_ns=("floor_ns", "sum"), grid_blocks_min=("grid_blocks", "min"),
+        grid_blocks_max=("grid_blocks", "max"), waves_min=("waves", "min"), waves_max=("waves", "max"),
+        wave_ns=("wave_ns", "median"), blocks_per_sm=("blocks_per_sm", "median"), sm_count=("sm_count", "first"),
+    ).reset_index()
+    # the grid and block the kernel ran with most often, for the finding's grid/block fields
+    common = d.assign(_n=1).groupby([*key, "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"], sort=False, dropna=False)["_n"].size()
+    common = common.reset_index().sort_values("_n", ascending=False, kind="stable").drop_duplicates(key)
+    out = out.merge(common.drop(columns="_n"), on=key, how="left")
+    firsts = d.drop_duplicates(key)[[*key, *[c for c in ("M", "N", "K", "batch", "dtype") if c in d.columns]]]
+    out = out.merge(firsts, on=key, how="left")
+    out["kind"] = "big_grid"
+    return out.sort_values("total_ns", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def _host_bound(ctx: Context, rule: Rule) -> pd.DataFrame:
+    """kind="host_bound": per (rank, device), the short idle gaps (up to `max_gap_in_run_ns`)
+    whose next launch call started after the GPU went idle: the host was still launching.
+    Longer gaps are host stalls the gate reports."""
+    g = idle_gaps(ctx)
+    if g.empty:
+        return pd.DataFrame()
+    k = ctx.kernels
+    # a gap before a graph-replayed kernel: the loop already runs from a CUDA graph, so
+    # "capture it in a graph" is not the remedy (the graph launches are another finding's)
+    pos = g["next_pos"].to_numpy()
+    replayed = is_graph_replayed(k).to_numpy(dtype=bool)
+    before_graph = (pos >= 0) & replayed[np.clip(pos, 0, max(len(k) - 1, 0))] if len(k) else np.zeros(len(g), bool)
+    hb = g[g["host_bound"].fillna(False).to_numpy(dtype=bool) & (g["gap_ns"] <= rule["max_gap_in_run_ns"]).to_numpy()
+           & ~before_graph]
+    if hb.empty:
+        return pd.DataFrame()
+    rows = []
+    for (rank, dev), x in hb.groupby(["rank", "device_id"], sort=False):
+        on = k[(k["rank"] == rank) & (k["device_id"].astype("Float64").fillna(-1) == dev).to_numpy(dtype=bool)]
+        kern = x[x["next_pos"] >= 0]  # the kernels that waited (a copy is no kernel to name)
+        names = (kern if len(kern) else x)["next_name"].value_counts()
+        rows.append({
+            "kind": "host_bound", "rank": int(rank), "device_id": int(dev), "name": str(names.index[0]),
+            "host_gaps": int(len(x)), "host_gap_ns": int(x["gap_ns"].sum()),
+            "first_ns": int(x["gap_start_ns"].min()), "last_ns": int(x["gap_start_ns"].max()),
+            "trace_start_ns": int(x["trace_start_ns"].iloc[0]),
+            "span_ns": int(on["end_ns"].max() - on["start_ns"].min()) if len(on) else 0,
+            "kernels": int(len(on)), "kernel_ns": int(on["dur_ns"].sum()),
+            "tiny_kernels": int((on["dur_ns"] < rule["tiny_kernel_ns"]).sum()),
+            "device_gaps": int(((g["rank"] == rank) & (g["device_id"] == dev) & ~g["host_bound"].fillna(True).astype(bool)).sum()),
+            "gap_positions": x["next_pos"].to_numpy(), "gap_sizes": x["gap_ns"].to_numpy(),
+            "thread_id": x["thread_id"].mode().iloc[0] if x["thread_id"].notna().any() else None,
+        })
+    return pd.DataFrame(rows)
 
 
 def _gemm_shapes(shapes: pd.DataFrame | None, ids: pd.DataFrame) -> tuple[dict, dict]:
@@ -218,17 +335,33 @@ def _note_library(evidence: dict, name: str) -> dict:
     return evidence
 
 
+def _run_pattern(row, rule: Rule) -> str:
+    """Which remedy a run calls for (a key of the rule's [strategies] table)."""
+    if row["gemm_fraction"] >= 0.5:
+        return "gemm_loop"
+    if row["kernel_ns"] and row.get("elementwise_ns", 0) / row["kernel_ns"] >= rule["fusion_min_share"]:
+        return "elementwise_run"
+    top_share = row["top_kernel_ns"] / row["kernel_ns"] if row["kernel_ns"] else 1.0
+    return "mixed_run" if top_share < rule["mixed_top_share"] else "kernel_run"
+
+
+# tier of each pattern's remedy: fusing, graphing or feeding the GPU is a basic (1); one
+# grouped or persistent launch is a kernel schedule (4)
+_TIER = {"gemm_loop": 4, "elementwise_run": 1, "mixed_run": 1, "kernel_run": 4, "host_bound": 1, "big_grid": 4}
+
+
 def _run_finding(row, rule: Rule, ctx: Context) -> Finding | None:
     busy = row["kernel_ns"] + row["gap_ns"]
     frac = row["gap_ns"] / busy if busy else 0.0
     if frac < rule["min_gap_fraction"] or row["gap_ns"] < rule["min_savings_ns"]:
         return None
-    grouped = row["gemm_fraction"] >= 0.5
+    pattern = _run_pattern(row, rule)
+    grouped = pattern == "gemm_loop"
     top_share = row["top_kernel_ns"] / row["kernel_ns"] if row["kernel_ns"] else 1.0
-    mixed = not grouped and top_share < rule["mixed_top_share"]
+    strategy = rule.strategy_for(pattern)
     return Finding(
         symptom=SYMPTOM,
-        strategy=rule.strategy,
+        strategy=strategy,
         title=rule.title,
         kernel=str(row["name"]),
         rank=as_int(row["rank"]),
@@ -239,11 +372,11 @@ def _run_finding(row, rule: Rule, ctx: Context) -> Finding | None:
         launches=int(row["kernels"]),
         total_ns=int(row["kernel_ns"]),
         est_savings_ns=int(row["gap_ns"]),
-        savings_unit="wall",  # the gaps are time the GPU waited, not kernel time
         confidence="high" if frac >= 0.5 else "medium",
         watch_for=rule.watch_for,
         evidence=_note_library({
             "pattern": "tiny back-to-back kernels",
+            "run_kind": pattern,
             "stream_id": None if row["stream_id"] < 0 else int(row["stream_id"]),
             "runs": int(row["runs"]),
             "kernels_in_runs": int(row["kernels"]),
@@ -253,6 +386,7 @@ def _run_finding(row, rule: Rule, ctx: Context) -> Finding | None:
             "mean_kernel_ns": int(row["kernel_ns"] / max(1, row["kernels"])),
             "launch_api_ns": None if pd.isna(row["launch_api_ns"]) else int(row["launch_api_ns"]),
             "gemm_fraction": round(float(row["gemm_fraction"]), 3),
+            "elementwise_share": round(float(row.get("elementwise_ns", 0) / row["kernel_ns"]), 3) if row["kernel_ns"] else 0.0,
             # `kernel` is only the runs' biggest part: its own launches and time
             "kernel_names": int(row["kernel_names"]),
             "top_kernel_launches": int(row["top_kernel_launches"]),
@@ -260,8 +394,12 @@ def _run_finding(row, rule: Rule, ctx: Context) -> Finding | None:
             "top_kernel_share": round(float(top_share), 3),
             "gemm_shapes_known": len(row["gemm_shapes"]),
             **_odd_shapes(row["gemm_shapes"][:MAX_GROUPED_SHAPES] if grouped else [], row["gemm_dtype"]),
+            "basis": f"sum of the {int(row['kernels']) - int(row['runs'])} idle gaps inside the runs (each up to "
+                     f"{rule['max_gap_in_run_ns'] / 1000:g} us): wall time the GPU waited between launches",
         }, str(row["name"])),
-        suggestion=_run_suggestion(row, grouped, mixed),
+        suggestion=_run_suggestion(row, pattern, strategy),
+        tier=_TIER[pattern],
+        savings_unit="wall",
     )
 
 
@@ -280,12 +418,11 @@ def _odd_shapes(shapes: list, dtype) -> dict:
     return {"gemm_shapes_unaligned": odd, "alignment_elements": per} if odd else {}
 
 
-def _run_suggestion(row, grouped: bool, mixed: bool) -> dict:
-    """grouped: one launch for the run's GEMMs; cuda_graph: the run is mixed work (no kernel
-    holds `mixed_top_share` of it), which only a graph of the whole loop replaces; else one
-    persistent kernel for the run's repeated kernel."""
-    out = {"schedule": "grouped" if grouped else "cuda_graph" if mixed else "persistent", "cuda_graph": True}
-    if grouped and row["gemm_shapes"]:
+def _run_suggestion(row, pattern: str, strategy: str) -> dict:
+    """`schedule` is the strategy id (grouped, fusion, cuda_graph, persistent); a grouped
+    loop also lists its GEMM shapes (the most launched first) and dtype."""
+    out = {"schedule": strategy, "cuda_graph": True}
+    if pattern == "gemm_loop" and row["gemm_shapes"]:
         out["shapes"] = row["gemm_shapes"][:MAX_GROUPED_SHAPES]
         if row["gemm_dtype"]:
             out["dtype"] = row["gemm_dtype"]
@@ -293,24 +430,25 @@ def _run_suggestion(row, grouped: bool, mixed: bool) -> dict:
 
 
 def _big_grid_finding(row, rule: Rule, ctx: Context) -> Finding | None:
-    waves, wave_ns = row["waves"], row["wave_ns"]
-    if waves < rule["min_waves_big_grid"] or wave_ns > rule["max_wave_ns"]:
-        return None
-    per_launch = row["total_ns"] / row["launches"]
-    # Each wave pays roughly block_overhead_ns; a persistent loop pays it about once.
-    saved = min(0.5 * per_launch, (np.ceil(waves) - 1) * rule["block_overhead_ns"])
-    savings = saved * row["launches"]
+    savings = float(row["saved_ns"])
     if savings < rule["min_savings_ns"]:
         return None
     sms = int(row["sm_count"])
     bps = int(row["blocks_per_sm"])
+    lo, hi = int(row["grid_blocks_min"]), int(row["grid_blocks_max"])
+    grids = f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
+    floor = int(row["floor_ns"])
+    basis = (f"per-block scheduling cost {rule['block_cost_ns']:g} ns x {grids} blocks / {sms} SMs per launch, at most "
+             f"{rule['max_saving_share']:.0%} of its time"
+             + (", capped by the kernel's time minus its HBM floor (compulsory bytes / bandwidth)" if floor else
+                ", no byte count to cap it by the kernel's throughput"))
     return Finding(
         symptom=SYMPTOM,
-        strategy=rule.strategy,
+        strategy=rule.strategy_for("big_grid"),
         title=rule.title,
         kernel=str(row["name"]),
         rank=as_int(row["rank"]),
-        device_id=as_int(row["device_id"]),
+        device_id=None if row["device_id"] < 0 else int(row["device_id"]),
         shape=shape_of(row),
         grid=dims(row, "grid"),
         block=dims(row, "block"),
@@ -321,20 +459,96 @@ def _big_grid_finding(row, rule: Rule, ctx: Context) -> Finding | None:
         watch_for=rule.watch_for,
         evidence=_note_library({
             "pattern": "huge grid of short blocks",
-            "waves_occupancy": round(float(waves), 1),
-            "wave_ns": int(wave_ns),
+            "grid_blocks_min": lo,
+            "grid_blocks_max": hi,
+            "waves_occupancy": round(float(row["waves_max"]), 1),
+            "waves_min": round(float(row["waves_min"]), 1),
+            "wave_ns": int(row["wave_ns"]),
             "blocks_per_sm": bps,
             "sm_count": sms,
             "median_ns": int(row["median_ns"]),
+            "block_cost_ns": rule["block_cost_ns"],
+            "bound_ns": floor or None,
+            "basis": basis,
         }, str(row["name"])),
-        suggestion={"schedule": "persistent", "grid": sms * bps},
+        suggestion={"schedule": rule.strategy_for("big_grid"), "grid": sms * bps},
+        tier=_TIER["big_grid"],
+        savings_unit="gpu",
+    )
+
+
+def _host_bound_finding(row, rule: Rule, ctx: Context, counted: set) -> Finding | None:
+    """The short host-bound gaps of a device that no fired run finding counts already."""
+    pos, sizes = np.asarray(row["gap_positions"]), np.asarray(row["gap_sizes"], dtype=np.int64)
+    keep = ~np.isin(pos, np.fromiter(counted, dtype=np.int64, count=len(counted))) if counted else np.ones(len(pos), bool)
+    n, wait = int(keep.sum()), int(sizes[keep].sum())
+    span = int(row["span_ns"])
+    frac = wait / span if span else 0.0
+    if n < rule["min_host_bound_gaps"] or frac < rule["min_host_bound_fraction"] or wait < rule["min_savings_ns"]:
+        return None
+    host = host_context(ctx, int(row["rank"]), int(row["first_ns"]), int(row["last_ns"]) + 1, row.get("thread_id"))
+    t0 = int(row["trace_start_ns"])
+    return Finding(
+        symptom=SYMPTOM,
+        strategy=rule.strategy_for("host_bound"),
+        title=rule.title,
+        kernel=str(row["name"]),
+        rank=as_int(row["rank"]),
+        device_id=None if row["device_id"] < 0 else int(row["device_id"]),
+        shape=None,
+        grid=None,
+        block=None,
+        launches=int(row["kernels"]),
+        total_ns=int(row["kernel_ns"]),
+        est_savings_ns=wait,
+        confidence="high" if frac >= 0.5 else "medium",
+        watch_for=rule.watch_for,
+        evidence={
+            "pattern": "host-bound launches",
+            "host_gaps": n,
+            "host_gap_ns": wait,
+            "host_gap_fraction": round(frac, 3),
+            "device_gaps": int(row["device_gaps"]),
+            "span_ns": span,
+            "kernels": int(row["kernels"]),
+            "tiny_kernels": int(row["tiny_kernels"]),
+            "window_ms": [round((int(row["first_ns"]) - t0) / 1e6, 3), round((int(row["last_ns"]) - t0) / 1e6, 3)],
+            "host_api_calls": host["api_calls"],
+            "host_range": host["range"]["text"] if host["range"] else None,
+            "basis": f"sum of {n} idle gaps of up to {rule['max_gap_in_run_ns'] / 1000:g} us after which the next "
+                     "launch call began only once the GPU had gone idle (the CPU was still launching); gaps counted "
+                     "by a run finding are left out",
+        },
+        suggestion={"schedule": rule.strategy_for("host_bound"), "cuda_graph": True},
+        tier=_TIER["host_bound"],
+        savings_unit="wall",
     )
 
 
 def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
     out = []
-    for row in ev.to_dict("records") if len(ev) else []:
-        f = _run_finding(row, rule, ctx) if row["kind"] == "run" else _big_grid_finding(row, rule, ctx)
+    rows = ev.to_dict("records") if len(ev) else []
+    fired_runs = []
+    for row in rows:
+        if row["kind"] == "run":
+            f = _run_finding(row, rule, ctx)
+            if f is not None:
+                fired_runs.append(tuple(row[c] for c in _KEY))
+        elif row["kind"] == "big_grid":
+            f = _big_grid_finding(row, rule, ctx)
+        else:
+            continue
         if f is not None:
             out.append(f)
+    counted: set = set()
+    if fired_runs:
+        runs = find_runs(ctx, rule)
+        ids = runs[pd.MultiIndex.from_frame(runs[_KEY]).isin(fired_runs)]["run_id"]
+        gapped = ctx.cache[_runs_key(rule) + ("gapped",)]
+        counted = set(gapped.loc[gapped["run_id"].isin(ids), "pos"].tolist())
+    for row in rows:
+        if row["kind"] == "host_bound":
+            f = _host_bound_finding(row, rule, ctx, counted)
+            if f is not None:
+                out.append(f)
     return out

@@ -4,7 +4,7 @@ A trace repeats a few dozen kernel, API and NVTX names millions of times: a 1M-k
 has 1M runtime rows but a handful of distinct API names. `pandas.Series.str.contains` runs
 the regex on every row (about 0.4 us each); factorizing first and testing the distinct
 values costs one hash per row instead, which made `advisor diagnose` on a 1M-kernel export
-several seconds faster (bench/SCALE.md).
+several seconds faster (docs/scale.md).
 """
 
 from __future__ import annotations

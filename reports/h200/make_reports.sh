@@ -3,7 +3,9 @@
 #   bash reports/h200/make_reports.sh OUTDIR [BUDGET_S]
 # Each scenario gets OUTDIR/<scenario>/: report.md/json (diagnosis), run_report.md/json
 # (before/after, graph-timed, verified), rows.csv, counters.csv + ncu/*.ncu-rep (Nsight
-# Compute, when ncu is found) and the generated variant. Copy them to reports/h200/ after.
+# Compute, when ncu is found) and the generated variant. Copy them to reports/h200/ after,
+# except the variant_*.py files: put their `advisor generate` command (the knobs are
+# run_report.json's variant_knobs) in reports/h200/README.md instead.
 set -u
 out=${1:?usage: make_reports.sh OUTDIR [BUDGET_S]}
 budget=${2:-45}
