@@ -6,10 +6,32 @@ come in through the rule) and `judge(evidence, rule, ctx)` (thresholds -> findin
 Adding a pattern: one module here and one `rules/<symptom>.toml`.
 """
 
-from . import exposed_comm, gate, hopper_no_ws, launch_overhead, small_grid_long_k, tail_wave
+from . import (
+    dtype_churn,
+    exposed_comm,
+    gate,
+    hopper_no_ws,
+    launch_overhead,
+    layout_churn,
+    misaligned_gemm,
+    small_grid_long_k,
+    tail_wave,
+    tensor_cores_unused,
+)
 from .context import Context
 
-PATTERNS = (small_grid_long_k, tail_wave, launch_overhead, hopper_no_ws, exposed_comm)
+# Tier 1-3 levers (layout, dtype, alignment, precision) first, then the Tier-4 schedules.
+PATTERNS = (
+    layout_churn,
+    dtype_churn,
+    misaligned_gemm,
+    tensor_cores_unused,
+    small_grid_long_k,
+    tail_wave,
+    launch_overhead,
+    hopper_no_ws,
+    exposed_comm,
+)
 GATE = gate
 
 __all__ = ["Context", "PATTERNS", "GATE"]

@@ -24,6 +24,7 @@ from ..calibration import bound_gemm_estimate, ceiling, is_library_kernel
 from ..findings import Finding
 from ..rules import Rule
 from .context import Context, as_int, dims, gemm_bytes, gemm_flop, group_launches, launch_rows, shape_of
+from .kernel_kinds import schedule_excluded
 from .tail_wave import work_units
 
 SYMPTOM = "hopper_no_ws"
@@ -40,7 +41,8 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
         return group_launches(k.iloc[0:0], [])
     # vectorised membership of (rank, device) in `hopper` (a Python loop took seconds at 1M kernels)
     keys = pd.MultiIndex.from_arrays([k["rank"].astype("int64"), k["device_id"].fillna(-1).astype("int64")])
-    on = keys.isin(list(hopper))
+    # kernels whose lever is a Tier 1-3 one (fp32 SIMT, misaligned) get no schedule
+    on = keys.isin(list(hopper)) & ~schedule_excluded(ctx)
     g = launch_rows(k, on & (k["is_gemm"] & ~k["is_ws"] & ~ws_launch(k) & k["sm_count"].notna() & k["grid_blocks"].notna()).to_numpy(),
                     ["tiles", "grid_blocks", "sm_count"])
     if g.empty:

@@ -37,6 +37,7 @@ from ..traces.graphs import is_graph_replayed
 from .context import Context, as_int, dims, gemm_bytes, shape_of
 from .idle import gaps as idle_gaps
 from .idle import host_context
+from .kernel_kinds import schedule_excluded
 
 SYMPTOM = "launch_overhead"
 REQUIRES = ()  # runs need only kernel times; the big-grid half also needs grids and SM counts
@@ -206,7 +207,8 @@ def _big_grids(ctx: Context, rule: Rule) -> pd.DataFrame:
     time, the range of grids and waves, and the per-launch estimate summed (`saved_ns`, with
     `bound_ns` where a byte count gives the kernel a throughput floor)."""
     k = ctx.kernels
-    m = k["waves"].notna() & ~k["is_comm"] & k["grid_blocks"].notna() & k["sm_count"].notna()
+    # layout transposes and NCHW batch norm are layout_churn's (channels_last), not a persistent kernel's
+    m = k["waves"].notna() & ~k["is_comm"] & k["grid_blocks"].notna() & k["sm_count"].notna() & ~schedule_excluded(ctx)
     if not m.any():
         return pd.DataFrame()
     cols = [c for c in ("rank", "device_id", "name", "_name_code", "grid_x", "grid_y", "grid_z", "block_x", "block_y",

@@ -21,6 +21,7 @@ from ..calibration import bound_gemm_estimate
 from ..findings import Finding
 from ..rules import Rule
 from .context import Context, as_int, dims, gemm_bytes, group_launches, launch_rows, shape_of
+from .kernel_kinds import schedule_excluded
 from .tail_wave import work_units
 
 SYMPTOM = "small_grid_long_k"
@@ -32,7 +33,8 @@ REQUIRES = (
 
 def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     k = ctx.kernels
-    g = launch_rows(k, k["is_gemm"] & ~k["is_split_k"] & k["sm_count"].notna() & k["grid_blocks"].notna(),
+    # kernels whose lever is a Tier 1-3 one (fp32 SIMT, misaligned) get no schedule
+    g = launch_rows(k, k["is_gemm"] & ~k["is_split_k"] & k["sm_count"].notna() & k["grid_blocks"].notna() & ~schedule_excluded(ctx),
                     ["tiles", "grid_blocks", "sm_count", "tile_k"])
     if g.empty:
         return group_launches(g, [])

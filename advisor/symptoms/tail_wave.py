@@ -22,6 +22,7 @@ from ..calibration import bound_gemm_estimate, is_library_kernel
 from ..findings import Finding
 from ..rules import Rule
 from .context import Context, as_int, dims, group_launches, launch_rows, shape_of
+from .kernel_kinds import schedule_excluded
 
 SYMPTOM = "tail_wave"
 REQUIRES = (
@@ -45,7 +46,8 @@ def work_units(k: pd.DataFrame) -> pd.DataFrame:
 
 def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     k = ctx.kernels
-    g = launch_rows(k, k["is_gemm"] & ~k["is_split_k"] & k["sm_count"].notna() & k["grid_blocks"].notna(),
+    # kernels whose lever is a Tier 1-3 one (fp32 SIMT, misaligned) get no schedule
+    g = launch_rows(k, k["is_gemm"] & ~k["is_split_k"] & k["sm_count"].notna() & k["grid_blocks"].notna() & ~schedule_excluded(ctx),
                     ["tiles", "grid_blocks", "sm_count", "waves", "tail_efficiency", "blocks_per_sm", "tile_m", "tile_n"])
     if g.empty:
         return group_launches(g, [])

@@ -1,0 +1,170 @@
+"""dtype_churn: fp32 GEMMs beside a 16-bit majority, and the casts they bring (Tier 2: dtype).
+
+What it detects: on one device, GEMMs that run in fp32 (full-fp32 SIMT kernels, TF32 kernels,
+or Kineto `Input type` float) while most GEMM time is in other, tensor-core kernels (bf16 or
+fp16), plus the cast kernels next to them on the same stream (ATen `bfloat16_copy_kernel`,
+`direct_copy_kernel` with a cast, `LoadWithCast`...). The usual cause: part of a bf16 model left
+in fp32 (PEFT/LoRA adapters, which PEFT upcasts by default; a head or norm kept in fp32; a
+buffer created with the default dtype).
+Why it matters: those GEMMs run on the fp32 path, several times slower than bf16 tensor cores,
+and each call adds casts in and out. No kernel schedule fixes either (Split-K of a SIMT GEMM
+is not the fix, so Tier-4 rules skip these kernels: kernel_kinds.schedule_excluded).
+What to do: cast that part to the model's dtype (`peft_model.to(torch.bfloat16)`, or
+`get_peft_model(..., autocast_adapter_dtype=False)`), or run under autocast.
+Estimate: the adjacent casts' time plus each fp32 GEMM group's time minus its floor at the
+16-bit tensor-core rate (roofline.gemm_estimate: compute at the measured peak, HBM at the
+measured bandwidth with 2-byte elements, a launch's latency); `bound_ns` is that floor.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..findings import Finding
+from ..rules import Rule
+from .context import Context, as_int, dims, group_launches, launch_rows, shape_of
+from .kernel_kinds import device_row, gemm_time_by_precision, kinds, row_precision
+from .roofline import gemm_estimate, has_bf16
+
+SYMPTOM = "dtype_churn"
+REQUIRES = (("kernels", "name", "Does the trace name its kernels?"),)
+
+FP32_CLASSES = ("fp32", "tf32", "fp32_dtype")
+FIX = ("peft_model.to(torch.bfloat16)  # or get_peft_model(model, config, autocast_adapter_dtype=False), "
+       "or torch.autocast(\"cuda\", dtype=torch.bfloat16)")
+
+
+def _adjacent_casts(ctx: Context, fp32_gemm: np.ndarray, cast: np.ndarray, window: int) -> np.ndarray:
+    """Cast kernels within `window` launches of an fp32 GEMM on the same stream (the casts in
+    and out of the fp32 part, not every cast of the program: a loss upcast stays after the fix)."""
+    k = ctx.kernels
+    hit = np.zeros(len(k), dtype=bool)
+    if not fp32_gemm.any() or not cast.any():
+        return hit
+    keys = ["rank", "device_id", "stream_id"]
+    frame = k[keys + ["start_ns"]].assign(_pos=np.arange(len(k)))
+    for _, s in frame.groupby([frame[c].fillna(-1) for c in keys], sort=False):
+        s = s.sort_values("start_ns", kind="stable")
+        pos = s["_pos"].to_numpy()
+        g_idx = np.flatnonzero(fp32_gemm[pos])
+        if not len(g_idx):
+            continue
+        c_idx = np.flatnonzero(cast[pos])
+        if not len(c_idx):
+            continue
+        j = np.searchsorted(g_idx, c_idx)
+        before = np.abs(c_idx - g_idx[np.clip(j - 1, 0, len(g_idx) - 1)])
+        after = np.abs(g_idx[np.clip(j, 0, len(g_idx) - 1)] - c_idx)
+        near = np.minimum(before, after) <= window
+        hit[pos[c_idx[near]]] = True
+    return hit
+
+
+def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
+    """Launch groups of fp32 GEMMs (kind="gemm") and of the casts next to them (kind="cast"),
+    with the device's GEMM time by precision."""
+    k = ctx.kernels
+    kk = kinds(ctx)
+    fp32 = kk["precision"].isin(FP32_CLASSES).to_numpy(dtype=bool)
+    if not fp32.any():
+        return pd.DataFrame()
+    casts = _adjacent_casts(ctx, fp32, kk["is_cast"].to_numpy(dtype=bool), int(rule["cast_window"]))
+    parts = []
+    for kind, mask in (("gemm", fp32), ("cast", casts)):
+        grp = group_launches(launch_rows(k, mask, []), [])
+        if len(grp):
+            parts.append(grp.assign(kind=kind))
+    out = pd.concat(parts, ignore_index=True)
+    by = gemm_time_by_precision(ctx)
+    key = list(zip(out["rank"].astype("int64"), out["device_id"].fillna(-1).astype("int64")))
+    for col, src in (("device_gemm_ns", "gemm"), ("device_16bit_ns", "16bit")):
+        out[col] = [int(by.loc[x, src]) if x in by.index else 0 for x in key]
+    out["device_fp32_class_ns"] = [int(by.loc[x, list(FP32_CLASSES)].sum()) if x in by.index else 0 for x in key]
+    return out
+
+
+def fp32_ops(ctx: Context, rank, dev) -> list[str]:
+    """The operators (Kineto cpu_op, emit_nvtx) the device's fp32 GEMMs ran under."""
+    k = ctx.kernels
+    on = (k["rank"] == rank).to_numpy() & (k["device_id"].fillna(-1).astype("int64") == dev).to_numpy()
+    fp32 = kinds(ctx)["precision"].isin(FP32_CLASSES).to_numpy(dtype=bool)
+    return sorted({str(o) for o in k.loc[on & fp32, "op"].dropna().unique()})
+
+
+def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
+    out: list[Finding] = []
+    if ev.empty:
+        return out
+    ev = ev.assign(_dev=ev["device_id"].fillna(-1).astype("int64"))
+    for (rank, dev), grp in ev.groupby(["rank", "_dev"], sort=False):
+        gemms, casts = grp[grp["kind"] == "gemm"], grp[grp["kind"] == "cast"]
+        if gemms.empty:
+            continue
+        gemm_ns = int(grp["device_gemm_ns"].iloc[0])
+        fp32_ns = int(grp["device_fp32_class_ns"].iloc[0])
+        bit16_ns = int(grp["device_16bit_ns"].iloc[0])
+        fp32_share = fp32_ns / gemm_ns if gemm_ns else 1.0
+        cast_ns = int(casts["total_ns"].sum())
+        # a 16-bit majority: most GEMM time elsewhere, and evidence that it is 16-bit
+        if fp32_share >= rule["max_fp32_gemm_share"] or (bit16_ns == 0 and cast_ns == 0):
+            continue
+        device = device_row(ctx, rank, dev)
+        target = "bf16" if has_bf16(device) else "fp16"
+        savings, floor, shaped_ns, basis, rows = cast_ns, 0, 0, None, []
+        for row in gemms.to_dict("records"):
+            shape = shape_of(row)
+            own = {"fp32": "fp32", "tf32": "tf32"}.get(row_precision(row), "fp32")
+            est = gemm_estimate(row["total_ns"], int(row["launches"]), shape, device, target, 2, rule["latency_floor_ns"], own=own)
+            if est is None:
+                continue
+            savings += est["savings_ns"]
+            floor += est["floor_ns"]
+            shaped_ns += row["total_ns"] if est["shaped"] else 0
+            basis = basis or est["basis"]
+            rows.append((row, shape))
+        gemm_fp32_ns = int(gemms["total_ns"].sum())
+        share = ctx.share(rank, dev, savings)
+        if not rows or savings < rule["min_savings_ns"] or share < rule["min_savings_share"]:
+            continue
+        top, top_shape = rows[0]
+        ops = fp32_ops(ctx, rank, dev)
+        shapes = [f"{s['M']}x{s['N']}x{s['K']}" for _, s in rows if s][:8]
+        # without shapes the GEMMs' part is a rate ratio (a guess); the casts' time is measured
+        confidence = "high" if shaped_ns >= 0.5 * gemm_fp32_ns else ("medium" if cast_ns >= 0.5 * savings else "low")
+        out.append(
+            Finding(
+                symptom=SYMPTOM,
+                strategy=rule.strategy,
+                title=rule.title,
+                kernel=str(top["name"]),
+                rank=as_int(rank),
+                device_id=None if dev < 0 else int(dev),
+                shape=top_shape,
+                grid=dims(top, "grid"),
+                block=dims(top, "block"),
+                launches=int(gemms["launches"].sum() + casts["launches"].sum()),
+                total_ns=gemm_fp32_ns + cast_ns,
+                est_savings_ns=int(savings),
+                confidence=confidence,
+                watch_for=rule.watch_for,
+                tier=2,
+                evidence={
+                    "fp32_gemm_ns": gemm_fp32_ns,
+                    "fp32_gemm_launches": int(gemms["launches"].sum()),
+                    "fp32_gemm_share": round(fp32_share, 3),
+                    "bf16_gemm_ns": bit16_ns,
+                    "cast_ns": cast_ns,
+                    "cast_launches": int(casts["launches"].sum()),
+                    "fp32_ops": ops,
+                    "fp32_shapes": shapes,
+                    "share_of_gpu_time": round(share, 4),
+                    "target_precision": target,
+                    "bound_ns": int(floor),
+                    "basis": f"the adjacent casts' time plus each fp32 GEMM group's time minus its floor on the {target} path; e.g. {basis}",
+                    "covers_kernels": sorted({str(r["name"]) for r, _ in rows} | {str(n) for n in casts["name"]}),
+                },
+                suggestion={"fix": FIX, "precision": target},
+            )
+        )
+    return out

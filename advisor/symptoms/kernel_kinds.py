@@ -1,0 +1,219 @@
+"""What a kernel's name says about the basics (Tiers 1-3): its GEMM precision, a misaligned
+operand, a layout transpose, an NCHW batch norm, a dtype cast. Evidence only, no thresholds.
+
+Names differ by library and version, so each test is a family pattern, not one name:
+
+* precision of a GEMM: full fp32 without tensor cores (cuBLAS/cuDNN SIMT `sgemm`, `scudnn`,
+  xmma `_ffma`, CUTLASS `simt_sgemm`, `gemmSN...<float`; Tensile `Cijk_..._S*_` without XF32),
+  tf32 (`tf32`, `xf32`, CUTLASS `tensorop_s1688gemm` without a 16-bit type), 16-bit (`bf16`,
+  `f16`, `h884`, `h1688`, `h16816`, `s16816gemm_bf16`), fp8, fp64; else unknown, and the Kineto
+  `Input type` of the GEMM decides where the name says nothing;
+* a misaligned GEMM: CUTLASS `_alignN` whose N elements are fewer than 16 bytes (`align1`,
+  `align2` for bf16; cuBLAS picks them when a leading dimension is not a 16-byte multiple);
+* layout transposes: cuDNN `nchwToNhwc` / `nhwcToNchw` (any namespace), `nchw2nhwc`,
+  `convertTensor`, MIOpen `batched_transpose`; NCHW batch norm: ATen `batch_norm_*` kernels
+  without `channels_last`, cuDNN `bn_fw*` / `bn_bw*` without `nhwc`;
+* dtype casts: ATen `bfloat16_copy_kernel`, `float16_copy_kernel`, copies that load or store
+  with a cast, `direct_copy_kernel` outside its no-cast form.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from .context import Context
+from .strings import factorize
+
+_FP32_SIMT = re.compile(
+    r"sgemm|scudnn|_ffma|ffma_|simt_s|gemmSN\w*<float|gemv2?T?_kernel\w*<float", re.I
+)
+_TF32 = re.compile(r"tf32|xf32|tensorop_s1688gemm(?!_(?:bf16|f16))|_s1688gemm_tf32", re.I)
+_BIT16 = re.compile(
+    r"bf16|f16|fp16|half|bfloat16|h884|h1688|h16816|h161616|s884gemm|s16816gemm|s161616gemm|hgemm|_h_?gemm", re.I
+)
+_FP8 = re.compile(r"fp8|e4m3|e5m2|f8f8|_qgmma|i8i8", re.I)
+_FP64 = re.compile(r"dgemm|f64|fp64|double|dmma", re.I)
+# Tensile / hipBLASLt: Cijk_<A index>_<B index>_<types>_...: the first type letter is the input
+# (S fp32, X xf32, H fp16, B bf16, D fp64, F8...).
+_TENSILE_TYPES = re.compile(r"^Cijk_A[a-z]+_B[a-z]+_([A-Z0-9]+)_", re.I)
+_TENSILE_PREC = {"S": "fp32", "X": "tf32", "H": "16bit", "B": "16bit", "D": "fp64", "F": "fp8", "I": "fp8"}
+
+_ALIGN = re.compile(r"_align(\d+)(?=_|>|$|\W)", re.I)
+_ELT_FROM_NAME = ((re.compile(r"bf16|f16|h1688|h16816|h884|half", re.I), 2),
+                  (re.compile(r"tf32|s1688gemm|sgemm|f32", re.I), 4),
+                  (re.compile(r"i8|s8|fp8|e4m3|e5m2", re.I), 1),
+                  (re.compile(r"f64|dgemm", re.I), 8))
+
+_TRANSPOSE = re.compile(r"nchw_?to_?nhwc|nhwc_?to_?nchw|nchw2nhwc|nhwc2nchw|convertTensor|batched_transpose", re.I)
+_BN = re.compile(r"batch_?norm|(?:^|\W|_)bn_(?:fw|bw|fwd|bwd)", re.I)
+_BN_CHANNELS_LAST = re.compile(r"channels_last|nhwc", re.I)
+# kernels that convolve: implicit-GEMM and direct convolutions of cuDNN, CUTLASS and MIOpen
+_CONV = re.compile(r"conv|fprop|dgrad|wgrad|igemm_|implicit_?gemm|winograd|scudnn|hcudnn", re.I)
+_CAST = re.compile(
+    r"bfloat16_copy_kernel|float16_copy_kernel|half_copy_kernel|float8_copy_kernel|LoadWithCast|StoreWithCast|"
+    r"CastTensor|cast_kernel",
+    re.I,
+)
+# direct_copy_kernel casts unless it is PyTorch's explicit no-cast form (same dtype copies)
+_DIRECT = re.compile(r"direct_copy_kernel", re.I)
+_NOCAST = re.compile(r"_nocast", re.I)
+
+
+def gemm_precision(name: str) -> str | None:
+    """"fp32" (full fp32 arithmetic, no tensor cores or fp32 MFMA), "tf32", "16bit", "fp8",
+    "fp64", or None when the name does not say."""
+    m = _TENSILE_TYPES.match(name)
+    if m:
+        return _TENSILE_PREC.get(m.group(1)[0].upper())
+    if _FP8.search(name):
+        return "fp8"
+    if _FP32_SIMT.search(name):
+        return "fp32"
+    if _TF32.search(name):
+        return "tf32"
+    if _BIT16.search(name):
+        return "16bit"
+    if _FP64.search(name):
+        return "fp64"
+    return None
+
+
+def element_bytes_from_name(name: str) -> int | None:
+    for pat, elt in _ELT_FROM_NAME:
+        if pat.search(name):
+            return elt
+    return None
+
+
+def align_bytes(name: str) -> int | None:
+    """The operand alignment a CUTLASS-style `_alignN` kernel needs, in bytes (N elements x
+    the element size the name shows), or None when the name has no such tag."""
+    m = _ALIGN.search(name)
+    if not m:
+        return None
+    elt = element_bytes_from_name(name) or 2
+    return int(m.group(1)) * elt
+
+
+def _classify(name: str) -> dict:
+    cast = bool(_CAST.search(name)) or bool(_DIRECT.search(name) and not _NOCAST.search(name))
+    bn = bool(_BN.search(name))
+    align = align_bytes(name)
+    return {
+        "precision": gemm_precision(name),
+        "align_bytes": align,
+        "is_transpose": bool(_TRANSPOSE.search(name)),
+        "is_bn_nchw": bn and not _BN_CHANNELS_LAST.search(name),
+        "is_bn": bn,
+        "is_conv": bool(_CONV.search(name)),
+        "is_cast": cast,
+    }
+
+
+_DTYPE_PREC = {"bf16": "16bit", "fp16": "16bit", "fp32": "fp32_dtype", "fp8": "fp8", "fp64": "fp64"}
+
+
+def kinds(ctx: Context) -> pd.DataFrame:
+    """Per kernel (same index as ctx.kernels): precision (GEMMs only: the name's, else the
+    Kineto dtype's; "fp32_dtype" where only the dtype says fp32, which may run as TF32),
+    align_bytes, misaligned (a GEMM whose named alignment is under 16 bytes, not a SIMT
+    kernel, which loads scalars by design), is_transpose, is_bn_nchw, is_conv, is_cast.
+    Computed once per distinct name and cached."""
+    if "kernel_kinds" in ctx.cache:
+        return ctx.cache["kernel_kinds"]
+    k = ctx.kernels
+    # names were factorized once for Context.kernels (_name_code, -1 when missing): classify
+    # one representative row per code
+    codes = k["_name_code"].to_numpy() if "_name_code" in k else factorize(k["name"])[0]
+    n_codes = int(codes.max()) + 1 if len(codes) else 0
+    first = np.full(n_codes, -1, dtype=np.int64)
+    valid = np.flatnonzero(codes >= 0)
+    first[codes[valid][::-1]] = valid[::-1]
+    names = k["name"].to_numpy(dtype=object)
+    table = pd.DataFrame([_classify(str(names[i])) if i >= 0 else _classify("") for i in first] + [_classify("")])
+    per = table.iloc[np.where(codes >= 0, codes, len(table) - 1)].set_axis(k.index)
+    gemm = k["is_gemm"].to_numpy(dtype=bool)
+    dcodes, duniq = factorize(k["dtype"])
+    dprec = np.array([_DTYPE_PREC.get(str(d)) for d in duniq] + [None], dtype=object)
+    by_dtype = pd.Series(dprec[np.where(dcodes >= 0, dcodes, len(dprec) - 1)], index=k.index)
+    prec = per["precision"].where(per["precision"].notna(), by_dtype)
+    per = per.assign(precision=prec.where(gemm, None))
+    al = per["align_bytes"]
+    per["misaligned"] = gemm & al.notna().to_numpy() & (al.fillna(16) < 16).to_numpy() & (per["precision"] != "fp32").to_numpy()
+    ctx.cache["kernel_kinds"] = per
+    return per
+
+
+def _enabled(ctx: Context, symptom: str) -> bool:
+    rule = ctx.rules.get(symptom)
+    return rule is not None and rule.enabled
+
+
+def schedule_excluded(ctx: Context) -> np.ndarray:
+    """Kernels no kernel schedule (Tier 4) should be prescribed for, because their lever is a
+    basic one a Tier 1-3 rule names: GEMMs in full fp32 (tensor_cores_unused / dtype_churn:
+    Split-K of a SIMT GEMM is not the fix), GEMMs on misaligned kernels (misaligned_gemm), and
+    layout transposes and NCHW batch norm (layout_churn). Only where that rule is enabled."""
+    if "schedule_excluded" in ctx.cache:
+        return ctx.cache["schedule_excluded"]
+    kk = kinds(ctx)
+    out = np.zeros(len(kk), dtype=bool)
+    if _enabled(ctx, "tensor_cores_unused") or _enabled(ctx, "dtype_churn"):
+        out |= (kk["precision"] == "fp32").to_numpy(dtype=bool)
+    if _enabled(ctx, "misaligned_gemm"):
+        out |= kk["misaligned"].to_numpy(dtype=bool)
+    if _enabled(ctx, "layout_churn"):
+        # on devices that convolve, as layout_churn requires
+        out |= (kk["is_transpose"] | kk["is_bn_nchw"]).to_numpy(dtype=bool) & on_conv_devices(ctx)
+    ctx.cache["schedule_excluded"] = out
+    return out
+
+
+def on_conv_devices(ctx: Context) -> np.ndarray:
+    """Per kernel: whether its (rank, device) runs any convolution kernel."""
+    k = ctx.kernels
+    conv = kinds(ctx)["is_conv"].to_numpy(dtype=bool)
+    key = k["rank"].astype("int64").to_numpy() * 1_000_003 + k["device_id"].fillna(-1).astype("int64").to_numpy()
+    return np.isin(key, np.unique(key[conv]))
+
+
+def device_row(ctx: Context, rank, device_id) -> dict:
+    try:
+        return ctx.devices.loc[(int(rank), int(device_id))].to_dict()
+    except (KeyError, TypeError, ValueError):
+        return {}
+
+
+def device_groups(k: pd.DataFrame):
+    """(rank, device_id) groups of a kernels frame, device -1 where unknown."""
+    return k.groupby([k["rank"], k["device_id"].fillna(-1).astype("int64")], sort=False)
+
+
+__all__ = ["gemm_precision", "align_bytes", "element_bytes_from_name", "kinds", "schedule_excluded", "device_row", "device_groups"]
+
+
+def row_precision(row) -> str | None:
+    """The precision of a grouped GEMM row (name first, then the Kineto dtype)."""
+    p = gemm_precision(str(row.get("name") or ""))
+    if p is None:
+        d = row.get("dtype")
+        p = _DTYPE_PREC.get(d) if isinstance(d, str) else None
+    return p
+
+
+def gemm_time_by_precision(ctx: Context) -> pd.DataFrame:
+    """Per (rank, device_id): GEMM kernel time by precision class, in ns: columns fp32 (full
+    fp32), tf32, fp32_dtype, 16bit, fp8, fp64, unknown, and gemm (all)."""
+    k = ctx.kernels
+    kk = kinds(ctx)
+    g = k.loc[k["is_gemm"].to_numpy(dtype=bool), ["rank", "device_id", "dur_ns"]].copy()
+    g["device_id"] = g["device_id"].fillna(-1).astype("int64")
+    g["precision"] = kk.loc[g.index, "precision"].fillna("unknown").astype(str).to_numpy()
+    cols = ["fp32", "tf32", "fp32_dtype", "16bit", "fp8", "fp64", "unknown"]
+    out = g.pivot_table(index=["rank", "device_id"], columns="precision", values="dur_ns", aggfunc="sum", fill_value=0)
+    out = out.reindex(columns=cols, fill_value=0).astype("int64")
+    out["gemm"] = out.sum(axis=1)
+    return out

@@ -1,0 +1,214 @@
+"""layout_churn: NCHW tensors around convolutions: layout transposes and per-channel batch norm (Tier 2).
+
+What it detects: on a device that runs convolutions, the kernels an NCHW (channels-first)
+model adds: cuDNN/MIOpen layout transposes (`nchwToNhwc`, `nhwcToNchw`, `nchw2nhwc`,
+`convertTensor`, `batched_transpose`), which run because the fast convolution kernels want
+NHWC, and NCHW batch-norm kernels (ATen `batch_norm_collect_statistics_kernel`,
+`batch_norm_backward_kernel`, cuDNN `bn_fw*`/`bn_bw*`, not their `channels_last`/`nhwc`
+variants) whose grid is one block per channel, fewer blocks than SMs.
+Why it matters: the transposes are pure data movement on every convolution, and a grid of 64-256
+channel blocks leaves SMs idle for the length of a long per-channel reduction (~1 ms a launch
+on the H200); converting model and input to channels_last removes both (about 1.5x on a
+ResNet-50 bf16 train step there, issue 39). No kernel schedule helps: Tier-4 rules skip these
+kernels (kernel_kinds.schedule_excluded).
+What to do: `model = model.to(memory_format=torch.channels_last)` and
+`x = x.to(memory_format=torch.channels_last)` for the input.
+Estimate: the transposes' whole time, plus each NCHW batch-norm launch's time over its floor:
+the bytes it must move (its input's size from the enclosing Kineto cpu_op, times the passes the
+kernel makes) at the measured bandwidth, at least a launch's latency; without the input's size,
+the share of the launch the idle SMs stand for (1 - blocks/SMs).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..findings import Finding
+from ..rules import Rule
+from .context import Context, as_int, dims, group_launches, launch_rows
+from .gemm import _DTYPES, _launch_points
+from .kernel_kinds import device_row, kinds, on_conv_devices
+from .roofline import measured_bandwidth
+
+SYMPTOM = "layout_churn"
+REQUIRES = (("kernels", "name", "Does the trace name its kernels?"),)
+
+FIX = "model = model.to(memory_format=torch.channels_last); x = x.to(memory_format=torch.channels_last)"
+
+# Fewest passes over the input a batch-norm kernel makes (reads + writes of an input-sized
+# tensor): statistics read x; forward transform reads x, writes y; backward reads x and dy and
+# writes dx; a backward reduction reads x and dy. Floors, so the least.
+_PASSES = ((re.compile(r"collect_statistics|reduce_statistics|welford", re.I), 1),
+           (re.compile(r"backward_reduce|bw_reduce", re.I), 2),
+           (re.compile(r"backward|_bw|bwd", re.I), 3),
+           (re.compile(r"transform|elemt|fw|fwd|forward", re.I), 2))
+_BN_OP = r"batch_norm"
+
+
+def _passes(name: str) -> int:
+    for pat, n in _PASSES:
+        if pat.search(name):
+            return n
+    return 2
+
+
+def _input_bytes(dims_text, types_text) -> float | None:
+    try:
+        dims_ = json.loads(dims_text)
+    except (TypeError, ValueError):
+        return None
+    first = next((d for d in dims_ if isinstance(d, list) and len(d) >= 2 and all(isinstance(x, int) for x in d)), None) if isinstance(dims_, list) else None
+    if first is None:
+        return None
+    elt = 2
+    try:
+        types = json.loads(types_text) if isinstance(types_text, str) else []
+        dt = _DTYPES.get(str(types[0]).lower()) if types else None
+        elt = {"bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8}.get(dt, 2)
+    except (ValueError, IndexError):
+        pass
+    return float(np.prod(first, dtype=np.float64)) * elt
+
+
+def bn_input_bytes(ctx: Context, mask: np.ndarray) -> np.ndarray:
+    """Per kernel where `mask` holds: bytes of the input of the innermost batch-norm cpu_op
+    whose range holds the kernel's launch call (NaN where unknown)."""
+    out = np.full(len(mask), np.nan)
+    ops = ctx.trace.cpu_ops
+    if not mask.any() or ops.empty:
+        return out
+    bn = ops[ops["name"].astype(str).str.contains(_BN_OP, regex=True).to_numpy() & ops["input_dims"].notna().to_numpy()]
+    if bn.empty:
+        return out
+    lp = _launch_points(ctx.trace)
+    lp = lp.assign(_pos=np.arange(len(lp)))[mask]
+    lp = lp.dropna(subset=["launch_ns"])
+    for (rank, tid), launches in lp.groupby(["rank", "thread_id"], sort=False):
+        r = bn[((bn["rank"] == rank) & (bn["thread_id"] == tid)).fillna(False).to_numpy(dtype=bool)]
+        if r.empty:
+            continue
+        r = r.sort_values("start_ns", kind="stable")
+        starts, ends = r["start_ns"].to_numpy(np.float64), r["end_ns"].to_numpy(np.float64)
+        sizes = np.array([_input_bytes(d, t) or np.nan for d, t in zip(r["input_dims"], r["input_types"])])
+        t = launches["launch_ns"].to_numpy(np.float64)
+        idx = np.searchsorted(starts, t, side="right") - 1
+        for step in range(4):  # the latest-starting range holding the launch is the innermost
+            j = idx - step
+            ok = (j >= 0) & np.isnan(out[launches["_pos"].to_numpy()])
+            jj = np.clip(j, 0, len(starts) - 1)
+            hit = ok & (ends[jj] >= t)
+            out[launches["_pos"].to_numpy()[hit]] = sizes[jj[hit]]
+    return out
+
+
+def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
+    """Launch groups of layout transposes (kind="transpose") and of NCHW batch norm with
+    under-filled grids (kind="bn"; input_bytes the mean over launches, NaN when unknown), on
+    devices that ran convolutions; conv_launches per device."""
+    k = ctx.kernels
+    kk = kinds(ctx)
+    conv = kk["is_conv"].to_numpy(dtype=bool)
+    if not conv.any():
+        return pd.DataFrame()
+    dev_key = k["rank"].astype("int64") * 1_000_003 + k["device_id"].fillna(-1).astype("int64")
+    on = on_conv_devices(ctx)
+    trans = on & kk["is_transpose"].to_numpy(dtype=bool)
+    blocks, sms = k["grid_blocks"].astype("Float64"), k["sm_count"].astype("Float64")
+    underfilled = (blocks < sms * float(rule["max_bn_waves"])).fillna(True).to_numpy(dtype=bool)
+    bn = on & kk["is_bn_nchw"].to_numpy(dtype=bool) & underfilled
+    sizes = bn_input_bytes(ctx, bn)
+    parts = []
+    if trans.any():
+        parts.append(group_launches(launch_rows(k, trans, []), []).assign(kind="transpose", input_bytes=np.nan))
+    if bn.any():
+        rows = launch_rows(k, bn, ["grid_blocks", "sm_count"]).assign(input_bytes=sizes[bn])
+        parts.append(group_launches(rows, ["input_bytes", "grid_blocks", "sm_count"]).assign(kind="bn"))
+    if not parts:
+        return pd.DataFrame()
+    out = pd.concat(parts, ignore_index=True)
+    per_dev = pd.Series(conv.astype(int), index=k.index).groupby(dev_key).sum()
+    out["conv_launches"] = (out["rank"].astype("int64") * 1_000_003 + out["device_id"].fillna(-1).astype("int64")).map(per_dev).fillna(0).astype(int)
+    return out
+
+
+def _conv_names(ctx: Context, rank, dev) -> set[str]:
+    k = ctx.kernels
+    on = (k["rank"] == rank).to_numpy() & (k["device_id"].fillna(-1).astype("int64") == dev).to_numpy()
+    return {str(n) for n in k.loc[on & kinds(ctx)["is_conv"].to_numpy(dtype=bool), "name"].dropna().unique()}
+
+
+def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
+    out: list[Finding] = []
+    if ev.empty:
+        return out
+    latency = float(rule["latency_floor_ns"])
+    ev = ev.assign(_dev=ev["device_id"].fillna(-1).astype("int64"))
+    for (rank, dev), grp in ev.groupby(["rank", "_dev"], sort=False):
+        device = device_row(ctx, rank, dev)
+        bw = measured_bandwidth(device)
+        trans, bn = grp[grp["kind"] == "transpose"], grp[grp["kind"] == "bn"]
+        trans_ns = int(trans["total_ns"].sum())
+        bn_ns, bn_excess, bn_floor, bn_sized_ns = 0, 0.0, 0.0, 0
+        for row in bn.to_dict("records"):
+            per = row["total_ns"] / row["launches"]
+            nbytes = row.get("input_bytes")
+            if nbytes is not None and not pd.isna(nbytes) and bw:
+                floor = max(_passes(str(row["name"])) * float(nbytes) / bw * 1e9, latency)
+                bn_sized_ns += row["total_ns"]
+            elif not pd.isna(row.get("grid_blocks")) and not pd.isna(row.get("sm_count")):
+                floor = max(per * min(1.0, float(row["grid_blocks"]) / float(row["sm_count"])), latency)
+            else:
+                continue
+            floor = min(floor, per)
+            bn_ns += int(row["total_ns"])
+            bn_excess += (per - floor) * row["launches"]
+            bn_floor += floor * row["launches"]
+        savings = trans_ns + int(bn_excess)
+        share = ctx.share(rank, dev, savings)
+        if savings < rule["min_savings_ns"] or share < rule["min_savings_share"]:
+            continue
+        top = grp.sort_values("total_ns", ascending=False).iloc[0].to_dict()
+        # confidence: transposes are certain to go; BN excess sized from bytes is firm, from the grid a guess
+        firm = trans_ns + (bn_excess if bn_sized_ns >= 0.5 * max(bn_ns, 1) else 0)
+        confidence = "high" if firm >= 0.5 * savings else "medium"
+        out.append(
+            Finding(
+                symptom=SYMPTOM,
+                strategy=rule.strategy,
+                title=rule.title,
+                kernel=str(top["name"]),
+                rank=as_int(rank),
+                device_id=None if dev < 0 else int(dev),
+                shape=None,
+                grid=dims(top, "grid"),
+                block=dims(top, "block"),
+                launches=int(trans["launches"].sum() + bn["launches"].sum()),
+                total_ns=trans_ns + bn_ns,
+                est_savings_ns=int(savings),
+                confidence=confidence,
+                watch_for=rule.watch_for,
+                tier=2,
+                evidence={
+                    "transpose_ns": trans_ns,
+                    "transpose_launches": int(trans["launches"].sum()),
+                    "bn_nchw_ns": bn_ns,
+                    "bn_nchw_launches": int(bn["launches"].sum()),
+                    "bn_excess_ns": int(bn_excess),
+                    "bn_sized_from_bytes": round(bn_sized_ns / bn_ns, 3) if bn_ns else None,
+                    "conv_launches": int(grp["conv_launches"].iloc[0]),
+                    "share_of_gpu_time": round(share, 4),
+                    "bound_ns": int(bn_floor),
+                    "basis": "the transposes' whole time (channels_last removes them) plus the NCHW batch-norm launches' time "
+                             "over their floor (input bytes x passes at the measured bandwidth, or the busy-SM share of the "
+                             "launch where the input's size is unknown)",
+                    # the transposes and batch norms go; the convolutions change kernels with the layout
+                    "covers_kernels": sorted({str(n) for n in grp["name"]} | _conv_names(ctx, rank, dev)),
+                },
+                suggestion={"fix": FIX, "memory_format": "channels_last"},
+            )
+        )
+    return out

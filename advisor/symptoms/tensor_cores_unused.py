@@ -1,0 +1,120 @@
+"""tensor_cores_unused: a trace whose GEMM time is mostly full-fp32 kernels (Tier 3: precision).
+
+What it detects: on one device, most GEMM time in kernels that do fp32 arithmetic without
+tensor cores: cuBLAS/cuDNN SIMT kernels (`sm80_xmma_gemm_f32f32_..._ffma`, `*sgemm*`,
+`volta_scudnn*`, `gemmSN<float>`), CUTLASS `simt_sgemm`, Tensile fp32 kernels without XF32
+(kernel_kinds.gemm_precision). PyTorch's default fp32 matmul precision ("highest") runs them.
+Why it matters: the fp32 path runs at a fraction of the tensor-core rate (about 51 against 350
+TFLOP/s TF32 and 700 bf16 on the H200), so every GEMM of the model runs several times slower
+than it could; no kernel schedule (Split-K, Stream-K, warp specialization) closes that gap,
+and those are not offered on these kernels (kernel_kinds.schedule_excluded).
+What to do: `torch.backends.cuda.matmul.allow_tf32 = True` (or
+`torch.set_float32_matmul_precision("high")`), or bf16 autocast; on devices without TF32
+(Volta, Turing, CDNA4) fp16/bf16 autocast.
+Estimate: per GEMM group, its time minus its floor on the TF32 path (16-bit where there is no
+TF32): the larger of flops / the measured-or-derated peak (roofline.peak_flops) and bytes /
+the measured bandwidth, at least a launch's latency; without a shape, its time x fp32 peak /
+TF32 peak. `bound_ns` is that floor summed; `basis` says which was used.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ..findings import Finding
+from ..rules import Rule
+from .context import Context, as_int, dims, group_launches, launch_rows, shape_of
+from .kernel_kinds import device_row, gemm_time_by_precision, kinds, row_precision
+from .roofline import gemm_estimate, has_tf32
+
+SYMPTOM = "tensor_cores_unused"
+REQUIRES = (("kernels", "name", "Does the trace name its kernels?"),)
+
+FIX_TF32 = 'torch.backends.cuda.matmul.allow_tf32 = True  # or torch.set_float32_matmul_precision("high"); bf16 autocast for more'
+FIX_16BIT = "with torch.autocast(\"cuda\", dtype=torch.float16): ...  # this GPU has no TF32: fp16 autocast (bf16 where supported)"
+
+
+def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
+    """Launch groups of full-fp32 GEMMs, with the device's GEMM time and its fp32 share."""
+    k = ctx.kernels
+    kk = kinds(ctx)
+    g = launch_rows(k, (kk["precision"] == "fp32").to_numpy(dtype=bool), [])
+    out = group_launches(g, [])
+    if out.empty:
+        return out
+    by = gemm_time_by_precision(ctx)
+    key = list(zip(out["rank"].astype("int64"), out["device_id"].fillna(-1).astype("int64")))
+    out["device_gemm_ns"] = [int(by.loc[x, "gemm"]) for x in key]
+    out["device_fp32_gemm_ns"] = [int(by.loc[x, "fp32"]) for x in key]
+    return out
+
+
+def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
+    out: list[Finding] = []
+    if ev.empty:
+        return out
+    ev = ev.assign(_dev=ev["device_id"].fillna(-1).astype("int64"))
+    for (rank, dev), grp in ev.groupby(["rank", "_dev"], sort=False):
+        gemm_ns, fp32_ns = int(grp["device_gemm_ns"].iloc[0]), int(grp["device_fp32_gemm_ns"].iloc[0])
+        fp32_share = fp32_ns / gemm_ns if gemm_ns else 0.0
+        if fp32_share < rule["min_fp32_gemm_share"]:
+            continue  # a 16-bit or TF32 majority: dtype_churn's case
+        share = ctx.share(rank, dev, fp32_ns)
+        if share < rule["min_share"]:
+            continue
+        device = device_row(ctx, rank, dev)
+        tf32 = has_tf32(device)
+        target, elt = ("tf32", 4) if tf32 else ("fp16", 2)
+        savings = floor = shaped_ns = 0
+        rows, basis = [], None
+        for row in grp.to_dict("records"):
+            shape = shape_of(row)
+            est = gemm_estimate(row["total_ns"], int(row["launches"]), shape, device, target, elt, rule["latency_floor_ns"], own="fp32")
+            if est is None:
+                continue
+            savings += est["savings_ns"]
+            floor += est["floor_ns"]
+            shaped_ns += row["total_ns"] if est["shaped"] else 0
+            basis = basis or est["basis"]
+            rows.append((row, shape, est))
+        if not rows or savings < rule["min_savings_ns"]:
+            continue
+        top, top_shape, top_est = rows[0]
+        shaped = shaped_ns / fp32_ns if fp32_ns else 0.0
+        # the kernels' precision is certain from their names; without shapes the size is a rate ratio
+        confidence = "high" if shaped >= 0.5 else "low"
+        out.append(
+            Finding(
+                symptom=SYMPTOM,
+                strategy=rule.strategy,
+                title=rule.title,
+                kernel=str(top["name"]),
+                rank=as_int(rank),
+                device_id=None if dev < 0 else int(dev),
+                shape=top_shape,
+                grid=dims(top, "grid"),
+                block=dims(top, "block"),
+                launches=int(grp["launches"].sum()),
+                total_ns=fp32_ns,
+                est_savings_ns=int(savings),
+                confidence=confidence,
+                watch_for=rule.watch_for,
+                tier=3,
+                evidence={
+                    "fp32_gemm_ns": fp32_ns,
+                    "gemm_ns": gemm_ns,
+                    "fp32_gemm_share": round(fp32_share, 3),
+                    "share_of_gpu_time": round(share, 4),
+                    "kernel_kinds": int(grp["name"].nunique()),
+                    "target_precision": target,
+                    "target_tflops": top_est["target_tflops"],
+                    "shaped_fraction": round(shaped, 3),
+                    "bound_ns": int(floor),
+                    "basis": f"sum over {len(rows)} launch groups of time minus floor on the {target} path; e.g. {basis}",
+                    # the hook for ranking: the kernels this lever covers (Tier-4 rules skip them)
+                    "covers_kernels": sorted({str(r["name"]) for r, _, _ in rows}),
+                },
+                suggestion={"fix": FIX_TF32 if tf32 else FIX_16BIT, "precision": target},
+            )
+        )
+    return out
