@@ -95,6 +95,13 @@ sm_count_opt = _option(
     show_envvar=True,
     help="SMs (NVIDIA) or CUs (AMD) of the profiled GPU, for traces that do not record it.",
 )
+unrelated_opt = _option(
+    "--allow-unrelated",
+    is_flag=True,
+    help="Read several files even when they are not the ranks of one run (same content twice, a rank declared "
+         "twice, different GPU models, clocks that never meet): each is judged on its own, with a note, and no "
+         "cross-rank figure (waits, slowest rank, critical path). Without it such files are an error.",
+)
 cache_opt = _option(
     "--cache-dir",
     type=click.Path(path_type=Path, file_okay=False),
@@ -150,14 +157,16 @@ def cli() -> None:
 @_option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @_option("--top", type=click.IntRange(1, 1000), default=10, show_default=True, help="Kernels to list.")
 @sm_count_opt
+@unrelated_opt
 @cache_opt
 @inflate_opt
-def summary_command(traces, as_json, top, sm_count, cache_dir, max_inflated_bytes) -> None:
+def summary_command(traces, as_json, top, sm_count, allow_unrelated, cache_dir, max_inflated_bytes) -> None:
     """Say what TRACES hold: format, devices, kernels, top kernels by time, NVTX, copies."""
     from .summary import summarize
     from .traces import load_trace
 
-    trace = load_trace(traces, sm_count=sm_count, cache_dir=cache_dir, max_inflated_bytes=max_inflated_bytes)
+    trace = load_trace(traces, sm_count=sm_count, cache_dir=cache_dir, max_inflated_bytes=max_inflated_bytes,
+                       allow_unrelated=allow_unrelated)
     info = summarize(trace, top=top)
     if as_json:
         _echo_json(info)
@@ -245,10 +254,11 @@ counters_opt = _option(
 @counters_opt
 @rules_opt
 @sm_count_opt
+@unrelated_opt
 @cache_opt
 @inflate_opt
 def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budget_s, shapes, counters, rules_dir,
-                     sm_count, cache_dir, max_inflated_bytes) -> None:
+                     sm_count, allow_unrelated, cache_dir, max_inflated_bytes) -> None:
     """Find where work maps badly onto the GPU's SMs and name the strategy to try.
 
     Reads TRACES (one file, or one per rank), computes the symptoms (tail waves, under-filled
@@ -278,7 +288,8 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
         raise click.UsageError("give at least one trace file (or --example for the bundled one)")
     if counters and not run_variants:
         raise click.UsageError("--counters profiles the variants that --run measures: add --run")
-    trace = load_trace(traces, sm_count=sm_count, cache_dir=cache_dir, max_inflated_bytes=max_inflated_bytes)
+    trace = load_trace(traces, sm_count=sm_count, cache_dir=cache_dir, max_inflated_bytes=max_inflated_bytes,
+                       allow_unrelated=allow_unrelated)
     result = diagnose(trace, rules=rules_dir, top=top, shapes=list(shapes))
     payload = result.to_dict()
     images = {}

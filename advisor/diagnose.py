@@ -153,8 +153,12 @@ def share_budgets(findings: list[Finding], ctx: Context) -> list[Finding]:
     by_key: dict[tuple, list[Finding]] = defaultdict(list)
     wall: dict[tuple, list[Finding]] = defaultdict(list)
     for f in findings:
-        if f.savings_unit == "wall":
+        if f.savings_unit == "wall" and f.evidence.get("wall_pool", "idle") == "idle":
             wall[(f.rank, f.device_id)].append(f)
+        elif f.savings_unit == "wall":
+            # wall time from another pool (exposed_comm: communication no compute hides, while
+            # the GPU is busy, not idle), bounded by its own evidence (`bound_ns`)
+            out.append(f)
         else:
             by_key[_launch_key(f)].append(f)
     for group in by_key.values():

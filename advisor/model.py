@@ -61,6 +61,9 @@ SCHEMAS: dict[str, dict[str, str]] = {
         "static_smem_bytes": _I,  # AMD: LDS
         "dynamic_smem_bytes": _I,
         "graph_node_id": _I,  # launched from a CUDA graph when set
+        # correlation id of the cudaGraphLaunch/hipGraphLaunch call that replayed the kernel
+        # (advisor.traces.graphs); NA for a kernel launched on its own
+        "graph_launch_id": _I,
         # Collectives (NCCL/RCCL kernels), when the trace records them (Kineto kernel args):
         "comm_name": _S,  # "allreduce", "all_gather", ... as the profiler names it
         "comm_in_nelems": _I,

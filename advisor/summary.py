@@ -71,6 +71,9 @@ def top_kernels(trace: Trace, top: int = 10) -> list[dict[str, Any]]:
     stats = k["dur_ns"].groupby(group, sort=False).agg(["count", "sum", "median"])
     stats = stats.sort_values("sum", ascending=False, kind="stable")
     first_row = pd.Series(np.arange(len(k))).groupby(group, sort=False).min()
+    from .traces.graphs import is_graph_replayed
+
+    replayed = pd.Series(is_graph_replayed(k).to_numpy(dtype=np.int64)).groupby(group, sort=False).sum()
     configs = keys.assign(_g=group).drop_duplicates("_g").groupby("_name").size()
     out = []
     for g, st in stats.head(top).iterrows():
@@ -96,6 +99,7 @@ def top_kernels(trace: Trace, top: int = 10) -> list[dict[str, Any]]:
                 "grid_blocks": _int(row["grid_blocks"]),
                 "shape": shape,
                 "configs_of_name": int(configs.get(code, 1)),
+                "graph_replayed": int(replayed[g]),  # launches replayed from a CUDA graph
                 "registers_per_thread": _int(row["registers_per_thread"]),
                 "shared_mem_bytes": smem_total,
             }

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import shutil
 
 import numpy as np
 import pandas as pd
@@ -18,7 +17,7 @@ from advisor.render import render
 from advisor.symptoms import Context
 from advisor.symptoms import ranks as rk
 from advisor.symptoms.intervals import total
-from advisor.traces import load_trace
+from advisor.traces import load_trace, merge
 
 AR = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
 AG = "ncclDevKernel_AllGather_RING_LL"
@@ -424,12 +423,10 @@ def test_corpus_a100_nccl(corpus, tmp_path):
     (f,) = by_symptom(diagnose(t), "exposed_comm")
     assert f.suggestion["collective"] == "all_reduce" and f.evidence["exposed_fraction"] > 0.1
 
-    # The same trace as two ranks (a copy: the same path twice is refused), rank 1's clock
-    # shifted: the shift comes back exactly (the collectives are identical), and both ranks
-    # get the single-rank numbers.
-    copy = tmp_path / "rank1.json.gz"
-    shutil.copyfile(path, copy)
-    t2 = load_trace([path, copy])
+    # The same trace as two ranks, rank 1's clock shifted: the shift comes back exactly (the
+    # collectives are identical), and both ranks get the single-rank numbers. Built with
+    # merge(): load_trace refuses one profile given twice (test_unrelated_ranks.py).
+    t2 = merge([load_trace(path), load_trace(path)])
     shift = 123_456_789
     t2.kernels.loc[t2.kernels["rank"] == 1, ["start_ns", "end_ns"]] += shift
     ev2 = evidence_frames(t2)["exposed_comm"]

@@ -27,8 +27,18 @@ Evidence (one row per rank and device)
     counts, times and message sizes when the trace records them; the frame's `attrs` hold
     the alignment, the slowest rank and a digest of the critical path.
 
+Which remedy (strategy ids from the rule's [strategies] table): the chunked collective +
+GEMM schedule (comm_overlap) only where the exposed collective feeds or follows a GEMM on that
+device (a GEMM starts right after it ends, or ends right before it starts: evidence
+`collectives[kind].gemm_adjacent_fraction`); an all-to-all (MoE dispatch/combine) gets
+expert_overlap, pipeline send/recv pipeline_schedule, any other collective async_collective.
+Kernels that do not name their collective (ncclDevKernel_Generic, NCCL's SendRecv kernels
+that also carry all-to-all) are named by the host range around their launch.
+
 Estimated recoverable time: the exposed transfer time (exposed minus exposed waiting),
-bounded by the compute time available to hide it.
+bounded by the compute time available to hide it (`bound_ns`, `basis`). Its unit is wall
+time (savings_unit "wall"): overlapping communication shortens the step's critical path while
+the communication kernels still run, so it is not GPU time that goes away.
 """
 
 from __future__ import annotations
@@ -80,14 +90,17 @@ _RANGE_COLLECTIVE = re.compile(r"^(?:nccl:|c10d::|nccl[A-Z]|rccl[A-Z])", re.I)
 
 def with_range_collectives(kernels: pd.DataFrame, trace) -> pd.DataFrame:
     """`kernels` with `comm_name` filled, for communication kernels whose name does not say
-    which collective they run (RCCL's and NCCL's `ncclDevKernel_Generic`), from the innermost
-    host range around the launch call that names one (`nccl:broadcast`, `ncclAllReduce`...)."""
+    which collective they run, from the innermost host range around the launch call that
+    names one (`nccl:broadcast`, `ncclAllReduce`...): RCCL's and NCCL's
+    `ncclDevKernel_Generic`, and NCCL's SendRecv kernels, which also carry all-to-all,
+    gather and scatter (a DLRM embedding all-to-all runs as `ncclKernel_SendRecv` inside
+    `nccl:all_to_all`): pipeline send/recv is told from all-to-all only that way."""
     if kernels.empty or trace.nvtx.empty or "is_comm" not in kernels.columns:
         return kernels
     comm = kernels[kernels["is_comm"]]
     if comm.empty:
         return kernels
-    unknown = rk.collective_kinds(comm) == "other"
+    unknown = rk.collective_kinds(comm).isin(["other", "send_recv"])
     if not unknown.any():
         return kernels
     text = trace.nvtx["text"].fillna("").astype(str)
@@ -123,6 +136,55 @@ def with_range_collectives(kernels: pd.DataFrame, trace) -> pd.DataFrame:
     return out
 
 
+def gemm_neighbours(kernels: pd.DataFrame, window_ns: int) -> pd.Series:
+    """Per communication kernel (index of `kernels`): True when a GEMM on the same device
+    starts within `window_ns` after it ends (the GEMM consumes it: all-gather -> GEMM) or ends
+    within `window_ns` before it starts (the GEMM produces it: GEMM -> reduce-scatter). A
+    trace does not record data dependencies; a GEMM launched right behind the collective is
+    the evidence that can be read."""
+    comm = kernels[kernels["is_comm"]]
+    out = pd.Series(False, index=comm.index)
+    if comm.empty or "is_gemm" not in kernels.columns:
+        return out
+    gemm = kernels[kernels["is_gemm"].fillna(False).astype(bool) & ~kernels["is_comm"]]
+    if gemm.empty:
+        return out
+    dev = lambda df: df["device_id"].astype("Int64").fillna(-1).astype("int64")  # noqa: E731
+    by_dev = {key: g for key, g in gemm.groupby([gemm["rank"], dev(gemm)], sort=False)}
+    for key, c in comm.groupby([comm["rank"], dev(comm)], sort=False):
+        g = by_dev.get(key)
+        if g is None:
+            continue
+        starts = np.sort(g["start_ns"].to_numpy(np.int64))
+        ends = np.sort(g["end_ns"].to_numpy(np.int64))
+        cs, ce = c["start_ns"].to_numpy(np.int64), c["end_ns"].to_numpy(np.int64)
+        i = np.searchsorted(starts, ce, side="left")  # first GEMM starting at or after the end
+        after = (i < starts.size) & ((starts[np.minimum(i, starts.size - 1)] - ce) <= window_ns)
+        j = np.searchsorted(ends, cs, side="right") - 1  # last GEMM ending at or before the start
+        before = (j >= 0) & ((cs - ends[np.maximum(j, 0)]) <= window_ns)
+        out.loc[c.index] = after | before
+    return out
+
+
+def _adjacent_fractions(kernels: pd.DataFrame, window_ns: int) -> dict[tuple[int, int], dict[str, float]]:
+    """(rank, device) -> {collective kind: share of its kernel time next to a GEMM}."""
+    comm = kernels[kernels["is_comm"]]
+    if comm.empty:
+        return {}
+    t = pd.DataFrame({
+        "rank": comm["rank"].astype("int64"),
+        "dev": comm["device_id"].astype("Int64").fillna(-1).astype("int64"),
+        "kind": rk.collective_kinds(comm),
+        "dur": comm["dur_ns"].astype("int64"),
+        "adj": comm["dur_ns"].where(gemm_neighbours(kernels, window_ns), 0).astype("int64"),
+    })
+    out: dict[tuple[int, int], dict[str, float]] = {}
+    for (r, d, kind), g in t.groupby(["rank", "dev", "kind"], sort=False):
+        total = int(g["dur"].sum())
+        out.setdefault((int(r), int(d)), {})[str(kind)] = round(int(g["adj"].sum()) / total, 3) if total else 0.0
+    return out
+
+
 def analysis(ctx: Context, rule: Rule) -> rk.RankAnalysis:
     """The cross-rank analysis, computed once per context."""
     key = ("ranks", int(rule["min_aligned_collectives"]), int(rule["min_bubble_ns"]))
@@ -131,12 +193,13 @@ def analysis(ctx: Context, rule: Rule) -> rk.RankAnalysis:
             with_peer_copies(with_range_collectives(ctx.kernels, ctx.trace), ctx.trace.memcpy),
             min_matches=int(rule["min_aligned_collectives"]),
             min_bubble_ns=int(rule["min_bubble_ns"]),
+            unrelated="; ".join(ctx.trace.meta.get("unrelated_ranks") or ()) or None,
         )
     return ctx.cache[key]
 
 
 def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
-    k = with_peer_copies(ctx.kernels, ctx.trace.memcpy)
+    k = with_peer_copies(with_range_collectives(ctx.kernels, ctx.trace), ctx.trace.memcpy)
     if k.empty or not k["is_comm"].any():
         return pd.DataFrame()
     a = analysis(ctx, rule)
@@ -151,6 +214,11 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     # (a rank that waits long at a barrier for a late peer is not thereby "unoverlapped").
     transfer = ev["comm_ns"] - (ev["exposed_wait_ns"] if cross else 0)
     ev["hidden_fraction"] = (ev["overlapped_ns"] / transfer.where(transfer > 0)).clip(upper=1.0)
+    adj = _adjacent_fractions(k, int(rule["gemm_adjacent_ns"]))
+    ev["kinds"] = [
+        {kind: {**v, "gemm_adjacent_fraction": adj.get((int(r), int(d)), {}).get(kind, 0.0)} for kind, v in (kinds or {}).items()}
+        for r, d, kinds in zip(ev["rank"], ev["device_id"], ev["kinds"])
+    ]
     ev["offset_ns"] = [al.offset(r) for r in ev["rank"]]
     ev["aligned"] = [al.aligned(r) for r in ev["rank"]]
     ev["alignment_spread_ns"] = [al.spread_ns.get(int(r), 0) for r in ev["rank"]]
@@ -167,6 +235,52 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
         "critical_path": a.path_summary,
     }
     return ev
+
+
+_KIND_TITLES = {
+    "all_reduce": "All-reduce", "all_gather": "All-gather", "reduce_scatter": "Reduce-scatter",
+    "all_to_all": "All-to-all", "send_recv": "Send/recv", "broadcast": "Broadcast", "reduce": "Reduce",
+    "peer_copy": "Peer-to-peer copy", "barrier": "Cross-GPU signal wait",
+}
+
+
+def choose_strategy(kind: str | None, facts: dict, rule: Rule) -> tuple[str, str]:
+    """(situation, strategy id) for the exposed collective `kind`; the ids are data
+    (rule.strategies, rules/exposed_comm.toml). The chunked collective + GEMM schedule only
+    where the collective feeds or follows a GEMM; an MoE all-to-all and pipeline send/recv have
+    remedies of their own; any other collective is overlapped with independent compute."""
+    ids = rule.strategies
+    if kind == "all_to_all":
+        situation = "all_to_all"
+    elif kind == "send_recv":
+        situation = "send_recv"
+    elif kind in _SCHEDULES and facts.get("gemm_adjacent_fraction", 0.0) >= rule["min_gemm_adjacent_fraction"]:
+        situation = "gemm_adjacent"
+    elif kind in ("peer_copy", "barrier"):  # the copy-engine transport of an overlapped schedule
+        situation = "gemm_adjacent"
+    else:
+        situation = "no_gemm"
+    return situation, ids.get(situation, rule.strategy)
+
+
+def _suggestion(situation: str, kind: str | None, rule: Rule) -> dict:
+    if situation == "gemm_adjacent":
+        out = {"pattern": "chunked collective + GEMM on separate streams", "collective": kind}
+        if kind in _SCHEDULES:
+            out.update(schedule=_SCHEDULES[kind], chunks=int(rule["suggested_chunks"]))
+        return out
+    if situation == "all_to_all":
+        return {"pattern": "overlap the MoE all-to-all (token dispatch/combine) with expert compute", "collective": kind,
+                "try": "split the batch in two micro-batches and run one's dispatch/combine while the other's experts "
+                       "compute (DualPipe, two-batch overlap); chunk the dispatch so expert GEMMs start on the first "
+                       "tokens; give the all-to-all a fixed SM budget on its own stream (DeepEP)"}
+    if situation == "send_recv":
+        return {"pattern": "pipeline bubble: change the pipeline schedule", "collective": kind,
+                "try": "interleaved 1F1B (virtual pipeline stages), a zero-bubble schedule, or more micro-batches per "
+                       "step; send/recv of activations overlapped with the next micro-batch's compute"}
+    return {"pattern": "issue the collective asynchronously and overlap it with independent compute", "collective": kind,
+            "try": "DDP gradient bucketing (bucket_cap_mb) so early buckets reduce during backward; FSDP prefetch; "
+                   "async_op=True with the wait moved to just before the first use"}
 
 
 def _num(v):
@@ -227,7 +341,6 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
             evidence.update(
                 {
                     "ranks": n_ranks,
-                    "slowest_rank": info.get("slowest_rank"),
                     "last_arrivals": int(row["last_arrivals"]),
                     "alignment": {
                         "status": al.get("status"),
@@ -237,11 +350,21 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                     },
                 }
             )
+        if n_ranks > 1 and info.get("slowest_rank") is not None:  # only when every rank's clock is aligned
+            evidence["slowest_rank"] = info["slowest_rank"]
         if info.get("critical_path"):
             evidence["critical_path"] = info["critical_path"]
         if missing_ranks:
             evidence["world_size"] = int(world)
-        suggestion = {"pattern": "chunked collective + GEMM on separate streams", "collective": top_kind}
+        evidence["exposed_transfer_ns"] = recoverable  # exposed minus waiting for peers (skew)
+        evidence["bound_ns"] = savings
+        evidence["wall_pool"] = "exposed_comm"  # not the device's idle time (diagnose.share_budgets)
+        evidence["basis"] = (
+            "exposed communication time (wall time on the device's critical path), less time spent waiting for "
+            "peers where ranks are aligned, capped by the compute time on the device that could hide it"
+        )
+        situation, strategy = choose_strategy(top_kind, kinds.get(top_kind, {}), rule)
+        suggestion = _suggestion(situation, top_kind, rule)
         if already:
             suggestion = {
                 "pattern": "already overlapped: trim the exposed rest (first/last chunk, per-chunk signals, "
@@ -251,13 +374,13 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                 "try": "fewer chunks; a copy-engine transport (kernels/comm_overlap.py transport='p2p'); "
                 "replay the step from a CUDA graph if the GPU waits on the host",
             }
-        elif top_kind in _SCHEDULES:
-            suggestion.update(schedule=_SCHEDULES[top_kind], chunks=int(rule["suggested_chunks"]))
+        name = _KIND_TITLES.get(top_kind or "", "Communication")
         out.append(
             Finding(
                 symptom=SYMPTOM,
-                strategy=rule.strategy,
-                title=("Communication only partly hidden behind compute (already overlapped)" if already else rule.title),
+                strategy=strategy,
+                title=(f"{name} only partly hidden behind compute (already overlapped)" if already
+                       else f"{name} not overlapped with compute"),
                 kernel=top_kernel,
                 rank=int(row["rank"]),
                 device_id=None if row["device_id"] < 0 else int(row["device_id"]),
@@ -271,6 +394,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                 watch_for=rule.watch_for,
                 evidence=evidence,
                 suggestion=suggestion,
+                savings_unit="wall",
             )
         )
     return out

@@ -33,6 +33,7 @@ import pandas as pd
 from ..findings import Finding
 from ..model import STRING
 from ..rules import Rule
+from ..traces.graphs import is_graph_replayed
 from .context import Context, as_int, dims, gemm_bytes, shape_of
 from .idle import gaps as idle_gaps
 from .idle import host_context
@@ -86,7 +87,10 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
         & (d["device_id"].to_numpy()[1:] == d["device_id"].to_numpy()[:-1])
         & (d["stream_id"].to_numpy()[1:] == d["stream_id"].to_numpy()[:-1])
     )
-    tiny = d["dur_ns"].to_numpy() < rule["tiny_kernel_ns"]
+    # a kernel replayed from a CUDA graph was not launched on its own: the gaps around it are
+    # not launch overhead, and a graph is what the advice would be
+    replayed = is_graph_replayed(k).reindex(d.index).to_numpy(dtype=bool)
+    tiny = (d["dur_ns"].to_numpy() < rule["tiny_kernel_ns"]) & ~replayed
     gap = np.clip(d["start_ns"].to_numpy()[1:] - d["end_ns"].to_numpy()[:-1], 0, None)
     link = same & tiny[1:] & tiny[:-1] & (gap <= rule["max_gap_in_run_ns"])
     run_id = np.concatenate([[0], np.cumsum(~link)])
@@ -260,10 +264,16 @@ def _host_bound(ctx: Context, rule: Rule) -> pd.DataFrame:
     g = idle_gaps(ctx)
     if g.empty:
         return pd.DataFrame()
-    hb = g[g["host_bound"].fillna(False).to_numpy(dtype=bool) & (g["gap_ns"] <= rule["max_gap_in_run_ns"]).to_numpy()]
+    k = ctx.kernels
+    # a gap before a graph-replayed kernel: the loop already runs from a CUDA graph, so
+    # "capture it in a graph" is not the remedy (the graph launches are another finding's)
+    pos = g["next_pos"].to_numpy()
+    replayed = is_graph_replayed(k).to_numpy(dtype=bool)
+    before_graph = (pos >= 0) & replayed[np.clip(pos, 0, max(len(k) - 1, 0))] if len(k) else np.zeros(len(g), bool)
+    hb = g[g["host_bound"].fillna(False).to_numpy(dtype=bool) & (g["gap_ns"] <= rule["max_gap_in_run_ns"]).to_numpy()
+           & ~before_graph]
     if hb.empty:
         return pd.DataFrame()
-    k = ctx.kernels
     rows = []
     for (rank, dev), x in hb.groupby(["rank", "device_id"], sort=False):
         on = k[(k["rank"] == rank) & (k["device_id"].astype("Float64").fillna(-1) == dev).to_numpy(dtype=bool)]

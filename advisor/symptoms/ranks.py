@@ -150,8 +150,9 @@ class Alignment:
     reference rank's clock.
 
     status: "aligned" (every rank with collectives matched the reference), "partial" (some
-    did not: their offset is 0), "unaligned" (several ranks, none matched), "single_rank" or
-    "no_collectives" (nothing to align). `reason` is one sentence for the report.
+    did not: their offset is 0), "unaligned" (several ranks, none matched), "unrelated" (the
+    files are not one run: not aligned on purpose), "single_rank" or "no_collectives"
+    (nothing to align). `reason` is one sentence for the report.
     """
 
     offsets_ns: dict[int, int]
@@ -506,15 +507,23 @@ class RankAnalysis:
         return path_summary(self.path)
 
 
-def analyze(kernels: pd.DataFrame, *, min_matches: int = 1, min_bubble_ns: int = 10_000) -> RankAnalysis:
-    """Everything above for `kernels` (trace.kernels with an `is_comm` column)."""
+def analyze(kernels: pd.DataFrame, *, min_matches: int = 1, min_bubble_ns: int = 10_000,
+            unrelated: str | None = None) -> RankAnalysis:
+    """Everything above for `kernels` (trace.kernels with an `is_comm` column). `unrelated`
+    (why the ranks are not one run, see advisor.traces.runs) skips the alignment: each rank
+    keeps its own clock and no cross-rank figure is computed. The slowest rank is named only
+    when every rank's clock is aligned."""
     ranks = sorted(int(r) for r in kernels["rank"].unique()) if len(kernels) else []
     comm = kernels[kernels["is_comm"]] if len(kernels) else kernels
     comm = comm.assign(kind=collective_kinds(comm)) if len(comm) else comm.assign(kind=pd.Series(dtype="object"))
-    alignment = align_clocks(comm, ranks, min_matches=min_matches)
+    if unrelated and len(ranks) > 1:
+        alignment = Alignment({r: 0 for r in ranks}, None, "unrelated", f"not one run ({unrelated}): clocks not aligned")
+    else:
+        alignment = align_clocks(comm, ranks, min_matches=min_matches)
     inst = collective_instances(comm, alignment)
     k = kernels.copy()
     k.loc[comm.index, "kind"] = comm["kind"]
     stats = per_rank(k, inst, min_bubble_ns)
     path = critical_path(kernels, inst, alignment)
-    return RankAnalysis(alignment, stats, inst, path, slowest_rank(stats))
+    slowest = slowest_rank(stats) if alignment.status == "aligned" else None
+    return RankAnalysis(alignment, stats, inst, path, slowest)

@@ -24,6 +24,8 @@ import pandas as pd
 from ..devices import complete_devices
 from ..errors import NoKernelsError, TraceError
 from ..model import FRAMES, Trace, conform
+from . import graphs
+from .runs import file_digest, unrelated_reasons
 from . import (
     _inflate,
     kineto,
@@ -270,6 +272,7 @@ def load_trace(
     cache_dir: str | os.PathLike | None = None,
     require_kernels: bool = True,
     max_inflated_bytes: int | str | None = None,
+    allow_unrelated: bool = False,
 ) -> Trace:
     """Read one trace file, or several (one per rank), into one `Trace`.
 
@@ -278,12 +281,18 @@ def load_trace(
     not record it). `cache_dir` is where `.nsys-rep` files are exported to SQLite.
     `max_inflated_bytes` caps what one gzip file may inflate to (bytes or "8G"; default
     $ADVISOR_MAX_INFLATED_BYTES, else 4 GiB: see `_inflate`).
+
+    Several files must be the ranks of one run (`runs.unrelated_reasons`: not the same
+    content twice, no rank declared twice, one GPU model, clocks that meet); otherwise a
+    TraceError says why, or, with `allow_unrelated`, a note does and the trace is marked
+    (`meta["unrelated_ranks"]`) so that no cross-rank figure is computed.
     """
     with _inflate.limit(max_inflated_bytes):
-        return _load(paths, sm_count=sm_count, cache_dir=cache_dir, require_kernels=require_kernels)
+        return _load(paths, sm_count=sm_count, cache_dir=cache_dir, require_kernels=require_kernels,
+                     allow_unrelated=allow_unrelated)
 
 
-def _load(paths, *, sm_count, cache_dir, require_kernels) -> Trace:
+def _load(paths, *, sm_count, cache_dir, require_kernels, allow_unrelated=False) -> Trace:
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     paths = [Path(p) for p in paths]
@@ -326,8 +335,21 @@ def _load(paths, *, sm_count, cache_dir, require_kernels) -> Trace:
         t.meta.setdefault("format", fmt)
         t.meta["sources"] = [source.name]  # the file the user named, not a cache copy
         traces.append(t)
+    reasons = unrelated_reasons(traces, paths, [file_digest(p) for p in paths]) if len(paths) > 1 else []
+    if reasons and not allow_unrelated:
+        raise TraceError(
+            f"these files are not the ranks of one run: {'; '.join(reasons)}. Pass one run's per-rank traces, "
+            "or --allow-unrelated to read them side by side without cross-rank figures"
+        )
     trace = merge(traces)
+    if reasons:
+        trace.meta["unrelated_ranks"] = reasons
+        trace.note(
+            f"files read side by side, not as one run ({'; '.join(reasons)}): each rank is judged on its own, "
+            "with no clock alignment, waits, slowest rank or critical path across them"
+        )
     _mask_impossible(trace)
+    graphs.attribute(trace)
     complete_devices(trace, sm_count=sm_count)
     world = trace.meta.get("world_size")
     if isinstance(world, int) and world > len(trace.ranks):
