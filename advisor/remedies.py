@@ -41,6 +41,12 @@ def _pad_change(f: Finding) -> CodeChange | None:
     M, N, K = (s.get(k) for k in ("M", "N", "K"))
     if not all(isinstance(v, int) for v in (M, N, K)):
         return None
+    return pad_change_for(M, N, K, f.symptom, int(f.est_savings_ns))
+
+
+def pad_change_for(M: int, N: int, K: int, symptom: str, est_savings_ns: int) -> CodeChange | None:
+    """The padding change for a GEMM M x N x K whose N or K is off a multiple of PAD_TO."""
+    M, N, K = int(M), int(N), int(K)
     odd = [(name, v) for name, v in (("N", N), ("K", K)) if v % PAD_TO]
     if not odd:
         return None
@@ -57,7 +63,7 @@ def _pad_change(f: Finding) -> CodeChange | None:
                 f"b = torch.nn.functional.pad(b, (0, 0, 0, {p - v}))     # ({v}, N) -> ({p}, N)")
     return CodeChange("pad_dimension", f"GEMM {M}x{N}x{K}: {name}={v} is not a multiple of {PAD_TO}; "
                       "tensor-core tiles and 16-byte rows run it far below the aligned shape's speed",
-                      code, f.symptom, int(f.est_savings_ns))
+                      code, symptom, est_savings_ns)
 
 
 def _graph_change(f: Finding) -> CodeChange:

@@ -153,3 +153,24 @@ def test_code_changes_are_concrete():
     comm = code_change(_finding("exposed_comm", "comm_overlap", shape={"M": 8192, "N": 4096, "K": 4096}))
     assert "--pattern all_gather_matmul --shape 8192x4096x4096" in comm.code
     assert len(code_changes([pad, None] and [_finding(shape={"M": 8, "N": 50257, "K": 64})] * 2)) == 1
+
+
+def test_an_odd_gemm_gets_its_padding_change(tmp_path):
+    # The TAIL GEMM of tests/tracefiles with N = 1401: the finding on it carries the padding
+    # change (1401 -> 1408), and unaligned_gemms leaves it to the finding.
+    from tracefiles import kineto_doc, kineto_gemm_events, write_kineto
+
+    from advisor.diagnose import diagnose
+    from advisor.optimize import unaligned_gemms
+    from advisor.traces import load_trace
+
+    evs = kineto_gemm_events()
+    for e in evs:
+        if e["cat"] == "cpu_op":
+            e["args"]["Input Dims"] = [[1664, 8192], [8192, 1401]]
+    t = load_trace([write_kineto(tmp_path / "odd.json", kineto_doc(evs))])
+    d = diagnose(t)
+    assert any(f.shape and f.shape["N"] == 1401 for f in d.findings)
+    pads = [c for c in code_changes(d.findings) if c.kind == "pad_dimension"]
+    assert pads and "torch.nn.Linear(d_model, 1408" in pads[0].code
+    assert unaligned_gemms(t, d) == []

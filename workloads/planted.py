@@ -217,6 +217,9 @@ def main(argv=None) -> int:
     p.add_argument("--iters", type=int, default=None, help="Timed iterations (default per scenario).")
     p.add_argument("--out", type=Path, default=Path("out/traces"), help="Directory for Kineto traces.")
     p.add_argument("--emit-nvtx", action="store_true", help="small_gemms: label shapes with emit_nvtx instead of advisor.annotate.")
+    p.add_argument("--steps", type=int, default=0,
+                   help="With --profiler none: run the timed part N times, each inside a range named 'step' "
+                        "(record_function and NVTX), for a profiler run from outside (advisor optimize/compare).")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("planted.py needs a CUDA GPU", file=sys.stderr)
@@ -245,6 +248,11 @@ def main(argv=None) -> int:
             run()
             torch.cuda.synchronize()
         export_gz(prof, args.out / f"{args.scenario}.kineto.json")
+    elif args.steps:
+        for _ in range(args.steps):
+            with torch.profiler.record_function("step"), torch.cuda.nvtx.range("step"):
+                run()
+                torch.cuda.synchronize()
     else:
         run()
         torch.cuda.synchronize()
