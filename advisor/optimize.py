@@ -83,7 +83,7 @@ MIN_UNALIGNED_SHARE = 0.02
 
 
 def unaligned_gemms(trace, diag: Diagnosis) -> list[dict[str, Any]]:
-    """GEMM shapes in `trace` with N or K off a multiple of advisor.remedies.PAD_TO that hold at
+    """GEMM shapes in `trace` with M, N or K off a multiple of advisor.remedies.PAD_TO that hold at
     least MIN_UNALIGNED_SHARE of the GPU time and that no finding already names: M, N, K,
     dtype, launches, total_ns, median_ns, most time first."""
     from .remedies import PAD_TO
@@ -91,7 +91,9 @@ def unaligned_gemms(trace, diag: Diagnosis) -> list[dict[str, Any]]:
 
     k = Context(trace, diag.rules).kernels
     total = float(k["dur_ns"].sum()) or 1.0
-    g = k[k["is_gemm"] & k["M"].notna() & ((k["N"] % PAD_TO != 0) | (k["K"] % PAD_TO != 0)).fillna(False)]
+    # M too: the weight gradient of an odd-vocabulary head is (V x tokens) @ (tokens x d)
+    odd = (k["M"] % PAD_TO != 0) | (k["N"] % PAD_TO != 0) | (k["K"] % PAD_TO != 0)
+    g = k[k["is_gemm"] & k["M"].notna() & odd.fillna(False)]
     named = {_shape_key(f.shape) for f in diag.findings}
     out = []
     for (M, N, K), grp in g.groupby(["M", "N", "K"], sort=False):
@@ -216,7 +218,7 @@ def _run_unaligned(res: Optimized, trace, budget_s, run_dir, progress_for, log) 
     # an odd output dimension first: padding it (a vocabulary) also fixes the backward GEMMs
     # where the same extent is K
     for u in sorted(found, key=lambda u: (u["N"] % PAD_TO == 0, -u["total_ns"])):
-        odd = {d for d in (u["N"], u["K"]) if d % PAD_TO}
+        odd = {d for d in (u["M"], u["N"], u["K"]) if d % PAD_TO}
         change = pad_change_for(u["M"], u["N"], u["K"], "unaligned_gemm", u["total_ns"])
         if change is not None and not odd <= padded:
             res.changes.append(change)

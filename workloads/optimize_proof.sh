@@ -5,14 +5,14 @@
 #   bash workloads/optimize_proof.sh [OUT]          (default out/optimize_proof)
 #   tar czf optimize_proof.tgz -C out optimize_proof
 # Writes, under OUT:
-#   planted_mixed/    advisor optimize of `planted.py mixed --steps 3`: report.md/json, compare.md/json,
+#   planted_mixed/    advisor optimize of `planted.py mixed --steps 3 --gemm torch`: report.md/json, compare.md/json,
 #                     before/ after/ (traces + diagnosis), run/ (variants, run_report)
 #   gpt2/             the same for `gpt2_step.py --steps 5` (vocab 50257)
 #   gpt2_padded/      advisor profile of `gpt2_step.py --steps 5 --pad`
 #   gpt2_pad_compare/ advisor compare gpt2/before vs gpt2_padded: compare.md/json
 #   SUMMARY.md        verdicts and speedups in one table; *.log the commands' output
-# Needs nsys on PATH for Nsight Systems traces (on the lent H200: `source .device/nsys-env.sh`,
-# done here when .device/ is present); without it every step uses the PyTorch profiler.
+# Every run uses the PyTorch profiler (--kineto): it records the GEMM shapes that variants are
+# run for. Needs torch, triton and transformers on the GPU machine.
 # Smoke run without a GPU (the wiring up to the first trace, which records no GPU kernels there, so
 # each step stops with "no GPU kernel activity"):
 #   ADVISOR_PROOF_SMOKE=1 bash workloads/optimize_proof.sh /tmp/proof
@@ -22,7 +22,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-[ -f "$repo/.device/nsys-env.sh" ] && source "$repo/.device/nsys-env.sh"
 export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 PY=${PYTHON:-python3}
@@ -33,10 +32,12 @@ if [ "$smoke" = 1 ]; then
   gpt2_pad=("$PY" "$here/gpt2_step.py" --device cpu --tiny --steps 2 --pad)
   kineto=(--kineto)
 else
-  planted=("$PY" "$here/planted.py" mixed --steps 3)
+  planted=("$PY" "$here/planted.py" mixed --steps 3 --gemm torch)
   gpt2=("$PY" "$here/gpt2_step.py" --steps 5)
   gpt2_pad=("$PY" "$here/gpt2_step.py" --steps 5 --pad)
-  kineto=()
+  # the PyTorch profiler records every GEMM's shape (Input Dims, backward included); a whole-
+  # process nsys capture without emit_nvtx names none, and optimize runs variants per shape
+  kineto=(--kineto)
 fi
 adv=("$PY" -m advisor.cli)
 trace_of() {  # the trace `advisor profile`/`optimize` wrote in DIR under NAME: nsys report or Kineto
@@ -45,11 +46,11 @@ trace_of() {  # the trace `advisor profile`/`optimize` wrote in DIR under NAME: 
 start=$(date +%s)
 
 echo "== 1/4 optimize: planted mixed workload"
-timeout 240 "${adv[@]}" optimize "${kineto[@]}" --budget-s 20 --out "$out/planted_mixed" -- "${planted[@]}" \
+timeout 200 "${adv[@]}" optimize "${kineto[@]}" --budget-s 15 --out "$out/planted_mixed" -- "${planted[@]}" \
   >"$out/planted_mixed.log" 2>&1 || echo "   exit $? (see planted_mixed.log)"
 
 echo "== 2/4 optimize: GPT-2-shaped training step, vocab 50257"
-timeout 240 "${adv[@]}" optimize "${kineto[@]}" --budget-s 25 --out "$out/gpt2" -- "${gpt2[@]}" \
+timeout 300 "${adv[@]}" optimize "${kineto[@]}" --budget-s 20 --out "$out/gpt2" -- "${gpt2[@]}" \
   >"$out/gpt2.log" 2>&1 || echo "   exit $? (see gpt2.log)"
 
 echo "== 3/4 profile: the one-line fix (vocab padded to 50304)"
