@@ -80,6 +80,9 @@ def _shape_key(shape: dict | None) -> tuple | None:
 # share of the GPU time: the GPT-2 LM head (8192x50257x768 and its backward) is ~30% of a
 # 4-layer step (issue 35: 32.7 -> 22.2 ms padded), small misaligned GEMMs are noise.
 MIN_UNALIGNED_SHARE = 0.02
+# An odd M counts from this size: below it M is a batch of rows (decoding's 4 tokens), not a
+# dimension that is some tensor's row stride.
+MIN_ODD_M = 1024
 
 
 def unaligned_gemms(trace, diag: Diagnosis) -> list[dict[str, Any]]:
@@ -91,8 +94,11 @@ def unaligned_gemms(trace, diag: Diagnosis) -> list[dict[str, Any]]:
 
     k = Context(trace, diag.rules).kernels
     total = float(k["dur_ns"].sum()) or 1.0
-    # M too: the weight gradient of an odd-vocabulary head is (V x tokens) @ (tokens x d)
-    odd = (k["M"] % PAD_TO != 0) | (k["N"] % PAD_TO != 0) | (k["K"] % PAD_TO != 0)
+    # M too when it is large: the weight gradient of an odd-vocabulary head is (V x tokens) @
+    # (tokens x d) with a transposed, misaligned left operand; a small M (decoding's few rows)
+    # sets no stride and is memory-bound anyway
+    odd_m = (k["M"] % PAD_TO != 0) & (k["M"] >= MIN_ODD_M)
+    odd = odd_m | (k["N"] % PAD_TO != 0) | (k["K"] % PAD_TO != 0)
     g = k[k["is_gemm"] & k["M"].notna() & odd.fillna(False)]
     named = {_shape_key(f.shape) for f in diag.findings}
     out = []

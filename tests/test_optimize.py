@@ -174,3 +174,26 @@ def test_an_odd_gemm_gets_its_padding_change(tmp_path):
     pads = [c for c in code_changes(d.findings) if c.kind == "pad_dimension"]
     assert pads and "torch.nn.Linear(d_model, 1408" in pads[0].code
     assert unaligned_gemms(t, d) == []
+
+
+def test_an_odd_vocabulary_head_is_found_when_no_finding_names_it(tmp_path):
+    # 8192x50257x768 in whole waves (393x64 tiles of 128x128): no scheduling finding, but N is
+    # off a multiple of 64, so optimize runs it and proposes the padding to 50304.
+    from tracefiles import kineto_doc, kineto_gemm_events, write_kineto
+
+    from advisor.diagnose import diagnose
+    from advisor.optimize import unaligned_gemms
+    from advisor.traces import load_trace
+
+    evs = kineto_gemm_events(n=4, dur_us=5000.0, kernel_name="nvjet_sm90_tst_128x128_64x4_1x2_h_bz_coopA_NNT")
+    for e in evs:
+        if e["cat"] == "cpu_op":
+            e["args"]["Input Dims"] = [[8192, 768], [768, 50257]]
+        if e["cat"] == "kernel":
+            e["args"]["grid"] = [393, 64, 1]
+    t = load_trace([write_kineto(tmp_path / "head.json", kineto_doc(evs))])
+    d = diagnose(t)
+    assert not any(f.shape and f.shape["N"] == 50257 for f in d.findings)
+    (u,) = unaligned_gemms(t, d)
+    assert (u["M"], u["N"], u["K"], u["launches"], u["median_ns"]) == (8192, 50257, 768, 4, 5_000_000)
+    assert u["share"] == 1.0
