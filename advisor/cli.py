@@ -359,34 +359,9 @@ def _progress_bar(label: str):
 
 
 def _write_run_report(results, out_dir: Path, rules=None, skipped=(), echo: bool = True) -> None:
-    from .bench import append_csv, write_json
-    from .loop import gpu_present
-    from .plots import before_after
-    from .render import render
+    from .loop import write_run_report
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    rows = [row for r in results for row in r.rows]
-    device, versions = None, {}
-    if gpu_present() and any(r.ran_on_gpu for r in results):
-        from .loop import device_spec
-
-        device = device_spec()[1]
-        first = next((row for row in rows), {})
-        versions = {"torch": first.get("torch", "?"), "triton": first.get("triton", "?")}
-    images = {}
-    if rows:
-        append_csv(out_dir / "rows.csv", rows)
-        write_json(out_dir / "rows.json", rows)
-        table_rows = [dict(t, shape=r.shape) for r in results for t in r.table() if t["median_us"]]
-        if before_after([dict(t, status="ok") for t in table_rows], out_dir / "before_after.png") is not None:
-            images["bars"] = "before_after.png"
-    import datetime as _dt
-
-    md = render("run_report.md.j2", results=results, device=device, versions=versions, rules=rules or {}, images=images,
-                skipped=skipped, date=_dt.date.today().isoformat())
-    write_file(out_dir / "run_report.md", md)
-    payload = {"device": device, "results": [r.to_dict() for r in results], "skipped": [s.to_dict() for s in skipped]}
-    write_file(out_dir / "run_report.json", json.dumps(payload, indent=2, default=str))
+    md = write_run_report(results, out_dir, rules=rules, skipped=skipped)
     if echo:
         _echo_markdown(md)
     click.echo(f"advisor: wrote {out_dir / 'run_report.md'} and run_report.json", err=True)
@@ -608,19 +583,27 @@ def generate_command(strategy, shape, attn, group, shapes, dtype, configs, sm_co
               show_default=True, help="Directory for the trace and the report.")
 @_option("--kineto", is_flag=True, help="Use the PyTorch profiler even when nsys is available.")
 @_option("--top", type=click.IntRange(1, 10000), default=None, help="Keep only the N findings with the most recoverable time.")
+@_option("--use", "use_sources", multiple=True, type=click.Path(path_type=Path, exists=True),
+         help="Run COMMAND with advisor.use routing its matching GEMMs to these verified variants: a RUN_DIR of "
+              "`advisor diagnose --run`, or variant files (repeatable). Python programs only (a sitecustomize on "
+              "PYTHONPATH enters the routing); the report says how many calls each variant took.")
 @rules_opt
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
-def profile_command(out_dir, kineto, top, rules_dir, command) -> None:
+def profile_command(out_dir, kineto, top, use_sources, rules_dir, command) -> None:
     """Run COMMAND under a profiler, then diagnose the trace it wrote.
 
     Uses Nsight Systems when `nsys` is found (PATH, $NSYS, standard install dirs), else the
     PyTorch profiler for Python programs. Writes the trace, report.md and report.json into
-    --out and prints the report.
+    --out and prints the report. With --use, the program's torch.matmul / mm / addmm /
+    nn.functional.linear (and @) calls whose shape, dtype and layout match a verified
+    variant run on it, everything else on torch; compare the two profiles with
+    `advisor compare`.
 
     \b
     Examples:
       advisor profile -- python train.py --steps 20
       advisor profile --kineto --out prof/ -- python -m mypkg.bench
+      advisor profile --use advisor-run --out prof-after -- python train.py
     """
     from .diagnose import diagnose
     from .profile import profile
@@ -630,7 +613,18 @@ def profile_command(out_dir, kineto, top, rules_dir, command) -> None:
     def log(msg):
         click.echo(f"advisor: {msg}", err=True)
 
-    result = profile(list(command), out_dir, prefer="kineto" if kineto else "auto", log=log)
+    env = None
+    if use_sources:
+        from .use import routing_env
+
+        env = routing_env(use_sources, out_dir)
+    result = profile(list(command), out_dir, prefer="kineto" if kineto else "auto", log=log, env=env)
+    if use_sources:
+        from .use import routed_calls
+
+        calls = routed_calls(out_dir)
+        log("routed: " + (", ".join(f"{safe_text(k)} {v} call(s)" for k, v in sorted(calls.items())) or
+                          "no call matched a variant"))
     if result.returncode != 0:
         log(f"the program exited with code {result.returncode}; diagnosing what was recorded")
     trace = load_trace([result.trace], cache_dir=out_dir)
@@ -640,6 +634,44 @@ def profile_command(out_dir, kineto, top, rules_dir, command) -> None:
     write_file(out_dir / "report.json", json.dumps(d.to_dict(), indent=2, default=str))
     log(f"trace: {result.trace}; report: {out_dir / 'report.md'}")
     _echo_markdown(markdown)
+
+
+@cli.command("optimize", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@_option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("advisor-optimize"),
+         show_default=True, help="Directory for everything: before/, run/, after/, compare.md/json, report.md/json.")
+@_option("--budget-s", type=click.FloatRange(5, 3600), default=60, show_default=True,
+         help="Seconds of GPU time per GEMM shape for verifying and timing the variants (compile time counts).")
+@_option("--kineto", is_flag=True, help="Use the PyTorch profiler even when nsys is available (both runs).")
+@rules_opt
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
+def optimize_command(out_dir, budget_s, kineto, rules_dir, command) -> None:
+    """Profile COMMAND, fix what can be fixed without editing it, and measure the change.
+
+    Profiles the program, diagnoses it, generates, verifies and times the candidate
+    schedules for each finding with a GEMM shape (as `diagnose --run`), runs the program
+    again under the same profiler with the verified winners routed in by advisor.use, and
+    compares the two profiles (`advisor compare`). Writes report.md/json into --out: the
+    findings, what was applied and how many calls it took, the measured end-to-end change
+    against the diagnosis' estimate, and the code change to make for advice that is not a
+    kernel swap (CUDA graph, grouped GEMMs, comm overlap, padding an odd dimension, fusion,
+    channels_last, dtype). Mark your steps (torch.profiler's schedule, or a
+    record_function/NVTX range named "step") so that warm-up and compilation stay out of
+    the comparison. Without a GPU nothing is verified: the report lists the findings and
+    code changes, and the program runs once.
+
+    \b
+    Examples:
+      advisor optimize -- python train.py --steps 20
+      advisor optimize --budget-s 120 --kineto --out opt/ -- python -m mypkg.step
+    """
+    from .optimize import optimize
+
+    res = optimize(list(command), out_dir, budget_s=budget_s, prefer="kineto" if kineto else "auto", rules=rules_dir,
+                   log=_log, progress_for=_progress_bar)
+    _log(f"wrote {out_dir / 'report.md'} and report.json")
+    _echo_markdown((out_dir / "report.md").read_text(encoding="utf-8"))
+    if res.comparison is not None:
+        _log(f"end to end: {res.comparison.verdict} ({res.comparison.why})")
 
 
 def _side_files(positional: str | None, repeated: tuple[Path, ...], which: str) -> list[Path]:

@@ -262,12 +262,14 @@ def _formats(trace: Trace) -> list[str]:
     return [str(f) for f in fmt] if isinstance(fmt, list) else [str(fmt)]
 
 
-def build_side(trace: Trace, label: str, steps: Steps | None = None, rules=None) -> Side:
-    """Cut `trace` into steps (find_steps unless given) and gather its per-step numbers."""
+def build_side(trace: Trace, label: str, steps: Steps | None = None, rules=None,
+               diagnosis: Diagnosis | None = None) -> Side:
+    """Cut `trace` into steps (find_steps unless given) and gather its per-step numbers;
+    `diagnosis` is advisor.diagnose(trace) when the caller has it already."""
     if trace.kernels.empty:
         raise AdvisorError(f"{label}: the trace holds no GPU kernels to compare")
     steps = steps or find_steps(trace)
-    diag = diagnose(trace, rules=rules)
+    diag = diagnosis if diagnosis is not None else diagnose(trace, rules=rules)
     ctx = Context(trace, diag.rules)
     k = ctx.kernels.copy()
     k["class"] = classify(k["name"], k["is_gemm"], k["is_comm"]).to_numpy()
@@ -551,9 +553,11 @@ def _band(sb: float | None, nb: int, sa: float | None, na: int) -> float:
     return max(NOISE_FLOOR, NOISE_Z * math.sqrt(var))
 
 
-def compare(before: Trace, after: Trace, *, rules=None, labels: tuple[str, str] = ("before", "after")) -> Comparison:
+def compare(before: Trace, after: Trace, *, rules=None, labels: tuple[str, str] = ("before", "after"),
+            diagnoses: tuple[Diagnosis, Diagnosis] | None = None) -> Comparison:
     """Compare two traces of one program (each side one file or one per rank, merged by
-    advisor.load_trace). Raises AdvisorError when a side holds no kernels."""
+    advisor.load_trace); `diagnoses` are the two sides' advisor.diagnose results when the
+    caller has them. Raises AdvisorError when a side holds no kernels."""
     notes: list[str] = []
     sb, sa = find_steps(before), find_steps(after)
     if sb.method != sa.method or (sb.method != "window" and sb.name != sa.name):
@@ -561,8 +565,9 @@ def compare(before: Trace, after: Trace, *, rules=None, labels: tuple[str, str] 
         notes.append(f"steps differ (before: {what(sb)}; after: {what(sa)}): both sides compared as whole captures, "
                      "which assumes each captured the same work")
         sb, sa = _window_steps(before), _window_steps(after)
-    b = build_side(before, labels[0], sb, rules=rules)
-    a = build_side(after, labels[1], sa, rules=rules)
+    db, da = diagnoses if diagnoses is not None else (None, None)
+    b = build_side(before, labels[0], sb, rules=rules, diagnosis=db)
+    a = build_side(after, labels[1], sa, rules=rules, diagnosis=da)
     alignment = {"method": sb.method, "name": sb.name, "before_steps": b.n, "after_steps": a.n}
     for side in (b, a):
         if side.outside:

@@ -28,6 +28,7 @@ from .codegen import config_fields
 from .errors import AdvisorError
 from .generate import DTYPES, GEMM_STRATEGIES, finding_summary, generate, parse_shape
 from .kernel_lib import source_path
+from .safeio import write_file
 from .schedule_model import Device, rank
 
 # Which strategies to time for a symptom: the matrix's first choice, then the next best bet.
@@ -435,3 +436,34 @@ def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_
                                       observed_ns=observed, finding=finding_summary(f), out_dir=out_dir, progress=progress,
                                       counters=counters, log=log, sm_count=sm_count_of(f)))
     return results
+
+
+def write_run_report(results: Sequence[ShapeResult], out_dir: Path, rules=None, skipped=()) -> str:
+    """Write rows.csv/json, before_after.png (with matplotlib), run_report.md and
+    run_report.json for `results` into `out_dir`; return the markdown."""
+    import datetime as _dt
+
+    from .bench import append_csv, write_json
+    from .plots import before_after
+    from .render import render
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = [row for r in results for row in r.rows]
+    device, versions = None, {}
+    if gpu_present() and any(r.ran_on_gpu for r in results):
+        device = device_spec()[1]
+        first = next((row for row in rows), {})
+        versions = {"torch": first.get("torch", "?"), "triton": first.get("triton", "?")}
+    images = {}
+    if rows:
+        append_csv(out_dir / "rows.csv", rows)
+        write_json(out_dir / "rows.json", rows)
+        table_rows = [dict(t, shape=r.shape) for r in results for t in r.table() if t["median_us"]]
+        if before_after([dict(t, status="ok") for t in table_rows], out_dir / "before_after.png") is not None:
+            images["bars"] = "before_after.png"
+    md = render("run_report.md.j2", results=results, device=device, versions=versions, rules=rules or {}, images=images,
+                skipped=skipped, date=_dt.date.today().isoformat())
+    write_file(out_dir / "run_report.md", md)
+    payload = {"device": device, "results": [r.to_dict() for r in results], "skipped": [s.to_dict() for s in skipped]}
+    write_file(out_dir / "run_report.json", json.dumps(payload, indent=2, default=str))
+    return md

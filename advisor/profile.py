@@ -56,8 +56,10 @@ def profile(
     prefer: str = "auto",
     name: str = "profile",
     log: Callable[[str], None] = lambda msg: None,
+    env: dict[str, str] | None = None,
 ) -> Profiled:
-    """Profile `command`, writing into `out_dir`. `prefer` is "auto", "nsys" or "kineto"."""
+    """Profile `command`, writing into `out_dir`. `prefer` is "auto", "nsys" or "kineto";
+    `env` replaces the environment of the profiled program (advisor.use.routing_env)."""
     if not command:
         raise AdvisorError("no command to profile: put it after --, e.g. advisor profile -- python train.py")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -69,7 +71,7 @@ def profile(
         argv = [nsys, *NSYS_ARGS, "-o", str(out_dir / name), *command]
         log(f"profiling with Nsight Systems: {shlex.join(argv)}")
         try:
-            rc = subprocess.call(argv)
+            rc = subprocess.call(argv, env=env)
         except OSError as exc:
             raise AdvisorError(f"could not start nsys ({exc.strerror})") from None
         if not rep.is_file():
@@ -86,7 +88,7 @@ def profile(
     trace = out_dir / f"{name}.json.gz"
     argv = [sys.executable, "-m", "advisor.kineto_run", "--out", str(trace), "--", *py]
     log(f"nsys not found: profiling with the PyTorch profiler: {shlex.join(argv)}")
-    env = dict(os.environ)
+    env = dict(os.environ if env is None else env)
     try:
         rc = subprocess.call(argv, env=env)
     except OSError as exc:

@@ -369,3 +369,87 @@ def use(*sources: str | Path, only_recommended: bool = True, allow_unverified: b
 
 
 __all__ = ["Refused", "Router", "Variant", "collect", "load_variant", "use"]
+
+
+# ------------------------------------------------------------------ a program run with routing
+
+_SHIM = '''"""Written by advisor (advisor profile --use / advisor optimize): route this Python
+process's matching GEMMs to verified variants, then hand over to any other sitecustomize."""
+import atexit
+import json
+import os
+import sys
+
+
+def _advisor_use():
+    sources = json.loads(os.environ.get("ADVISOR_USE_SOURCES", "[]"))
+    calls_path = os.environ.get("ADVISOR_USE_CALLS")
+    if not sources:
+        return
+    try:
+        import advisor
+        import warnings
+
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            router = advisor.use(*sources).__enter__()
+        for w in said:
+            print(f"advisor: {w.message}", file=sys.stderr)
+    except Exception as exc:  # the program still runs, unrouted, and says so
+        print(f"advisor: routing not active: {exc}", file=sys.stderr)
+        return
+
+    def dump():
+        if calls_path:
+            with open(f"{calls_path}.{os.getpid()}", "w") as fh:
+                json.dump({"calls": router.calls, "passed": router.passed}, fh)
+
+    atexit.register(dump)
+
+
+_advisor_use()
+_here = os.path.dirname(os.path.abspath(__file__))
+for _p in sys.path:  # the next sitecustomize on the path, which this file shadows
+    _cand = os.path.join(_p or ".", "sitecustomize.py")
+    if os.path.abspath(_p or ".") != _here and os.path.isfile(_cand):
+        with open(_cand, encoding="utf-8") as _fh:
+            exec(compile(_fh.read(), _cand, "exec"), {"__name__": "sitecustomize", "__file__": _cand})
+        break
+'''
+
+
+def routing_env(sources: Iterable[str | Path], where: Path, base: dict | None = None) -> dict[str, str]:
+    """Environment for a child process that runs with advisor.use(*sources) active: a
+    sitecustomize.py written under `where`, first on PYTHONPATH (with advisor's own location),
+    and ADVISOR_USE_CALLS naming where each process writes its call counts (read them back
+    with `routed_calls`). The variants are checked here first, so a refusal is an error now,
+    not a warning lost in the program's output."""
+    srcs = [str(Path(s).resolve()) for s in sources]
+    variants, refused = collect(srcs)
+    if not variants:
+        why = "; ".join(f"{r.name}: {r.reason}" for r in refused) or "no GEMM variant in them"
+        raise AdvisorError(f"--use: nothing to route from {', '.join(srcs)} ({why})")
+    shim = where / "advisor_use_shim"
+    shim.mkdir(parents=True, exist_ok=True)
+    (shim / "sitecustomize.py").write_text(_SHIM, encoding="utf-8")
+    env = dict(os.environ if base is None else base)
+    pkg_root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(shim), pkg_root, env.get("PYTHONPATH", "")) if p)
+    env["ADVISOR_USE_SOURCES"] = json.dumps(srcs)
+    env["ADVISOR_USE_CALLS"] = str(where / "routed_calls.json")
+    for old in where.glob("routed_calls.json.*"):
+        old.unlink()
+    return env
+
+
+def routed_calls(where: Path) -> dict[str, int]:
+    """Calls per variant summed over the processes of a run made with routing_env(where)."""
+    total: dict[str, int] = {}
+    for f in sorted(where.glob("routed_calls.json.*")):
+        try:
+            data = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        for k, v in (data.get("calls") or {}).items():
+            total[str(k)] = total.get(str(k), 0) + int(v)
+    return total

@@ -65,6 +65,15 @@ def _dp():
     return kernel_lib.load("dp")
 
 
+# --gemm torch: the tail and skinny GEMMs as a user's program calls them (torch.matmul, so
+# cuBLAS runs them and advisor.use can route them); triton (default): our planted kernel.
+GEMM_VIA = {"via": "triton"}
+
+
+def _gemm(dp, a, b, cfg):
+    return torch.matmul(a, b) if GEMM_VIA["via"] == "torch" else dp.matmul(a, b, cfg)
+
+
 def tail(iters: int):
     dp = _dp()
     M, N, K = 1664, 1408, 8192
@@ -76,7 +85,7 @@ def tail(iters: int):
         # (84 us kernels) and plant an idle-GPU problem we do not want here.
         with gemm(M, N, K, dtype="bf16", label="planted tail"):
             for _ in range(iters):
-                dp.matmul(a, b, cfg)
+                _gemm(dp, a, b, cfg)
 
     return run
 
@@ -90,7 +99,7 @@ def skinny(iters: int):
     def run():
         for _ in range(iters):
             with gemm(M, N, K, dtype="bf16", label="planted skinny"):
-                dp.matmul(a, b, cfg)
+                _gemm(dp, a, b, cfg)
 
     return run
 
@@ -217,10 +226,16 @@ def main(argv=None) -> int:
     p.add_argument("--iters", type=int, default=None, help="Timed iterations (default per scenario).")
     p.add_argument("--out", type=Path, default=Path("out/traces"), help="Directory for Kineto traces.")
     p.add_argument("--emit-nvtx", action="store_true", help="small_gemms: label shapes with emit_nvtx instead of advisor.annotate.")
+    p.add_argument("--gemm", choices=["triton", "torch"], default="triton",
+                   help="tail/skinny/mixed: run the GEMMs with our planted Triton kernel (default) or torch.matmul.")
+    p.add_argument("--steps", type=int, default=0,
+                   help="With --profiler none: run the timed part N times, each inside a range named 'step' "
+                        "(record_function and NVTX), for a profiler run from outside (advisor optimize/compare).")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("planted.py needs a CUDA GPU", file=sys.stderr)
         return 2
+    GEMM_VIA["via"] = args.gemm
     factory, default_iters = SCENARIOS[args.scenario]
     iters = args.iters or default_iters
     if args.scenario == "two_procs":  # each child warms up and runs its part itself
@@ -245,6 +260,11 @@ def main(argv=None) -> int:
             run()
             torch.cuda.synchronize()
         export_gz(prof, args.out / f"{args.scenario}.kineto.json")
+    elif args.steps:
+        for _ in range(args.steps):
+            with torch.profiler.record_function("step"), torch.cuda.nvtx.range("step"):
+                run()
+                torch.cuda.synchronize()
     else:
         run()
         torch.cuda.synchronize()
