@@ -742,8 +742,8 @@ def compare_command(before, after, before_files, after_files, as_json, out_dir, 
         markdown = render("compare.md.j2", d=payload, top=top)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "compare.md").write_text(markdown, encoding="utf-8")
-        (out_dir / "compare.json").write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
+        write_file(out_dir / "compare.md", markdown)
+        write_file(out_dir / "compare.json", json.dumps(payload, indent=2, default=str))
         _log(f"wrote {out_dir / 'compare.md'} and {out_dir / 'compare.json'}")
     if as_json:
         _echo_json(payload)
