@@ -6,10 +6,19 @@ come in through the rule) and `judge(evidence, rule, ctx)` (thresholds -> findin
 Adding a pattern: one module here and one `rules/<symptom>.toml`.
 """
 
-from . import exposed_comm, gate, hopper_no_ws, launch_overhead, small_grid_long_k, tail_wave
+from . import (
+    decode_attention,
+    exposed_comm,
+    gate,
+    hopper_no_ws,
+    launch_overhead,
+    small_grid_long_k,
+    tail_wave,
+    underfilled_kernel,
+)
 from .context import Context
 
-PATTERNS = (small_grid_long_k, tail_wave, launch_overhead, hopper_no_ws, exposed_comm)
+PATTERNS = (small_grid_long_k, tail_wave, launch_overhead, hopper_no_ws, exposed_comm, decode_attention, underfilled_kernel)
 GATE = gate
 
 __all__ = ["Context", "PATTERNS", "GATE"]
