@@ -80,6 +80,10 @@ def test_shapes_from_operators():
     assert attention_shape_from_op("aten::scaled_dot_product_attention", [[2, 30, 1, 128], *bhld[1:]]) is None  # 30 % 8
     text = "aten::scaled_dot_product_attention, seq = 3, op_id = 7, sizes = [[1, 32, 1, 128], [1, 8, 9000, 128], [1, 8, 9000, 128], [], []]"
     assert parse_attention_range(text)["S"] == 9000
+    # the generated split_kv variant's own ranges
+    ours = parse_attention_range("advisor.attention B=2 Hq=32 Hkv=8 Lq=1 S=4096 D=128 dtype=bf16 variant:split_kv")
+    assert ours == {"B": 2, "Hq": 32, "Hkv": 8, "Lq": 1, "S": 4096, "D": 128, "dtype": "bf16", "op": "advisor.attention"}
+    assert parse_attention_range("advisor.attention B=2 Hq=30 Hkv=8 Lq=1 S=4096 D=128") is None
 
 
 # ------------------------------------------------------------------ decode_attention_unsplit
