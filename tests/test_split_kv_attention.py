@@ -161,15 +161,14 @@ def test_default_config_on_the_h200_suite():
 
 def test_validation():
     f16 = torch.float16
-    q = torch.randn(1, 4, 1, 32, dtype=f16)
-    k = torch.randn(1, 2, 10, 32, dtype=f16)
+    q = torch.randn(1, 4, 1, 32, dtype=f16, device=DEVICE)
+    k = torch.randn(1, 2, 10, 32, dtype=f16, device=DEVICE)
     with pytest.raises(ValueError, match="multiple of kv heads"):
-        kv.decode_attention(torch.randn(1, 3, 1, 32, dtype=f16), k, k)
+        kv.decode_attention(torch.randn(1, 3, 1, 32, dtype=f16, device=DEVICE), k, k)
     with pytest.raises(ValueError, match="1..16 query positions"):
-        kv.decode_attention(torch.randn(1, 4, 17, 32, dtype=f16), torch.randn(1, 2, 40, 32, dtype=f16),
-                            torch.randn(1, 2, 40, 32, dtype=f16))
+        kv.decode_attention(torch.randn(1, 4, 17, 32, dtype=f16, device=DEVICE), k.repeat(1, 1, 4, 1), k.repeat(1, 1, 4, 1))
     with pytest.raises(ValueError, match="KV length 2 < query length 3"):
-        kv.decode_attention(torch.randn(1, 4, 3, 32, dtype=f16), k[:, :, :2], k[:, :, :2])
+        kv.decode_attention(torch.randn(1, 4, 3, 32, dtype=f16, device=DEVICE), k[:, :, :2], k[:, :, :2])
     with pytest.raises(ValueError, match="head_dim 8"):
         kv.decode_attention(q[..., :8], k[..., :8], k[..., :8])
     with pytest.raises(ValueError, match="4-D"):
@@ -181,7 +180,7 @@ def test_validation():
     with pytest.raises(TypeError, match="not supported"):
         kv.decode_attention(q.double(), k.double(), k.double())
     with pytest.raises(ValueError, match="expected q's"):
-        kv.decode_attention(q, k, k, out=torch.empty(1, 4, 2, 32, dtype=f16))
+        kv.decode_attention(q, k, k, out=torch.empty(1, 4, 2, 32, dtype=f16, device=DEVICE))
     with pytest.raises(ValueError, match="finite"):
         kv.decode_attention(q, k, k, small(), scale=float("nan"))
     with pytest.raises(ValueError, match="power of two"):
