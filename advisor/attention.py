@@ -129,10 +129,28 @@ def parse_attention_op(name: Any, input_dims: Any, input_types: Any = None) -> d
     return dict(shape, dtype=dtype, op=_op_base(name))
 
 
+_ADVISOR = re.compile(r"^advisor\.attention\b(.*)$")
+_KV = re.compile(r"\b([A-Za-z]+)=([A-Za-z0-9]+)")
+
+
 def parse_attention_range(text: Any) -> dict[str, Any] | None:
-    """Attention shape from an emit_nvtx(record_shapes=True) range text
-    (`aten::scaled_dot_product_attention, seq = 3, op_id = 7, sizes = [[1, 32, 1, 128], ...]`)."""
-    if not isinstance(text, str) or "::" not in text[:64]:
+    """Attention shape from an NVTX range text: advisor's own convention (the generated
+    split_kv variant's `advisor.attention B=1 Hq=32 Hkv=8 Lq=1 S=32768 D=128 dtype=bf16`) or
+    emit_nvtx(record_shapes=True) (`aten::scaled_dot_product_attention, seq = 3, op_id = 7,
+    sizes = [[1, 32, 1, 128], ...]`)."""
+    if not isinstance(text, str):
+        return None
+    m = _ADVISOR.match(text)
+    if m:
+        kv = dict(_KV.findall(m.group(1)))
+        try:
+            B, Hq, Hkv, Lq, S, D = (int(kv[k]) for k in ("B", "Hq", "Hkv", "Lq", "S", "D"))
+        except (KeyError, ValueError):
+            return None
+        shape = attention_shape_from_op("scaled_dot_product_attention", [[B, Hq, Lq, D], [B, Hkv, S, D], [B, Hkv, S, D]])
+        dtype = kv.get("dtype")
+        return None if shape is None else dict(shape, dtype=dtype if dtype in ELEMENT_BYTES else None, op="advisor.attention")
+    if "::" not in text[:64]:
         return None
     op = text.split(",", 1)[0].strip()
     if _op_base(op) not in _ATTENTION_OPS:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 from .codegen import config_fields
 from .errors import AdvisorError
-from .generate import DTYPES, GEMM_STRATEGIES, finding_summary, generate, parse_shape
+from .generate import DTYPES, GEMM_STRATEGIES, SPLIT_KV, finding_summary, generate, parse_shape
 from .kernel_lib import source_path
 from .safeio import write_file
 from .schedule_model import Device, rank
@@ -396,6 +396,10 @@ def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_
                                 "notes": ["--counters profiles single GEMM shapes; a grouped launch is not profiled"]}
             results.append(res)
             continue
+        if f.strategy == SPLIT_KV:
+            res = _split_kv_finding(f, seen, budget_s, out_dir, dtype_default, sm_count_of(f), skipped)
+            if res is not None:
+                results.append(res)
         if f.strategy in NOT_RUNNABLE:
             # the remedy is a change to the program (fuse, capture a graph), not a kernel to time
             key = ("not_runnable", f.symptom, f.strategy, f.kernel, f.rank, f.device_id)
@@ -467,3 +471,38 @@ def write_run_report(results: Sequence[ShapeResult], out_dir: Path, rules=None, 
     payload = {"device": device, "results": [r.to_dict() for r in results], "skipped": [s.to_dict() for s in skipped]}
     write_file(out_dir / "run_report.json", json.dumps(payload, indent=2, default=str))
     return md
+
+
+def _split_kv_finding(f, seen: set, budget_s: float, out_dir: Path | None, dtype_default: str, sm_count: int | None,
+                      skipped: list[SkippedFinding] | None):
+    """advisor.attn_loop.run_split_kv_loop for a split_kv finding whose attention shape is known,
+    once per shape; a finding without one (or of a dtype our kernel does not take) is skipped
+    with the reason."""
+    from .attn_loop import run_split_kv_loop
+
+    s = f.shape
+    if s is None:
+        if skipped is not None:
+            skipped.append(SkippedFinding(f.symptom, f.kernel, {}, "the attention shape is unknown (no aten attention "
+                                          "operator with Input Dims or emit_nvtx sizes around the launch): profile with "
+                                          "record_shapes=True, or run `advisor generate split_kv --attn B:HQ:HKV:D:S`"))
+        return None
+    attn = {k: s[k] for k in ("B", "Hq", "Hkv", "D", "S", "Lq")}
+    if s.get("dtype") and s["dtype"] not in DTYPES:
+        if skipped is not None:
+            skipped.append(SkippedFinding(f.symptom, f.kernel, dict(attn, dtype=s["dtype"]),
+                                          f"{s['dtype']} attention: the split-KV kernel takes {', '.join(DTYPES)}; not run"))
+        return None
+    dtype = s.get("dtype") or dtype_default
+    key = (SPLIT_KV, tuple(attn.values()), dtype)
+    if key in seen:
+        return None
+    seen.add(key)
+    per_launch = f.total_ns / max(1, f.launches)
+    try:
+        return run_split_kv_loop(attn, dtype, budget_s=max(budget_s, 120.0), observed_ns=int(per_launch),
+                                 finding=finding_summary(f), out_dir=out_dir, sm_count=sm_count)
+    except AdvisorError as exc:  # a shape the kernel refuses (head_dim 512, Lq 64): say so, go on
+        if skipped is not None:
+            skipped.append(SkippedFinding(f.symptom, f.kernel, dict(attn, dtype=dtype), f"not run: {exc}"))
+        return None

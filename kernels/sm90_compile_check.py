@@ -14,6 +14,7 @@ Usage (repository root, TRITON_INTERPRET unset)
     python -m kernels.sm90_compile_check --all
     python -m kernels.sm90_compile_check --all --default-only --shapes 1280x1280x4096
     python -m kernels.sm90_compile_check --variants experiments/probes/tail_split_m.json
+    python -m kernels.sm90_compile_check --split-kv      (decode attention: the bench's shapes)
 
 Caveats
     Compile-only: it proves the configs build and fit in 227 KB of shared memory (a failure
@@ -102,8 +103,12 @@ def main(argv=None) -> int:
     parser.add_argument("--variants", default=None,
                         help="a experiments/probe_configs.py variants file: compile exactly its configs on its shapes "
                              "(bf16 unless --dtypes says otherwise), before spending device time on them")
+    parser.add_argument("--split-kv", action="store_true",
+                        help="split_kv_attention: the search space of bench/bench_split_kv.py's shapes and odd ones")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    if args.split_kv:
+        return _compile_split_kv()
     if args.variants:
         return _check_variants(args.variants, args.dtypes or ["bfloat16"], args.transposed)
 
@@ -148,6 +153,79 @@ def _check_variants(path: str, dtypes: list[str], transposed: bool) -> int:
         for shape in v.get("shapes") or spec["shapes"]:
             jobs += [(v["schedule"], mod, tuple(int(x) for x in shape.split("x")), d, cfg) for d in dtypes]
     return _compile_all(jobs, transposed)
+
+
+def _compile_split_kv() -> int:
+    """Every config of split_kv_attention's search space on the decode bench's shapes (bf16, 32
+    query / 8 kv heads, D 128), and the default config on odd ones (fp16 Lq 4, D 256, fp32,
+    MQA with 16 query positions, D 96), compiled through decode_attention for sm_90."""
+    import torch
+
+    mod = _load("split_kv_attention")
+    jobs = []
+    for B in (1, 8):
+        for S in (8192, 131072):
+            jobs += [((B, 32, 8, 1, S, 128), torch.bfloat16, c) for c in mod.search_space(B, 32, 8, 1, S, 128, torch.bfloat16, 132)]
+    for shape, dtype in (((2, 32, 8, 4, 8192, 128), torch.float16), ((1, 8, 8, 1, 8192, 256), torch.bfloat16),
+                         ((1, 32, 8, 1, 8192, 128), torch.float32), ((1, 64, 1, 16, 4096, 64), torch.bfloat16),
+                         ((1, 8, 2, 1, 4096, 96), torch.bfloat16)):
+        jobs.append((shape, dtype, mod.default_config(*shape, dtype, 132)))
+
+    def call(shape, dtype, cfg):
+        B, Hq, Hkv, Lq, S, D = shape
+        q = torch.empty((B, Hq, Lq, D), dtype=dtype)
+        k = torch.empty((1, Hkv, S, D), dtype=dtype).expand(B, Hkv, S, D)  # no host memory per batch
+        mod.decode_attention(q, k, k, cfg)
+
+    return _compile_calls([("split_kv_attention", "x".join(map(str, shape)), str(dtype)[6:], cfg,
+                            lambda s=shape, d=dtype, c=cfg: call(s, d, c)) for shape, dtype, cfg in jobs])
+
+
+def _compile_calls(calls: list) -> int:
+    """Run each (schedule, shape text, dtype name, config, call) with launches turned into sm_90
+    compiles; print registers, shared memory and spills a kernel (as _compile_all)."""
+    from triton.runtime import driver
+    from triton.runtime.jit import JITFunction
+
+    driver.set_active(_Sm90Driver())
+    compiled: list = []
+    original_run = JITFunction.run
+
+    def compile_only(self, *a, grid, warmup, **kw):
+        kernel = original_run(self, *a, grid=grid, warmup=True, **kw)
+        compiled.append((self.fn.__name__, kernel))
+        return kernel
+
+    JITFunction.run = compile_only
+    os.environ["TRITON_INTERPRET"] = "1"  # lets the input checks accept the CPU tensors
+    failures = spills = 0
+    seen = set()
+    try:
+        for name, shape, dname, cfg, fn in calls:
+            compiled.clear()
+            try:
+                fn()
+            except Exception as exc:  # noqa: BLE001  (report every failing config, then exit 1)
+                failures += 1
+                print(f"FAIL {name} {shape} {dname} {cfg.describe()}: {type(exc).__name__}: {exc}")
+                continue
+            for kname, kernel in compiled:
+                if kernel.hash in seen:
+                    continue
+                seen.add(kernel.hash)
+                res = _resource_usage(kernel.asm["cubin"])
+                smem = kernel.metadata.shared
+                bad = smem > SM90_SMEM
+                spills += res["stack"] > 0
+                failures += bad
+                label = "FAIL" if bad else ("SPILL" if res["stack"] > 0 else "ok")
+                print(f"{label:5s} {name:18s} {kname:24s} {shape:22s} {dname:8s} {cfg.describe():48s} "
+                      f"smem={smem // 1024:3d}KB regs={res['regs']:3d} stack={res['stack']}")
+    finally:
+        JITFunction.run = original_run
+        driver._active = None
+    print(f"{failures} failure(s), {spills} kernel(s) spilling registers")
+    return 1 if failures else 0
 
 
 def _compile_all(jobs: list, transposed: bool) -> int:

@@ -11,9 +11,21 @@ What
     (grouped-query attention: Hq / Hkv query heads read the same K and V, so one program loads
     each K/V tile once for all of them, as rows of one tile with the Lq query positions), and
     writes its fp32 partial output, normalised by its own softmax sum, plus the log-sum-exp of
-    its scores (base 2). A second, small kernel combines the splits of each output row:
-    O = sum_s 2^(lse_s - lse) O_s with lse = log2 sum_s 2^lse_s. With one split the first kernel
-    stores the output itself and no combine runs.
+    its scores (base 2). The splits of each output row are then combined,
+    O = sum_s 2^(lse_s - lse) O_s with lse = log2 sum_s 2^lse_s, by one of two steps (the
+    `combine` knob):
+
+    "last_arriver"  each program bumps an arrival counter for its (batch, kv-head, row block)
+                    after storing its partial (acq_rel); the program that arrives last reads
+                    every split's partial back through L2, in split order, with an online
+                    rescale, stores O and resets the counter. One launch: no second kernel
+                    and no launch gap between them, which matters at 8k keys where the whole
+                    step is ~10 us. No program ever waits for another (the CPU interpreter,
+                    which runs programs one at a time, runs the same code).
+    "kernel"        a second, small kernel with one program per output row.
+
+    Both sum the splits in split order: deterministic. With one split the first kernel stores
+    the output itself and no combine runs.
 
     Causal semantics for Lq > 1: the queries are the LAST Lq positions of the sequence, so
     query i (0-based) sees keys 0 .. S - Lq + i (what a speculative-decoding verify step or a
@@ -39,6 +51,9 @@ Caveats
     - fp32 inputs multiply as tf32 on the GPU's tensor cores (about 1e-3 relative error in the
       scores), like the GEMM schedules; the CPU interpreter computes in plain fp32.
     - The combine is deterministic (splits summed in order); so is the whole kernel.
+    - "last_arriver" keeps per-(batch, kv-head, row block) counters in kernels/common.py's
+      ZeroedScratch pool (per device and stream); the kernel leaves them zeroed. A launch
+      killed mid-flight leaves them dirty (SCRATCH.clear()).
 
 Source of the idea
     Flash-decoding (Tri Dao, Daniel Haziza, Francisco Massa, Grigory Sizov, "Flash-Decoding for
@@ -51,15 +66,16 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 import triton
 import triton.language as tl
 
-from .common import SMEM_PER_BLOCK_SM90, SUPPORTED_DTYPES, cdiv, fix_interpreter_bf16_dot, num_sms
+from .common import SCRATCH, SMEM_PER_BLOCK_SM90, SUPPORTED_DTYPES, cdiv, fix_interpreter_bf16_dot, num_sms
 
 LOG2E = 1.4426950408889634
+COMBINES = ("last_arriver", "kernel")
 MAX_LQ = 16  # query positions per sequence: decode and short speculative/verify steps
 MIN_D, MAX_D = 16, 256  # tl.dot needs K >= 16; D 256 keeps one K or V tile within 64 KB in bf16
 
@@ -110,7 +126,8 @@ class Config:
     NUM_SPLITS: int = 0  # KV chunks; 0: num_splits_for (the wave-efficiency rule) at launch
     MIN_CHUNK: int = 256  # fewest keys a split walks (caps the split count at S / MIN_CHUNK)
     CTAS_PER_SM: int = 2  # program slots per SM the wave rule fills (FlashAttention 2 uses 2 for 4-warp blocks)
-    COMBINE_CHUNK: int = 16  # splits the combine kernel loads at once
+    COMBINE_CHUNK: int = 16  # "kernel": splits the combine kernel loads at once
+    combine: str = "last_arriver"  # "last_arriver" (one launch) | "kernel" (module docstring)
 
     def __post_init__(self):
         for name in ("BLOCK_N", "BLOCK_H", "COMBINE_CHUNK"):
@@ -123,16 +140,20 @@ class Config:
                 raise ValueError(f"{name}={v!r}: must be a positive integer")
         if self.num_warps & (self.num_warps - 1) or self.num_warps > 16:
             raise ValueError(f"num_warps={self.num_warps!r}: must be 1, 2, 4, 8 or 16")
+        if self.combine not in COMBINES:
+            raise ValueError(f"combine={self.combine!r}: must be one of {COMBINES}")
         if not isinstance(self.NUM_SPLITS, int) or self.NUM_SPLITS < 0:
             raise ValueError(f"NUM_SPLITS={self.NUM_SPLITS!r}: must be 0 (automatic) or a positive integer")
 
     def smem_bytes(self, head_dim: int, dtype: torch.dtype) -> int:
-        """Pipelined K and V tiles per program."""
-        return self.num_stages * 2 * self.BLOCK_N * _pow2(head_dim) * dtype.itemsize
+        """Pipelined K and V tiles per program: Triton keeps num_stages - 1 of each in shared
+        memory (the sm_90 compile check read 70 KB for 64 keys, 3 stages, D 128 in bf16: 64 KB
+        of tiles plus the rest)."""
+        return max(1, self.num_stages - 1) * 2 * self.BLOCK_N * _pow2(head_dim) * dtype.itemsize
 
     def describe(self) -> str:
         splits = self.NUM_SPLITS or "auto"
-        return f"n{self.BLOCK_N} h{self.BLOCK_H} w{self.num_warps} s{self.num_stages} splits{splits}"
+        return f"n{self.BLOCK_N} h{self.BLOCK_H} w{self.num_warps} s{self.num_stages} splits{splits} {self.combine}"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -185,7 +206,7 @@ def default_config(B: int, Hq: int, Hkv: int, Lq: int, S: int, D: int, dtype: to
     stages = 2 if D * elt >= 512 else 3
     warps = 8 if rows_per_program(Hq // Hkv, Lq, 64) * _pow2(D) > 8192 else 4
     base = Config(BLOCK_N=block_n, num_warps=warps, num_stages=stages)
-    return Config(block_n, base.BLOCK_H, warps, stages, resolve_splits(base, B, Hq, Hkv, Lq, S, sms))
+    return replace(base, NUM_SPLITS=resolve_splits(base, B, Hq, Hkv, Lq, S, sms))
 
 
 def resolve_splits(config: Config, B: int, Hq: int, Hkv: int, Lq: int, S: int, sms: int) -> int:
@@ -198,9 +219,10 @@ def resolve_splits(config: Config, B: int, Hq: int, Hkv: int, Lq: int, S: int, s
 
 
 def search_space(B: int, Hq: int, Hkv: int, Lq: int, S: int, D: int, dtype: torch.dtype, sms: int) -> list[Config]:
-    """At most 12 candidates: the default first, then 64- and 128-key tiles at 2-4 stages (those
-    whose pipelines fit two programs an SM) with the rule's split count for 2 and 4 programs an
-    SM, and half the default split (fewer, longer chunks: less combine traffic)."""
+    """At most 12 candidates: the default first, then its twin with the two-kernel combine and
+    with half its splits (fewer, longer chunks: less combine work), then 64- and 128-key tiles
+    at 2-4 stages (those whose pipelines fit two programs an SM) with the rule's split count
+    for 2 and 4 programs an SM (more, shorter chunks: more loads in flight)."""
     default = default_config(B, Hq, Hkv, Lq, S, D, dtype, sms)
     out = [default]
     for block_n in (64, 128):
@@ -209,13 +231,13 @@ def search_space(B: int, Hq: int, Hkv: int, Lq: int, S: int, D: int, dtype: torc
                 base = Config(BLOCK_N=block_n, num_warps=default.num_warps, num_stages=stages, CTAS_PER_SM=per_sm)
                 if 2 * base.smem_bytes(D, dtype) > SMEM_PER_BLOCK_SM90:
                     continue
-                cfg = Config(block_n, base.BLOCK_H, base.num_warps, stages,
-                             resolve_splits(base, B, Hq, Hkv, Lq, S, sms), CTAS_PER_SM=per_sm)
+                cfg = replace(base, NUM_SPLITS=resolve_splits(base, B, Hq, Hkv, Lq, S, sms))
                 if cfg not in out:
                     out.append(cfg)
     if default.NUM_SPLITS >= 2:
-        half = Config(default.BLOCK_N, default.BLOCK_H, default.num_warps, default.num_stages, default.NUM_SPLITS // 2)
-        out.insert(1, half)
+        # the default with the two-kernel combine, and with half the splits (less combine work)
+        out.insert(1, replace(default, combine="kernel"))
+        out.insert(2, replace(default, NUM_SPLITS=default.NUM_SPLITS // 2))
     return out[:12]
 
 
@@ -229,6 +251,8 @@ def split_kv_kernel(
     # pointers: Q (B, Hq, Lq, D), K and V (B, Hkv, S, D), O (B, Hq, Lq, D);
     # partials: O_part fp32 (B x Hkv x R, num_splits, D), LSE fp32 (B x Hkv x R, num_splits)
     q_ptr, k_ptr, v_ptr, o_ptr, opart_ptr, lse_ptr,
+    # "last_arriver": int32 arrival counters, one per (batch x kv-head, row block), zeroed
+    counter_ptr,
     # problem size: R = (Hq / Hkv) x Lq query rows per kv-head
     B, H_KV, S, D, LQ, R, GROUP,
     # element strides
@@ -241,6 +265,7 @@ def split_kv_kernel(
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     EVEN_D: tl.constexpr,  # D == BLOCK_D: no mask along D (16-byte vector loads)
     DIRECT: tl.constexpr,  # one split: normalise and store O here, no partials
+    LAST_ARRIVER: tl.constexpr,  # the last program of a row block combines the splits
     INT64: tl.constexpr,  # a key's offset within one (batch, head) can pass 2**31
     NUM_STAGES: tl.constexpr,
 ):
@@ -312,6 +337,35 @@ def split_kv_kernel(
         tl.store(opart_ptr + (prow[:, None] * D + offs_d[None, :]), out, mask=row_ok[:, None] & d_ok[None, :])
         lse = tl.where(seen, m_i + tl.math.log2(tl.where(seen, l_i, 1.0)), float("-inf"))
         tl.store(lse_ptr + prow, lse, mask=row_ok)
+        if LAST_ARRIVER:
+            # Every thread's partial must be in memory before this program announces itself:
+            # the barrier orders the block, the acq_rel atomic publishes to (and, for the last
+            # arriver, acquires from) the other programs (as kernels/split_k_gemm.py's fixup).
+            tl.debug_barrier()
+            slot = bh * tl.num_programs(1) + row_block
+            arrived = tl.atomic_add(counter_ptr + slot, 1, sem="acq_rel")
+            if arrived == num_splits - 1:
+                # Read every split back through L2 (.cg: other SMs wrote them; L1 is not
+                # coherent), in split order, rescaling online: deterministic.
+                base = (bh.to(tl.int64) * R + rows) * num_splits
+                m_c = tl.full((BLOCK_H,), -1.0e30, dtype=tl.float32)
+                l_c = tl.zeros((BLOCK_H,), dtype=tl.float32)
+                acc_c = tl.zeros((BLOCK_H, BLOCK_D), dtype=tl.float32)
+                for sp in tl.range(0, num_splits, num_stages=3):
+                    lse_s = tl.load(lse_ptr + base + sp, mask=row_ok, other=float("-inf"), cache_modifier=".cg")
+                    o_s = tl.load(opart_ptr + ((base + sp)[:, None] * D + offs_d[None, :]),
+                                  mask=row_ok[:, None] & d_ok[None, :], other=0.0, cache_modifier=".cg")
+                    m_new = tl.maximum(m_c, lse_s)
+                    scale = tl.math.exp2(m_c - m_new)
+                    w = tl.math.exp2(lse_s - m_new)
+                    l_c = l_c * scale + w
+                    acc_c = acc_c * scale[:, None] + o_s * w[:, None]
+                    m_c = m_new
+                o_off = (b.to(tl.int64) * stride_ob + (kvh * GROUP + g).to(tl.int64)[:, None] * stride_oh
+                         + qi[:, None] * stride_om + offs_d[None, :] * stride_od)
+                res = acc_c / tl.where(l_c > 0.0, l_c, 1.0)[:, None]
+                tl.store(o_ptr + o_off, res.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+                tl.store(counter_ptr + slot, 0)  # back to zero for the next launch
 
 
 @triton.jit
@@ -415,16 +469,18 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: 
     int64 = max((S - 1) * abs(t.stride(2)) + (D - 1) * abs(t.stride(3)) for t in (k, v)) >= 2**31 - 1
 
     grid = (splits, cdiv(R, block_h), B * Hkv)
+    last = not direct and config.combine == "last_arriver"
+    counters = SCRATCH.get("split_kv_counters", grid[1] * grid[2], torch.int32, q.device) if last else out
     split_kv_kernel[grid](
-        q, k, v, out, opart, lse,
+        q, k, v, out, opart, lse, counters,
         B, Hkv, S, D, Lq, R, group,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
         splits, per_split, scale * LOG2E,
         BLOCK_H=block_h, BLOCK_N=config.BLOCK_N, BLOCK_D=block_d, EVEN_D=D == block_d,
-        DIRECT=direct, INT64=int64, NUM_STAGES=config.num_stages,
+        DIRECT=direct, LAST_ARRIVER=last, INT64=int64, NUM_STAGES=config.num_stages,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
-    if not direct:
+    if not direct and not last:
         split_kv_combine_kernel[(rows_total,)](
             opart, lse, out,
             Hkv, D, Lq, R, group, splits,

@@ -21,9 +21,15 @@ DEVICE = "cuda" if os.environ.get("ADVISOR_TEST_GPU") == "1" else "cpu"
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def small(splits=3, block_n=16, block_h=64, min_chunk=16):
+def small(splits=3, block_n=16, block_h=64, min_chunk=16, combine="last_arriver"):
     return kv.Config(BLOCK_N=block_n, BLOCK_H=block_h, num_warps=4, num_stages=2, NUM_SPLITS=splits,
-                     MIN_CHUNK=min_chunk)
+                     MIN_CHUNK=min_chunk, combine=combine)
+
+
+def assert_counters_clean():
+    for (name, *_), buf in common.SCRATCH._buffers.items():
+        if name.startswith("split_kv"):
+            assert not buf.any(), f"{name} left dirty"
 
 
 def run_checked(B, Hq, Hkv, Lq, S, D, dtype, config, *, seed=0, layout="bhsd", scale=None):
@@ -41,10 +47,12 @@ def run_checked(B, Hq, Hkv, Lq, S, D, dtype, config, *, seed=0, layout="bhsd", s
     return res, (q, k, v)
 
 
+@pytest.mark.parametrize("combine", kv.COMBINES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_dtypes_gqa4(dtype):
+def test_dtypes_gqa4(dtype, combine):
     # 300 keys in 16-key tiles split 3 ways: chunks of 7, 7 and 5 tiles, the last one ragged
-    run_checked(1, 8, 2, 1, 300, 32, dtype, small())
+    run_checked(1, 8, 2, 1, 300, 32, dtype, small(combine=combine))
+    assert_counters_clean()
 
 
 @pytest.mark.parametrize("S", [1, 17, 1000])
@@ -59,14 +67,18 @@ def test_gqa_ratios_and_query_lengths(ratio, lq):
 
 
 def test_rows_split_over_programs():
-    # 8 query heads per kv-head x Lq 3 = 24 rows in 16-row programs: two row blocks, one ragged
+    # 8 query heads per kv-head x Lq 3 = 24 rows in 16-row programs: two row blocks, one ragged,
+    # each with its own arrival counter; then another shape and batch on the same pool
     run_checked(1, 8, 1, 3, 100, 32, torch.bfloat16, small(block_h=16))
+    run_checked(3, 8, 2, 3, 70, 32, torch.float16, small(block_h=16, splits=4), seed=1)
+    assert_counters_clean()
 
 
-def test_early_queries_see_nothing_in_the_last_chunk():
+@pytest.mark.parametrize("combine", kv.COMBINES)
+def test_early_queries_see_nothing_in_the_last_chunk(combine):
     # Lq 4 over 65 keys in 1-tile chunks: the last chunk (key 64) is invisible to queries 0-2,
     # whose partial there must weigh nothing (not NaN) in the combine
-    config = small(splits=5, block_n=16)
+    config = small(splits=5, block_n=16, combine=combine)
     assert kv.split_plan(65, 16, 5) == (5, 1)
     run_checked(1, 2, 1, 4, 65, 16, torch.float32, config)
     run_checked(1, 2, 1, 4, 4, 16, torch.float32, config)  # S == Lq: query 0 sees one key
@@ -86,10 +98,12 @@ def test_head_dims(D):
     run_checked(1, 2, 1, 1, 40, D, torch.bfloat16, small(splits=2))
 
 
-def test_deterministic():
+def test_deterministic_and_both_combines_agree():
     config = small(splits=4)
     first, (q, k, v) = run_checked(1, 4, 1, 2, 120, 16, torch.float32, config, seed=3)
     assert torch.equal(first, kv.decode_attention(q, k, v, config))
+    other = kv.decode_attention(q, k, v, small(splits=4, combine="kernel"))
+    assert torch.allclose(first, other, rtol=1e-5, atol=1e-6)
 
 
 def test_default_config_runs():
@@ -104,6 +118,7 @@ def test_default_config_runs():
 def test_search_space_configs_run():
     space = kv.search_space(1, 4, 2, 1, 300, 32, torch.float16, 3)
     assert 2 <= len(space) <= 12 and space[0] == kv.default_config(1, 4, 2, 1, 300, 32, torch.float16, 3)
+    assert {c.combine for c in space} == set(kv.COMBINES)
     for config in space[:4]:
         run_checked(1, 4, 2, 1, 300, 32, torch.float16, config)
 
@@ -146,15 +161,14 @@ def test_default_config_on_the_h200_suite():
 
 def test_validation():
     f16 = torch.float16
-    q = torch.randn(1, 4, 1, 32, dtype=f16)
-    k = torch.randn(1, 2, 10, 32, dtype=f16)
+    q = torch.randn(1, 4, 1, 32, dtype=f16, device=DEVICE)
+    k = torch.randn(1, 2, 10, 32, dtype=f16, device=DEVICE)
     with pytest.raises(ValueError, match="multiple of kv heads"):
-        kv.decode_attention(torch.randn(1, 3, 1, 32, dtype=f16), k, k)
+        kv.decode_attention(torch.randn(1, 3, 1, 32, dtype=f16, device=DEVICE), k, k)
     with pytest.raises(ValueError, match="1..16 query positions"):
-        kv.decode_attention(torch.randn(1, 4, 17, 32, dtype=f16), torch.randn(1, 2, 40, 32, dtype=f16),
-                            torch.randn(1, 2, 40, 32, dtype=f16))
+        kv.decode_attention(torch.randn(1, 4, 17, 32, dtype=f16, device=DEVICE), k.repeat(1, 1, 4, 1), k.repeat(1, 1, 4, 1))
     with pytest.raises(ValueError, match="KV length 2 < query length 3"):
-        kv.decode_attention(torch.randn(1, 4, 3, 32, dtype=f16), k[:, :, :2], k[:, :, :2])
+        kv.decode_attention(torch.randn(1, 4, 3, 32, dtype=f16, device=DEVICE), k[:, :, :2], k[:, :, :2])
     with pytest.raises(ValueError, match="head_dim 8"):
         kv.decode_attention(q[..., :8], k[..., :8], k[..., :8])
     with pytest.raises(ValueError, match="4-D"):
@@ -166,10 +180,12 @@ def test_validation():
     with pytest.raises(TypeError, match="not supported"):
         kv.decode_attention(q.double(), k.double(), k.double())
     with pytest.raises(ValueError, match="expected q's"):
-        kv.decode_attention(q, k, k, out=torch.empty(1, 4, 2, 32, dtype=f16))
+        kv.decode_attention(q, k, k, out=torch.empty(1, 4, 2, 32, dtype=f16, device=DEVICE))
     with pytest.raises(ValueError, match="finite"):
         kv.decode_attention(q, k, k, small(), scale=float("nan"))
     with pytest.raises(ValueError, match="power of two"):
         kv.Config(BLOCK_N=48)
     with pytest.raises(ValueError, match="NUM_SPLITS"):
         kv.Config(NUM_SPLITS=-1)
+    with pytest.raises(ValueError, match="combine"):
+        kv.Config(combine="atomic")

@@ -8,6 +8,7 @@ Adding a pattern: one module here and one `rules/<symptom>.toml`.
 
 from . import (
     dtype_churn,
+    decode_attention,
     exposed_comm,
     gate,
     hopper_no_ws,
@@ -17,6 +18,7 @@ from . import (
     small_grid_long_k,
     tail_wave,
     tensor_cores_unused,
+    underfilled_kernel,
 )
 from .context import Context
 
@@ -31,6 +33,8 @@ PATTERNS = (
     launch_overhead,
     hopper_no_ws,
     exposed_comm,
+    decode_attention,
+    underfilled_kernel,
 )
 GATE = gate
 

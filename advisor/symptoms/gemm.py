@@ -395,39 +395,49 @@ def _sorted_search(haystack: np.ndarray, needles: np.ndarray, side: str) -> np.n
 _MAX_PAIRS = 20_000_000
 
 
+def innermost_ranges(trace: Trace, ranges: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """Per kernel (by position in trace.kernels): the row of `ranges` (host ranges with rank,
+    thread_id, start_ns, end_ns), innermost first, that encloses the kernel's launch call on
+    the same thread, or -1. Returns the ranges as indexed (sorted longest first) and the rows."""
+    k = trace.kernels
+    n = len(k)
+    hit = np.full(n, -1, dtype=np.int64)  # row of `ranges` per kernel, by position
+    if not len(ranges) or not n:
+        return ranges, hit
+    # Longest ranges first so that inner (shorter) ranges win: the highest row number.
+    ranges = ranges.assign(_dur=ranges["end_ns"] - ranges["start_ns"]).sort_values("_dur", ascending=False, kind="stable")
+    ranges = ranges.reset_index(drop=True)
+    launches = _launch_points(trace)
+    launches = launches.assign(_pos=np.arange(n)).dropna(subset=["launch_ns"])
+    for (rank, tid), lg in launches.groupby(["rank", "thread_id"], sort=False):
+        rg = ranges[((ranges["rank"] == rank) & (ranges["thread_id"] == tid)).fillna(False).to_numpy(dtype=bool)]
+        if rg.empty:
+            continue
+        lg = lg.sort_values("launch_ns", kind="stable")
+        t = lg["launch_ns"].to_numpy(dtype=np.float64)
+        idx = lg["_pos"].to_numpy()
+        lo = _sorted_search(t, rg["start_ns"].to_numpy(dtype=np.float64), "left")
+        hi = _sorted_search(t, rg["end_ns"].to_numpy(dtype=np.float64), "right")
+        rows = rg.index.to_numpy()
+        lens = np.maximum(hi - lo, 0)
+        if int(lens.sum()) <= _MAX_PAIRS:
+            keep = lens > 0
+            lens, lo, rows = lens[keep], lo[keep], rows[keep]
+            first = np.repeat(np.cumsum(lens) - lens, lens)
+            launch = np.repeat(lo, lens) + (np.arange(int(lens.sum())) - first)
+            np.maximum.at(hit, idx[launch], np.repeat(rows, lens))
+        else:
+            for ri, a, b in zip(rows, lo, hi):
+                if b > a:
+                    hit[idx[a:b]] = np.maximum(hit[idx[a:b]], ri)
+    return ranges, hit
+
+
 def assign_shapes(trace: Trace) -> pd.DataFrame:
     """Per kernel: M, N, K, batch, dtype, op, shape_source from the innermost enclosing range."""
     k = trace.kernels
     n = len(k)
-    hit = np.full(n, -1, dtype=np.int64)  # row of `ranges` per kernel, by position
-    ranges = _shape_ranges(trace) if n else pd.DataFrame()
-    if len(ranges):
-        # Longest ranges first so that inner (shorter) ranges win: the highest row number.
-        ranges = ranges.assign(_dur=ranges["end_ns"] - ranges["start_ns"]).sort_values("_dur", ascending=False, kind="stable")
-        ranges = ranges.reset_index(drop=True)
-        launches = _launch_points(trace)
-        launches = launches.assign(_pos=np.arange(n)).dropna(subset=["launch_ns"])
-        for (rank, tid), lg in launches.groupby(["rank", "thread_id"], sort=False):
-            rg = ranges[((ranges["rank"] == rank) & (ranges["thread_id"] == tid)).fillna(False).to_numpy(dtype=bool)]
-            if rg.empty:
-                continue
-            lg = lg.sort_values("launch_ns", kind="stable")
-            t = lg["launch_ns"].to_numpy(dtype=np.float64)
-            idx = lg["_pos"].to_numpy()
-            lo = _sorted_search(t, rg["start_ns"].to_numpy(dtype=np.float64), "left")
-            hi = _sorted_search(t, rg["end_ns"].to_numpy(dtype=np.float64), "right")
-            rows = rg.index.to_numpy()
-            lens = np.maximum(hi - lo, 0)
-            if int(lens.sum()) <= _MAX_PAIRS:
-                keep = lens > 0
-                lens, lo, rows = lens[keep], lo[keep], rows[keep]
-                first = np.repeat(np.cumsum(lens) - lens, lens)
-                launch = np.repeat(lo, lens) + (np.arange(int(lens.sum())) - first)
-                np.maximum.at(hit, idx[launch], np.repeat(rows, lens))
-            else:
-                for ri, a, b in zip(rows, lo, hi):
-                    if b > a:
-                        hit[idx[a:b]] = np.maximum(hit[idx[a:b]], ri)
+    ranges, hit = innermost_ranges(trace, _shape_ranges(trace) if n else pd.DataFrame())
     has = hit >= 0
     take = np.where(has, hit, 0)
 

@@ -1,0 +1,269 @@
+"""decode_attention_unsplit: decode attention whose grid fills few SMs while the KV is long.
+
+What it detects: attention kernels (FlashAttention 2/3, cuDNN SDPA, FlashInfer, PyTorch's
+flash and memory-efficient kernels, Triton) launched on a grid (batch x heads x query
+blocks) under `max_sm_fill` of the SMs, with a long KV sequence (from the shape of the
+enclosing aten attention operator: Kineto `Input Dims` or emit_nvtx sizes; without a shape,
+only a long launch on a small grid, at low confidence), and no split/combine kernel after
+it. A kernel the library already split (`flash_fwd_splitkv_kernel`) is not a finding by
+itself; its combine step is one when it is under-filled and a large part of the pair's time
+while the pair runs well above the HBM floor. Why it matters: in decode each program walks
+the whole KV cache, so most SMs idle while a few stream it; the floor is reading K and V once.
+What to do: split the KV sequence (flash-decoding): the library's knob where it has one, a
+backend already near the floor where there is one, else `advisor generate split_kv`.
+Estimated recoverable time: the launch time minus the larger of the perfectly spread time
+(launch x grid / SMs) and `floor_reach` x the HBM floor of reading K and V once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..attention import OP_BACKEND, attention_backend, kv_bytes, num_splits_for, parse_attention_op, parse_attention_range
+from ..findings import Finding
+from ..model import Trace
+from ..rules import Rule
+from .context import Context, as_int, dims
+from .gemm import innermost_ranges
+from .strings import contains, factorize
+
+SYMPTOM = "decode_attention_unsplit"
+REQUIRES = (
+    ("kernels", "grid_blocks", "Does the trace record each kernel's grid size?"),
+    ("devices", "sm_count", "Does the trace (or --sm-count) give the GPU's SM count?"),
+)
+SHAPE_KEYS = ("B", "Hq", "Hkv", "Lq", "D")
+_RANGE_COLUMNS = ["rank", "thread_id", "start_ns", "end_ns", *SHAPE_KEYS, "S", "dtype", "op"]
+
+
+def _attention_ranges(trace: Trace) -> pd.DataFrame:
+    """Host ranges naming an attention problem: Kineto cpu_ops with Input Dims, emit_nvtx texts."""
+    parts = []
+    ops = trace.cpu_ops
+    if len(ops):
+        cand = ops[ops["input_dims"].notna().to_numpy() & contains(ops["name"], r"attention").to_numpy()]
+        for row, shape in ((r, parse_attention_op(r.name, r.input_dims, r.input_types)) for r in cand.itertuples()):
+            if shape is not None:
+                parts.append({"rank": row.rank, "thread_id": row.thread_id, "start_ns": row.start_ns,
+                              "end_ns": row.end_ns, **shape})
+    nv = trace.nvtx
+    if len(nv):
+        cand = nv[contains(nv["text"], r"attention").to_numpy()]
+        for row, shape in ((r, parse_attention_range(r.text)) for r in cand.itertuples()):
+            if shape is not None:
+                parts.append({"rank": row.rank, "thread_id": row.thread_id, "start_ns": row.start_ns,
+                              "end_ns": row.end_ns, **shape})
+    return pd.DataFrame(parts, columns=_RANGE_COLUMNS)
+
+
+def attention_launches(ctx: Context) -> pd.DataFrame:
+    """One row per attention kernel launch: backend, split/combine flags, the problem shape
+    where a range gives it, and the kernel launched next on the same stream (a combine step?).
+    Cached in ctx.cache (both attention symptoms read it)."""
+    if "attention_launches" in ctx.cache:
+        return ctx.cache["attention_launches"]
+    k = ctx.kernels
+    codes, uniques = factorize(k["name"])
+    facts = [attention_backend(n) for n in np.asarray(uniques, dtype=object)]
+    backend = np.array([f[0] if f else None for f in facts] + [None], dtype=object)[codes]
+    is_attn = np.array([f is not None for f in facts] + [False])[codes]
+    split = np.array([bool(f and f[1]) for f in facts] + [False])[codes]
+    combine = np.array([bool(f and f[2]) for f in facts] + [False])[codes]
+    out = pd.DataFrame({"backend": backend, "lib_split": split, "is_combine": combine}, index=k.index)
+    # the next kernel on the same stream: a combine step right after means the KV was split
+    order = k.sort_values(["rank", "device_id", "stream_id", "start_ns"], kind="stable").index
+    same = pd.Series(True, index=order)
+    for col in ("rank", "device_id", "stream_id"):
+        s = k.loc[order, col]
+        same &= (s.shift(-1) == s).fillna(False).to_numpy()
+    nxt = pd.Series(order, index=order).shift(-1)
+    nxt_idx = nxt.where(same).dropna().astype(k.index.dtype)
+    out["next_is_combine"] = False
+    out.loc[nxt_idx.index, "next_is_combine"] = combine[k.index.get_indexer(nxt_idx.to_numpy())]
+    out["next_ns"] = np.nan
+    out.loc[nxt_idx.index, "next_ns"] = k.loc[nxt_idx.to_numpy(), "dur_ns"].to_numpy(dtype=float)
+    out["next_grid"] = np.nan
+    out.loc[nxt_idx.index, "next_grid"] = k.loc[nxt_idx.to_numpy(), "grid_blocks"].to_numpy(dtype=float)
+    ranges, hit = innermost_ranges(ctx.trace, _attention_ranges(ctx.trace) if is_attn.any() else pd.DataFrame())
+    has = hit >= 0
+    for col in (*SHAPE_KEYS, "S"):
+        vals = np.full(len(k), np.nan)
+        if has.any():
+            vals[has] = ranges[col].to_numpy(dtype=float)[hit[has]]
+        out[col] = vals
+    for col in ("dtype", "op"):
+        vals = np.full(len(k), None, dtype=object)
+        if has.any():
+            vals[has] = ranges[col].to_numpy(dtype=object)[hit[has]]
+        out[col + "_attn"] = vals
+    out = out[is_attn]
+    ctx.cache["attention_launches"] = out
+    return out
+
+
+_KEYS = ["rank", "device_id", "name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+         "backend", "lib_split", *SHAPE_KEYS, "dtype_attn", "op_attn"]
+
+
+def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
+    """Attention launches that are not combine steps, grouped by kernel, grid and problem shape
+    up to the KV length (a decode loop grows S by one a step): launches, time, the KV lengths,
+    the summed HBM floor, whether a combine step followed and what it cost."""
+    a = attention_launches(ctx)
+    cols = _KEYS + ["launches", "total_ns", "median_ns", "S_median", "S_min", "S_max", "floor_ns", "floor_known",
+                    "followed_by_combine", "combine_ns", "combine_grid", "sm_count", "grid_blocks"]
+    if a.empty:
+        return pd.DataFrame(columns=cols)
+    k = ctx.kernels.loc[a.index]
+    a = a[~a["is_combine"]]
+    k = k.loc[a.index]
+    df = pd.concat([k[["rank", "device_id", "name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+                       "dur_ns", "grid_blocks", "sm_count"]], a], axis=1)
+    df = df[df["grid_blocks"].notna() & df["sm_count"].notna()]
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    # the HBM floor of each launch: K and V read once at the device's achievable bandwidth
+    bw = pd.Series([ctx.device_value(r, d, "mem_bandwidth_bytes_per_s") for r, d in zip(df["rank"], df["device_id"])],
+                   index=df.index, dtype=float) * float(rule["achievable_hbm_fraction"])
+    elt = df["dtype_attn"].map({"fp8": 1, "fp16": 2, "bf16": 2, "fp32": 4}).astype(float)
+    nbytes = 2 * df["B"] * df["Hkv"] * df["S"] * df["D"] * elt.fillna(2.0)
+    df["floor_ns"] = (nbytes / bw * 1e9).where(bw.notna() & df["S"].notna(), np.nan)
+    df["floor_known"] = elt.notna() & df["floor_ns"].notna()
+    df["combine_ns"] = df["next_ns"].where(df["next_is_combine"], 0.0)
+    df["combine_grid"] = df["next_grid"].where(df["next_is_combine"], np.nan)
+    g = df.groupby(_KEYS, dropna=False, sort=False)
+    out = g["dur_ns"].agg(launches="count", total_ns="sum", median_ns="median")
+    out = out.join(g["S"].agg(S_median="median", S_min="min", S_max="max"))
+    out = out.join(g["floor_ns"].sum(min_count=1)).join(g["floor_known"].all())
+    out = out.join(g["next_is_combine"].mean().rename("followed_by_combine"))
+    out = out.join(g["combine_ns"].sum()).join(g["combine_grid"].median()).join(g["sm_count"].first())
+    out = out.join(g["grid_blocks"].first()).reset_index()
+    return out.sort_values("total_ns", ascending=False, kind="stable").reset_index(drop=True)[cols]
+
+
+def _shape(row) -> dict | None:
+    if pd.isna(row.get("S_median")) or any(pd.isna(row.get(c)) for c in SHAPE_KEYS):
+        return None
+    dtype = row.get("dtype_attn")
+    return {**{c: int(row[c]) for c in SHAPE_KEYS}, "S": int(row["S_median"]),
+            "dtype": None if dtype is None or pd.isna(dtype) else str(dtype)}
+
+
+def _library(backend: str, name: str, shape: dict | None, split: int, rule: Rule) -> tuple[str, str]:
+    """(library, the call to change) for an attention backend, with the split count."""
+    long_kv = shape is not None and shape["S"] >= rule["cudnn_near_floor_min_kv"]
+    cudnn = ("torch.nn.attention.sdpa_kernel(SDPBackend.CUDNN_ATTENTION) around the SDPA call: on the H200 cuDNN ran "
+             "decode within 1.01-1.2x of the HBM floor at 32k-128k keys (batch 1, 32/8 heads, D 128)")
+    if backend == "flash" and "pytorch_flash" not in name:
+        return "FlashAttention 2 (flash-attn)", (f"flash_attn_with_kvcache(..., num_splits={split}) (0 leaves it to its "
+                                                  "heuristic, which the flash_attn_func path does not run)")
+    if backend == "flash":
+        if long_kv:
+            return "PyTorch SDPA, flash backend", f"switch backend: {cudnn}"
+        return "PyTorch SDPA, flash backend", (f"SDPA exposes no split knob: try {cudnn.split(':')[0]}, or a split-KV "
+                                                f"kernel ({split} splits)")
+    if backend == "flash3":
+        return "FlashAttention 3", f"flash_attn_with_kvcache(..., num_splits={split}) (or num_splits=0: its own heuristic)"
+    if backend == "cudnn":
+        return "cuDNN SDPA", (f"this cuDNN graph did not split the KV: try SDPBackend.FLASH_ATTENTION (it splits decode), "
+                              f"or a split-KV kernel ({split} splits)")
+    if backend == "efficient":
+        return "PyTorch SDPA, memory-efficient backend", f"switch backend: {cudnn}" if long_kv else \
+            f"switch backend: SDPBackend.FLASH_ATTENTION or CUDNN_ATTENTION (they split decode); or {split} KV splits"
+    if backend == "flashinfer":
+        return "FlashInfer", ("decode through BatchDecodeWithPagedKVCacheWrapper: its plan() splits long KV "
+                              "over the SMs when the batch is small")
+    if backend == "paged":
+        return "paged attention (vLLM/SGLang)", "the v2 kernel (paged_attention_v2: KV partitions + reduce) for long contexts"
+    return "", ""
+
+
+def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
+    out = []
+    reach = float(rule["floor_reach"])
+    for row in ev.to_dict("records"):
+        sms = int(row["sm_count"])
+        grid = int(row["grid_blocks"])
+        fill = grid / sms
+        shape = _shape(row)
+        floor = 0.0 if pd.isna(row["floor_ns"]) else float(row["floor_ns"])
+        total = float(row["total_ns"])
+        combine_ns = float(row["combine_ns"] or 0.0)
+        already = bool(row["lib_split"])
+        if shape is not None and (shape["Lq"] > rule["max_query_len"] or shape["S"] < rule["min_kv_len"]):
+            continue
+        if already:
+            # split by the library: only its combine step can be the problem
+            cgrid = row["combine_grid"]
+            if shape is None or not floor or pd.isna(cgrid) or cgrid / sms >= rule["max_sm_fill"]:
+                continue
+            pair = total + combine_ns
+            if combine_ns / pair < rule["min_combine_share"]:
+                continue
+            ideal = reach * floor
+            basis = (f"split kernel + combine ({pair / 1e3:.0f} us over {row['launches']} launches) minus "
+                     f"{reach:g} x the HBM floor of reading K and V once")
+            spent = pair
+        else:
+            if row["followed_by_combine"] >= 0.5 or fill >= rule["max_sm_fill"]:
+                continue
+            if shape is None and row["median_ns"] < rule["min_launch_ns_without_shape"]:
+                continue
+            ideal = max(reach * floor, total * fill)
+            basis = (f"launch time x grid / SMs ({fill:.2f}: the work spread over every SM), never below {reach:g} x "
+                     "the HBM floor of reading K and V once" if floor else
+                     f"launch time x grid / SMs ({fill:.2f}); no HBM floor (KV shape or bandwidth unknown)")
+            spent = total
+        savings = max(0.0, spent - ideal)
+        share = ctx.share(row["rank"], row["device_id"], spent)
+        if share < rule["min_share"] or savings < rule["min_savings_ns"]:
+            continue
+        key_blocks = -(-shape["S"] // int(rule["min_keys_per_split"])) if shape else int(rule["max_splits"])
+        split = num_splits_for(grid, sms, key_blocks, int(rule["max_splits"]))
+        library, change = _library(str(row["backend"]), str(row["name"]), shape, split, rule)
+        if shape is None:
+            confidence = "low"
+        else:
+            confidence = "high" if row["floor_known"] and floor else "medium"
+        nbytes = kv_bytes(shape)[0] if shape else None
+        out.append(Finding(
+            symptom=SYMPTOM,
+            strategy=rule.strategy,
+            title=rule.title + (" (the library's combine step)" if already else ""),
+            kernel=str(row["name"]),
+            rank=as_int(row["rank"]),
+            device_id=as_int(row["device_id"]),
+            shape=shape,
+            grid=dims(row, "grid"),
+            block=dims(row, "block"),
+            launches=int(row["launches"]),
+            total_ns=int(spent),
+            est_savings_ns=int(savings),
+            confidence=confidence,
+            watch_for=rule.watch_for,
+            evidence={
+                "backend": str(row["backend"]),
+                "already_split": already,
+                "grid_blocks": grid,
+                "sm_count": sms,
+                "sm_fill": round(fill, 3),
+                "kv_len": None if shape is None else shape["S"],
+                "kv_len_range": None if shape is None else [int(row["S_min"]), int(row["S_max"])],
+                "kv_bytes": nbytes,
+                "hbm_floor_ns": int(floor) if floor else None,
+                "x_hbm_floor": round(spent / floor, 2) if floor else None,
+                "combine_ns": int(combine_ns) if already else None,
+                "combine_grid": as_int(row["combine_grid"]) if already else None,
+                "median_ns": int(row["median_ns"]),
+                "share_of_gpu_time": round(share, 4),
+                "bound_ns": int(ideal),
+                "basis": basis,
+                "library": library,
+                "library_change": change,
+            },
+            suggestion={"num_splits": split, "min_keys_per_split": int(rule["min_keys_per_split"])},
+            tier=4,
+            savings_unit="gpu",
+        ))
+    return out
