@@ -137,7 +137,8 @@ def diagnose(
 def _launch_key(f: Finding) -> tuple:
     """The launches a finding is about: one kernel, with one problem shape and grid where known
     (one kernel name can run many shapes: each is its own budget)."""
-    shape = (f.shape["M"], f.shape["N"], f.shape["K"], f.shape.get("batch")) if f.shape else None
+    # GEMM shapes carry M/N/K, attention shapes B/Hq/Hkv/D/S: the shape's numbers, whatever they are
+    shape = tuple(sorted((k, v) for k, v in f.shape.items() if isinstance(v, int))) if f.shape else None
     return (f.rank, f.device_id, f.kernel, shape, tuple(f.grid) if f.grid else None)
 
 

@@ -526,6 +526,7 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     o = out.detach().to(torch.float64).cpu()
     if not torch.isfinite(o).all():
         return math.inf
+    ref = ref.detach().to(torch.float64).cpu()  # a reference computed on the GPU is compared here too
     denom = torch.linalg.norm(ref).item()
     return torch.linalg.norm(o - ref).item() / (denom if denom > 0 else 1.0)
 
