@@ -23,6 +23,7 @@ from ..findings import Finding
 from ..rules import Rule
 from . import intervals
 from .context import Context, as_int, dims, group_launches, launch_rows
+from .kernel_kinds import schedule_excluded
 from .strings import factorize
 
 SYMPTOM = "underfilled_long_kernel"
@@ -73,6 +74,9 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     mask = (~k["is_gemm"] & ~k["is_comm"] & ~k["is_split_k"] & ~attn & k["grid_blocks"].notna()
             & k["sm_count"].notna()).to_numpy(dtype=bool)
     mask = mask & (k["grid_blocks"] < k["sm_count"]).fillna(False).to_numpy(dtype=bool)  # idle SMs at all
+    # NCHW batch norm and layout transposes on a convolving device are layout_churn's
+    # (channels_last changes those kernels): one lever per kernel
+    mask = mask & ~np.asarray(schedule_excluded(ctx), dtype=bool)
     g = launch_rows(k, mask, ["grid_blocks", "sm_count"])
     g = g.assign(overlap_fraction=_overlap_fraction(k, g.index))
     return group_launches(g, ["grid_blocks", "sm_count", "overlap_fraction"])
