@@ -266,3 +266,45 @@ def test_cache_key_follows_the_source_content(tmp_path):
     gz.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # same size, new content and mtime
     os.utime(gz, ns=(gz.stat().st_atime_ns, gz.stat().st_mtime_ns + 10**9))
     assert _cache.source_key(gz) != key
+
+
+# --------------------------------------------------------------------------- 4. regex blow-up
+
+MEGABYTE_NAMES = {
+    "nvjet-repeated": "nvjet_" * 174_763,  # 67 s at 240 KB before: a search from every nvjet_
+    "nvjet-no-tile": "nvjet_sm90" + "_a" * 524_283,
+    "digits": "_" + "1x" * 524_287,
+    "cutlass-like": "_12" * 349_525,
+    "letters": "a" * (1 << 20),
+}
+
+
+@pytest.mark.parametrize("label", MEGABYTE_NAMES)
+def test_megabyte_kernel_names_are_matched_quickly(label):
+    import time
+
+    from advisor.symptoms.gemm import tile_from_name
+
+    name = MEGABYTE_NAMES[label]
+    t0 = time.perf_counter()
+    tile_from_name(name)
+    assert time.perf_counter() - t0 < 0.5
+
+
+def test_tile_patterns_still_read_real_names():
+    from advisor.symptoms.gemm import tile_from_name
+
+    assert tile_from_name("nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT") == (320, 128, 64)
+    assert tile_from_name("nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_TNN") == (256, 128, 64)
+    assert tile_from_name("nvjet_" + "x" * 5000 + "_128x128_64x3") is None  # past the first 4 KiB
+
+
+def test_trace_with_megabyte_names_diagnoses_in_seconds(tmp_path):
+    import time
+
+    name = MEGABYTE_NAMES["nvjet-repeated"]
+    path = T.write_kineto(tmp_path / "t.json", T.kineto_doc(T.kineto_gemm_events(3, kernel_name=name, annotation=name)))
+    t0 = time.perf_counter()
+    r = run_cli("diagnose", "--json", str(path))
+    assert r.exit_code == 0, r.output
+    assert time.perf_counter() - t0 < 20
