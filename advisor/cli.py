@@ -19,7 +19,7 @@ import click
 from . import __version__
 from .errors import AdvisorError
 from .safeio import write_file
-from .textutil import fmt_bytes, fmt_ns, safe_text
+from .textutil import fmt_bytes, fmt_ns, safe_text, shell_quote
 
 
 class _Group(click.Group):
@@ -63,8 +63,17 @@ def _option(*decls, **attrs):
     return click.option(*decls, cls=_Option, **attrs)
 
 
+def _json(obj) -> str:
+    """JSON text of a report: trace-derived strings (kernel names, NVTX text) longer than
+    textutil.JSON_STRING_CHARS are cut, with a marker saying how long they were (a trace with
+    200 MB names made a 419 MB report.json)."""
+    from .textutil import cap_strings
+
+    return json.dumps(cap_strings(obj), indent=2, default=str)
+
+
 def _echo_json(obj) -> None:
-    click.echo(json.dumps(obj, indent=2, default=str))
+    click.echo(_json(obj))
 
 
 def _stdout_is_tty() -> bool:
@@ -286,7 +295,7 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
         markdown = render("diagnosis.md.j2", d=result, images=images)
     if out_dir is not None:
         write_file(out_dir / "report.md", markdown)
-        write_file(out_dir / "report.json", json.dumps(payload, indent=2, default=str))
+        write_file(out_dir / "report.json", _json(payload))
         click.echo(f"wrote {out_dir / 'report.md'} and {out_dir / 'report.json'}", err=True)
     if as_json:
         _echo_json(payload)
@@ -366,7 +375,7 @@ def _write_run_report(results, out_dir: Path, rules=None, skipped=(), echo: bool
                 skipped=skipped, date=_dt.date.today().isoformat())
     write_file(out_dir / "run_report.md", md)
     payload = {"device": device, "results": [r.to_dict() for r in results], "skipped": [s.to_dict() for s in skipped]}
-    write_file(out_dir / "run_report.json", json.dumps(payload, indent=2, default=str))
+    write_file(out_dir / "run_report.json", _json(payload))
     if echo:
         _echo_markdown(md)
     click.echo(f"advisor: wrote {out_dir / 'run_report.md'} and run_report.json", err=True)
@@ -526,10 +535,10 @@ def generate_command(strategy, shape, group, shapes, dtype, configs, sm_count, p
         sizes = (group_sizes(spec) if spec else []) + (parse_shapes(shapes) if shapes is not None else [])
         v = generate_grouped(sizes, dtype=dtype, knobs=knobs, group=spec, device=Device(sm_count=sm_count), path=output)
         lo, hi = min(min(s) for s in sizes), max(max(s) for s in sizes)
-        click.echo(f"wrote {output} (grouped, {len(sizes)} GEMMs, M/N/K in {lo}..{hi}, {dtype})")
+        click.echo(f"wrote {safe_text(output, 400)} (grouped, {len(sizes)} GEMMs, M/N/K in {lo}..{hi}, {dtype})")
         click.echo("knobs: " + ", ".join(f"{k}={val}" for k, val in v.knobs.items()))
         click.echo(f"chosen by: {_chosen_by(v.chosen_by)}")
-        click.echo(f"next: python {output} --check   (then --bench on the GPU: vs a torch.matmul loop and its CUDA graph)")
+        click.echo(f"next: python {shell_quote(output)} --check   (then --bench on the GPU: vs a torch.matmul loop and its CUDA graph)")
         return
     if group is not None or shapes is not None:
         raise AdvisorError(f"--group and --shapes are for the grouped strategy; {strategy} takes --shape MxNxK")
@@ -538,7 +547,7 @@ def generate_command(strategy, shape, group, shapes, dtype, configs, sm_count, p
     M, N, K = parse_shape(shape)
     if strategy == "comm_overlap":
         v = generate_comm_overlap(pattern, M, N, K, dtype=dtype, knobs=knobs, path=output)
-        click.echo(f"wrote {output} (comm_overlap {pattern}, {M}x{N}x{K} {dtype})")
+        click.echo(f"wrote {safe_text(output, 400)} (comm_overlap {pattern}, {M}x{N}x{K} {dtype})")
         for w in v.warnings:
             _log(f"warning: {w}")
         click.echo("knobs: " + ", ".join(f"{k}={val}" for k, val in v.knobs.items()))
@@ -546,17 +555,17 @@ def generate_command(strategy, shape, group, shapes, dtype, configs, sm_count, p
             click.echo("tip: transport=nccl runs anywhere; on GPUs with peer access (NVLink) --config transport=p2p "
                        "(copy engines, no SMs taken from the GEMM) was 1.0-1.5x faster than NCCL chunks on 2 H200s, graph-replayed "
                        "(bench/COMM_OVERLAP.md)")
-        click.echo(f"next: torchrun --nproc-per-node <GPUs> {output} --check --bench --graph   (--graph: time CUDA-graph replays; eager chunks can wait on the host)")
+        click.echo(f"next: torchrun --nproc-per-node <GPUs> {shell_quote(output)} --check --bench --graph   (--graph: time CUDA-graph replays; eager chunks can wait on the host)")
         return
     v = generate(strategy, M, N, K, dtype=dtype, knobs=knobs, device=Device(sm_count=sm_count), path=output)
-    click.echo(f"wrote {output} ({strategy}, {M}x{N}x{K} {dtype})")
+    click.echo(f"wrote {safe_text(output, 400)} ({strategy}, {M}x{N}x{K} {dtype})")
     click.echo("knobs: " + ", ".join(f"{k}={val}" for k, val in v.knobs.items()))
     click.echo(f"chosen by: {_chosen_by(v.chosen_by)}")
     if strategy == "warp_specialization" and v.knobs.get("warp_specialize") is False and "warp_specialize" not in knobs:
         click.echo("note: this config runs the TMA pipeline without producer/consumer warp groups: the model ranked "
                    "it first for this shape (Triton 3.6's warp specialization does not compile for fp32 with a "
                    "row-major B, and was wrong at 6-8 stages on the H200); --config warp_specialize=true forces it")
-    click.echo(f"next: python {output} --check   (then --bench on the GPU)")
+    click.echo(f"next: python {shell_quote(output)} --check   (then --bench on the GPU)")
 
 
 @cli.command("profile", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -593,7 +602,7 @@ def profile_command(out_dir, kineto, top, rules_dir, command) -> None:
     d = diagnose(trace, rules=rules_dir, top=top)
     markdown = render("diagnosis.md.j2", d=d)
     write_file(out_dir / "report.md", markdown)
-    write_file(out_dir / "report.json", json.dumps(d.to_dict(), indent=2, default=str))
+    write_file(out_dir / "report.json", _json(d.to_dict()))
     log(f"trace: {result.trace}; report: {out_dir / 'report.md'}")
     _echo_markdown(markdown)
 

@@ -308,3 +308,91 @@ def test_trace_with_megabyte_names_diagnoses_in_seconds(tmp_path):
     r = run_cli("diagnose", "--json", str(path))
     assert r.exit_code == 0, r.output
     assert time.perf_counter() - t0 < 20
+
+
+# ------------------------------------------------------------------------ 5. odd types and values
+
+FAKE_NSYS = """#!/bin/sh
+# writes a partial export, then sleeps: a timeout of nan/inf used to crash here
+while [ $# -gt 0 ]; do case "$1" in -o) out="$2"; shift 2;; *) shift;; esac; done
+printf 'partial' > "$out"
+sleep 2
+cp "$FAKE_NSYS_SOURCE" "$out"
+"""
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN"])
+def test_nsys_timeout_nan_and_inf_are_one_line_errors(tmp_path, monkeypatch, value):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "nsys").write_text(FAKE_NSYS)
+    (bindir / "nsys").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
+    monkeypatch.setenv("FAKE_NSYS_SOURCE", str(T.write_nsys(tmp_path / "src.sqlite", n=2)))
+    report = tmp_path / "run.nsys-rep"
+    report.write_bytes(nsys_rep.MAGIC + b" 2025@3@1@1-x" + os.urandom(256))
+    cache = tmp_path / "cache"
+    r = run_cli("summary", "--cache-dir", str(cache), str(report), env={"ADVISOR_NSYS_TIMEOUT": value})
+    one_line_error(r, "ADVISOR_NSYS_TIMEOUT", "finite")
+    assert not cache.exists() or not [p for p in cache.rglob("*") if p.is_file()]
+
+
+def test_output_names_are_shell_quoted_in_next_lines(tmp_path):
+    import shlex
+
+    out = tmp_path / "v\n$(touch pwned) `id`;x.py"
+    r = run_cli("generate", "dp", "--shape", "64x64x64", "-o", str(out))
+    assert r.exit_code == 0, r.output
+    assert out.is_file()
+    lines = r.stdout.splitlines()
+    assert len(lines) == 4, lines  # the newline in the name added no line
+    (nxt,) = [ln for ln in lines if ln.startswith("next: ")]
+    # pasted into bash, the command names the file and runs nothing else
+    import subprocess
+
+    argv = subprocess.run(["bash", "-c", "printf '%s\\0' " + nxt[len("next: python "):].split("   ")[0]],
+                          capture_output=True, cwd=tmp_path).stdout.split(b"\0")[:-1]
+    assert argv == [os.fsencode(out), b"--check"]
+    assert not (tmp_path / "pwned").exists()
+    plain = tmp_path / "plain name.py"
+    r = run_cli("generate", "dp", "--shape", "64x64x64", "-o", str(plain))
+    assert f"next: python {shlex.quote(str(plain))} --check" in r.stdout
+
+
+def test_huge_names_are_cut_in_report_json(tmp_path):
+    name = "gemm_" + "x" * (8 << 20)  # 8 MiB names on every launch and annotation
+    path = T.write_kineto(tmp_path / "t.json", T.kineto_doc(T.kineto_gemm_events(3, kernel_name=name, annotation=name)))
+    out = tmp_path / "out"
+    r = run_cli("diagnose", "--json", "--out", str(out), str(path))
+    assert r.exit_code == 0, r.output[:300]
+    report = (out / "report.json").read_text()
+    assert len(report) < 1 << 20 and len(r.stdout) < 1 << 20
+    kernels = {f["kernel"] for f in json.loads(report)["findings"]}
+    assert kernels == {name[:8192] + f"\u2026[truncated: {len(name):,} characters]"}
+    s = run_cli("summary", "--json", str(path))
+    assert s.exit_code == 0 and len(s.stdout) < 1 << 20
+
+
+def tiny_kernel_export(path: Path, strings: list | None) -> Path:
+    """400 tiny back-to-back kernels (a launch_overhead finding) whose names are missing:
+    no StringIds table (strings None) or ids that point nowhere."""
+    tables = T.nsys_tables(0)
+    kernels = [T.nsys_kernel(1_000_000 + 3000 * i, 2000, 1, 2, i + 1, gridX=1, gridY=1) for i in range(400)]
+    tables["CUPTI_ACTIVITY_KIND_KERNEL"] = (T.KERNEL_DECLS, kernels)
+    if strings is None:
+        del tables["StringIds"]
+    else:
+        tables["StringIds"] = (tables["StringIds"][0], strings)
+    return T.write_nsys(path, tables)
+
+
+@pytest.mark.parametrize("strings", [None, [], [(99, "elsewhere")]], ids=["no-StringIds", "empty", "dangling"])
+def test_export_without_kernel_names_diagnoses(tmp_path, strings):
+    path = tiny_kernel_export(tmp_path / "t.sqlite", strings)
+    r = run_cli("diagnose", "--json", str(path))
+    assert r.exit_code == 0, r.output[-500:]
+    (f,) = [f for f in json.loads(r.stdout)["findings"] if f["symptom"] == "launch_overhead"]
+    assert f["launches"] == 400 and f["evidence"]["kernel_names"] == 1
+    assert f["kernel"] == "(kernel name not in the trace)"
+    md = run_cli("diagnose", str(path))
+    assert md.exit_code == 0 and "launch_overhead" in md.stdout

@@ -117,8 +117,11 @@ def read(path: Path, *, rank: int, cache_dir: Path | None = None) -> Trace:
             meta["declared_rank"] = _rank(dist["rank"])
         except (TypeError, ValueError, OverflowError):
             notes.append(f"distributedInfo.rank is not a rank number ({repr(dist['rank'])[:40]}); rank taken from file order")
-        if isinstance(dist.get("world_size"), int):
-            meta["world_size"] = dist["world_size"]
+        world = dist.get("world_size")
+        if type(world) is int and 1 <= world <= _MAX_WORLD:
+            meta["world_size"] = world
+        elif world is not None:
+            notes.append(f"distributedInfo.world_size is not a plausible rank count ({repr(world)[:40]}): ignored")
     if isinstance(doc.get("traceName"), str):
         meta["trace_name"] = doc["traceName"]
     return Trace.build(
@@ -133,6 +136,8 @@ def read(path: Path, *, rank: int, cache_dir: Path | None = None) -> Trace:
 # Nanosecond times must fit int64: a base time, and base + |ts| + dur of every event, must
 # stay below 2**62 ns (146 years), which any real clock does.
 _MAX_NS = 2**62
+# The largest jobs run ~10^5 GPUs; a world size beyond 2**20 is corrupt or hostile.
+_MAX_WORLD = 2**20
 
 
 def _base_ns(value: Any) -> int:
@@ -165,12 +170,10 @@ def _bucket(events: list) -> dict[str, list[dict]]:
         if type(e) is not dict:
             continue
         cat = e.get("cat")
-        if cat is None:
+        if type(cat) is not str:  # a list or object there is no category (and no dict key)
             continue
         b = _CATS.get(cat)
         if b is None:
-            if not isinstance(cat, str):
-                continue
             b = _CATS.get(cat.lower())
             if b is None:
                 continue
