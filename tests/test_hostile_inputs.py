@@ -396,3 +396,57 @@ def test_export_without_kernel_names_diagnoses(tmp_path, strings):
     assert f["kernel"] == "(kernel name not in the trace)"
     md = run_cli("diagnose", str(path))
     assert md.exit_code == 0 and "launch_overhead" in md.stdout
+
+
+# ------------------------------------------------------------------ 6. no side effects on reading
+
+
+def test_live_wal_database_is_read_without_touching_its_files(tmp_path):
+    """A WAL database with writes in its log and a writer still connected: the reader sees
+    the logged rows, and the -wal and -shm beside it are byte for byte as they were (before:
+    reading wrote read marks into -shm)."""
+    import hashlib
+    import sqlite3
+
+    path = T.write_nsys(tmp_path / "w.sqlite", n=4)
+    writer = sqlite3.connect(path)
+    try:
+        writer.execute("PRAGMA journal_mode=WAL")
+        writer.execute("PRAGMA wal_autocheckpoint=0")
+        writer.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL")
+        writer.commit()
+        beside = {p.name: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+                  for p in tmp_path.iterdir()}
+        assert {"w.sqlite-wal", "w.sqlite-shm"} <= set(beside)
+        assert len(load_trace(path).kernels) == 8  # the 4 rows only in the log are read too
+        after = {p.name: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+                 for p in tmp_path.iterdir()}
+        assert after == beside
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("journal", ["DELETE", "MEMORY"])  # MEMORY: a lock and no -journal file
+def test_database_locked_by_a_writer_fails_fast_and_says_so(tmp_path, journal):
+    import sqlite3
+    import time
+
+    path = T.write_nsys(tmp_path / "l.sqlite", n=4)
+    writer = sqlite3.connect(path, isolation_level=None)
+    try:
+        writer.execute(f"PRAGMA journal_mode={journal}")
+        writer.execute("BEGIN EXCLUSIVE")
+        writer.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")
+        t0 = time.monotonic()
+        one_line_error(run_cli("summary", str(path)), "l.sqlite", "being written")
+        assert time.monotonic() - t0 < 10  # was 20 s, then a silent torn read
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    assert len(load_trace(path).kernels) == 4
+
+
+def test_unfinished_journal_is_an_error_not_a_torn_read(tmp_path):
+    path = T.write_nsys(tmp_path / "j.sqlite", n=4)
+    (tmp_path / "j.sqlite-journal").write_bytes(b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7" + os.urandom(504))
+    one_line_error(run_cli("summary", str(path)), "j.sqlite", "unfinished transaction")
