@@ -4,7 +4,8 @@ Every command turns an `AdvisorError` into one line on stderr and exit code 2; a
 is a bug and keeps its traceback. Options can also come from the environment:
 ADVISOR_SM_COUNT and ADVISOR_CACHE_DIR for every command that takes them, any other option
 as ADVISOR_<COMMAND>_<OPTION> named after its flag (e.g. ADVISOR_DIAGNOSE_TOP=3,
-ADVISOR_DIAGNOSE_JSON=1, ADVISOR_DIAGNOSE_OUT=report).
+ADVISOR_DIAGNOSE_JSON=1, ADVISOR_DIAGNOSE_OUT=report), except the options that run code
+(--run, --counters), which must be typed.
 """
 
 from __future__ import annotations
@@ -222,8 +223,13 @@ def example_trace() -> Path:
     return examples_dir() / "h200_planted_mixed.sqlite.gz"
 
 
+# Options that compile and run code (generated variants, the profiler on them) are never taken
+# from the environment: ADVISOR_DIAGNOSE_RUN=1 left in a CI or shell environment would turn a
+# read-only diagnosis of someone's trace into running code on this host's GPU.
+RUNS_CODE = {"allow_from_autoenv": False}
+
 counters_opt = _option(
-    "--counters", is_flag=True,
+    "--counters", is_flag=True, **RUNS_CODE,
     help="After timing, profile one call of each verified provider under Nsight Compute (ncu) and report the "
          "counters that explain the result: tensor-pipe activity, SM busy, achieved occupancy, waves per SM, DRAM "
          "throughput and traffic, L2 throughput. Needs ncu (PATH, $NCU or a standard install); skipped with a note otherwise.")
@@ -238,7 +244,7 @@ counters_opt = _option(
               help="Also write report.md, report.json and waves.png (with matplotlib) into this directory; with --run "
                    "also run_report.md/json and the variant files.")
 @_option("--top", type=click.IntRange(1, 10000), default=None, help="Keep only the N findings with the most recoverable time.")
-@_option("--run", "run_variants", is_flag=True,
+@_option("--run", "run_variants", is_flag=True, **RUNS_CODE,
               help="Then, for each finding with a GEMM shape, generate, verify and time the candidate schedules on this GPU "
                    "(without a GPU: only generate the files) and write a before/after report into --out (default: ./advisor-run).")
 @_option("--budget-s", type=click.FloatRange(5, 3600), default=60, show_default=True,

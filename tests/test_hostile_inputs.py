@@ -450,3 +450,36 @@ def test_unfinished_journal_is_an_error_not_a_torn_read(tmp_path):
     path = T.write_nsys(tmp_path / "j.sqlite", n=4)
     (tmp_path / "j.sqlite-journal").write_bytes(b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7" + os.urandom(504))
     one_line_error(run_cli("summary", str(path)), "j.sqlite", "unfinished transaction")
+
+
+# ------------------------------------------------------- 7. no option that runs code from the env
+
+
+@pytest.mark.parametrize("var", ["ADVISOR_DIAGNOSE_RUN", "ADVISOR_DIAGNOSE_RUN_VARIANTS"])
+def test_run_is_never_taken_from_the_environment(tmp_path, monkeypatch, var):
+    import advisor.loop
+
+    def must_not_run(*a, **k):
+        raise AssertionError("--run was turned on by the environment")
+
+    monkeypatch.setattr(advisor.loop, "loop_findings", must_not_run)
+    monkeypatch.chdir(tmp_path)
+    trace = T.write_kineto(tmp_path / "t.json")
+    r = run_cli("diagnose", "--json", str(trace), env={var: "1"})
+    assert r.exit_code == 0, r.output[-500:]
+    assert json.loads(r.stdout)["findings"]  # a diagnosis with GEMM findings that --run would run
+    assert not (tmp_path / "advisor-run").exists()
+    # typed on the command line it still works
+    r = run_cli("diagnose", "--json", "--run", str(trace))
+    assert isinstance(r.exception, AssertionError)
+
+
+@pytest.mark.parametrize("var", ["ADVISOR_DIAGNOSE_COUNTERS", "ADVISOR_BENCH_COUNTERS"])
+def test_counters_is_never_taken_from_the_environment(tmp_path, var):
+    ctx_cmd = "diagnose" if "DIAGNOSE" in var else "bench"
+    opt = next(p for p in cli.commands[ctx_cmd].params if p.name == "counters")
+    assert opt.allow_from_autoenv is False
+    trace = T.write_kineto(tmp_path / "t.json")
+    if ctx_cmd == "diagnose":  # from the environment it is off, so no "--counters needs --run" error
+        r = run_cli("diagnose", "--json", str(trace), env={var: "1"})
+        assert r.exit_code == 0, r.output[-300:]
