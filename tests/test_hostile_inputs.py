@@ -483,3 +483,69 @@ def test_counters_is_never_taken_from_the_environment(tmp_path, var):
     if ctx_cmd == "diagnose":  # from the environment it is off, so no "--counters needs --run" error
         r = run_cli("diagnose", "--json", str(trace), env={var: "1"})
         assert r.exit_code == 0, r.output[-300:]
+
+
+# ------------------------------------------------------------------------------------ 8. scale
+
+
+def _frames(trace) -> dict:
+    return {n: getattr(trace, n).reset_index(drop=True) for n in ("kernels", "runtime", "memcpy", "cpu_ops", "nvtx")}
+
+
+def test_kineto_is_streamed_in_bounded_memory(tmp_path, monkeypatch):
+    """A Kineto file is decoded event by event and turned into frames in batches: the traced
+    peak stays under 3x the file's size (json.loads of this whole 7 MB document alone peaks
+    at 37 MB, over 5x; the frames of these small events take ~2x)."""
+    from advisor.traces import kineto
+
+    events = T.kineto_gemm_events(10_000, annotation="step")  # 40k events
+    path = T.write_kineto(tmp_path / "big.json", T.kineto_doc(events))
+    monkeypatch.setattr(kineto, "_BATCH", 2000)
+    tracemalloc.start()
+    try:
+        trace = load_trace(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(trace.kernels) == 10_000 and len(trace.nvtx) == 10_000
+    assert peak < 3 * path.stat().st_size, (peak >> 20, path.stat().st_size >> 20)
+
+
+def rocm_late_launch_doc() -> dict:
+    """ROCm-style events: kernels without grid/block, their launching HIP calls (one a
+    work-item launch) and copies sized by their call, with every call written after the
+    kernels and copies it launched (batches see the calls late)."""
+    gpu, host = [], []
+    for i in range(1, 9):
+        gpu.append({"ph": "X", "cat": "kernel", "name": f"k{i % 3}", "pid": 2, "tid": 1, "ts": 100.0 * i, "dur": 5.0,
+                    "args": {"device": 2, "stream": 1, "correlation": i}})
+        api = "hipExtModuleLaunchKernel" if i % 4 == 0 else "hipLaunchKernel"
+        host.append({"ph": "X", "cat": "cuda_runtime", "name": api, "pid": 1, "tid": 1, "ts": 100.0 * i - 10, "dur": 3.0,
+                     "args": {"correlation": i, "grid": [1024, 2, 1], "block": [256, 1, 1], "shared memory": 4096}})
+    gpu.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 2, "tid": 1, "ts": 5000.0, "dur": 4.0,
+                "args": {"device": 2, "stream": 1, "correlation": 99}})
+    host.append({"ph": "X", "cat": "cuda_runtime", "name": "hipMemcpyAsync", "pid": 1, "tid": 1, "ts": 4990.0, "dur": 2.0,
+                 "args": {"correlation": 99, "size": 65536}})
+    return T.kineto_doc(gpu + host, baseTimeNanoseconds=1_700_000_000_000_000_000)
+
+
+@pytest.mark.parametrize("batch", [1, 3, 1000])
+def test_batched_read_equals_whole_read(tmp_path, monkeypatch, batch):
+    """Frames read in batches of any size (launch calls after their kernels included) equal
+    the frames read at once."""
+    import pandas.testing as pdt
+
+    from advisor.traces import kineto
+
+    path = T.write_kineto(tmp_path / "r.json", rocm_late_launch_doc())
+    monkeypatch.setattr(kineto, "_BATCH", 10**9)
+    whole = load_trace(path)
+    monkeypatch.setattr(kineto, "_BATCH", batch)
+    batched = load_trace(path)
+    k = whole.kernels
+    assert k["grid_x"].tolist() == [1024, 1024, 1024, 4, 1024, 1024, 1024, 4]  # work-items -> workgroups at i=4, 8
+    assert k["static_smem_bytes"].tolist() == [4096] * 8 and whole.memcpy["bytes"].tolist() == [65536]
+    assert int(k["start_ns"].iloc[0]) == 1_700_000_000_000_000_000 + 100_000
+    for name, a in _frames(whole).items():
+        pdt.assert_frame_equal(a, _frames(batched)[name], check_dtype=False, obj=name)
+    assert sorted(whole.meta["notes"]) == sorted(batched.meta["notes"])
