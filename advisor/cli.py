@@ -4,7 +4,8 @@ Every command turns an `AdvisorError` into one line on stderr and exit code 2; a
 is a bug and keeps its traceback. Options can also come from the environment:
 ADVISOR_SM_COUNT and ADVISOR_CACHE_DIR for every command that takes them, any other option
 as ADVISOR_<COMMAND>_<OPTION> named after its flag (e.g. ADVISOR_DIAGNOSE_TOP=3,
-ADVISOR_DIAGNOSE_JSON=1, ADVISOR_DIAGNOSE_OUT=report).
+ADVISOR_DIAGNOSE_JSON=1, ADVISOR_DIAGNOSE_OUT=report), except the options that run code
+(--run, --counters), which must be typed.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import click
 from . import __version__
 from .errors import AdvisorError
 from .safeio import write_file
-from .textutil import fmt_bytes, fmt_ns, safe_text
+from .textutil import fmt_bytes, fmt_ns, safe_text, shell_quote
 
 
 class _Group(click.Group):
@@ -63,8 +64,17 @@ def _option(*decls, **attrs):
     return click.option(*decls, cls=_Option, **attrs)
 
 
+def _json(obj) -> str:
+    """JSON text of a report: trace-derived strings (kernel names, NVTX text) longer than
+    textutil.JSON_STRING_CHARS are cut, with a marker saying how long they were (a trace with
+    200 MB names made a 419 MB report.json)."""
+    from .textutil import cap_strings
+
+    return json.dumps(cap_strings(obj), indent=2, default=str)
+
+
 def _echo_json(obj) -> None:
-    click.echo(json.dumps(obj, indent=2, default=str))
+    click.echo(_json(obj))
 
 
 def _stdout_is_tty() -> bool:
@@ -226,8 +236,13 @@ def example_trace() -> Path:
     return examples_dir() / "h200_planted_mixed.sqlite.gz"
 
 
+# Options that compile and run code (generated variants, the profiler on them) are never taken
+# from the environment: ADVISOR_DIAGNOSE_RUN=1 left in a CI or shell environment would turn a
+# read-only diagnosis of someone's trace into running code on this host's GPU.
+RUNS_CODE = {"allow_from_autoenv": False}
+
 counters_opt = _option(
-    "--counters", is_flag=True,
+    "--counters", is_flag=True, **RUNS_CODE,
     help="After timing, profile one call of each verified provider under Nsight Compute (ncu) and report the "
          "counters that explain the result: tensor-pipe activity, SM busy, achieved occupancy, waves per SM, DRAM "
          "throughput and traffic, L2 throughput. Needs ncu (PATH, $NCU or a standard install); skipped with a note otherwise.")
@@ -242,7 +257,7 @@ counters_opt = _option(
               help="Also write report.md, report.json and waves.png (with matplotlib) into this directory; with --run "
                    "also run_report.md/json and the variant files.")
 @_option("--top", type=click.IntRange(1, 10000), default=None, help="Keep only the N findings with the most recoverable time.")
-@_option("--run", "run_variants", is_flag=True,
+@_option("--run", "run_variants", is_flag=True, **RUNS_CODE,
               help="Then, for each finding with a GEMM shape, generate, verify and time the candidate schedules on this GPU "
                    "(without a GPU: only generate the files) and write a before/after report into --out (default: ./advisor-run).")
 @_option("--budget-s", type=click.FloatRange(5, 3600), default=60, show_default=True,
@@ -306,7 +321,7 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
         markdown = render("diagnosis.md.j2", d=result, images=images)
     if out_dir is not None:
         write_file(out_dir / "report.md", markdown)
-        write_file(out_dir / "report.json", json.dumps(payload, indent=2, default=str))
+        write_file(out_dir / "report.json", _json(payload))
         click.echo(f"wrote {out_dir / 'report.md'} and {out_dir / 'report.json'}", err=True)
     if as_json:
         _echo_json(payload)
@@ -545,10 +560,10 @@ def generate_command(strategy, shape, attn, group, shapes, dtype, configs, sm_co
         sizes = (group_sizes(spec) if spec else []) + (parse_shapes(shapes) if shapes is not None else [])
         v = generate_grouped(sizes, dtype=dtype, knobs=knobs, group=spec, device=Device(sm_count=sm_count), path=output)
         lo, hi = min(min(s) for s in sizes), max(max(s) for s in sizes)
-        click.echo(f"wrote {output} (grouped, {len(sizes)} GEMMs, M/N/K in {lo}..{hi}, {dtype})")
+        click.echo(f"wrote {safe_text(output, 400)} (grouped, {len(sizes)} GEMMs, M/N/K in {lo}..{hi}, {dtype})")
         click.echo("knobs: " + ", ".join(f"{k}={val}" for k, val in v.knobs.items()))
         click.echo(f"chosen by: {_chosen_by(v.chosen_by)}")
-        click.echo(f"next: python {output} --check   (then --bench on the GPU: vs a torch.matmul loop and its CUDA graph)")
+        click.echo(f"next: python {shell_quote(output)} --check   (then --bench on the GPU: vs a torch.matmul loop and its CUDA graph)")
         return
     if group is not None or shapes is not None:
         raise AdvisorError(f"--group and --shapes are for the grouped strategy; {strategy} takes --shape MxNxK")
@@ -557,7 +572,7 @@ def generate_command(strategy, shape, attn, group, shapes, dtype, configs, sm_co
     M, N, K = parse_shape(shape)
     if strategy == "comm_overlap":
         v = generate_comm_overlap(pattern, M, N, K, dtype=dtype, knobs=knobs, path=output)
-        click.echo(f"wrote {output} (comm_overlap {pattern}, {M}x{N}x{K} {dtype})")
+        click.echo(f"wrote {safe_text(output, 400)} (comm_overlap {pattern}, {M}x{N}x{K} {dtype})")
         for w in v.warnings:
             _log(f"warning: {w}")
         click.echo("knobs: " + ", ".join(f"{k}={val}" for k, val in v.knobs.items()))
@@ -565,17 +580,17 @@ def generate_command(strategy, shape, attn, group, shapes, dtype, configs, sm_co
             click.echo("tip: transport=nccl runs anywhere; on GPUs with peer access (NVLink) --config transport=p2p "
                        "(copy engines, no SMs taken from the GEMM) was 1.0-1.5x faster than NCCL chunks on 2 H200s, graph-replayed "
                        "(docs/schedules/comm_overlap.md)")
-        click.echo(f"next: torchrun --nproc-per-node <GPUs> {output} --check --bench --graph   (--graph: time CUDA-graph replays; eager chunks can wait on the host)")
+        click.echo(f"next: torchrun --nproc-per-node <GPUs> {shell_quote(output)} --check --bench --graph   (--graph: time CUDA-graph replays; eager chunks can wait on the host)")
         return
     v = generate(strategy, M, N, K, dtype=dtype, knobs=knobs, device=Device(sm_count=sm_count), path=output)
-    click.echo(f"wrote {output} ({strategy}, {M}x{N}x{K} {dtype})")
+    click.echo(f"wrote {safe_text(output, 400)} ({strategy}, {M}x{N}x{K} {dtype})")
     click.echo("knobs: " + ", ".join(f"{k}={val}" for k, val in v.knobs.items()))
     click.echo(f"chosen by: {_chosen_by(v.chosen_by)}")
     if strategy == "warp_specialization" and v.knobs.get("warp_specialize") is False and "warp_specialize" not in knobs:
         click.echo("note: this config runs the TMA pipeline without producer/consumer warp groups: the model ranked "
                    "it first for this shape (Triton 3.6's warp specialization does not compile for fp32 with a "
                    "row-major B, and was wrong at 6-8 stages on the H200); --config warp_specialize=true forces it")
-    click.echo(f"next: python {output} --check   (then --bench on the GPU)")
+    click.echo(f"next: python {shell_quote(output)} --check   (then --bench on the GPU)")
 
 
 @cli.command("profile", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -631,7 +646,7 @@ def profile_command(out_dir, kineto, top, use_sources, rules_dir, command) -> No
     d = diagnose(trace, rules=rules_dir, top=top)
     markdown = render("diagnosis.md.j2", d=d)
     write_file(out_dir / "report.md", markdown)
-    write_file(out_dir / "report.json", json.dumps(d.to_dict(), indent=2, default=str))
+    write_file(out_dir / "report.json", _json(d.to_dict()))
     log(f"trace: {result.trace}; report: {out_dir / 'report.md'}")
     _echo_markdown(markdown)
 
@@ -743,7 +758,7 @@ def compare_command(before, after, before_files, after_files, as_json, out_dir, 
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         write_file(out_dir / "compare.md", markdown)
-        write_file(out_dir / "compare.json", json.dumps(payload, indent=2, default=str))
+        write_file(out_dir / "compare.json", _json(payload))
         _log(f"wrote {out_dir / 'compare.md'} and {out_dir / 'compare.json'}")
     if as_json:
         _echo_json(payload)

@@ -29,6 +29,7 @@ from .errors import AdvisorError
 from .generate import DTYPES, GEMM_STRATEGIES, SPLIT_KV, finding_summary, generate, parse_shape
 from .kernel_lib import source_path
 from .safeio import write_file
+from .textutil import cap_strings
 from .schedule_model import Device, rank
 
 # Which strategies to time for a symptom: the matrix's first choice, then the next best bet.
@@ -469,7 +470,8 @@ def write_run_report(results: Sequence[ShapeResult], out_dir: Path, rules=None, 
                 skipped=skipped, date=_dt.date.today().isoformat())
     write_file(out_dir / "run_report.md", md)
     payload = {"device": device, "results": [r.to_dict() for r in results], "skipped": [s.to_dict() for s in skipped]}
-    write_file(out_dir / "run_report.json", json.dumps(payload, indent=2, default=str))
+    # trace-derived strings (kernel names) capped as in every report.json: a megabyte name is cut
+    write_file(out_dir / "run_report.json", json.dumps(cap_strings(payload), indent=2, default=str))
     return md
 
 

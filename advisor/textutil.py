@@ -95,6 +95,46 @@ def _unescape_line(line: str, in_table: bool) -> str:
     return "".join(out)
 
 
+def shell_quote(s: object) -> str:
+    """`s` as one shell word on one line, for commands users paste: shlex.quote, unless it
+    holds control characters (a newline, an escape), then ANSI-C quoting $'...' (bash, zsh,
+    ksh, POSIX 2024 sh) with those written as \\xHH, so nothing reaches the terminal raw."""
+    import shlex
+
+    text = str(s)
+    if not _CONTROL.search(text) and "\n" not in text and "\r" not in text and "\t" not in text:
+        return shlex.quote(text)
+    out = []
+    for ch in text:
+        if ch in "\\'":
+            out.append("\\" + ch)
+        elif ch == "\n" or ch == "\r" or ch == "\t" or _CONTROL.match(ch):
+            data = ch.encode("utf-8", "surrogateescape") if "\udc80" <= ch <= "\udcff" else ch.encode("utf-8", "replace")
+            out.append("".join(f"\\x{b:02x}" for b in data))
+        else:
+            out.append(ch)
+    return "$'" + "".join(out) + "'"
+
+
+# Longest trace string a JSON report carries whole: real kernel names reach ~2,000 characters
+# (the shared corpus), agents need them exact; a hostile megabyte name is cut.
+JSON_STRING_CHARS = 8192
+
+
+def cap_strings(obj: object, limit: int = JSON_STRING_CHARS) -> object:
+    """`obj` (JSON-like: dicts, lists, tuples, strings) with every string longer than `limit`
+    cut to `limit` characters plus a marker giving its full length. Everything else as is."""
+    if isinstance(obj, str):
+        if len(obj) <= limit:
+            return obj
+        return f"{obj[:limit]}\u2026[truncated: {len(obj):,} characters]"
+    if isinstance(obj, dict):
+        return {cap_strings(k, limit): cap_strings(v, limit) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [cap_strings(v, limit) for v in obj]
+    return obj
+
+
 def fmt_ns(ns: float | int | None) -> str:
     """Human duration: 812 ns, 12.3 us, 4.56 ms, 1.23 s."""
     if ns is None:

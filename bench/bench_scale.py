@@ -185,33 +185,16 @@ KINETO_OPS = [  # (cpu op, Input Dims, kernel index in KERNEL_MIX)
 
 def make_kineto(path: Path, n_events: int, seed: int = 2) -> None:
     """A Kineto trace of `n_events` events: a cpu_op, its cudaLaunchKernel and the kernel,
-    repeated; timestamps in us relative to baseTimeNanoseconds as recent PyTorch writes them."""
+    repeated; timestamps in us relative to baseTimeNanoseconds as recent PyTorch writes them.
+    Written event by event (a 2 GB trace must not need its events in memory here either);
+    gzipped when `path` ends in .gz."""
+    import gzip
+
     rng = random.Random(seed)
-    events = []
     host = 1000.0
     gpu = 1000.0
     step = 0
-    while len(events) + 3 <= n_events:
-        op, dims, which = KINETO_OPS[rng.randrange(len(KINETO_OPS))]
-        name, _, grid, block, regs, smem, dur_ns, _ = KERNEL_MIX[which]
-        step += 1
-        op_dur = rng.uniform(8, 20)
-        events.append({"ph": "X", "cat": "cpu_op", "name": op, "pid": 4242, "tid": 4242, "ts": round(host, 3), "dur": round(op_dur, 3),
-                       "args": {"External id": step, "Record function id": 0, "Ev Idx": step,
-                                "Input Dims": dims, "Input type": ["c10::BFloat16"] * len(dims)}})
-        launch = host + 2.0
-        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 4242, "tid": 4242,
-                       "ts": round(launch, 3), "dur": 4.5, "args": {"External id": step, "cbid": 211, "correlation": step}})
-        gpu = max(gpu, launch + 6.0)
-        kdur = dur_ns / 1000.0 * rng.uniform(0.9, 1.1)
-        events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": round(gpu, 3), "dur": round(kdur, 3),
-                       "args": {"External id": step, "queued": 0, "device": 0, "context": 1, "stream": 7, "correlation": step,
-                                "registers per thread": regs, "shared memory": smem, "blocks per SM": 1.0,
-                                "warps per SM": 12.0, "grid": list(grid), "block": list(block),
-                                "est. achieved occupancy %": 19}})
-        gpu += kdur + rng.uniform(0.5, 3.0)
-        host += op_dur + rng.uniform(1.0, 4.0)
-    doc = {
+    head = {
         "schemaVersion": 1,
         "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 84929216512, "computeMajor": 9,
                               "computeMinor": 0, "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048,
@@ -224,12 +207,35 @@ def make_kineto(path: Path, n_events: int, seed: int = 2) -> None:
         "trace_id": "0",
         "displayTimeUnit": "ms",
         "baseTimeNanoseconds": 1_700_000_000_000_000_000,
-        "traceEvents": events,
-        "traceName": "rank0.json",
     }
-    tmp = path.with_suffix(".partial")
-    with open(tmp, "w") as fh:
-        json.dump(doc, fh)
+    tmp = path.with_name(path.name + ".partial")
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(tmp, "wt") as fh:
+        fh.write(json.dumps(head)[:-1] + ', "traceEvents": [')
+        written = 0
+        while written + 3 <= n_events:
+            op, dims, which = KINETO_OPS[rng.randrange(len(KINETO_OPS))]
+            name, _, grid, block, regs, smem, dur_ns, _ = KERNEL_MIX[which]
+            step += 1
+            op_dur = rng.uniform(8, 20)
+            events = [{"ph": "X", "cat": "cpu_op", "name": op, "pid": 4242, "tid": 4242, "ts": round(host, 3), "dur": round(op_dur, 3),
+                       "args": {"External id": step, "Record function id": 0, "Ev Idx": step,
+                                "Input Dims": dims, "Input type": ["c10::BFloat16"] * len(dims)}}]
+            launch = host + 2.0
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 4242, "tid": 4242,
+                           "ts": round(launch, 3), "dur": 4.5, "args": {"External id": step, "cbid": 211, "correlation": step}})
+            gpu = max(gpu, launch + 6.0)
+            kdur = dur_ns / 1000.0 * rng.uniform(0.9, 1.1)
+            events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": round(gpu, 3), "dur": round(kdur, 3),
+                           "args": {"External id": step, "queued": 0, "device": 0, "context": 1, "stream": 7, "correlation": step,
+                                    "registers per thread": regs, "shared memory": smem, "blocks per SM": 1.0,
+                                    "warps per SM": 12.0, "grid": list(grid), "block": list(block),
+                                    "est. achieved occupancy %": 19}})
+            gpu += kdur + rng.uniform(0.5, 3.0)
+            host += op_dur + rng.uniform(1.0, 4.0)
+            fh.write(("" if written == 0 else ", ") + ", ".join(json.dumps(e) for e in events))
+            written += 3
+        fh.write('], "traceName": "rank0.json"}')
     os.replace(tmp, path)
 
 

@@ -235,6 +235,10 @@ CASES: list[tuple[str, Callable[[Path], Any], Err | Ok]] = [
      kernels(1)),
     ("json-latin1-name", lambda t: write(t, "a.json", kdoc(K_EVENT).replace(b'"name": "k"', b'"name": "k\xe9\xff"')),
      kernels(1)),
+    ("json-cat-list-and-object", lambda t: write(t, "a.json", kdoc(K_EVENT, kev(cat=["kernel"]), kev(cat={"kernel": 1}), kev(cat=7))),
+     kernels(1)),
+    ("json-world-size-10e30", lambda t: write(t, "a.json", kdoc(K_EVENT, distributedInfo={"rank": 0, "world_size": 10**30})),
+     kernels(1, ("world_size is not a plausible rank count",))),
     ("json-utf8-bom", lambda t: write(t, "a.json", b"\xef\xbb\xbf" + kdoc(K_EVENT)), kernels(1)),
     ("json-utf16", lambda t: write(t, "a.json", kdoc(K_EVENT).decode().encode("utf-16")), Err(("unknown trace format",))),
     # --- gzip

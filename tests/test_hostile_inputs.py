@@ -266,3 +266,286 @@ def test_cache_key_follows_the_source_content(tmp_path):
     gz.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # same size, new content and mtime
     os.utime(gz, ns=(gz.stat().st_atime_ns, gz.stat().st_mtime_ns + 10**9))
     assert _cache.source_key(gz) != key
+
+
+# --------------------------------------------------------------------------- 4. regex blow-up
+
+MEGABYTE_NAMES = {
+    "nvjet-repeated": "nvjet_" * 174_763,  # 67 s at 240 KB before: a search from every nvjet_
+    "nvjet-no-tile": "nvjet_sm90" + "_a" * 524_283,
+    "digits": "_" + "1x" * 524_287,
+    "cutlass-like": "_12" * 349_525,
+    "letters": "a" * (1 << 20),
+}
+
+
+@pytest.mark.parametrize("label", MEGABYTE_NAMES)
+def test_megabyte_kernel_names_are_matched_quickly(label):
+    import time
+
+    from advisor.symptoms.gemm import tile_from_name
+
+    name = MEGABYTE_NAMES[label]
+    t0 = time.perf_counter()
+    tile_from_name(name)
+    assert time.perf_counter() - t0 < 0.5
+
+
+def test_tile_patterns_still_read_real_names():
+    from advisor.symptoms.gemm import tile_from_name
+
+    assert tile_from_name("nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT") == (320, 128, 64)
+    assert tile_from_name("nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_TNN") == (256, 128, 64)
+    assert tile_from_name("nvjet_" + "x" * 5000 + "_128x128_64x3") is None  # past the first 4 KiB
+
+
+def test_trace_with_megabyte_names_diagnoses_in_seconds(tmp_path):
+    import time
+
+    name = MEGABYTE_NAMES["nvjet-repeated"]
+    path = T.write_kineto(tmp_path / "t.json", T.kineto_doc(T.kineto_gemm_events(3, kernel_name=name, annotation=name)))
+    t0 = time.perf_counter()
+    r = run_cli("diagnose", "--json", str(path))
+    assert r.exit_code == 0, r.output
+    assert time.perf_counter() - t0 < 20
+
+
+# ------------------------------------------------------------------------ 5. odd types and values
+
+FAKE_NSYS = """#!/bin/sh
+# writes a partial export, then sleeps: a timeout of nan/inf used to crash here
+while [ $# -gt 0 ]; do case "$1" in -o) out="$2"; shift 2;; *) shift;; esac; done
+printf 'partial' > "$out"
+sleep 2
+cp "$FAKE_NSYS_SOURCE" "$out"
+"""
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN"])
+def test_nsys_timeout_nan_and_inf_are_one_line_errors(tmp_path, monkeypatch, value):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "nsys").write_text(FAKE_NSYS)
+    (bindir / "nsys").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
+    monkeypatch.setenv("FAKE_NSYS_SOURCE", str(T.write_nsys(tmp_path / "src.sqlite", n=2)))
+    report = tmp_path / "run.nsys-rep"
+    report.write_bytes(nsys_rep.MAGIC + b" 2025@3@1@1-x" + os.urandom(256))
+    cache = tmp_path / "cache"
+    r = run_cli("summary", "--cache-dir", str(cache), str(report), env={"ADVISOR_NSYS_TIMEOUT": value})
+    one_line_error(r, "ADVISOR_NSYS_TIMEOUT", "finite")
+    assert not cache.exists() or not [p for p in cache.rglob("*") if p.is_file()]
+
+
+def test_output_names_are_shell_quoted_in_next_lines(tmp_path):
+    import shlex
+
+    out = tmp_path / "v\n$(touch pwned) `id`;x.py"
+    r = run_cli("generate", "dp", "--shape", "64x64x64", "-o", str(out))
+    assert r.exit_code == 0, r.output
+    assert out.is_file()
+    lines = r.stdout.splitlines()
+    assert len(lines) == 4, lines  # the newline in the name added no line
+    (nxt,) = [ln for ln in lines if ln.startswith("next: ")]
+    # pasted into bash, the command names the file and runs nothing else
+    import subprocess
+
+    argv = subprocess.run(["bash", "-c", "printf '%s\\0' " + nxt[len("next: python "):].split("   ")[0]],
+                          capture_output=True, cwd=tmp_path).stdout.split(b"\0")[:-1]
+    assert argv == [os.fsencode(out), b"--check"]
+    assert not (tmp_path / "pwned").exists()
+    plain = tmp_path / "plain name.py"
+    r = run_cli("generate", "dp", "--shape", "64x64x64", "-o", str(plain))
+    assert f"next: python {shlex.quote(str(plain))} --check" in r.stdout
+
+
+def test_huge_names_are_cut_in_report_json(tmp_path):
+    name = "gemm_" + "x" * (8 << 20)  # 8 MiB names on every launch and annotation
+    path = T.write_kineto(tmp_path / "t.json", T.kineto_doc(T.kineto_gemm_events(3, kernel_name=name, annotation=name)))
+    out = tmp_path / "out"
+    r = run_cli("diagnose", "--json", "--out", str(out), str(path))
+    assert r.exit_code == 0, r.output[:300]
+    report = (out / "report.json").read_text()
+    assert len(report) < 1 << 20 and len(r.stdout) < 1 << 20
+    kernels = {f["kernel"] for f in json.loads(report)["findings"]}
+    assert kernels == {name[:8192] + f"\u2026[truncated: {len(name):,} characters]"}
+    s = run_cli("summary", "--json", str(path))
+    assert s.exit_code == 0 and len(s.stdout) < 1 << 20
+
+
+def tiny_kernel_export(path: Path, strings: list | None) -> Path:
+    """400 tiny back-to-back kernels (a launch_overhead finding) whose names are missing:
+    no StringIds table (strings None) or ids that point nowhere."""
+    tables = T.nsys_tables(0)
+    kernels = [T.nsys_kernel(1_000_000 + 3000 * i, 2000, 1, 2, i + 1, gridX=1, gridY=1) for i in range(400)]
+    tables["CUPTI_ACTIVITY_KIND_KERNEL"] = (T.KERNEL_DECLS, kernels)
+    if strings is None:
+        del tables["StringIds"]
+    else:
+        tables["StringIds"] = (tables["StringIds"][0], strings)
+    return T.write_nsys(path, tables)
+
+
+@pytest.mark.parametrize("strings", [None, [], [(99, "elsewhere")]], ids=["no-StringIds", "empty", "dangling"])
+def test_export_without_kernel_names_diagnoses(tmp_path, strings):
+    path = tiny_kernel_export(tmp_path / "t.sqlite", strings)
+    r = run_cli("diagnose", "--json", str(path))
+    assert r.exit_code == 0, r.output[-500:]
+    (f,) = [f for f in json.loads(r.stdout)["findings"] if f["symptom"] == "launch_overhead"]
+    assert f["launches"] == 400 and f["evidence"]["kernel_names"] == 1
+    assert f["kernel"] == "(kernel name not in the trace)"
+    md = run_cli("diagnose", str(path))
+    assert md.exit_code == 0 and "launch_overhead" in md.stdout
+
+
+# ------------------------------------------------------------------ 6. no side effects on reading
+
+
+def test_live_wal_database_is_read_without_touching_its_files(tmp_path):
+    """A WAL database with writes in its log and a writer still connected: the reader sees
+    the logged rows, and the -wal and -shm beside it are byte for byte as they were (before:
+    reading wrote read marks into -shm)."""
+    import hashlib
+    import sqlite3
+
+    path = T.write_nsys(tmp_path / "w.sqlite", n=4)
+    writer = sqlite3.connect(path)
+    try:
+        writer.execute("PRAGMA journal_mode=WAL")
+        writer.execute("PRAGMA wal_autocheckpoint=0")
+        writer.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL")
+        writer.commit()
+        beside = {p.name: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+                  for p in tmp_path.iterdir()}
+        assert {"w.sqlite-wal", "w.sqlite-shm"} <= set(beside)
+        assert len(load_trace(path).kernels) == 8  # the 4 rows only in the log are read too
+        after = {p.name: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+                 for p in tmp_path.iterdir()}
+        assert after == beside
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("journal", ["DELETE", "MEMORY"])  # MEMORY: a lock and no -journal file
+def test_database_locked_by_a_writer_fails_fast_and_says_so(tmp_path, journal):
+    import sqlite3
+    import time
+
+    path = T.write_nsys(tmp_path / "l.sqlite", n=4)
+    writer = sqlite3.connect(path, isolation_level=None)
+    try:
+        writer.execute(f"PRAGMA journal_mode={journal}")
+        writer.execute("BEGIN EXCLUSIVE")
+        writer.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")
+        t0 = time.monotonic()
+        one_line_error(run_cli("summary", str(path)), "l.sqlite", "being written")
+        assert time.monotonic() - t0 < 10  # was 20 s, then a silent torn read
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    assert len(load_trace(path).kernels) == 4
+
+
+def test_unfinished_journal_is_an_error_not_a_torn_read(tmp_path):
+    path = T.write_nsys(tmp_path / "j.sqlite", n=4)
+    (tmp_path / "j.sqlite-journal").write_bytes(b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7" + os.urandom(504))
+    one_line_error(run_cli("summary", str(path)), "j.sqlite", "unfinished transaction")
+
+
+# ------------------------------------------------------- 7. no option that runs code from the env
+
+
+@pytest.mark.parametrize("var", ["ADVISOR_DIAGNOSE_RUN", "ADVISOR_DIAGNOSE_RUN_VARIANTS"])
+def test_run_is_never_taken_from_the_environment(tmp_path, monkeypatch, var):
+    import advisor.loop
+
+    def must_not_run(*a, **k):
+        raise AssertionError("--run was turned on by the environment")
+
+    monkeypatch.setattr(advisor.loop, "loop_findings", must_not_run)
+    monkeypatch.chdir(tmp_path)
+    trace = T.write_kineto(tmp_path / "t.json")
+    r = run_cli("diagnose", "--json", str(trace), env={var: "1"})
+    assert r.exit_code == 0, r.output[-500:]
+    assert json.loads(r.stdout)["findings"]  # a diagnosis with GEMM findings that --run would run
+    assert not (tmp_path / "advisor-run").exists()
+    # typed on the command line it still works
+    r = run_cli("diagnose", "--json", "--run", str(trace))
+    assert isinstance(r.exception, AssertionError)
+
+
+@pytest.mark.parametrize("var", ["ADVISOR_DIAGNOSE_COUNTERS", "ADVISOR_BENCH_COUNTERS"])
+def test_counters_is_never_taken_from_the_environment(tmp_path, var):
+    ctx_cmd = "diagnose" if "DIAGNOSE" in var else "bench"
+    opt = next(p for p in cli.commands[ctx_cmd].params if p.name == "counters")
+    assert opt.allow_from_autoenv is False
+    trace = T.write_kineto(tmp_path / "t.json")
+    if ctx_cmd == "diagnose":  # from the environment it is off, so no "--counters needs --run" error
+        r = run_cli("diagnose", "--json", str(trace), env={var: "1"})
+        assert r.exit_code == 0, r.output[-300:]
+
+
+# ------------------------------------------------------------------------------------ 8. scale
+
+
+def _frames(trace) -> dict:
+    return {n: getattr(trace, n).reset_index(drop=True) for n in ("kernels", "runtime", "memcpy", "cpu_ops", "nvtx")}
+
+
+def test_kineto_is_streamed_in_bounded_memory(tmp_path, monkeypatch):
+    """A Kineto file is decoded event by event and turned into frames in batches: the traced
+    peak stays under 3x the file's size (json.loads of this whole 7 MB document alone peaks
+    at 37 MB, over 5x; the frames of these small events take ~2x)."""
+    from advisor.traces import kineto
+
+    events = T.kineto_gemm_events(10_000, annotation="step")  # 40k events
+    path = T.write_kineto(tmp_path / "big.json", T.kineto_doc(events))
+    monkeypatch.setattr(kineto, "_BATCH", 2000)
+    tracemalloc.start()
+    try:
+        trace = load_trace(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(trace.kernels) == 10_000 and len(trace.nvtx) == 10_000
+    assert peak < 3 * path.stat().st_size, (peak >> 20, path.stat().st_size >> 20)
+
+
+def rocm_late_launch_doc() -> dict:
+    """ROCm-style events: kernels without grid/block, their launching HIP calls (one a
+    work-item launch) and copies sized by their call, with every call written after the
+    kernels and copies it launched (batches see the calls late)."""
+    gpu, host = [], []
+    for i in range(1, 9):
+        gpu.append({"ph": "X", "cat": "kernel", "name": f"k{i % 3}", "pid": 2, "tid": 1, "ts": 100.0 * i, "dur": 5.0,
+                    "args": {"device": 2, "stream": 1, "correlation": i}})
+        api = "hipExtModuleLaunchKernel" if i % 4 == 0 else "hipLaunchKernel"
+        host.append({"ph": "X", "cat": "cuda_runtime", "name": api, "pid": 1, "tid": 1, "ts": 100.0 * i - 10, "dur": 3.0,
+                     "args": {"correlation": i, "grid": [1024, 2, 1], "block": [256, 1, 1], "shared memory": 4096}})
+    gpu.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 2, "tid": 1, "ts": 5000.0, "dur": 4.0,
+                "args": {"device": 2, "stream": 1, "correlation": 99}})
+    host.append({"ph": "X", "cat": "cuda_runtime", "name": "hipMemcpyAsync", "pid": 1, "tid": 1, "ts": 4990.0, "dur": 2.0,
+                 "args": {"correlation": 99, "size": 65536}})
+    return T.kineto_doc(gpu + host, baseTimeNanoseconds=1_700_000_000_000_000_000)
+
+
+@pytest.mark.parametrize("batch", [1, 3, 1000])
+def test_batched_read_equals_whole_read(tmp_path, monkeypatch, batch):
+    """Frames read in batches of any size (launch calls after their kernels included) equal
+    the frames read at once."""
+    import pandas.testing as pdt
+
+    from advisor.traces import kineto
+
+    path = T.write_kineto(tmp_path / "r.json", rocm_late_launch_doc())
+    monkeypatch.setattr(kineto, "_BATCH", 10**9)
+    whole = load_trace(path)
+    monkeypatch.setattr(kineto, "_BATCH", batch)
+    batched = load_trace(path)
+    k = whole.kernels
+    assert k["grid_x"].tolist() == [1024, 1024, 1024, 4, 1024, 1024, 1024, 4]  # work-items -> workgroups at i=4, 8
+    assert k["static_smem_bytes"].tolist() == [4096] * 8 and whole.memcpy["bytes"].tolist() == [65536]
+    assert int(k["start_ns"].iloc[0]) == 1_700_000_000_000_000_000 + 100_000
+    for name, a in _frames(whole).items():
+        pdt.assert_frame_equal(a, _frames(batched)[name], check_dtype=False, obj=name)
+    assert sorted(whole.meta["notes"]) == sorted(batched.meta["notes"])

@@ -52,6 +52,8 @@ _ELEMENTWISE = re.compile(
 )
 
 
+UNNAMED = "(kernel name not in the trace)"
+
 # One run finding per stream and kind of run (mostly GEMMs or not)
 _KEY = ["rank", "device_id", "stream_id", "gemm_run"]
 
@@ -124,6 +126,9 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
         if name_key != "name":
             names = in_runs.drop_duplicates(name_key).set_index(name_key)["name"]
             per_name["name"] = names.reindex(per_name[name_key].to_numpy()).to_numpy()
+        # an export without names (no StringIds, ids pointing nowhere) still has runs: grouping
+        # by name would drop them and leave NaN counts for the finding
+        per_name["name"] = per_name["name"].astype(object).where(per_name["name"].notna(), UNNAMED)
         # what each run is made of, for the finding's "mostly <kernel>" (a run mixes kernels)
         per_name = per_name.rename(columns={"sum": "ns", "size": "launches"})
         ctx.cache[key + ("names",)] = per_name[["run_id", "name", "ns", "launches"]]

@@ -14,6 +14,12 @@ import re
 import numpy as np
 import pandas as pd
 
+# Characters of a trace string that regexes look at. Real kernel names run to a few hundred
+# characters (the longest CUTLASS/cuDNN template names seen in the corpus ~2,000); a hostile
+# trace can hold megabyte names, and a regex that searches from every position costs
+# O(length^2) there. What decides a match (library prefix, tile, op name) is near the start.
+MATCH_CHARS = 4096
+
 
 def factorize(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """pd.factorize(s, use_na_sentinel=True) for a column of strings: (codes, uniques), codes
@@ -41,5 +47,5 @@ def contains(s: pd.Series, pattern: str | re.Pattern) -> pd.Series:
     codes, uniques = factorize(s)
     if len(uniques) == 0:
         return pd.Series(np.zeros(len(s), dtype=bool), index=s.index)
-    hit = pd.Series(np.asarray(uniques, dtype=object)).map(str).str.contains(pattern, regex=True).to_numpy(dtype=bool)
+    hit = pd.Series(np.asarray(uniques, dtype=object)).map(str).str.slice(0, MATCH_CHARS).str.contains(pattern, regex=True).to_numpy(dtype=bool)
     return pd.Series(np.where(codes >= 0, hit[np.maximum(codes, 0)], False), index=s.index)

@@ -3,9 +3,11 @@ numbers without losing precision. Shared by the Kineto and rocprofv3 JSON reader
 
 from __future__ import annotations
 
+import codecs
 import json
+import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -153,3 +155,157 @@ def as_dict(value: Any) -> dict:
 def as_list(value: Any) -> list:
     """`value` if it is a JSON array, else []."""
     return value if isinstance(value, list) else []
+
+
+# ---------------------------------------------------------------------------------------
+# Streaming: a top-level object whose one big array is handed out element by element.
+
+_WS = re.compile(r"[ \t\n\r]*")
+_DECODE = json.JSONDecoder().raw_decode
+_READ = 1 << 20  # bytes of content decoded per step; doubles while one element does not fit
+
+
+class _Text:
+    """The content of a (possibly gzipped) JSON file as a sliding window of text: memory
+    holds the unread window only, never the whole document."""
+
+    def __init__(self, fh):
+        self.fh = fh
+        self.dec = codecs.getincrementaldecoder("utf-8")("replace")  # names not in UTF-8 survive
+        self.buf = ""
+        self.pos = 0
+        self.base = 0  # characters dropped before buf[0], for error positions
+        self.eof = False
+        self.want = _READ
+
+    def more(self, grow: bool = False) -> bool:
+        """Read the next piece; `grow`: one value does not fit the window, so read twice as
+        much as last time (an element of n bytes then costs O(n) to decode, not O(n^2)).
+        False at the end of the content."""
+        if self.eof:
+            return False
+        if grow:
+            self.want = min(self.want * 2, 1 << 30)
+        data = self.fh.read(self.want)
+        text = self.dec.decode(data, final=not data)
+        if not data:
+            self.eof = True
+        if self.pos > 0:
+            self.base += self.pos
+            self.buf = self.buf[self.pos:]
+            self.pos = 0
+        if not self.buf and text.startswith("\ufeff") and self.base == 0:
+            text = text[1:]  # a UTF-8 BOM
+        self.buf += text
+        return bool(text) or not self.eof
+
+    def ws(self) -> str:
+        """Skip whitespace; the next character ('' at the end)."""
+        while True:
+            self.pos = _WS.match(self.buf, self.pos).end()
+            if self.pos < len(self.buf):
+                return self.buf[self.pos]
+            if not self.more():
+                return ""
+
+    def value(self) -> Any:
+        """Decode the JSON value at the cursor (reading on while it is cut by the window)."""
+        self.ws()
+        while True:
+            try:
+                obj, end = _DECODE(self.buf, self.pos)
+                if end < len(self.buf) or self.eof:  # a number cut at the window's edge would parse short
+                    self.pos = end
+                    self.want = _READ
+                    return obj
+            except json.JSONDecodeError as exc:
+                if self.eof:
+                    raise json.JSONDecodeError(exc.msg, exc.doc, exc.pos + self.base) from None
+            if not self.more(grow=True):
+                self.eof = True
+
+    def expect(self, chars: str) -> str:
+        ch = self.ws()
+        if not ch or ch not in chars:
+            what = "end of file" if not ch else repr(ch)
+            raise json.JSONDecodeError(f"expected {' or '.join(map(repr, chars))}, got {what}", "", self.base + self.pos)
+        self.pos += 1
+        return ch
+
+
+_SEP = re.compile(r"[ \t\n\r]*([,\]])[ \t\n\r]*")
+
+
+def _items(t: _Text, on_item: Callable[[Any], None]) -> None:
+    """The elements of the array at the cursor (its '[' consumed) to `on_item`, through ']'.
+    The common case (element and separator whole inside the window) costs one C decode and
+    one regex match; anything else goes through _Text's careful methods."""
+    decode, sep = _DECODE, _SEP.match
+    while True:
+        buf, pos = t.buf, t.pos
+        try:
+            obj, end = decode(buf, pos)
+            m = sep(buf, end)
+        except json.JSONDecodeError:
+            m = None
+        if m is None or m.end() >= len(buf):  # cut by the window, or odd: the slow path
+            t.ws()
+            on_item(t.value())
+            if t.expect(",]") == "]":
+                return
+            t.ws()
+            continue
+        on_item(obj)
+        t.pos = m.end()
+        if m.group(1) == "]":
+            return
+
+
+def stream_object(path: Path, list_key: str, on_item: Callable[[Any], None], what: str) -> dict | None:
+    """Read the JSON object in `path` in bounded memory: every top-level value except
+    `list_key`'s is returned in a dict; when `list_key` holds an array, each element is
+    passed to `on_item` as it is decoded (and the dict gets `list_key: True`). None when the
+    document is not an object. Errors are one-line TraceErrors naming `what`."""
+    from ._inflate import open_content
+
+    try:
+        with open_content(path) as fh:
+            t = _Text(fh)
+            first = t.ws()
+            if first != "{":
+                t.value()  # a valid non-object document is "not this format"; garbage is corrupt
+                return None
+            t.pos += 1
+            out: dict = {}
+            if t.ws() == "}":
+                t.pos += 1
+            else:
+                while True:
+                    if t.ws() != '"':
+                        t.expect('"')
+                    name = t.value()
+                    t.expect(":")
+                    if name == list_key and t.ws() == "[":
+                        t.pos += 1
+                        out[list_key] = True
+                        if t.ws() == "]":
+                            t.pos += 1
+                        else:
+                            _items(t, on_item)
+                    else:
+                        out[name] = t.value()
+                    if t.expect(",}") == "}":
+                        break
+            if t.ws():
+                raise json.JSONDecodeError("Extra data", "", t.base + t.pos)
+            return out
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{path.name}: truncated or corrupt {what} JSON ({exc.msg} at character {exc.pos:,})") from None
+    except RecursionError:
+        raise TraceError(f"{path.name}: corrupt {what} JSON (nested too deeply)") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{path.name}: corrupt {what} JSON ({exc})") from None
+    except OSError as exc:
+        raise TraceError(f"{path.name}: cannot read ({exc.strerror or exc})") from None
+    except MemoryError:
+        raise TraceError(f"{path.name}: {what} JSON too large to parse in this machine's memory") from None

@@ -1,9 +1,10 @@
 """Read-only access to SQLite trace files (Nsight Systems exports, rocpd databases).
 
 Trace databases belong to the user and may come from anywhere, so this module
-- opens them strictly read-only (`mode=ro` URI, then `PRAGMA query_only`), falling back to
-  `immutable=1` only when a read-only open fails (e.g. a database in a read-only directory
-  that SQLite would otherwise want to create a lock or -shm file beside);
+- opens them strictly read-only (`mode=ro` URI, then `PRAGMA query_only`) without creating
+  or changing anything beside them: a WAL database is read `immutable=1`, or from a private
+  checkpointed copy when its `-wal` holds writes; a database locked by a writer, or with an
+  unfinished `-journal`, is a clear error instead of a stall and a torn read (`open_readonly`);
 - never runs SQL built from strings found in the file: table and column names used in
   queries come from the caller's own whitelist and pass `ident()`, everything else is a
   bound parameter;
@@ -16,10 +17,13 @@ from the intersection with what they know how to read.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import shutil
 import sqlite3
 import struct
+import tempfile
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -72,9 +76,14 @@ def check_size(path: Path) -> None:
         )
 
 
+# Seconds to wait for a writer's lock before saying so. A finished trace has no writer; one
+# that is still being written (an export running) should fail fast and clearly, not stall.
+BUSY_TIMEOUT_S = 2.0
+
+
 def _connect(path: Path, immutable: bool) -> sqlite3.Connection:
     uri = f"file:{quote(str(path.resolve()))}?mode=ro" + ("&immutable=1" if immutable else "")
-    conn = sqlite3.connect(uri, uri=True)
+    conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)
     try:
         conn.execute("PRAGMA query_only = ON")
         # A database file can carry views and triggers; do not let them call functions with
@@ -87,40 +96,116 @@ def _connect(path: Path, immutable: bool) -> sqlite3.Connection:
     return conn
 
 
-def _wal_without_log(path: Path) -> bool:
-    """True for a database in WAL mode (header bytes 18-19 = 2) with no write-ahead log
-    beside it: the writer closed it cleanly. A `mode=ro` connection to such a file creates
-    `-wal` and `-shm` files beside it (and, read-only, cannot remove them), so it is opened
-    `immutable=1` instead, which reads the file alone. When a non-empty `-wal` exists the
-    database was not checkpointed and its last writes live there: then `mode=ro` reads both."""
+def _journal_mode(path: Path) -> str:
+    """"wal" when the header says WAL (bytes 18-19 = 2), else "rollback"."""
     with open(path, "rb") as fh:
         header = fh.read(20)
-    if header[18:20] != b"\x02\x02":
+    return "wal" if header[18:20] == b"\x02\x02" else "rollback"
+
+
+def _nonempty(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:
         return False
+
+
+# Private snapshots of WAL databases with a live log: {(path, identity): copy}. Removed at exit.
+_SNAPSHOTS: dict[tuple, Path] = {}
+
+
+def _snapshot(path: Path) -> Path:
+    """A private, checkpointed copy of a WAL database whose `-wal` holds writes.
+
+    Reading it in place, even `mode=ro`, writes read marks into the `-shm` file beside it
+    (someone else's file, maybe a live writer's); `immutable=1` would ignore the log and miss
+    the last writes. So the database and its log are copied into a private directory, the
+    copy's log is checkpointed (SQLite applies only complete, checksummed commits: a log
+    still being appended to gives the last committed state), and the copy is read alone."""
     wal = path.with_name(path.name + "-wal")
-    return not wal.exists() or wal.stat().st_size == 0
+    ident = tuple(os.stat(p).st_mtime_ns for p in (path, wal)) + (os.path.getsize(path), os.path.getsize(wal))
+    key = (str(path.resolve()), ident)
+    copy = _SNAPSHOTS.get(key)
+    if copy is not None and copy.exists():
+        return copy
+    work = Path(tempfile.mkdtemp(prefix="advisor-sqlite-"))
+    atexit.register(shutil.rmtree, work, True)
+    copy = work / "snapshot.sqlite"
+    try:
+        shutil.copyfile(path, copy)
+        shutil.copyfile(wal, work / "snapshot.sqlite-wal")
+        conn = sqlite3.connect(copy)
+        try:
+            conn.execute("PRAGMA trusted_schema = OFF")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            conn.execute("PRAGMA journal_mode = DELETE")
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error) as exc:
+        shutil.rmtree(work, ignore_errors=True)
+        raise TraceError(f"{path.name}: cannot read its write-ahead log ({exc})") from None
+    _SNAPSHOTS[key] = copy
+    return copy
+
+
+def _locked(path: Path) -> TraceError:
+    return TraceError(
+        f"{path.name}: the database is being written by another process (it holds a lock; an export or capture "
+        "still running?): wait until it finishes, or copy it when it is complete"
+    )
+
+
+def db_error(path: Path, exc: BaseException, what: str = "corrupt SQLite file") -> TraceError:
+    """The one-line error for a SQLite failure while reading `path`: a writer's lock is said
+    to be one (not "corrupt")."""
+    text = str(exc)
+    if "database is locked" in text or "database table is locked" in text:
+        return _locked(Path(path))
+    return TraceError(f"{Path(path).name}: {what} ({exc})")
 
 
 def open_readonly(path: str | os.PathLike) -> sqlite3.Connection:
     """A read-only connection to the SQLite database at `path`, or a one-line TraceError.
+    Nothing beside the file is created or changed.
 
-    `mode=ro` first; `immutable=1` only if that cannot open the file (it tells SQLite that
-    nobody changes the file while we read, which holds for a finished trace)."""
+    - WAL database with writes in its `-wal`: read from a private checkpointed copy
+      (`_snapshot`); WAL database without a log: `immutable=1`, which reads the file alone
+      (a `mode=ro` open would create `-wal` and `-shm` beside it).
+    - Otherwise `mode=ro`. A writer's lock held past BUSY_TIMEOUT_S, or a `-journal` beside
+      the file (a write in progress, or a writer that crashed mid-transaction), is an error:
+      reading the file as it is then could see half a transaction.
+    - `immutable=1` only when `mode=ro` cannot open a file with no journal (a read-only
+      directory where SQLite cannot take its locks).
+    """
     path = Path(path)
     check_size(path)
+    name = path.name
+    if _journal_mode(path) == "wal":
+        if _nonempty(path.with_name(path.name + "-wal")):
+            path = _snapshot(path)
+        order = (True,)
+    else:
+        if _nonempty(path.with_name(path.name + "-journal")):
+            raise TraceError(
+                f"{name}: the database is being written, or its writer crashed (a -journal beside it holds an "
+                "unfinished transaction): wait until the writer finishes, or open it once with sqlite3 to recover it"
+            )
+        order = (False, True)
     first_error: sqlite3.Error | None = None
-    order = (True, False) if _wal_without_log(path) else (False, True)
     for immutable in order:
         try:
             return _connect(path, immutable)
         except UnicodeDecodeError:
             # sqlite3 decodes SQLite's error message, which quotes the damaged schema text
-            raise TraceError(f"{path.name}: corrupt SQLite file (malformed schema)") from None
+            raise TraceError(f"{name}: corrupt SQLite file (malformed schema)") from None
         except sqlite3.DatabaseError as exc:
-            if "not a database" in str(exc) or "malformed" in str(exc):
-                raise TraceError(f"{path.name}: corrupt SQLite file ({exc})") from None
+            text = str(exc)
+            if "not a database" in text or "malformed" in text:
+                raise TraceError(f"{name}: corrupt SQLite file ({exc})") from None
+            if "locked" in text or "busy" in text:
+                raise _locked(Path(name)) from None
             first_error = first_error or exc
-    raise TraceError(f"{path.name}: cannot open SQLite file read-only ({first_error})")
+    raise TraceError(f"{name}: cannot open SQLite file read-only ({first_error})")
 
 
 def tables(conn: sqlite3.Connection) -> set[str]:
@@ -173,7 +258,7 @@ def table_names(path: str | os.PathLike) -> set[str]:
     try:
         return tables(conn)
     except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{path.name}: corrupt SQLite file ({exc})") from None
+        raise db_error(path, exc) from None
     finally:
         conn.close()
 

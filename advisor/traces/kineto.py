@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,7 @@ import pandas as pd
 
 from ..errors import TraceError
 from ..model import Trace
-from ._jsonio import key, load_json, to_float, to_int, us_to_ns
+from ._jsonio import key, stream_object, to_float, to_int, us_to_ns
 from ._names import short_names
 
 FORMAT = "kineto"
@@ -90,40 +91,198 @@ def sniff(path: Path, head: bytes) -> bool:
     return b'"schemaVersion"' in head and (b'"deviceProperties"' in head or b'"distributedInfo"' in head)
 
 
-def read(path: Path, *, rank: int, cache_dir: Path | None = None) -> Trace:
-    doc = load_json(path, "PyTorch profiler")
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise TraceError(f"{path.name}: JSON without a traceEvents list (not a PyTorch profiler trace)")
-    notes: list[str] = []
-    base_ns = _base_ns(doc.get("baseTimeNanoseconds"))
-    buckets = _bucket(doc["traceEvents"])
+# Events are turned into frames in batches of this many per category while the file streams
+# by, so memory holds frames (a few numbers per event) and one batch of decoded events, never
+# the whole document (a 2 GB trace decoded at once took ~10x its size).
+_BATCH = 50_000
 
-    runtime, launches = _runtime(buckets["runtime"], rank, base_ns, notes)
-    kernels = _kernels(buckets["kernel"], rank, base_ns, launches, notes)
-    memcpy = _memcpy(buckets["memcpy"], buckets["memset"], rank, base_ns, launches, notes)
-    cpu_ops = _cpu_ops(buckets["cpu_op"], rank, base_ns, notes)
-    nvtx = _annotations(buckets["annotation"], rank, base_ns, notes)
+
+def read(path: Path, *, rank: int, cache_dir: Path | None = None) -> Trace:
+    notes = _Notes()
+    acc = _Frames(rank, notes)
+    doc = stream_object(path, "traceEvents", acc.add, "PyTorch profiler")
+    if doc is None or doc.get("traceEvents") is not True:
+        raise TraceError(f"{path.name}: JSON without a traceEvents list (not a PyTorch profiler trace)")
+    base_ns = _base_ns(doc.get("baseTimeNanoseconds"))
+    frames = acc.finish(base_ns)
+    kernels, memcpy = frames["kernel"], frames["memcpy"]
     devices = _devices(doc, kernels, memcpy, rank, notes)
 
-    if not any(buckets.values()):
+    if not acc.seen:
         notes.append(
             "no PyTorch profiler events (kernel, cuda_runtime, cpu_op...) in traceEvents: "
             "is this a Chrome trace written by another tool?"
         )
-    meta: dict[str, Any] = {"format": FORMAT, "notes": notes}
+    meta: dict[str, Any] = {"format": FORMAT, "notes": notes.final()}
     dist = doc.get("distributedInfo")
     if isinstance(dist, dict) and dist.get("rank") is not None:
         try:
             meta["declared_rank"] = _rank(dist["rank"])
         except (TypeError, ValueError, OverflowError):
-            notes.append(f"distributedInfo.rank is not a rank number ({repr(dist['rank'])[:40]}); rank taken from file order")
-        if isinstance(dist.get("world_size"), int):
-            meta["world_size"] = dist["world_size"]
+            meta["notes"].append(f"distributedInfo.rank is not a rank number ({repr(dist['rank'])[:40]}); rank taken from file order")
+    if isinstance(dist, dict):
+        world = dist.get("world_size")
+        if type(world) is int and 1 <= world <= _MAX_WORLD:
+            meta["world_size"] = world
+        elif world is not None:
+            meta["notes"].append(f"distributedInfo.world_size is not a plausible rank count ({repr(world)[:40]}): ignored")
     if isinstance(doc.get("traceName"), str):
         meta["trace_name"] = doc["traceName"]
     return Trace.build(
-        meta=meta, kernels=kernels, runtime=runtime, memcpy=memcpy, nvtx=nvtx, cpu_ops=cpu_ops, devices=devices
+        meta=meta, kernels=kernels, runtime=frames["runtime"], memcpy=memcpy, nvtx=frames["annotation"],
+        cpu_ops=frames["cpu_op"], devices=devices,
     )
+
+
+class _Notes(list):
+    """Notes of a streamed read: counts said once per read, not once per batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts: dict[str, int] = {}
+
+    def count(self, template: str, n: int) -> None:
+        """Add `n` to the count of note `template` (with "{n}" where the total goes)."""
+        if n:
+            self.counts[template] = self.counts.get(template, 0) + n
+
+    def final(self) -> list[str]:
+        return [t.format(n=n) for t, n in self.counts.items()] + list(self)
+
+
+class _Frames:
+    """Buckets events by category and turns each full bucket into frame rows."""
+
+    def __init__(self, rank: int, notes: _Notes):
+        self.rank, self.notes = rank, notes
+        self.pending: dict[str, list[dict]] = {b: [] for b in set(_CATS.values())}
+        self.parts: dict[str, list[pd.DataFrame]] = {b: [] for b in self.pending}
+        self.launches: dict[Any, tuple[str | None, dict]] = {}
+        self.seen = False
+
+    def add(self, e: Any) -> None:
+        if type(e) is not dict:
+            return
+        cat = e.get("cat")
+        if type(cat) is not str:  # a list or object there is no category (and no dict key)
+            return
+        b = _CATS.get(cat)
+        if b is None:
+            b = _CATS.get(cat.lower())
+            if b is None:
+                return
+        if e.get("ph", "X") != "X":
+            return
+        self.seen = True
+        bucket = self.pending[b]
+        bucket.append(e)
+        if len(bucket) >= _BATCH:
+            self.flush(b)
+
+    def flush(self, b: str) -> None:
+        events, self.pending[b] = self.pending[b], []
+        if not events:
+            return
+        rank, notes = self.rank, self.notes
+        if b == "runtime":
+            df, launches = _runtime(events, rank, 0, notes)
+            self.launches.update(launches)
+        elif b == "kernel":
+            df = _kernels(events, rank, 0, self.launches, notes)
+        elif b in ("memcpy", "memset"):
+            df = _memcpy(events if b == "memcpy" else [], events if b == "memset" else [], rank, 0, self.launches, notes)
+        elif b == "cpu_op":
+            df = _cpu_ops(events, rank, 0, notes)
+        else:
+            df = _annotations(events, rank, 0, notes)
+        self.parts[b].append(df)
+
+    def finish(self, base_ns: int) -> dict[str, pd.DataFrame]:
+        # runtime first: its launches complete the kernels and copies still pending
+        for b in sorted(self.pending, key=lambda b: b != "runtime"):
+            self.flush(b)
+        rank, notes = self.rank, self.notes
+        empty = {
+            "runtime": lambda: _runtime([], rank, 0, notes)[0],
+            "kernel": lambda: _kernels([], rank, 0, {}, notes),
+            "memcpy": lambda: _memcpy([], [], rank, 0, {}, notes),
+            "cpu_op": lambda: _cpu_ops([], rank, 0, notes),
+            "annotation": lambda: _annotations([], rank, 0, notes),
+        }
+        out = {}
+        for b, make in empty.items():
+            parts = self.parts[b] + (self.parts["memset"] if b == "memcpy" else [])
+            out[b] = pd.concat(parts, ignore_index=True) if parts else make()
+        _late_launches(out["kernel"], out["memcpy"], self.launches, notes)
+        for b, df in out.items():
+            out[b] = _add_base(df.drop(columns=["_launch_seen"], errors="ignore"), base_ns, b, notes)
+        return out
+
+
+def _add_base(df: pd.DataFrame, base_ns: int, what: str, notes: _Notes) -> pd.DataFrame:
+    """Times relative to baseTimeNanoseconds made absolute (Kineto writes the base after the
+    events, so it is added once all are read); rows that would pass 2**62 ns are dropped."""
+    if not base_ns or df.empty:
+        return df
+    end = df["end_ns"].to_numpy(dtype="int64") + base_ns
+    keep = end < _MAX_NS
+    if not keep.all():
+        notes.count(f"{{n}} {what} event(s) without a valid ts/dur were skipped", int((~keep).sum()))
+        df = df[keep].reset_index(drop=True)
+    df["start_ns"] = df["start_ns"] + base_ns
+    df["end_ns"] = df["end_ns"] + base_ns
+    return df
+
+
+def _late_launches(kernels: pd.DataFrame, memcpy: pd.DataFrame, launches: dict, notes: _Notes) -> None:
+    """Kernels and copies whose launching call came later in the file than their batch:
+    grid/block/shared memory (ROCm) and copy sizes from that call, as `_kernels` and
+    `_memcpy` take them from calls read before."""
+    if not launches:
+        return
+    if len(kernels) and "_launch_seen" in kernels:
+        rows = np.flatnonzero(~kernels["_launch_seen"].to_numpy(dtype=bool) & kernels["correlation_id"].notna().to_numpy())
+        rows = [i for i in rows if int(kernels["correlation_id"].iat[i]) in launches]
+        if rows:
+            sub = kernels.iloc[rows]
+            grid_missing = sub[["grid_x", "grid_y", "grid_z"]].isna().all(axis=1).to_numpy()
+            filled = 0
+            cols = {c: kernels[c].astype("Int64").copy() for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "static_smem_bytes")}
+            workitem = 0
+            for j, i in enumerate(rows):
+                api, la = launches[int(kernels["correlation_id"].iat[i])]
+                if grid_missing[j] and la.get("grid") is not None:
+                    for name, v in zip(("grid_x", "grid_y", "grid_z"), _triple(la.get("grid"))):
+                        cols[name].iat[i] = v
+                    for name, v in zip(("block_x", "block_y", "block_z"), _triple(la.get("block"))):
+                        cols[name].iat[i] = v
+                    filled += 1
+                if pd.isna(cols["static_smem_bytes"].iat[i]):
+                    cols["static_smem_bytes"].iat[i] = to_int([la.get("shared memory")]).iat[0]
+                if api in _WORKITEM_LAUNCHES:
+                    for g, bk in (("grid_x", "block_x"), ("grid_y", "block_y"), ("grid_z", "block_z")):
+                        gv, bv = cols[g].iat[i], cols[bk].iat[i]
+                        cols[g].iat[i] = -((-gv) // bv) if not pd.isna(gv) and not pd.isna(bv) and bv > 0 else pd.NA
+                    workitem += 1
+            for name, col in cols.items():
+                kernels[name] = col
+            kernels["grid_blocks"] = kernels["grid_x"] * kernels["grid_y"] * kernels["grid_z"]
+            kernels["block_threads"] = kernels["block_x"] * kernels["block_y"] * kernels["block_z"]
+            notes.count("grid/block of {n} kernel(s) taken from their launching HIP call", filled)
+            notes.count("{n} kernel(s) launched with hipExtModuleLaunchKernel/hipHccModuleLaunchKernel: "
+                        "grid converted from work-items to workgroups", workitem)
+    if len(memcpy) and "_launch_seen" in memcpy:
+        late = ~memcpy["_launch_seen"].to_numpy(dtype=bool) & memcpy["bytes"].isna().to_numpy() & memcpy["correlation_id"].notna().to_numpy()
+        for i in np.flatnonzero(late):
+            launch = launches.get(int(memcpy["correlation_id"].iat[i]))
+            if launch is not None:
+                size = to_int(to_float([launch[1].get("size")])).iat[0]
+                memcpy.loc[memcpy.index[i], "bytes"] = size
+
+
+def _triple(v: Any) -> list:
+    vals = v if type(v) is list and len(v) == 3 else [None, None, None]
+    return list(to_int(vals))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,6 +292,8 @@ def read(path: Path, *, rank: int, cache_dir: Path | None = None) -> Trace:
 # Nanosecond times must fit int64: a base time, and base + |ts| + dur of every event, must
 # stay below 2**62 ns (146 years), which any real clock does.
 _MAX_NS = 2**62
+# The largest jobs run ~10^5 GPUs; a world size beyond 2**20 is corrupt or hostile.
+_MAX_WORLD = 2**20
 
 
 def _base_ns(value: Any) -> int:
@@ -159,27 +320,6 @@ def _rank(value: Any) -> int:
     return rank
 
 
-def _bucket(events: list) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {b: [] for b in set(_CATS.values())}
-    for e in events:
-        if type(e) is not dict:
-            continue
-        cat = e.get("cat")
-        if cat is None:
-            continue
-        b = _CATS.get(cat)
-        if b is None:
-            if not isinstance(cat, str):
-                continue
-            b = _CATS.get(cat.lower())
-            if b is None:
-                continue
-        if e.get("ph", "X") != "X":
-            continue
-        out[b].append(e)
-    return out
-
-
 def _args(events: list[dict]) -> list[dict]:
     out = []
     for e in events:
@@ -197,9 +337,7 @@ def _times(events: list[dict], base_ns: int, what: str, notes: list[str]) -> tup
         # start and end in ns must fit int64 (a hostile 1e300 would wrap around silently)
         span_ns = np.abs(ts) * 1000.0 + dur * 1000.0 + float(base_ns)
         keep = np.isfinite(ts) & np.isfinite(dur) & (dur >= 0) & (span_ns < float(_MAX_NS))
-    bad = int((~keep).sum())
-    if bad:
-        notes.append(f"{bad} {what} event(s) without a valid ts/dur were skipped")
+    notes.count(f"{{n}} {what} event(s) without a valid ts/dur were skipped", int((~keep).sum()))
     start = us_to_ns(np.where(keep, ts, 0.0)) + base_ns
     d = us_to_ns(np.where(keep, dur, 0.0))
     return keep, start[keep], d[keep]
@@ -221,7 +359,14 @@ def _dim3(values: list) -> tuple[list, list, list]:
 
 
 def _names(events: list[dict]) -> list:
-    return [e.get("name") if isinstance(e.get("name"), str) else None for e in events]
+    """Each event's name; equal names share one string object (interned), so a million
+    launches of a few kernels hold a few strings, and factorizing them is cheap."""
+    intern = sys.intern
+    out = []
+    for e in events:
+        n = e.get("name")
+        out.append(intern(n) if type(n) is str else None)
+    return out
 
 
 def _device(events: list[dict], args: list[dict]) -> list:
@@ -291,8 +436,7 @@ def _kernels(events, rank, base_ns, launches, notes):
         if smem[i] is None:
             smem[i] = la.get("shared memory")
         workitem_api.append(api in _WORKITEM_LAUNCHES)
-    if filled:
-        notes.append(f"grid/block of {filled} kernel(s) taken from their launching HIP call")
+    notes.count("grid/block of {n} kernel(s) taken from their launching HIP call", filled)
 
     gx, gy, gz = (to_int(v) for v in _dim3(grid))
     bx, by, bz = (to_int(v) for v in _dim3(block))
@@ -301,10 +445,8 @@ def _kernels(events, rank, base_ns, launches, notes):
         for g, b in ((gx, bx), (gy, by), (gz, bz)):
             conv = -((-g) // b.where(b > 0))
             g[wi] = conv[wi]
-        notes.append(
-            f"{int(wi.sum())} kernel(s) launched with hipExtModuleLaunchKernel/hipHccModuleLaunchKernel: "
-            "grid converted from work-items to workgroups"
-        )
+        notes.count("{n} kernel(s) launched with hipExtModuleLaunchKernel/hipHccModuleLaunchKernel: "
+                    "grid converted from work-items to workgroups", int(wi.sum()))
     names = _names(events)
     return pd.DataFrame(
         {
@@ -334,6 +476,8 @@ def _kernels(events, rank, base_ns, launches, notes):
             "comm_out_nelems": to_int([a.get("Out msg nelems") for a in args]),
             "comm_dtype": [_text_or_none(a.get("dtype")) for a in args],
             "comm_group_size": to_int([a.get("Group size") for a in args]),
+            # whether the launching call was known when this row was made (_late_launches)
+            "_launch_seen": np.array([c is not None and c in launches for c in corr], dtype=bool),
         }
     )
 
@@ -376,6 +520,7 @@ def _memcpy(copies, sets, rank, base_ns, launches, notes):
                     "op": op,
                     "kind": kinds,
                     "bytes": to_int(nbytes),
+                    "_launch_seen": np.array([key(a.get("correlation")) in launches for a in args], dtype=bool),
                 }
             )
         )

@@ -214,7 +214,7 @@ def read(path: Path, *, rank: int = 0, cache_dir: Path | None = None) -> Trace:
         with closing(conn):
             return _Reader(path, conn, rank).read()
     except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # the latter: an undecodable error message
-        raise TraceError(f"{path.name}: corrupt SQLite file ({exc})") from None
+        raise _sqlite.db_error(path, exc) from None
 
 
 def _thread_ids(global_tid: pd.Series) -> pd.Series:

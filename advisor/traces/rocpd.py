@@ -121,7 +121,7 @@ def sniff(path: Path, head: bytes) -> bool:
     try:
         return _is_rocpd(_object_names(conn))
     except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # the latter: an undecodable error message
-        raise TraceError(f"{path.name}: corrupt SQLite file ({exc})") from None
+        raise _sqlite.db_error(path, exc) from None
     finally:
         conn.close()
 
@@ -131,7 +131,7 @@ def read(path: Path, *, rank: int, cache_dir: Path | None = None) -> Trace:
     try:
         return _read(conn, path, rank)
     except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # the latter: an undecodable error message
-        raise TraceError(f"{path.name}: corrupt or unreadable rocpd database ({exc})") from None
+        raise _sqlite.db_error(path, exc, "corrupt or unreadable rocpd database") from None
     finally:
         conn.close()
 
