@@ -24,6 +24,7 @@ from .diagnose import Diagnosis, diagnose
 from .profile import Profiled, profile
 from .remedies import CodeChange, code_changes
 from .safeio import write_file
+from .textutil import cap_strings
 
 # Above this relative gap between the measured change of the applied kernels and the
 # diagnosis' estimate, the report says the estimate missed (issue 35 asks for 25%).
@@ -249,7 +250,7 @@ def _write_diagnosis(d: Diagnosis, where: Path) -> None:
 
     where.mkdir(parents=True, exist_ok=True)
     write_file(where / "report.md", render("diagnosis.md.j2", d=d))
-    write_file(where / "report.json", json.dumps(d.to_dict(), indent=2, default=str))
+    write_file(where / "report.json", json.dumps(cap_strings(d.to_dict()), indent=2, default=str))
 
 
 def _finish(res: Optimized) -> Optimized:
@@ -260,13 +261,13 @@ def _finish(res: Optimized) -> Optimized:
     if res.comparison is not None:
         compare_md = render("compare.md.j2", d=payload["compare"], top=12)
         write_file(res.out_dir / "compare.md", compare_md)
-        write_file(res.out_dir / "compare.json", json.dumps(payload["compare"], indent=2, default=str))
+        write_file(res.out_dir / "compare.json", json.dumps(cap_strings(payload["compare"]), indent=2, default=str))
         # one level down inside the optimize report
         compare_md = "\n".join(("#" + line) if line.startswith("#") else line for line in compare_md.splitlines()) + "\n"
     changes = [dict(c.to_dict(), code=MdSafe(c.code)) for c in res.changes if "```" not in c.code]
     md = render("optimize.md.j2", o=payload, d=res.diagnosis, changes=changes, compare_md=MdSafe(compare_md))
     write_file(res.out_dir / "report.md", md)
-    write_file(res.out_dir / "report.json", json.dumps(payload, indent=2, default=str))
+    write_file(res.out_dir / "report.json", json.dumps(cap_strings(payload), indent=2, default=str))
     return res
 
 
