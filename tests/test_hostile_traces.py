@@ -157,7 +157,7 @@ def test_hostile_trace_reports_are_inert(workdir, fmt):
 
     md = runner.invoke(cli, ["diagnose", str(path)])
     assert md.exit_code == 0, md.output
-    assert "| 1 | tail_wave | stream_k |" in md.stdout  # the finding fired on the hostile kernel
+    assert "| 1 | 4 | tail_wave | stream_k |" in md.stdout  # the finding fired on the hostile kernel
     assert_safe_markdown(md.stdout)
 
     js = runner.invoke(cli, ["diagnose", "--json", str(path)])
