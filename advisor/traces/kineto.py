@@ -52,7 +52,7 @@ import pandas as pd
 
 from ..errors import TraceError
 from ..model import Trace
-from ._jsonio import key, stream_object, to_float, to_int, us_to_ns
+from ._jsonio import gc_paused, key, stream_object, to_float, to_int, us_to_ns
 from ._names import short_names
 
 FORMAT = "kineto"
@@ -100,11 +100,12 @@ _BATCH = 50_000
 def read(path: Path, *, rank: int, cache_dir: Path | None = None) -> Trace:
     notes = _Notes()
     acc = _Frames(rank, notes)
-    doc = stream_object(path, "traceEvents", acc.add, "PyTorch profiler")
-    if doc is None or doc.get("traceEvents") is not True:
-        raise TraceError(f"{path.name}: JSON without a traceEvents list (not a PyTorch profiler trace)")
-    base_ns = _base_ns(doc.get("baseTimeNanoseconds"))
-    frames = acc.finish(base_ns)
+    with gc_paused():
+        doc = stream_object(path, "traceEvents", acc.add, "PyTorch profiler")
+        if doc is None or doc.get("traceEvents") is not True:
+            raise TraceError(f"{path.name}: JSON without a traceEvents list (not a PyTorch profiler trace)")
+        base_ns = _base_ns(doc.get("baseTimeNanoseconds"))
+        frames = acc.finish(base_ns)
     kernels, memcpy = frames["kernel"], frames["memcpy"]
     devices = _devices(doc, kernels, memcpy, rank, notes)
 
