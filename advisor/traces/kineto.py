@@ -212,8 +212,11 @@ class _Frames:
         }
         out = {}
         for b, make in empty.items():
-            parts = self.parts[b] + (self.parts["memset"] if b == "memcpy" else [])
+            # parts are let go as each frame is joined: only one frame's parts and its copy
+            # are alive at once, not every batch of every frame beside the joined frames
+            parts = self.parts.pop(b) + (self.parts.pop("memset") if b == "memcpy" else [])
             out[b] = pd.concat(parts, ignore_index=True) if parts else make()
+            del parts
         _late_launches(out["kernel"], out["memcpy"], self.launches, notes)
         for b, df in out.items():
             out[b] = _add_base(df.drop(columns=["_launch_seen"], errors="ignore"), base_ns, b, notes)
