@@ -25,7 +25,7 @@ What it does:
     two breakdowns closest to what a diagnosis computes;
 (d) writes long-format rows (bench, tool, input, metric, value, unit, runs, machine, date) to
     bench/results/scale.csv (replacing this machine's earlier rows) and the table with the
-    targets into docs/scale.md (between its markers; the text around them is kept).
+    targets into bench/SCALE.md (between its markers; the text around them is kept).
 
 Targets (issue 9): the 1M-kernel export diagnosed in <= 10 s and <= 2 GiB peak; faster than
 HTA on the same Kineto file.
@@ -52,7 +52,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "scale.csv"
-SCALE_MD = REPO / "docs" / "scale.md"
+SCALE_MD = REPO / "bench" / "SCALE.md"
 COLUMNS = ["bench", "tool", "input", "metric", "value", "unit", "runs", "machine", "date"]
 TARGET_WALL_S = 10.0
 TARGET_RSS_MIB = 2048.0
@@ -248,7 +248,9 @@ def ensure_inputs(work: Path, kernels: int, events: int) -> tuple[Path, Path]:
     nsys = work / f"nsys_{kernels}_kernels_v{INPUT_VERSION}.sqlite"
     kineto_dir = work / f"kineto_{events}_v{INPUT_VERSION}"  # HTA reads a directory of traces
     kineto = kineto_dir / "rank0.json"
-    if not nsys.is_file():
+    if not kernels:
+        nsys = None
+    elif not nsys.is_file():
         t0 = time.perf_counter()
         make_nsys(nsys, kernels)
         print(f"wrote {nsys} ({nsys.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t0:.0f} s", flush=True)
@@ -365,13 +367,13 @@ def _dist_version(mod: str) -> str:
 # ------------------------------------------------------------------------------- output
 
 
-def write_rows(rows: list[dict], mach: str) -> None:
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+def write_rows(rows: list[dict], mach: str, results: Path = RESULTS) -> None:
+    results.parent.mkdir(parents=True, exist_ok=True)
     old = []
-    if RESULTS.is_file():
-        with open(RESULTS, newline="") as fh:
+    if results.is_file():
+        with open(results, newline="") as fh:
             old = [r for r in csv.DictReader(fh) if r.get("machine") != mach]
-    with open(RESULTS, "w", newline="") as fh:
+    with open(results, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=COLUMNS, lineterminator="\n")
         w.writeheader()
         for r in old + rows:
@@ -382,8 +384,16 @@ BEGIN = "<!-- bench_scale.py: generated from here -->"
 END = "<!-- bench_scale.py: generated up to here -->"
 
 
-def write_markdown(results: dict, inputs: dict, mach: str, date: str, vers: dict, runs: int) -> None:
-    """The results table and targets, between the BEGIN/END markers of docs/scale.md (the
+def _rel(path: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
+def write_markdown(results: dict, inputs: dict, mach: str, date: str, vers: dict, runs: int, target: Path = SCALE_MD,
+                   results_path: Path = RESULTS) -> None:
+    """The results table and targets, between the BEGIN/END markers of bench/SCALE.md (the
     rest of the file, e.g. what profiling found, is kept as written)."""
     nsys = results.get(("advisor", "nsys"))
     kin = results.get(("advisor", "kineto"))
@@ -399,15 +409,17 @@ def write_markdown(results: dict, inputs: dict, mach: str, date: str, vers: dict
         f"HolisticTraceAnalysis {vers['hta']}.",
         f"Each number is the median of {runs} runs, each run a separate process (wall time from start to exit; "
         "CPU time and peak RSS from the process's own rusage; the 1-minute load average just before each run "
-        "shows what else the shared machine was doing). Produced by `python bench/bench_scale.py`; rows in "
-        "`bench/results/scale.csv`.",
+        f"shows what else the shared machine was doing). Produced by `python bench/bench_scale.py`; rows in "
+        f"`{_rel(results_path)}`.",
         "",
         "Inputs (synthesised by the script, not committed):",
         "",
-        f"- `nsys`: Nsight Systems SQLite export, 2024+ schema, {inputs['nsys_kernels']:,} kernels "
-        f"({inputs['nsys_mib']:.0f} MiB), as many runtime launches and {inputs['nsys_nvtx']:,} NVTX shape ranges, H100.",
+        *([f"- `nsys`: Nsight Systems SQLite export, 2024+ schema, {inputs['nsys_kernels']:,} kernels "
+           f"({inputs['nsys_mib']:.0f} MiB), as many runtime launches and {inputs['nsys_nvtx']:,} NVTX shape ranges, H100."]
+          if "nsys_kernels" in inputs else []),
         f"- `kineto`: PyTorch profiler JSON, {inputs['kineto_events']:,} events (kernels, cuda_runtime, cpu_op with Input "
-        f"Dims; {inputs['kineto_mib']:.0f} MiB).",
+        f"Dims; {inputs['kineto_mib']:.0f} MiB)" + (f"; `kineto.gz`: the same file gzipped ({inputs['kineto_gz_mib']:.0f} MiB)."
+                                                     if "kineto_gz_mib" in inputs else "."),
         "",
         "| tool | input | what runs | wall (median) | min-max | CPU (median) | peak RSS | load avg before |",
         "|---|---|---|---|---|---|---|---|",
@@ -430,13 +442,14 @@ def write_markdown(results: dict, inputs: dict, mach: str, date: str, vers: dict
     elif kin:
         lines.append("- Faster than HTA: not measured (HolisticTraceAnalysis not installed: `pip install HolisticTraceAnalysis`).")
     block = "\n".join([BEGIN, *lines, END])
-    old = SCALE_MD.read_text() if SCALE_MD.is_file() else ""
+    old = target.read_text() if target.is_file() else ""
     if BEGIN in old and END in old:  # keep the hand-written text around the generated block
         head, rest = old.split(BEGIN, 1)
         new = head + block + rest.split(END, 1)[1]
     else:
         new = block + "\n" + old
-    SCALE_MD.write_text(new)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(new)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -449,27 +462,44 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-hta", action="store_true", help="skip HolisticTraceAnalysis")
     ap.add_argument("--hta-python", default=sys.executable, help="interpreter with HolisticTraceAnalysis installed")
     ap.add_argument("--profile", action="store_true", help="print a cProfile of one in-process advisor run per input")
-    ap.add_argument("--no-write", action="store_true", help="print only; do not touch bench/results or docs/scale.md")
+    ap.add_argument("--no-write", action="store_true", help="print only; do not touch bench/results or bench/SCALE.md")
+    ap.add_argument("--kineto-only", action="store_true", help="skip the nsys export (time the Kineto inputs only)")
+    ap.add_argument("--gz", action="store_true", help="also time advisor on the Kineto trace gzipped")
+    ap.add_argument("--results", type=Path, default=RESULTS, help="CSV of long-format rows (this machine's rows replaced)")
+    ap.add_argument("--markdown", type=Path, default=SCALE_MD, help="markdown file whose generated block gets the table")
     ap.add_argument("--compare", action="append", default=[], metavar="DIR=LABEL",
                     help="also time `advisor diagnose` from another source tree (e.g. `git archive REV | tar -x -C DIR`) "
                          "on both inputs, reported as tool 'advisor LABEL' (repeatable)")
     args = ap.parse_args(argv)
 
-    nsys, kineto = ensure_inputs(args.work, args.kernels, args.events)
+    nsys, kineto = ensure_inputs(args.work, 0 if args.kineto_only else args.kernels, args.events)
+    kineto_gz = None
+    if args.gz:
+        import gzip
+        import shutil
+
+        kineto_gz = kineto.parent.parent / f"{kineto.parent.name}.gz" / "rank0.json.gz"
+        if not kineto_gz.is_file():
+            kineto_gz.parent.mkdir(exist_ok=True)
+            with open(kineto, "rb") as src, gzip.open(kineto_gz.with_suffix(".partial"), "wb", compresslevel=6) as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            os.replace(kineto_gz.with_suffix(".partial"), kineto_gz)
+    inputs_timed = [("kineto", kineto)] + ([("kineto.gz", kineto_gz)] if kineto_gz else [])
+    if nsys is not None:
+        inputs_timed.insert(0, ("nsys", nsys))
     if args.profile:
-        for p in (nsys, kineto):
+        for _, p in inputs_timed:
             print(f"--- cProfile: {p.name}\n{profile_advisor(p)}", flush=True)
 
     advisor = [sys.executable, "-m", "advisor.cli", "diagnose", "--json"]
     results: dict[tuple[str, str], dict] = {}
-    print(f"advisor diagnose {nsys.name}", flush=True)
-    results[("advisor", "nsys")] = measure("advisor nsys", [*advisor, str(nsys)], args.runs)
-    print(f"advisor diagnose {kineto.name}", flush=True)
-    results[("advisor", "kineto")] = measure("advisor kineto", [*advisor, str(kineto)], args.runs)
+    for inp, path in inputs_timed:
+        print(f"advisor diagnose {path.name}", flush=True)
+        results[("advisor", inp)] = measure(f"advisor {inp}", [*advisor, str(path)], args.runs)
     for spec in args.compare:
         src, _, label = spec.partition("=")
         src_path = Path(src).resolve()
-        for inp, path in (("nsys", nsys), ("kineto", kineto)):
+        for inp, path in inputs_timed:
             print(f"advisor {label} diagnose {path.name}", flush=True)
             results[(f"advisor {label}", inp)] = measure(f"advisor {label} {inp}", [*advisor, str(path)], args.runs, src_path)
     hta_ok = not args.no_hta and subprocess.run([args.hta_python, "-c", "import hta"], capture_output=True).returncode == 0
@@ -479,15 +509,22 @@ def main(argv: list[str] | None = None) -> int:
     elif not args.no_hta:
         print("HolisticTraceAnalysis not importable: skipped (pip install HolisticTraceAnalysis)", flush=True)
 
-    conn = sqlite3.connect(f"file:{nsys}?mode=ro", uri=True)
-    n_nvtx = conn.execute("SELECT count(*) FROM NVTX_EVENTS").fetchone()[0]
-    conn.close()
-    inputs = {"nsys_kernels": args.kernels, "nsys_mib": nsys.stat().st_size / 2**20, "nsys_nvtx": n_nvtx,
-              "kineto_events": args.events, "kineto_mib": kineto.stat().st_size / 2**20}
+    inputs = {"kineto_events": args.events, "kineto_mib": kineto.stat().st_size / 2**20}
+    if kineto_gz is not None:
+        inputs["kineto_gz_mib"] = kineto_gz.stat().st_size / 2**20
+    if nsys is not None:
+        conn = sqlite3.connect(f"file:{nsys}?mode=ro", uri=True)
+        n_nvtx = conn.execute("SELECT count(*) FROM NVTX_EVENTS").fetchone()[0]
+        conn.close()
+        inputs.update(nsys_kernels=args.kernels, nsys_mib=nsys.stat().st_size / 2**20, nsys_nvtx=n_nvtx)
     mach, date, vers = machine(), _dt.date.today().isoformat(), versions()
+    if hta_ok and vers.get("hta") in (None, "not installed"):  # HTA lives in another interpreter
+        probe = subprocess.run([args.hta_python, "-c", "import importlib.metadata as m; print(m.version('HolisticTraceAnalysis'))"],
+                               capture_output=True, text=True)
+        vers["hta"] = probe.stdout.strip() or vers.get("hta")
     rows = []
     for (tool, inp), r in results.items():
-        size = {"nsys": f"{args.kernels} kernels", "kineto": f"{args.events} events"}[inp]
+        size = {"nsys": f"{args.kernels} kernels", "kineto": f"{args.events} events", "kineto.gz": f"{args.events} events"}[inp]
         base = {"bench": "scale", "tool": tool, "input": f"{inp} ({size})", "runs": r["runs"], "machine": mach, "date": date}
         rows += [dict(base, metric="wall_median", value=round(r["wall_s"], 3), unit="s"),
                  dict(base, metric="wall_min", value=round(r["wall_s_min"], 3), unit="s"),
@@ -498,9 +535,9 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(",".join(str(r[c]) for c in COLUMNS))
     if not args.no_write:
-        write_rows(rows, mach)
-        write_markdown(results, inputs, mach, date, vers, args.runs)
-        print(f"wrote {RESULTS.relative_to(REPO)} and {SCALE_MD.relative_to(REPO)}")
+        write_rows(rows, mach, args.results)
+        write_markdown(results, inputs, mach, date, vers, args.runs, args.markdown, args.results)
+        print(f"wrote {args.results} and {args.markdown}")
     return 0
 
 

@@ -4,6 +4,8 @@ numbers without losing precision. Shared by the Kineto and rocprofv3 JSON reader
 from __future__ import annotations
 
 import codecs
+import contextlib
+import gc
 import json
 import re
 from pathlib import Path
@@ -259,6 +261,21 @@ def _items(t: _Text, on_item: Callable[[Any], None]) -> None:
         t.pos = m.end()
         if m.group(1) == "]":
             return
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """The cyclic garbage collector off for the block. Decoding creates millions of small
+    dicts and lists (no cycles: reference counting frees them); each batch of allocations set
+    off a collection that walked every live object, a third of a Kineto read's time (200k
+    events: 5.0 s -> 3.3 s with it paused)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def stream_object(path: Path, list_key: str, on_item: Callable[[Any], None], what: str) -> dict | None:

@@ -52,7 +52,7 @@ import pandas as pd
 
 from ..errors import TraceError
 from ..model import Trace
-from ._jsonio import key, stream_object, to_float, to_int, us_to_ns
+from ._jsonio import gc_paused, key, stream_object, to_float, to_int, us_to_ns
 from ._names import short_names
 
 FORMAT = "kineto"
@@ -100,11 +100,12 @@ _BATCH = 50_000
 def read(path: Path, *, rank: int, cache_dir: Path | None = None) -> Trace:
     notes = _Notes()
     acc = _Frames(rank, notes)
-    doc = stream_object(path, "traceEvents", acc.add, "PyTorch profiler")
-    if doc is None or doc.get("traceEvents") is not True:
-        raise TraceError(f"{path.name}: JSON without a traceEvents list (not a PyTorch profiler trace)")
-    base_ns = _base_ns(doc.get("baseTimeNanoseconds"))
-    frames = acc.finish(base_ns)
+    with gc_paused():
+        doc = stream_object(path, "traceEvents", acc.add, "PyTorch profiler")
+        if doc is None or doc.get("traceEvents") is not True:
+            raise TraceError(f"{path.name}: JSON without a traceEvents list (not a PyTorch profiler trace)")
+        base_ns = _base_ns(doc.get("baseTimeNanoseconds"))
+        frames = acc.finish(base_ns)
     kernels, memcpy = frames["kernel"], frames["memcpy"]
     devices = _devices(doc, kernels, memcpy, rank, notes)
 
@@ -211,8 +212,11 @@ class _Frames:
         }
         out = {}
         for b, make in empty.items():
-            parts = self.parts[b] + (self.parts["memset"] if b == "memcpy" else [])
+            # parts are let go as each frame is joined: only one frame's parts and its copy
+            # are alive at once, not every batch of every frame beside the joined frames
+            parts = self.parts.pop(b) + (self.parts.pop("memset") if b == "memcpy" else [])
             out[b] = pd.concat(parts, ignore_index=True) if parts else make()
+            del parts
         _late_launches(out["kernel"], out["memcpy"], self.launches, notes)
         for b, df in out.items():
             out[b] = _add_base(df.drop(columns=["_launch_seen"], errors="ignore"), base_ns, b, notes)
