@@ -182,8 +182,11 @@ def optimize(
     variants, refused = collect([run_dir]) if (run_dir / "run_report.json").is_file() else ([], [])
     res.refused = [{"variant": r.name, "reason": r.reason} for r in refused]
     if not variants:
+        # why, per shape: the refusals, else each run's verdict (no candidate passed its check, none was faster)
+        why = ([f"{r.name}: {r.reason}" for r in refused]
+               or [f"{r.shape}: {r.verdict}" for r in res.results if getattr(r, "verdict", "")])
         res.notes.append("nothing applied: no variant was verified and faster than the baseline on this GPU"
-                         + (" (" + "; ".join(f"{r.name}: {r.reason}" for r in refused) + ")" if refused else
+                         + (" (" + "; ".join(why) + ")" if why else
                             "" if res.results else " (no finding with a GEMM shape to run)"))
         return _finish(res)
     env = routing_env([run_dir], out_dir / "after")
