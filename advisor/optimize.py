@@ -135,7 +135,11 @@ def estimate_vs_measured(diag: Diagnosis, comparison: Comparison, applied: Seque
     for a in applied:  # shapes no finding's kernel swap names (unaligned GEMMs, staged fallbacks): the isolated run
         key = _shape_key(a["shape"])
         if a.get("calls") and key not in best and a.get("saved_ns_per_call") and a.get("launches"):
-            best[key] = int(a["saved_ns_per_call"] * a["launches"])
+            # launches per aligned step from the comparison where it has them (the trace's launches
+            # count warm-up steps too), as a total over `steps` like the findings' estimates
+            per_step = next((k["before"]["launches_per_step"] for k in comparison.kernels
+                             if k["key"] == "gemm {}x{}x{}".format(*key) and k.get("before")), None)
+            best[key] = int(a["saved_ns_per_call"] * (per_step * steps if per_step else a["launches"]))
     est = sum(best.values()) / steps
     measured = 0.0
     for k in comparison.kernels:
@@ -207,7 +211,7 @@ def optimize(
                             "verdict": r.verdict if r else None, "saved_ns_per_call": saved, "launches": launches,
                             # where the remedy is a code change (pad the dimension), the variant is its fallback
                             "fallback_for": fallback_of[0].strategy if fallback_of else None,
-                            "staged": bool((r.variant_knobs or {}).get("staged")) if r else False})
+                            "staged": bool((getattr(r, "variant_knobs", None) or {}).get("staged")) if r else False})
     if not any(a["calls"] for a in res.applied):
         res.notes.append("no GEMM call matched a variant in the second run (shape, dtype, layout or device differ, "
                          "or the GEMMs are not called through torch.matmul/mm/addmm/linear from Python)")
