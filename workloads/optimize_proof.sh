@@ -76,7 +76,7 @@ else
   echo "   skipped: under 30 s left of the 6 minutes" | tee "$out/planted_mixed.log"
 fi
 
-"$PY" - "$out" <<'EOF'
+"$PY" - "$out" <<'EOF' >"$out/SUMMARY.md"
 import json, sys
 from pathlib import Path
 out = Path(sys.argv[1])
