@@ -53,11 +53,11 @@ start=$(date +%s)
 left() { echo $(( 350 - ($(date +%s) - start) )); }
 
 echo "== 1/4 optimize: GPT-2-shaped training step, vocab 50257 (misaligned LM head: staged fallback routed)"
-timeout 190 "${adv[@]}" optimize "${kineto[@]}" --budget-s 15 --out "$out/gpt2" -- "${gpt2[@]}" \
+timeout 220 "${adv[@]}" optimize "${kineto[@]}" --budget-s 12 --out "$out/gpt2" -- "${gpt2[@]}" \
   >"$out/gpt2.log" 2>&1 || echo "   exit $? (see gpt2.log)"
 
 echo "== 2/4 profile: the one-line fix (vocab padded to 50304)"
-timeout 70 "${adv[@]}" profile "${kineto[@]}" --out "$out/gpt2_padded" -- "${gpt2_pad[@]}" \
+timeout 60 "${adv[@]}" profile "${kineto[@]}" --out "$out/gpt2_padded" -- "${gpt2_pad[@]}" \
   >"$out/gpt2_padded.log" 2>&1 || echo "   exit $? (see gpt2_padded.log)"
 
 echo "== 3/4 compare: unpadded vs padded"
@@ -69,11 +69,11 @@ else
 fi
 
 echo "== 4/4 optimize: planted mixed workload ($(left) s left)"
-if [ "$(left)" -gt 30 ]; then
+if [ "$(left)" -gt 60 ]; then
   timeout "$(left)" "${adv[@]}" optimize "${kineto[@]}" --budget-s 8 --out "$out/planted_mixed" -- "${planted[@]}" \
     >"$out/planted_mixed.log" 2>&1 || echo "   exit $? (see planted_mixed.log)"
 else
-  echo "   skipped: under 30 s left of the 6 minutes" | tee "$out/planted_mixed.log"
+  echo "   skipped: under 60 s left of the 6 minutes" | tee "$out/planted_mixed.log"
 fi
 
 "$PY" - "$out" <<'EOF' >"$out/SUMMARY.md"
