@@ -11,8 +11,8 @@ operands are 2-D (or the left one is a stack of rows, as `linear` and `matmul` f
 CUDA device, of the dtype and M x N x K a variant was generated for, and laid out row-major or
 transposed (`x @ W.T`), the variant computes it; anything else goes to torch untouched. Under
 autograd, a routed GEMM is one `torch.autograd.Function` whose backward computes
-grad_A = grad @ B^T and grad_B = A^T @ grad, each on a variant when one fits that shape and on
-torch otherwise.
+grad_A = grad @ B^T and grad_B = A^T @ grad, each on a variant when one fits that shape (or its
+transpose: a variant for grad^T @ A computes grad_B as (grad^T @ A)^T) and on torch otherwise.
 
 From a RUN_DIR only verified variants are used: a result whose run never reached a GPU, whose
 winner failed its check, or (unless `only_recommended=False`) that did not beat the baseline is
@@ -190,25 +190,35 @@ class Router:
         # the Triton interpreter runs variants on CPU tensors (tests, smoke runs)
         return t.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
 
-    def match(self, a, b) -> Variant | None:
-        """The variant for a @ b, or None."""
+    def _find(self, a, b) -> tuple[Variant | None, bool]:
+        """The variant for a @ b and whether it computes the transposed product (b^T a^T)^T:
+        autograd's weight gradient of x @ W^T comes as x^T @ grad (K x N), while the trace
+        (and so the variant) has it as grad^T @ x (N x K), cuBLAS' order."""
         if getattr(self._local, "inside", False) or a.dim() != 2 or b.dim() != 2:
-            return None
+            return None, False
         if a.dtype != b.dtype or a.device != b.device or not self._device_ok(a):
-            return None
-        v = self._by_key.get((a.shape[0], b.shape[1], a.shape[1], a.dtype))
-        if v is None or not (_layout_ok(a) and _layout_ok(b)):
-            return None
-        return v
+            return None, False
+        if not (_layout_ok(a) and _layout_ok(b)):
+            return None, False
+        M, K, N = a.shape[0], a.shape[1], b.shape[1]
+        v = self._by_key.get((M, N, K, a.dtype))
+        if v is not None:
+            return v, False
+        v = self._by_key.get((N, M, K, a.dtype))
+        return v, v is not None
+
+    def match(self, a, b) -> Variant | None:
+        """The variant for a @ b (directly or as (b^T a^T)^T), or None."""
+        return self._find(a, b)[0]
 
     def gemm(self, a, b):
         """a @ b for 2-D operands: on a variant when one fits, else torch.mm (no autograd)."""
-        v = self.match(a, b)
+        v, flipped = self._find(a, b)
         if v is None:
             return self._orig["torch.mm"](a, b)
         self._local.inside = True
         try:
-            out = v.fn(a, b)
+            out = v.fn(b.t(), a.t()).t() if flipped else v.fn(a, b)
         finally:
             self._local.inside = False
         self.calls[v.name] = self.calls.get(v.name, 0) + 1

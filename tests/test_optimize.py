@@ -197,3 +197,118 @@ def test_an_odd_vocabulary_head_is_found_when_no_finding_names_it(tmp_path):
     (u,) = unaligned_gemms(t, d)
     assert (u["M"], u["N"], u["K"], u["launches"], u["median_ns"]) == (8192, 50257, 768, 4, 5_000_000)
     assert u["share"] == 1.0
+
+
+# ---- misaligned_gemm: the staged fallback, verified, then routed ----------------------------
+
+# A tiny odd vocabulary head under the interpreter: tokens 32, d_model 16, vocab 37 (74-byte bf16
+# rows): forward 32x37x16, grad_x 32x16x37, grad_W as the trace records it 37x16x32.
+HEAD = [(32, 37, 16), (32, 16, 37), (37, 16, 32)]
+
+
+def _misaligned(M, N, K):
+    return Finding(symptom="misaligned_gemm", strategy="pad_dimension", title="t", kernel="cutlass_75_align1", rank=0,
+                   device_id=0, shape={"M": M, "N": N, "K": K, "dtype": "bf16"}, grid=None, block=None, launches=10,
+                   total_ns=2_000_000, est_savings_ns=1_500_000, confidence="high", watch_for="",
+                   suggestion={"fix": "pad", "fallback": "staged"})
+
+
+def _fake_gpu(monkeypatch, check_fails=False):
+    """Stand in for the GPU: the staged persistent config is really checked (under the
+    interpreter, against float64); only its timing, and torch.matmul's, is invented."""
+    import dataclasses
+
+    import torch
+
+    from advisor.kernel_lib import load
+    from advisor.schedule_model import Device
+    import advisor.bench.isolate as isolate
+
+    ps = load("persistent")
+    common = load("common")
+    ran = []
+
+    def fake_isolated(M, N, K, dtype, plan, budget_s, progress=None, **kw):
+        ran.append(((M, N, K), sorted(plan)))
+        cfg = ps.Config(16, 32, 16, 2, 4, 2, use_tma=True, staged=True)
+        g = torch.Generator().manual_seed(M * N + K)
+        a, b = torch.randn(M, K, generator=g).bfloat16(), torch.randn(K, N, generator=g).bfloat16()
+        err = common.rel_error(ps.matmul(a, b, cfg), common.reference(a, b))
+        if check_fails:
+            err = 0.3  # what a wrong kernel would give
+        ok = err <= common.TOLERANCE[torch.bfloat16]
+        return [{"provider": "torch.matmul", "status": "ok", "median_us": 180.0, "rel_err": 1e-3, "tflops": 1.0,
+                 "config": "", "phase": "final"},
+                {"provider": "persistent", "status": "ok" if ok else f"failed: rel. error {err:.1e}",
+                 "median_us": 60.0 if ok else None, "rel_err": err, "tflops": 3.0,
+                 "config": json.dumps(dataclasses.asdict(cfg)), "phase": "final"}]
+
+    monkeypatch.setattr(loop, "gpu_present", lambda: True)
+    tuned = {"gpu": None, "sm_count": 3, "compute_capability": "9.0", "smem_per_block_bytes": None}
+    monkeypatch.setattr(loop, "device_spec", lambda: (Device(sm_count=3), tuned))
+    monkeypatch.setattr(isolate, "run_shape_isolated", fake_isolated)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "3")
+    common.fix_interpreter_bf16_dot()  # Triton 3.6's interpreter multiplies bf16 bit patterns otherwise
+    return ran
+
+
+@pytest.mark.interpreter
+def test_misaligned_gemm_runs_its_staged_fallback_and_use_routes_it(tmp_path, monkeypatch):
+    import types
+
+    import torch
+
+    import advisor
+
+    ran = _fake_gpu(monkeypatch)
+    diag = types.SimpleNamespace(findings=[_misaligned(*s) for s in HEAD])
+    run = tmp_path / "run"
+    results = loop.loop_findings(diag, budget_s=5, out_dir=run)
+    assert [r for r, _ in ran] == HEAD and all(p == ["persistent", "stream_k"] for _, p in ran)
+    assert all(r.recommended and r.variant_knobs["staged"] for r in results)
+    loop.write_run_report(results, run)
+    torch.manual_seed(0)
+    head = torch.nn.Linear(16, 37, bias=False).bfloat16()
+    x = torch.randn(32, 16).bfloat16().requires_grad_()
+    up = torch.randn(32, 37)
+    with advisor.use(run) as routed:
+        y = head(x)
+        (y.float() * up).sum().backward()
+    # forward and both backward GEMMs on the staged variants, computed right
+    assert routed.calls == {f"variant_misaligned_gemm_{M}x{N}x{K}": 1 for M, N, K in HEAD}
+    w, x64, g = head.weight.double(), x.detach().double(), up.double()
+    for got, ref in ((y, x64 @ w.T), (x.grad, g @ w), (head.weight.grad, g.T @ x64)):
+        assert torch.allclose(got.double(), ref, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.interpreter
+def test_misaligned_gemm_fallback_refused_when_its_check_fails(tmp_path, monkeypatch):
+    import types
+
+    import advisor
+    from advisor.errors import AdvisorError
+
+    _fake_gpu(monkeypatch, check_fails=True)
+    diag = types.SimpleNamespace(findings=[_misaligned(*HEAD[0])])
+    run = tmp_path / "run"
+    (r,) = loop.loop_findings(diag, budget_s=5, out_dir=run)
+    assert r.winner is None and r.variant_path is None and "no candidate passed its check" in r.verdict
+    loop.write_run_report([r], run)
+    with pytest.raises(AdvisorError, match="nothing to route"):
+        advisor.use(run)
+
+
+def test_a_fallbacks_estimate_is_its_timing_not_the_paddings():
+    # the padding's 1.5 ms is for the code change; the routed staged variant saved 60 us a call
+    # in isolation, one launch a step (the trace's 10 launches include warm-up steps)
+    from types import SimpleNamespace
+
+    from advisor.optimize import estimate_vs_measured
+
+    comp = SimpleNamespace(before=SimpleNamespace(n=5), kernels=[
+        {"shape": True, "key": "gemm 32x37x16", "delta_ns_per_step": -50_000, "before": {"launches_per_step": 1.0}}])
+    applied = [{"shape": {"M": 32, "N": 37, "K": 16}, "calls": 7, "saved_ns_per_call": 60_000, "launches": 10}]
+    est = estimate_vs_measured(SimpleNamespace(findings=[_misaligned(32, 37, 16)]), comp, applied)
+    assert est["estimated_ns_per_step"] == 60_000 and est["measured_ns_per_step"] == 50_000
+    assert est["within_tolerance"]

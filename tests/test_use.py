@@ -99,6 +99,20 @@ def test_backward_uses_variants_where_shapes_fit(tmp_path):
     assert close(x.grad, x64.grad) and close(lin.weight.grad, w64.grad) and close(lin.bias.grad, b64.grad)
 
 
+def test_weight_gradient_routed_in_the_traces_order(tmp_path):
+    # autograd asks for grad_W^T = x^T g (70x47x33); the trace, and so the variant, has the
+    # weight gradient as g^T x (47x70x33): the router computes (g^T x)^T on it
+    fwd, wgrad = fake(tmp_path, 33, 47, 70), fake(tmp_path, 47, 70, 33)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(33, 70, generator=g)
+    lin = torch.nn.Linear(70, 47, bias=False)
+    up = torch.randn(33, 47, generator=g)
+    with advisor.use(fwd, wgrad) as r:
+        (lin(x) * up).sum().backward()
+    assert r.calls == {fwd.stem: 1, wgrad.stem: 1}
+    assert close(lin.weight.grad, up.double().T @ x.double())
+
+
 def _run_dir(tmp_path, results):
     d = tmp_path / "run"
     d.mkdir()
