@@ -189,7 +189,8 @@ def search_space(M: int, N: int, K: int, dtype=None, sm_count: int = 132) -> lis
     out = []
     for bm, bn, w in TILES:
         stages = _stages_for(bm, bn, 64)
-        for step, knobs in STEPS.items():
+        # the full design first: the analytical model cannot price WS or multicast, and ranks ties in order
+        for step, knobs in reversed(list(STEPS.items())):
             if knobs["cluster"] == 2 and M <= bm:
                 continue
             out.append(Config(bm, bn, 64, stages, 8, w, **knobs))
