@@ -474,8 +474,8 @@ def _parse_knobs(pairs) -> dict:
 
 
 @cli.command("generate")
-@click.argument("strategy", type=click.Choice(["dp", "split_k", "persistent", "stream_k", "warp_specialization", "grouped",
-                                               "comm_overlap", "split_kv"]))
+@click.argument("strategy", type=click.Choice(["dp", "split_k", "persistent", "stream_k", "warp_specialization",
+                                               "cluster_gemm", "grouped", "comm_overlap", "split_kv"]))
 @_option("--shape", default=None, help="Problem size MxNxK, e.g. 256x256x131072 (required, except for grouped and split_kv).")
 @_option("--attn", default=None, metavar="B:HQ:HKV:D:S[:LQ]",
               help="split_kv only: decode attention with batch B, HQ query heads, HKV kv heads, head_dim D, KV length S "
@@ -504,7 +504,8 @@ def generate_command(strategy, shape, attn, group, shapes, dtype, configs, sm_co
 
     \b
     Strategies: dp (data-parallel baseline), split_k, persistent, stream_k,
-    warp_specialization (Hopper TMA + warp specialization), grouped (many
+    warp_specialization (Hopper TMA + warp specialization), cluster_gemm (Gluon,
+    Triton >= 3.9: 2-CTA clusters with TMA multicast, sm_90), grouped (many
     independent GEMMs in one persistent launch; takes --group COUNT:LO:HI[:SEED]
     and/or --shapes MxNxK,... instead of --shape; knobs from the schedule's
     default_config for the group; --bench times it against a Python loop of
@@ -590,6 +591,12 @@ def generate_command(strategy, shape, attn, group, shapes, dtype, configs, sm_co
         click.echo("note: this config runs the TMA pipeline without producer/consumer warp groups: the model ranked "
                    "it first for this shape (Triton 3.6's warp specialization does not compile for fp32 with a "
                    "row-major B, and was wrong at 6-8 stages on the H200); --config warp_specialize=true forces it")
+    if strategy == "cluster_gemm":
+        from .kernel_lib import load
+
+        why = load("cluster_gemm").unavailable_reason()
+        if why:
+            click.echo(f"note: {why}: the file runs where Triton >= 3.9 is installed, on an sm_90 GPU")
     click.echo(f"next: python {shell_quote(output)} --check   (then --bench on the GPU)")
 
 

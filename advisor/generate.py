@@ -29,7 +29,7 @@ from .render import PySafe, code_environment
 from .schedule_model import Device, rank, stream_k_policies, suggest_split_k
 
 # strategy ids that generate a GEMM variant -> schedule module (kernel_lib.SCHEDULES names)
-GEMM_STRATEGIES = ("dp", "split_k", "persistent", "stream_k", "warp_specialization")
+GEMM_STRATEGIES = ("dp", "split_k", "persistent", "stream_k", "warp_specialization", "cluster_gemm")
 GROUPED = "grouped"  # many independent GEMMs in one launch: generate_grouped()
 MAX_GROUP = 65536  # GEMMs in one generated group (every size is written into the file)
 _GROUP_MULTIPLE = 8  # advisor.bench.grouped.group_sizes' default: rows stay 16-byte aligned in 16-bit types

@@ -23,6 +23,7 @@ SCHEDULES = {
     "persistent": "persistent_gemm",
     "stream_k": "stream_k_gemm",
     "warp_specialization": "ws_gemm",
+    "cluster_gemm": "gluon_gemm",  # Gluon, Triton >= 3.9: see advisor.loop.cluster_gemm_gate
     "grouped": "grouped_gemm",
     "comm_overlap": "comm_overlap",
     "split_kv": "split_kv_attention",

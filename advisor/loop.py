@@ -48,6 +48,10 @@ NOT_RUNNABLE = {
     "cuda_graph": "capture the loop in a CUDA graph (torch.cuda.graph, torch.compile(mode=\"reduce-overhead\")) in the program",
 }
 BASELINES = ("torch.matmul", "dp")
+# The Gluon cluster GEMM (kernels/gluon_gemm.py) joins these strategies' runs where it can run.
+CLUSTER_GEMM = "cluster_gemm"
+CLUSTER_GEMM_JOINS = ("warp_specialization", "persistent", "stream_k")
+CLUSTER_GEMM_DTYPES = ("bf16", "fp16")
 # A winner must beat the best baseline (and the observed kernel) by more than this: timing
 # spread between repeated medians on the H200 was a few percent.
 NOISE_MARGIN = 0.03
@@ -72,6 +76,7 @@ class ShapeResult:
     variant_knobs: dict | None = None
     ran_on_gpu: bool = False
     counters: dict | None = None  # --counters: advisor.counters.CounterResult.to_dict()
+    schedule_note: str | None = None  # why cluster_gemm was left out, where it was prescribed
     kind: str = "gemm"  # advisor.group_loop.GroupResult: "grouped"
 
     @property
@@ -122,6 +127,7 @@ class ShapeResult:
             "variant_knobs": self.variant_knobs,
             "model": self.model,
             "counters": self.counters,
+            "schedule_note": self.schedule_note,
         }
 
 
@@ -209,6 +215,52 @@ def ordered_candidates(strategy: str, M: int, N: int, K: int, dtype: str, dev: D
     return ordered, [p.row() for p in preds[:6]]
 
 
+def cluster_gemm_gate(dtype: str, triton_version: tuple[int, int] | None, compute_capability: str | None) -> str | None:
+    """None when the cluster GEMM can run here, else the one-line reason it is left out.
+    Pure: the caller passes what it found (environment_for_cluster_gemm)."""
+    if dtype not in CLUSTER_GEMM_DTYPES:
+        return f"cluster_gemm not run: it takes bf16/fp16, this GEMM is {dtype}"
+    if triton_version is None:
+        return "cluster_gemm not run: Triton is not installed"
+    if tuple(triton_version) < (3, 9):
+        return (f"cluster_gemm not run: it needs Triton >= 3.9 (Gluon clusters, TMA multicast), "
+                f"this is Triton {triton_version[0]}.{triton_version[1]}; today's schedules were used")
+    if compute_capability is None:
+        return "cluster_gemm not run: no CUDA GPU here"
+    if compute_capability != "9.0":
+        return f"cluster_gemm not run: it is written for sm_90 (Hopper wgmma), this GPU is sm_{compute_capability.replace('.', '')}"
+    return None
+
+
+def environment_for_cluster_gemm() -> tuple[tuple[int, int] | None, str | None]:
+    """(Triton version, compute capability "9.0" or None without a CUDA GPU) of this process."""
+    from .kernel_lib import load
+
+    try:
+        version = load(CLUSTER_GEMM).triton_version()
+    except Exception:  # noqa: BLE001  (an unloadable schedule is "no Triton" to the gate, never an error)
+        version = None
+    cc = None
+    if gpu_present():
+        import torch
+
+        major, minor = torch.cuda.get_device_capability()
+        cc = f"{major}.{minor}"
+    return version, cc
+
+
+def with_cluster_gemm(strategies: Sequence[str], dtype: str, env: tuple | None = None) -> tuple[list[str], str | None]:
+    """`strategies` plus cluster_gemm where the matrix prescribes WS, persistent or Stream-K and
+    the environment allows it; else the same list and the reason (None when not prescribed)."""
+    out = list(strategies)
+    if CLUSTER_GEMM in out or not any(s in CLUSTER_GEMM_JOINS for s in out):
+        return out, None
+    why = cluster_gemm_gate(dtype, *(env or environment_for_cluster_gemm()))
+    if why is None:
+        out.append(CLUSTER_GEMM)
+    return out, why
+
+
 def decide(result: ShapeResult) -> None:
     """Pick the winner and say plainly whether it is worth adopting."""
     table = {r["provider"]: r for r in result.table() if r["median_us"]}
@@ -271,7 +323,8 @@ def run_shape_loop(
     strategies = [s for s in strategies if s in GEMM_STRATEGIES and s != "dp"]
     if not strategies:
         raise AdvisorError("no GEMM strategy to run (choose from split_k, persistent, stream_k, warp_specialization)")
-    res = ShapeResult(M, N, K, dtype, list(strategies), finding=finding, observed_ns=observed_ns)
+    strategies, note = with_cluster_gemm(strategies, dtype)
+    res = ShapeResult(M, N, K, dtype, list(strategies), finding=finding, observed_ns=observed_ns, schedule_note=note)
     name = f"{finding['symptom']}_{M}x{N}x{K}" if finding else f"{strategies[0]}_{M}x{N}x{K}"
     if not gpu_present():
         # Generate the files with the model's knobs; say how to run them where there is a GPU.
@@ -283,6 +336,8 @@ def run_shape_loop(
             res.variant_path, res.variant_knobs = path, v.knobs
             res.model[first] = v.model
         res.verdict = "not run: no CUDA GPU here; run the generated file with --check --bench on one, or `advisor bench` there"
+        if note:
+            res.verdict += f" ({note})"
         if counters:
             res.counters = {"summaries": [], "reports": [],
                             "notes": ["--counters: no CUDA GPU here, nothing to profile"]}
@@ -301,6 +356,8 @@ def run_shape_loop(
                                   workdir=(out_dir / f"work_{name}") if out_dir else None)
     res.ran_on_gpu = True
     decide(res)
+    if note:
+        res.verdict += f" ({note})"
     if res.winner is not None and out_dir is not None:
         knobs = json.loads(res.winner["config"]) if res.winner.get("config") else {}
         path = out_dir / f"variant_{name}.py"

@@ -1,0 +1,123 @@
+"""Compile cluster_gemm (kernels/gluon_gemm.py, Gluon) for sm_90a on a machine without a GPU.
+
+Run it under Triton >= 3.9 (here: a separate process with PYTHONPATH=/tmp/triton39; the main
+environment's Triton 3.6 has no cluster Gluon):
+
+    PYTHONPATH=/tmp/triton39:. python -m kernels.gluon_compile_check [--shapes 4096x4096x8192 ...]
+
+Each config of the search space (and the default) is compiled through the schedule's own host
+`matmul` with CPU tensors while a stand-in driver reports an sm_90 target and every launch is a
+compile-only warmup. Printed per kernel: shared memory, registers, spills (cuobjdump), and what
+the PTX holds: wgmma, multicast TMA (`.multicast::cluster`), a cluster launch (`.reqnctapercluster`
+or `.explicitcluster`), setmaxnreg (warp specialization's register split). Exit 1 on a failure
+or a config that over-fills shared memory. Compile-only: it proves the configs build, not that
+they are right or fast (bench/bench_cluster_gemm.py does that on the GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+
+def ptx_features(ptx: str) -> dict:
+    return {
+        "wgmma": "wgmma.mma_async" in ptx,
+        "multicast": bool(re.search(r"cp\.async\.bulk\.tensor[^;]*multicast::cluster", ptx)),
+        "tma_load": "cp.async.bulk.tensor" in ptx,
+        "tma_store": bool(re.search(r"cp\.async\.bulk\.tensor[^;]*global\.shared", ptx)),
+        "cluster": bool(re.search(r"\.reqnctapercluster|\.explicitcluster|%cluster_ctarank", ptx)),
+        "setmaxnreg": "setmaxnreg" in ptx,
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shapes", nargs="*", default=["4096x4096x8192", "1664x1408x8192", "1000x1304x776"])
+    parser.add_argument("--dtypes", nargs="*", default=["bfloat16"])
+    parser.add_argument("--default-only", action="store_true")
+    parser.add_argument("--json", default=None, help="also write the rows here")
+    parser.add_argument("--dump-ptx", default=None, help="write each kernel's PTX into this folder")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    os.environ["ADVISOR_COMPILE_ONLY"] = "1"
+    os.environ.setdefault("ADVISOR_NUM_SMS", "132")
+
+    import torch
+    import triton
+    from triton.runtime import driver
+    from triton.runtime.jit import JITFunction
+
+    from kernels import gluon_gemm as mod
+    from kernels.sm90_compile_check import SM90_SMEM, _resource_usage, _Sm90Driver
+
+    why = mod.unavailable_reason()
+    if why:
+        print(why)
+        return 2
+    print(f"triton {triton.__version__}")
+    driver.set_active(_Sm90Driver())
+    compiled = []
+    original_run = JITFunction.run
+
+    def compile_only(self, *a, grid, warmup, **kw):
+        kernel = original_run(self, *a, grid=grid, warmup=True, **kw)
+        compiled.append((self.fn.__name__, kernel))
+        return kernel
+
+    JITFunction.run = compile_only
+    rows, failures = [], 0
+    seen = set()
+    try:
+        for shape in args.shapes:
+            M, N, K = (int(x) for x in shape.split("x"))
+            for dname in args.dtypes:
+                dtype = getattr(torch, dname)
+                configs = [] if args.default_only else list(mod.search_space(M, N, K, dtype, 132))
+                d = mod.default_config(M, N, K, dtype, 132)
+                if d not in configs:
+                    configs.append(d)
+                for cfg in configs:
+                    a = torch.empty((M, K), dtype=dtype)
+                    b = torch.empty((K, N), dtype=dtype)
+                    compiled.clear()
+                    try:
+                        mod.matmul(a, b, cfg)
+                    except Exception as exc:  # noqa: BLE001  (report each failing config, exit 1)
+                        failures += 1
+                        msg = f"{type(exc).__name__}: {exc}".replace("\n", " ")[:600]
+                        print(f"FAIL  {shape:16s} {dname:8s} {cfg.describe():34s} {msg}")
+                        rows.append({"shape": shape, "dtype": dname, "config": cfg.as_dict(), "ok": False, "error": msg})
+                        continue
+                    for kname, kernel in compiled:
+                        if kernel.hash in seen:
+                            continue
+                        seen.add(kernel.hash)
+                        res = _resource_usage(kernel.asm["cubin"])
+                        ptx = kernel.asm["ptx"]
+                        feats = ptx_features(ptx)
+                        smem = kernel.metadata.shared
+                        bad = smem > SM90_SMEM
+                        failures += bad
+                        if args.dump_ptx:
+                            Path(args.dump_ptx).mkdir(parents=True, exist_ok=True)
+                            (Path(args.dump_ptx) / f"{kname}_{cfg.describe().replace(' ', '_')}.ptx").write_text(ptx)
+                        flags = " ".join(k for k, v in feats.items() if v)
+                        print(f"{'FAIL' if bad else 'ok':5s} {shape:16s} {dname:8s} {cfg.describe():34s} {kname:18s} "
+                              f"smem={smem // 1024:3d}KB regs={res['regs']:3d} stack={res['stack']} [{flags}]")
+                        rows.append({"shape": shape, "dtype": dname, "config": cfg.as_dict(), "kernel": kname,
+                                     "ok": not bad, "smem": smem, **res, **feats})
+    finally:
+        JITFunction.run = original_run
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    print(f"{failures} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
