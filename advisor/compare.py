@@ -419,12 +419,14 @@ def _brief(f: Finding, side: Side) -> dict[str, Any]:
     }
 
 
-def match_findings(before: Side, after: Side) -> dict[str, list[dict[str, Any]]]:
+def match_findings(before: Side, after: Side, gpu_only: bool = False) -> dict[str, list[dict[str, Any]]]:
     """Findings resolved (before only), new (after only) and remaining (both), matched by
     symptom + kernel family + shape, then symptom + shape (the same GEMM now run by another
-    kernel), then symptom + family (a shape the trace no longer names)."""
-    left = list(before.diagnosis.findings)
-    right = list(after.diagnosis.findings)
+    kernel), then symptom + family (a shape the trace no longer names). `gpu_only`: leave out
+    wall-time findings (launch gaps, host waits), which two profilers' own host overheads make
+    differ on the same program."""
+    left = [f for f in before.diagnosis.findings if not (gpu_only and f.savings_unit == "wall")]
+    right = [f for f in after.diagnosis.findings if not (gpu_only and f.savings_unit == "wall")]
     pairs = []
     for keyfn in (lambda k: k, lambda k: (k[0], k[2]) if k[2] is not None else None, lambda k: (k[0], k[1])):
         index: dict[Any, list[int]] = {}
@@ -579,7 +581,8 @@ def compare(before: Trace, after: Trace, *, rules=None, labels: tuple[str, str] 
         judged_on = "GPU busy time"
         notes.append(f"recorded by different profilers ({', '.join(sorted(profilers[0]))} before, "
                      f"{', '.join(sorted(profilers[1]))} after): each adds its own host overhead to the wall time, "
-                     "so the verdict is judged on GPU busy time; profile both sides with one profiler to judge the wall time")
+                     "so the verdict is judged on GPU busy time and wall-time findings (launch gaps, host waits) are "
+                     "not matched; profile both sides with one profiler to judge the wall time")
     speedup = b.step_median_ns / a.step_median_ns if a.step_median_ns else None
     gpu_speedup = b.busy_median_ns / a.busy_median_ns if a.busy_median_ns else None
     if judged_on == "step wall time" and b.n >= MIN_REPEATS and a.n >= MIN_REPEATS:
@@ -616,7 +619,8 @@ def compare(before: Trace, after: Trace, *, rules=None, labels: tuple[str, str] 
                      "captures hold the same amount of work")
     return Comparison(verdict=verdict, speedup=speedup, gpu_speedup=gpu_speedup, judged_on=judged_on, why=why,
                       noise=noise, alignment=alignment, before=b, after=a, kernels=kernel_changes(b, a),
-                      findings=match_findings(b, a), comparable=evidence, notes=notes)
+                      findings=match_findings(b, a, gpu_only=judged_on == "GPU busy time"),
+                      comparable=evidence, notes=notes)
 
 
 def _pct(v: float | None) -> str:

@@ -244,8 +244,11 @@ def environment_for_cluster_gemm() -> tuple[tuple[int, int] | None, str | None]:
     if gpu_present():
         import torch
 
-        major, minor = torch.cuda.get_device_capability()
-        cc = f"{major}.{minor}"
+        try:
+            major, minor = torch.cuda.get_device_capability()
+            cc = f"{major}.{minor}"
+        except (AssertionError, RuntimeError):  # no usable CUDA device after all: no cluster launch
+            cc = None
     return version, cc
 
 

@@ -177,8 +177,9 @@ def test_an_odd_gemm_gets_its_padding_change(tmp_path):
 
 
 def test_an_odd_vocabulary_head_is_found_when_no_finding_names_it(tmp_path):
-    # 8192x50257x768 in whole waves (393x64 tiles of 128x128): no scheduling finding, but N is
-    # off a multiple of 64, so optimize runs it and proposes the padding to 50304.
+    # 8192x50257x768 in whole waves (393x64 tiles of 128x128): no scheduling finding; since the
+    # Tier 1-3 rules, misaligned_gemm names it (pad N to 50304), and optimize's own scan for
+    # GEMMs with an odd dimension finds it too (what it runs where no finding names a GEMM).
     from tracefiles import kineto_doc, kineto_gemm_events, write_kineto
 
     from advisor.diagnose import diagnose
@@ -193,7 +194,16 @@ def test_an_odd_vocabulary_head_is_found_when_no_finding_names_it(tmp_path):
             e["args"]["grid"] = [393, 64, 1]
     t = load_trace([write_kineto(tmp_path / "head.json", kineto_doc(evs))])
     d = diagnose(t)
-    assert not any(f.shape and f.shape["N"] == 50257 for f in d.findings)
+    named = [f for f in d.findings if f.shape and f.shape.get("N") == 50257]
+    assert [(f.symptom, f.strategy) for f in named] == [("misaligned_gemm", "pad_dimension")]
+    assert unaligned_gemms(t, d) == []  # the finding's fallback runs it: no second run
+    # with the misaligned_gemm rule switched off, optimize's own scan still finds the GEMM
+    import dataclasses
+
+    from advisor.rules import load_rules
+    rules = load_rules()
+    rules["misaligned_gemm"] = dataclasses.replace(rules["misaligned_gemm"], enabled=False)
+    d = diagnose(t, rules=rules)
     (u,) = unaligned_gemms(t, d)
     assert (u["M"], u["N"], u["K"], u["launches"], u["median_ns"]) == (8192, 50257, 768, 4, 5_000_000)
     assert u["share"] == 1.0
