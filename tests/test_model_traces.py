@@ -79,7 +79,10 @@ def test_decode_is_launch_bound_and_told_to_use_a_graph(fmt, tmp_path):
     assert len(qkv) == 31 * 4 and set(qkv["tiles"]) == {48} and set(qkv["grid_blocks"]) == {48}
     d = diagnose(trace)
     (f,) = [f for f in d.findings if f.evidence.get("pattern") == "tiny back-to-back kernels"]
-    assert f.symptom == "launch_overhead" and f.confidence == "high" and f.strategy == "cuda_graph"
+    assert f.symptom == "launch_overhead" and f.strategy == "cuda_graph"
+    # both captures record per-op shapes (emit_nvtx, record_shapes), which slows the host: the
+    # gaps are real but larger than the bare program's, so medium, not high
+    assert f.evidence["profiler_slowed_host"] and f.confidence == "medium"
     # beside the launch gaps: the sampler's argmax on 4 blocks (test_attention_symptoms); under
     # nsys the host is slower still: the short host-bound gaps outside the runs are one more
     # finding with the same remedy
