@@ -24,10 +24,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .codegen import config_fields
+from . import gpu as _gpu
+from .basics import DTYPES, GEMM_STRATEGIES, NOISE_MARGIN, SPLIT_KV, parse_shape, torch_dtype
+from .bench.tables import best_rows, final_failures  # noqa: F401  (re-exported: the loops' row picking)
+from .codegen import complexity
 from .errors import AdvisorError
-from .generate import DTYPES, GEMM_STRATEGIES, SPLIT_KV, finding_summary, generate, parse_shape
-from .kernel_lib import source_path
+from .generate import finding_summary, generate
 from .safeio import write_file
 from .textutil import cap_strings
 from .schedule_model import Device, rank
@@ -44,9 +46,6 @@ NOT_RUNNABLE = {
     "cuda_graph": "capture the loop in a CUDA graph (torch.cuda.graph, torch.compile(mode=\"reduce-overhead\")) in the program",
 }
 BASELINES = ("torch.matmul", "dp")
-# A winner must beat the best baseline (and the observed kernel) by more than this: timing
-# spread between repeated medians on the H200 was a few percent.
-NOISE_MARGIN = 0.03
 
 
 @dataclass
@@ -121,84 +120,18 @@ class ShapeResult:
         }
 
 
-def _config_key(row: dict) -> tuple[str, str]:
-    return row.get("provider", ""), row.get("config") or ""
-
-
-def best_rows(rows: Sequence[dict]) -> dict[str, dict]:
-    """Each provider's best verified row (under `_key`): final (re-checked, re-timed) rows
-    before search rows, then the fastest; a config whose final re-check failed never counts."""
-    best: dict[str, dict] = {}
-    refuted = final_failures(rows)
-    for r in rows:
-        if r.get("status") != "ok" or not r.get("median_us") or _config_key(r) in refuted:
-            continue
-        key = (0 if r.get("phase") == "final" else 1, float(r["median_us"]))
-        if r["provider"] not in best or key < best[r["provider"]]["_key"]:
-            best[r["provider"]] = dict(r, _key=key)
-    return best
-
-
-def final_failures(rows: Sequence[dict]) -> set[tuple[str, str]]:
-    """(provider, config) pairs whose final re-check failed: their earlier passing search rows
-    must not stand in for them (a check on a fresh input set that fails is a real failure)."""
-    return {_config_key(r) for r in rows if r.get("phase") == "final" and r.get("status") != "ok"}
-
-
 def _clean(row: dict | None) -> dict | None:
     return None if row is None else {k: v for k, v in row.items() if not k.startswith("_")}
-
-
-def complexity(provider: str) -> tuple[int | None, int | None]:
-    """(lines of the schedule's kernel file, number of knobs) for one of our schedules."""
-    if provider not in GEMM_STRATEGIES:
-        return None, None
-    try:
-        return len(source_path(provider).read_text(encoding="utf-8").splitlines()), len(config_fields(provider))
-    except (OSError, AdvisorError):
-        return None, None
-
-
-def gpu_present() -> bool:
-    try:
-        import torch
-
-        return bool(torch.cuda.is_available())
-    except ImportError:
-        return False
-
-
-def device_spec() -> tuple[Device, dict]:
-    """The model's view of the current GPU, and the TUNED_FOR record of a variant."""
-    import torch
-
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    from .devices import lookup_gpu
-
-    known = lookup_gpu(props.name)
-    peak = known[1][5] if known and not math.isnan(known[1][5]) else 989.0
-    bw = known[1][4] if known else 3.35e12
-    dev = Device(name=props.name, sm_count=props.multi_processor_count, peak_tflops=peak, bandwidth_bytes_per_s=bw,
-                 compute_capability=f"{props.major}.{props.minor}")
-    tuned = {
-        "gpu": props.name,
-        "sm_count": props.multi_processor_count,
-        "compute_capability": f"{props.major}.{props.minor}",
-        "smem_per_block_bytes": getattr(props, "shared_memory_per_block_optin", None),
-    }
-    return dev, tuned
 
 
 def ordered_candidates(strategy: str, M: int, N: int, K: int, dtype: str, dev: Device) -> tuple[list, list[dict]]:
     """The schedule's candidates (default first, then its search space) in the model's order,
     plus the model's predictions for the report."""
-    import torch
-
     from .bench.runner import candidate_configs, model_order
     from .kernel_lib import load
 
     mod = load(strategy)
-    tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    tdtype = torch_dtype(dtype)
     cfgs = candidate_configs(mod, M, N, K, tdtype, dev.sm_count)
     ordered = model_order(strategy, cfgs, M, N, K, tdtype, dev.sm_count)
     preds = rank(strategy, [asdict(c) for c in ordered], M, N, K, DTYPES[dtype], dev, prune_ratio=math.inf)
@@ -269,7 +202,7 @@ def run_shape_loop(
         raise AdvisorError("no GEMM strategy to run (choose from split_k, persistent, stream_k, warp_specialization)")
     res = ShapeResult(M, N, K, dtype, list(strategies), finding=finding, observed_ns=observed_ns)
     name = f"{finding['symptom']}_{M}x{N}x{K}" if finding else f"{strategies[0]}_{M}x{N}x{K}"
-    if not gpu_present():
+    if not _gpu.gpu_present():
         # Generate the files with the model's knobs; say how to run them where there is a GPU.
         first = strategies[0]
         if out_dir is not None:
@@ -285,7 +218,7 @@ def run_shape_loop(
         return res
     from .bench.isolate import run_shape_isolated
 
-    dev, tuned = device_spec()
+    dev, tuned = _gpu.device_spec()
     plan = {}
     for s in strategies:
         cfgs, preds = ordered_candidates(s, M, N, K, dtype, dev)
@@ -455,8 +388,8 @@ def write_run_report(results: Sequence[ShapeResult], out_dir: Path, rules=None, 
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = [row for r in results for row in r.rows]
     device, versions = None, {}
-    if gpu_present() and any(r.ran_on_gpu for r in results):
-        device = device_spec()[1]
+    if _gpu.gpu_present() and any(r.ran_on_gpu for r in results):
+        device = _gpu.device_spec()[1]
         first = next((row for row in rows), {})
         versions = {"torch": first.get("torch", "?"), "triton": first.get("triton", "?")}
     images = {}

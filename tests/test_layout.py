@@ -1,0 +1,94 @@
+"""The package layout: shared basics live in one module and advisor's modules import one
+another without cycles (a cycle means something shared lives in a feature module)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from advisor.basics import ShapeError, parse_shape
+from advisor.errors import AdvisorError
+
+PACKAGE = Path(__file__).resolve().parents[1] / "advisor"
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for p in PACKAGE.rglob("*.py"):
+        parts = p.relative_to(PACKAGE.parent).with_suffix("").parts
+        mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return mods
+
+
+def _imports(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
+    """advisor modules `name` imports anywhere in its body (function-level imports too: a cycle
+    hidden in a function is still a cycle). `from pkg import submodule` counts as the submodule."""
+    pkg = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name in mods)
+        elif isinstance(node, ast.ImportFrom):
+            base = pkg[: len(pkg) - node.level + 1] if node.level else []
+            mod = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module
+            subs = {f"{mod}.{a.name}" for a in node.names if f"{mod}.{a.name}" in mods}
+            out.update(subs)
+            if len(subs) < len(node.names) and mod in mods:
+                out.add(mod)
+    out.discard(name)
+    return out
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles():
+    mods = _modules()
+    graph = {m: _imports(m, p, mods) for m, p in mods.items()}
+    assert graph["advisor.loop"] >= {"advisor.basics", "advisor.gpu"}  # the walk sees imports at all
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_one():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_one_parse_shape():
+    import advisor.bench.rows as rows
+    import advisor.generate as generate
+
+    assert rows.parse_shape is parse_shape and generate.parse_shape is parse_shape
+    assert parse_shape(" 4096X4096*8192 ") == (4096, 4096, 8192)
+    for bad in ("4096x4096", "0x1x1", "1x1x99999999999", "axbxc"):
+        # one line for the CLI (AdvisorError), a ValueError for the bench scripts that catch that
+        with pytest.raises(ShapeError) as exc:
+            parse_shape(bad)
+        assert isinstance(exc.value, AdvisorError) and isinstance(exc.value, ValueError)
