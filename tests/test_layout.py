@@ -92,3 +92,22 @@ def test_one_parse_shape():
         with pytest.raises(ShapeError) as exc:
             parse_shape(bad)
         assert isinstance(exc.value, AdvisorError) and isinstance(exc.value, ValueError)
+
+
+def test_finding_for_fills_from_the_rule_and_the_row():
+    from advisor.rules import load_rules
+    from advisor.symptoms.context import finding_for
+
+    rule = load_rules()["tail_wave"]
+    row = {"name": "gemm", "rank": 0, "device_id": float("nan"), "M": 1664, "N": 1408, "K": 8192, "dtype": "bf16",
+           "grid_x": 143, "grid_y": 1, "grid_z": 1, "block_x": 256, "block_y": None, "block_z": None,
+           "launches": 6, "total_ns": 494042.0}
+    f = finding_for(rule, row, est_savings_ns=1, confidence="high")
+    assert (f.symptom, f.strategy, f.title, f.watch_for) == (rule.symptom, rule.strategy, rule.title, rule.watch_for)
+    assert (f.kernel, f.rank, f.device_id, f.launches, f.total_ns) == ("gemm", 0, None, 6, 494042)
+    assert f.shape == {"M": 1664, "N": 1408, "K": 8192, "batch": 1, "dtype": "bf16"}
+    assert f.grid == [143, 1, 1] and f.block == [256, None, None]
+    # any field can be given instead, the rule's ones too; a row without the columns then suffices
+    g = finding_for(rule, {"name": "k", "rank": 1, "device_id": 0}, strategy="persistent", shape=None, grid=None,
+                    block=None, launches=2, total_ns=5, est_savings_ns=1, confidence="low")
+    assert (g.strategy, g.kernel, g.rank, g.shape, g.launches) == ("persistent", "k", 1, None, 2)
