@@ -30,16 +30,26 @@ from .bench.tables import best_rows, final_failures  # noqa: F401  (re-exported:
 from .codegen import complexity
 from .errors import AdvisorError
 from .generate import finding_summary, generate
+from .rules import load_rules
 from .safeio import write_file
 from .textutil import cap_strings
 from .schedule_model import Device, rank
 
-# Which strategies to time for a symptom: the matrix's first choice, then the next best bet.
-STRATEGIES_FOR = {
-    "tail_wave": ["stream_k", "persistent"],
-    "small_grid_long_k": ["split_k", "stream_k"],
-    "hopper_no_ws": ["warp_specialization", "persistent"],
-}
+
+def strategies_for(rules=None) -> dict[str, list[str]]:
+    """symptom -> the strategies --run times for its GEMM: each rule's `[run] candidates` from
+    `rules` (a diagnosis's, e.g. a --rules copy), the bundled rule's where a rule has no [run]."""
+    merged = {s: r.run_candidates for s, r in load_rules().items()}
+    merged.update({s: r.run_candidates for s, r in (rules or {}).items() if r.run_candidates is not None})
+    return {s: list(c) for s, c in merged.items() if c}
+
+
+def __getattr__(name: str):
+    if name == "STRATEGIES_FOR":  # the old name: the bundled rules' candidates, read when asked
+        return strategies_for()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 # Strategies whose remedy changes the program, not one kernel: --run lists them in `skipped`.
 NOT_RUNNABLE = {
     "fusion": "fuse the elementwise kernels (torch.compile) or batch them (torch._foreach_* ops) in the program",
@@ -292,11 +302,12 @@ def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_
 
     # One run per shape, with the strategies of every finding on it (tail_wave and
     # hopper_no_ws often flag the same GEMM), the highest-ranked finding's first.
+    candidates = strategies_for(getattr(diagnosis, "rules", None))
     strategies_of: dict[tuple, list[str]] = {}
     for f in diagnosis.findings:
-        if f.shape is not None and f.symptom in STRATEGIES_FOR:
+        if f.shape is not None and f.symptom in candidates:
             chosen = strategies_of.setdefault(shape_key(f), [])
-            chosen.extend(x for x in STRATEGIES_FOR[f.symptom] if x not in chosen)
+            chosen.extend(x for x in candidates[f.symptom] if x not in chosen)
     results, seen = [], set()
     for f in diagnosis.findings:
         grouped = (f.suggestion or {}).get("schedule") == "grouped" and (f.suggestion or {}).get("shapes")
@@ -342,7 +353,7 @@ def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_
                 skipped.append(SkippedFinding(f.symptom, f.kernel, dict(f.shape or {}),
                                               f"strategy {f.strategy}: {NOT_RUNNABLE[f.strategy]}; nothing to time"))
             continue
-        if f.shape is None or f.symptom not in STRATEGIES_FOR:
+        if f.shape is None or f.symptom not in candidates:
             continue
         s = f.shape
         key = shape_key(f)

@@ -111,3 +111,32 @@ def test_finding_for_fills_from_the_rule_and_the_row():
     g = finding_for(rule, {"name": "k", "rank": 1, "device_id": 0}, strategy="persistent", shape=None, grid=None,
                     block=None, launches=2, total_ns=5, est_savings_ns=1, confidence="low")
     assert (g.strategy, g.kernel, g.rank, g.shape, g.launches) == ("persistent", "k", 1, None, 2)
+
+
+def test_the_run_candidates_come_from_the_rules(tmp_path):
+    import re
+    import shutil
+
+    import advisor.loop as L
+    from advisor.rules import load_rules
+
+    bundled = L.strategies_for()
+    assert bundled == {"tail_wave": ["stream_k", "persistent"], "small_grid_long_k": ["split_k", "stream_k"],
+                       "hopper_no_ws": ["warp_specialization", "persistent"]}
+    assert L.STRATEGIES_FOR == bundled  # the old name still answers
+    # a --rules copy: its [run] lists count, an empty one times nothing, a rule without [run]
+    # (a copy made before the table existed) keeps the bundled candidates
+    d = tmp_path / "rules"
+    shutil.copytree(PACKAGE.parent / "rules", d)
+    edit = {"tail_wave.toml": ("persistent", '"persistent"'), "small_grid_long_k.toml": ("", ""),
+            "hopper_no_ws.toml": None}
+    for name, change in edit.items():
+        text = (d / name).read_text(encoding="utf-8")
+        if change is None:
+            text = re.sub(r"^\[run\]\ncandidates = .*\n", "", text, flags=re.M)
+        else:
+            text = re.sub(r"^candidates = .*$", f"candidates = [{change[1]}]", text, flags=re.M)
+        (d / name).write_text(text, encoding="utf-8")
+    rules = load_rules(d)
+    assert rules["hopper_no_ws"].run_candidates is None and rules["small_grid_long_k"].run_candidates == ()
+    assert L.strategies_for(rules) == {"tail_wave": ["persistent"], "hopper_no_ws": ["warp_specialization", "persistent"]}
