@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .generate import SPLIT_KV, check_attn, generate_split_kv
-from .loop import NOISE_MARGIN
+from . import gpu as _gpu
+from .basics import NOISE_MARGIN, SPLIT_KV
+from .generate import check_attn, generate_split_kv
 from .schedule_model import Device
 
 FLOOR = "hbm_floor"
@@ -135,13 +136,11 @@ def run_split_kv_loop(attn: dict[str, int], dtype: str, *, budget_s: float = 300
                       finding: dict | None = None, out_dir: Path | None = None, sm_count: int | None = None) -> AttnResult:
     """Generate the split-KV variant for `attn` and, on a GPU, check and time it against torch
     SDPA's backends in a child process (at most `budget_s` seconds)."""
-    from . import loop as L
-
     attn = check_attn(dict(attn))
     res = AttnResult(attn, dtype, finding=finding, observed_ns=observed_ns)
     name = f"variant_{finding['symptom'] if finding else SPLIT_KV}_{res.shape.replace(' ', '_')}.py"
     path = (out_dir or Path("advisor-run")) / name
-    if not L.gpu_present():
+    if not _gpu.gpu_present():
         if out_dir is not None:
             v = generate_split_kv(attn, dtype=dtype, finding=finding, device=Device(sm_count=sm_count) if sm_count else None,
                                   path=path)
@@ -149,7 +148,7 @@ def run_split_kv_loop(attn: dict[str, int], dtype: str, *, budget_s: float = 300
         res.verdict = ("not run: no CUDA GPU here; on one, run the generated file with --check --bench "
                        "(it times torch SDPA's flash, cuDNN, efficient and math backends beside it)")
         return res
-    dev, tuned = L.device_spec()
+    dev, tuned = _gpu.device_spec()
     v = generate_split_kv(attn, dtype=dtype, finding=finding, device=dev, tuned_for=tuned, path=path)
     res.variant_path, res.variant_knobs = path, v.knobs
     try:

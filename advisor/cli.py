@@ -18,6 +18,7 @@ from pathlib import Path
 import click
 
 from . import __version__
+from .basics import COMM_OVERLAP, COMM_PATTERNS, DTYPES, GEMM_STRATEGIES, GROUPED, SPLIT_KV, parse_shape
 from .errors import AdvisorError
 from .safeio import write_file
 from .textutil import fmt_bytes, fmt_ns, safe_text, shell_quote
@@ -384,7 +385,7 @@ def _write_run_report(results, out_dir: Path, rules=None, skipped=(), echo: bool
 
 @cli.command("bench")
 @_option("--shape", "shapes", required=True, multiple=True, help="GEMM MxNxK to benchmark (repeatable).")
-@_option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
+@_option("--dtype", type=click.Choice(list(DTYPES)), default="bf16", show_default=True)
 @_option("--strategies", default="split_k,stream_k,persistent,warp_specialization", show_default=True,
               help="Comma-separated strategies to time against torch.matmul and our data-parallel baseline.")
 @_option("--budget-s", type=click.FloatRange(5, 3600), default=60, show_default=True,
@@ -407,7 +408,6 @@ def bench_command(shapes, dtype, strategies, budget_s, out_dir, counters) -> Non
       advisor bench --shape 1664x1408x8192 --strategies stream_k,persistent --budget-s 90
       advisor bench --shape 128x8192x8192 --strategies split_k --counters
     """
-    from .generate import GEMM_STRATEGIES, parse_shape
     from .loop import run_shape_loop
 
     chosen = [s.strip() for s in strategies.split(",") if s.strip()]
@@ -474,8 +474,7 @@ def _parse_knobs(pairs) -> dict:
 
 
 @cli.command("generate")
-@click.argument("strategy", type=click.Choice(["dp", "split_k", "persistent", "stream_k", "warp_specialization",
-                                               "cluster_gemm", "grouped", "comm_overlap", "split_kv"]))
+@click.argument("strategy", type=click.Choice([*GEMM_STRATEGIES, GROUPED, COMM_OVERLAP, SPLIT_KV]))
 @_option("--shape", default=None, help="Problem size MxNxK, e.g. 256x256x131072 (required, except for grouped and split_kv).")
 @_option("--attn", default=None, metavar="B:HQ:HKV:D:S[:LQ]",
               help="split_kv only: decode attention with batch B, HQ query heads, HKV kv heads, head_dim D, KV length S "
@@ -485,12 +484,12 @@ def _parse_knobs(pairs) -> dict:
                    "as bench/bench_gemm.py --grouped draws them, e.g. 64:128:512:0.")
 @_option("--shapes", default=None, metavar="MxNxK,...",
               help="grouped only: the GEMMs listed (after the --group ones when both are given), e.g. 17x33x70,64x48x128.")
-@_option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
+@_option("--dtype", type=click.Choice(list(DTYPES)), default="bf16", show_default=True)
 @_option("--config", "configs", multiple=True, metavar="KEY=VALUE",
               help="Override one knob of the schedule's Config (repeatable), e.g. --config SPLIT_K=8.")
 @_option("--sm-count", type=click.IntRange(1, 4096), default=132, show_default=True, envvar="ADVISOR_SM_COUNT",
               show_envvar=True, help="SMs of the target GPU, for the model that picks the knobs (132 = H100/H200 SXM).")
-@_option("--pattern", type=click.Choice(["all_gather_matmul", "matmul_reduce_scatter"]), default="all_gather_matmul",
+@_option("--pattern", type=click.Choice(COMM_PATTERNS), default="all_gather_matmul",
               show_default=True, help="comm_overlap only: which tensor-parallel GEMM pattern to overlap.")
 @_option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True,
               help="Where to write the variant (a standalone .py file).")
@@ -523,8 +522,6 @@ def generate_command(strategy, shape, attn, group, shapes, dtype, configs, sm_co
       advisor generate split_kv --attn 1:32:8:128:32768 --dtype bf16 -o decode.py
     """
     from .generate import (
-        GROUPED,
-        SPLIT_KV,
         generate,
         generate_comm_overlap,
         generate_grouped,
@@ -532,7 +529,6 @@ def generate_command(strategy, shape, attn, group, shapes, dtype, configs, sm_co
         group_sizes,
         parse_attn,
         parse_group,
-        parse_shape,
         parse_shapes,
     )
     from .schedule_model import Device
@@ -571,7 +567,7 @@ def generate_command(strategy, shape, attn, group, shapes, dtype, configs, sm_co
     if shape is None:
         raise AdvisorError(f"generate {strategy} needs --shape MxNxK, e.g. --shape 4096x4096x8192")
     M, N, K = parse_shape(shape)
-    if strategy == "comm_overlap":
+    if strategy == COMM_OVERLAP:
         v = generate_comm_overlap(pattern, M, N, K, dtype=dtype, knobs=knobs, path=output)
         click.echo(f"wrote {safe_text(output, 400)} (comm_overlap {pattern}, {M}x{N}x{K} {dtype})")
         for w in v.warnings:

@@ -20,8 +20,9 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+from .basics import GEMM_STRATEGIES
 from .errors import AdvisorError
-from .kernel_lib import SCHEDULES
+from .kernel_lib import SCHEDULES, source_path
 from .resources import kernels_dir
 
 
@@ -211,3 +212,13 @@ def coerce_knobs(schedule: str, knobs: dict[str, object]) -> dict[str, object]:
             raise AdvisorError(f"knob {key}={raw!r}: expected a {f.type}") from None
         out[key] = val
     return out
+
+
+def complexity(provider: str) -> tuple[int | None, int | None]:
+    """(lines of the schedule's kernel file, number of knobs) for one of our schedules."""
+    if provider not in GEMM_STRATEGIES:
+        return None, None
+    try:
+        return len(source_path(provider).read_text(encoding="utf-8").splitlines()), len(config_fields(provider))
+    except (OSError, AdvisorError):
+        return None, None

@@ -24,16 +24,13 @@ from typing import Any
 
 from . import __version__
 from .codegen import bundle, coerce_knobs, config_fields
+from .basics import COMM_PATTERNS, DTYPES, GEMM_STRATEGIES, GROUPED, SPLIT_KV, parse_shape, torch_dtype
 from .errors import AdvisorError
 from .render import PySafe, code_environment
 from .schedule_model import Device, rank, stream_k_policies, suggest_split_k
 
-# strategy ids that generate a GEMM variant -> schedule module (kernel_lib.SCHEDULES names)
-GEMM_STRATEGIES = ("dp", "split_k", "persistent", "stream_k", "warp_specialization", "cluster_gemm")
-GROUPED = "grouped"  # many independent GEMMs in one launch: generate_grouped()
 MAX_GROUP = 65536  # GEMMs in one generated group (every size is written into the file)
 _GROUP_MULTIPLE = 8  # advisor.bench.grouped.group_sizes' default: rows stay 16-byte aligned in 16-bit types
-DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4}
 _IDENT = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 
 
@@ -63,17 +60,6 @@ class Variant:
         from .kernel_lib import source_path
 
         return len(source_path(self.strategy).read_text(encoding="utf-8").splitlines())
-
-
-def parse_shape(text: str) -> tuple[int, int, int]:
-    """'4096x4096x8192' -> (4096, 4096, 8192), each 1..2**31-1."""
-    m = re.fullmatch(r"\s*(\d{1,10})\s*[xX*,]\s*(\d{1,10})\s*[xX*,]\s*(\d{1,10})\s*", str(text))
-    if not m:
-        raise AdvisorError(f"shape {text!r}: expected MxNxK, e.g. 4096x4096x8192")
-    dims = tuple(int(g) for g in m.groups())
-    if not all(1 <= d < 2**31 for d in dims):
-        raise AdvisorError(f"shape {text!r}: each of M, N, K must be between 1 and 2^31-1")
-    return dims  # type: ignore[return-value]
 
 
 def _ident(value: Any, what: str) -> PySafe:
@@ -134,14 +120,14 @@ def _check_config(strategy: str, knobs: dict[str, Any], dtype: str) -> None:
     shared-memory check in the others). Skipped where the schedule cannot be imported (no
     torch/triton here); the variant then runs the same checks when it is imported."""
     try:
-        import torch
+        import torch  # noqa: F401  (the probe: no torch, ImportError)
 
         from .kernel_lib import load
 
         mod = load(strategy)
     except ImportError:
         return
-    tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    tdtype = torch_dtype(dtype)
     # persistent has its own (per-program, x PROGRAMS_PER_SM) shared-memory check
     smem_check = getattr(mod, "_check_smem", None) or getattr(mod, "check_smem", None)
     try:
@@ -158,12 +144,12 @@ def _model_candidates(strategy: str, M: int, N: int, K: int, dtype: str, dev: De
     """Candidate knob dicts for the model to rank: the schedule's own search space when it can
     be imported, else its defaults with the model's split factor / Stream-K policies."""
     try:
-        import torch
+        import torch  # noqa: F401  (the probe: no torch, ImportError)
 
         from .kernel_lib import load
 
         mod = load(strategy)
-        tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+        tdtype = torch_dtype(dtype)
         space = mod.search_space(M, N, K, tdtype, dev.sm_count)
         from dataclasses import asdict
 
@@ -296,7 +282,7 @@ def _grouped_knobs(sizes: list[tuple[int, int, int]], dtype: str, dev: Device) -
     fp32 search space's k-step; 64 would not fit two programs per SM)."""
     device_model = {"gpu": dev.name, "sm_count": dev.sm_count}
     try:
-        import torch
+        import torch  # noqa: F401  (the probe: no torch, ImportError)
 
         from .kernel_lib import load
 
@@ -309,7 +295,7 @@ def _grouped_knobs(sizes: list[tuple[int, int, int]], dtype: str, dev: Device) -
                       "device_model": device_model}
     from dataclasses import asdict
 
-    tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    tdtype = torch_dtype(dtype)
     cfg = mod.default_config(sizes, tdtype, dev.sm_count)
     chosen = {"how": "the schedule's default_config", "candidates_from": "its search space for this group",
               "device_model": device_model}
@@ -383,7 +369,6 @@ def finding_summary(f: Any) -> dict[str, Any]:
     return {k: d.get(k) for k in keep}
 
 
-COMM_PATTERNS = ("all_gather_matmul", "matmul_reduce_scatter")
 COMMON_WORLD_SIZES = (2, 4, 8)  # GPUs a tensor-parallel group usually spans (one node)
 
 
@@ -444,7 +429,6 @@ def generate_comm_overlap(
     return _finish(variant, filename, target)
 
 
-SPLIT_KV = "split_kv"  # decode attention split over the KV sequence (kernels/split_kv_attention.py)
 MAX_LQ = 16  # query positions the schedule takes (decode, speculative verify steps)
 
 
@@ -486,7 +470,7 @@ def _split_kv_knobs(shape: dict[str, int], dtype: str, dev: Device) -> tuple[dic
     device_model = {"gpu": dev.name, "sm_count": dev.sm_count}
     args = (shape["B"], shape["Hq"], shape["Hkv"], shape["Lq"], shape["S"], shape["D"])
     try:
-        import torch
+        import torch  # noqa: F401  (the probe: no torch, ImportError)
 
         from .kernel_lib import load
 
@@ -503,7 +487,7 @@ def _split_kv_knobs(shape: dict[str, int], dtype: str, dev: Device) -> tuple[dic
                       "candidates_from": "the schedule's Config defaults (torch/triton not importable here)"}
     from dataclasses import asdict
 
-    tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    tdtype = torch_dtype(dtype)
     cfg = mod.default_config(*args, tdtype, dev.sm_count)
     return asdict(cfg), {"how": "the schedule's default_config", "device_model": device_model,
                          "candidates_from": "its tile rules and the wave-efficiency split rule"}
@@ -534,12 +518,12 @@ def generate_split_kv(
     chosen_by = chosen_by or modelled
     final = coerce_knobs(SPLIT_KV, final)
     try:
-        import torch
+        import torch  # noqa: F401  (the probe: no torch, ImportError)
 
         from .kernel_lib import load
 
         cfg = load(SPLIT_KV).Config(**final)
-        tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+        tdtype = torch_dtype(dtype)
         if cfg.smem_bytes(shape["D"], tdtype) > 227 * 1024:
             raise ValueError(f"num_stages={cfg.num_stages}: K/V pipeline needs {cfg.smem_bytes(shape['D'], tdtype):,} bytes "
                              f"of shared memory, over the 227 KB of an sm_90 block")

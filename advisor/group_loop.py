@@ -31,8 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .generate import GROUPED, generate_grouped
-from .loop import NOISE_MARGIN, best_rows, complexity
+from . import gpu as _gpu
+from .basics import GROUPED, NOISE_MARGIN
+from .bench.tables import best_rows
+from .codegen import complexity
+from .generate import generate_grouped
 from .schedule_model import Device
 
 LOOP, GRAPH = "torch.matmul", "cuda_graph"
@@ -187,13 +190,11 @@ def run_group_loop(sizes: Sequence[tuple[int, int, int]], dtype: str, *, budget_
     """Time and verify one grouped launch of `sizes` against the loop (GPU), or generate the
     model-chosen grouped variant (no GPU; for `sm_count` SMs when given). Writes the variant into `out_dir` when given (on a
     GPU, whenever the grouped launch passed its check, with the measured knobs)."""
-    from . import loop as L
-
     sizes = [tuple(int(x) for x in s) for s in sizes]
     res = GroupResult(sizes, dtype, finding=finding)
     stem = finding["symptom"] if finding else "grouped"
     name = f"variant_{stem}_{len(sizes)}_gemms_{res.tag}.py"
-    if not L.gpu_present():
+    if not _gpu.gpu_present():
         if out_dir is not None:
             path = out_dir / name
             device = Device(sm_count=sm_count) if sm_count else None
@@ -204,7 +205,7 @@ def run_group_loop(sizes: Sequence[tuple[int, int, int]], dtype: str, *, budget_
         return res
     from .bench.isolate import run_group_isolated
 
-    dev, tuned = L.device_spec()
+    dev, tuned = _gpu.device_spec()
     workdir = (out_dir / f"work_grouped_{len(sizes)}_{res.tag}") if out_dir else None
     res.rows = run_group_isolated(sizes, dtype, budget_s, progress, suite=suite, label=res.shape, workdir=workdir)
     res.ran_on_gpu = True

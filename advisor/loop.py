@@ -24,24 +24,32 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .codegen import config_fields
+from . import gpu as _gpu
+from .basics import DTYPES, GEMM_STRATEGIES, NOISE_MARGIN, SPLIT_KV, parse_shape, torch_dtype
+from .bench.tables import best_rows, final_failures  # noqa: F401  (re-exported: the loops' row picking)
+from .codegen import complexity
 from .errors import AdvisorError
-from .generate import DTYPES, GEMM_STRATEGIES, SPLIT_KV, finding_summary, generate, parse_shape
-from .kernel_lib import source_path
+from .generate import finding_summary, generate
+from .rules import load_rules
 from .safeio import write_file
 from .textutil import cap_strings
 from .schedule_model import Device, rank
 
-# Which strategies to time for a symptom: the matrix's first choice, then the next best bet.
-STRATEGIES_FOR = {
-    "tail_wave": ["stream_k", "persistent"],
-    "small_grid_long_k": ["split_k", "stream_k"],
-    "hopper_no_ws": ["warp_specialization", "persistent"],
-    # the fallback where the dimension must stay (the headline remedy, pad_dimension, is a code
-    # change): these schedules copy misaligned operands into 16-byte-aligned buffers for TMA
-    # (their `staged` knob, set by their search spaces where kernels' staging_pays)
-    "misaligned_gemm": ["stream_k", "persistent"],
-}
+
+def strategies_for(rules=None) -> dict[str, list[str]]:
+    """symptom -> the strategies --run times for its GEMM: each rule's `[run] candidates` from
+    `rules` (a diagnosis's, e.g. a --rules copy), the bundled rule's where a rule has no [run]."""
+    merged = {s: r.run_candidates for s, r in load_rules().items()}
+    merged.update({s: r.run_candidates for s, r in (rules or {}).items() if r.run_candidates is not None})
+    return {s: list(c) for s, c in merged.items() if c}
+
+
+def __getattr__(name: str):
+    if name == "STRATEGIES_FOR":  # the old name: the bundled rules' candidates, read when asked
+        return strategies_for()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 # Strategies whose remedy changes the program, not one kernel: --run lists them in `skipped`.
 NOT_RUNNABLE = {
     "fusion": "fuse the elementwise kernels (torch.compile) or batch them (torch._foreach_* ops) in the program",
@@ -52,9 +60,6 @@ BASELINES = ("torch.matmul", "dp")
 CLUSTER_GEMM = "cluster_gemm"
 CLUSTER_GEMM_JOINS = ("warp_specialization", "persistent", "stream_k")
 CLUSTER_GEMM_DTYPES = ("bf16", "fp16")
-# A winner must beat the best baseline (and the observed kernel) by more than this: timing
-# spread between repeated medians on the H200 was a few percent.
-NOISE_MARGIN = 0.03
 
 
 @dataclass
@@ -131,84 +136,18 @@ class ShapeResult:
         }
 
 
-def _config_key(row: dict) -> tuple[str, str]:
-    return row.get("provider", ""), row.get("config") or ""
-
-
-def best_rows(rows: Sequence[dict]) -> dict[str, dict]:
-    """Each provider's best verified row (under `_key`): final (re-checked, re-timed) rows
-    before search rows, then the fastest; a config whose final re-check failed never counts."""
-    best: dict[str, dict] = {}
-    refuted = final_failures(rows)
-    for r in rows:
-        if r.get("status") != "ok" or not r.get("median_us") or _config_key(r) in refuted:
-            continue
-        key = (0 if r.get("phase") == "final" else 1, float(r["median_us"]))
-        if r["provider"] not in best or key < best[r["provider"]]["_key"]:
-            best[r["provider"]] = dict(r, _key=key)
-    return best
-
-
-def final_failures(rows: Sequence[dict]) -> set[tuple[str, str]]:
-    """(provider, config) pairs whose final re-check failed: their earlier passing search rows
-    must not stand in for them (a check on a fresh input set that fails is a real failure)."""
-    return {_config_key(r) for r in rows if r.get("phase") == "final" and r.get("status") != "ok"}
-
-
 def _clean(row: dict | None) -> dict | None:
     return None if row is None else {k: v for k, v in row.items() if not k.startswith("_")}
-
-
-def complexity(provider: str) -> tuple[int | None, int | None]:
-    """(lines of the schedule's kernel file, number of knobs) for one of our schedules."""
-    if provider not in GEMM_STRATEGIES:
-        return None, None
-    try:
-        return len(source_path(provider).read_text(encoding="utf-8").splitlines()), len(config_fields(provider))
-    except (OSError, AdvisorError):
-        return None, None
-
-
-def gpu_present() -> bool:
-    try:
-        import torch
-
-        return bool(torch.cuda.is_available())
-    except ImportError:
-        return False
-
-
-def device_spec() -> tuple[Device, dict]:
-    """The model's view of the current GPU, and the TUNED_FOR record of a variant."""
-    import torch
-
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    from .devices import lookup_gpu
-
-    known = lookup_gpu(props.name)
-    peak = known[1][5] if known and not math.isnan(known[1][5]) else 989.0
-    bw = known[1][4] if known else 3.35e12
-    dev = Device(name=props.name, sm_count=props.multi_processor_count, peak_tflops=peak, bandwidth_bytes_per_s=bw,
-                 compute_capability=f"{props.major}.{props.minor}")
-    tuned = {
-        "gpu": props.name,
-        "sm_count": props.multi_processor_count,
-        "compute_capability": f"{props.major}.{props.minor}",
-        "smem_per_block_bytes": getattr(props, "shared_memory_per_block_optin", None),
-    }
-    return dev, tuned
 
 
 def ordered_candidates(strategy: str, M: int, N: int, K: int, dtype: str, dev: Device) -> tuple[list, list[dict]]:
     """The schedule's candidates (default first, then its search space) in the model's order,
     plus the model's predictions for the report."""
-    import torch
-
     from .bench.runner import candidate_configs, model_order
     from .kernel_lib import load
 
     mod = load(strategy)
-    tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    tdtype = torch_dtype(dtype)
     cfgs = candidate_configs(mod, M, N, K, tdtype, dev.sm_count)
     ordered = model_order(strategy, cfgs, M, N, K, tdtype, dev.sm_count)
     preds = rank(strategy, [asdict(c) for c in ordered], M, N, K, DTYPES[dtype], dev, prune_ratio=math.inf)
@@ -241,7 +180,7 @@ def environment_for_cluster_gemm() -> tuple[tuple[int, int] | None, str | None]:
     except Exception:  # noqa: BLE001  (an unloadable schedule is "no Triton" to the gate, never an error)
         version = None
     cc = None
-    if gpu_present():
+    if _gpu.gpu_present():
         import torch
 
         try:
@@ -329,7 +268,7 @@ def run_shape_loop(
     strategies, note = with_cluster_gemm(strategies, dtype)
     res = ShapeResult(M, N, K, dtype, list(strategies), finding=finding, observed_ns=observed_ns, schedule_note=note)
     name = f"{finding['symptom']}_{M}x{N}x{K}" if finding else f"{strategies[0]}_{M}x{N}x{K}"
-    if not gpu_present():
+    if not _gpu.gpu_present():
         # Generate the files with the model's knobs; say how to run them where there is a GPU.
         first = strategies[0]
         if out_dir is not None:
@@ -347,7 +286,7 @@ def run_shape_loop(
         return res
     from .bench.isolate import run_shape_isolated
 
-    dev, tuned = device_spec()
+    dev, tuned = _gpu.device_spec()
     plan = {}
     for s in strategies:
         cfgs, preds = ordered_candidates(s, M, N, K, dtype, dev)
@@ -423,11 +362,12 @@ def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_
 
     # One run per shape, with the strategies of every finding on it (tail_wave and
     # hopper_no_ws often flag the same GEMM), the highest-ranked finding's first.
+    candidates = strategies_for(getattr(diagnosis, "rules", None))
     strategies_of: dict[tuple, list[str]] = {}
     for f in diagnosis.findings:
-        if f.shape is not None and f.symptom in STRATEGIES_FOR:
+        if f.shape is not None and f.symptom in candidates:
             chosen = strategies_of.setdefault(shape_key(f), [])
-            chosen.extend(x for x in STRATEGIES_FOR[f.symptom] if x not in chosen)
+            chosen.extend(x for x in candidates[f.symptom] if x not in chosen)
     results, seen = [], set()
     for f in diagnosis.findings:
         grouped = (f.suggestion or {}).get("schedule") == "grouped" and (f.suggestion or {}).get("shapes")
@@ -473,7 +413,7 @@ def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_
                 skipped.append(SkippedFinding(f.symptom, f.kernel, dict(f.shape or {}),
                                               f"strategy {f.strategy}: {NOT_RUNNABLE[f.strategy]}; nothing to time"))
             continue
-        if f.shape is None or f.symptom not in STRATEGIES_FOR:
+        if f.shape is None or f.symptom not in candidates:
             continue
         s = f.shape
         key = shape_key(f)
@@ -519,8 +459,8 @@ def write_run_report(results: Sequence[ShapeResult], out_dir: Path, rules=None, 
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = [row for r in results for row in r.rows]
     device, versions = None, {}
-    if gpu_present() and any(r.ran_on_gpu for r in results):
-        device = device_spec()[1]
+    if _gpu.gpu_present() and any(r.ran_on_gpu for r in results):
+        device = _gpu.device_spec()[1]
         first = next((row for row in rows), {})
         versions = {"torch": first.get("torch", "?"), "triton": first.get("triton", "?")}
     images = {}

@@ -235,7 +235,7 @@ def _run_unaligned(res: Optimized, trace, budget_s, run_dir, progress_for, log) 
     """Unaligned GEMMs no finding names: a padding change each, and a run of the schedules
     that stage misaligned operands for TMA (stream_k, persistent) against cuBLAS."""
     from . import loop
-    from .generate import DTYPES
+    from .basics import DTYPES
     from .remedies import pad_change_for
 
     from .remedies import PAD_TO

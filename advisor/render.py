@@ -103,7 +103,7 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    from .generate import DTYPES, GEMM_STRATEGIES  # here: generate imports this module
+    from .basics import DTYPES, GEMM_STRATEGIES
     from .schedule_model import Device
 
     # What `advisor generate` accepts, so a report suggests only commands that run (a code

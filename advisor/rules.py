@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .basics import GEMM_STRATEGIES
 from .errors import AdvisorError
 from .resources import rules_dir
 
@@ -37,6 +38,9 @@ class Rule:
     # per-pattern strategy ids where one symptom has several remedies (launch_overhead: a
     # loop of GEMMs is grouped, an elementwise stream fused...): the `[strategies]` table
     strategies: dict[str, str] = field(default_factory=dict, hash=False)
+    # what --run times for this symptom's GEMM, in order (the `[run] candidates` list); None
+    # where the file has no [run] table (the run loop then takes the bundled rule's)
+    run_candidates: tuple[str, ...] | None = None
 
     def strategy_for(self, pattern: str) -> str:
         """The strategy id the rule names for `pattern`, else the rule's own."""
@@ -76,6 +80,12 @@ def _load_one(path: Path) -> Rule:
     strategies = data.get("strategies") or {}
     if not isinstance(strategies, dict) or not all(isinstance(v, str) and v.strip() for v in strategies.values()):
         raise AdvisorError(f"{path}: [strategies] maps a pattern to a strategy id (a non-empty string)")
+    run = data.get("run") or {}
+    candidates = run.get("candidates") if isinstance(run, dict) else None
+    if "run" in data and (not isinstance(candidates, list)
+                          or not all(c in GEMM_STRATEGIES and c != "dp" for c in candidates)):
+        raise AdvisorError(f"{path}: [run] candidates lists GEMM strategy ids to time, each one of "
+                           f"{', '.join(s for s in GEMM_STRATEGIES if s != 'dp')}")
     enabled = data.get("enabled", True)
     if not isinstance(enabled, bool):
         raise AdvisorError(f"{path}: 'enabled' must be true or false")
@@ -89,6 +99,7 @@ def _load_one(path: Path) -> Rule:
         thresholds=thresholds,
         source=path.name,
         strategies={str(k): v.strip() for k, v in strategies.items()},
+        run_candidates=tuple(candidates) if "run" in data else None,
     )
 
 

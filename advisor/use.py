@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable
 
 from .errors import AdvisorError
 
-_DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+from .basics import TORCH_DTYPE_NAMES as _DTYPE_NAMES
 
 
 @dataclass

@@ -43,9 +43,9 @@ What
     `record_stream`, so their memory is not reused before the collective has read it.
 
     Transports (`transport`): "nccl" runs each chunk's collective as a NCCL kernel on the
-    communication stream. That kernel holds SMs (24 CTAs for the ring on 2 H200s) while the
+    communication stream. That kernel holds SMs (a few dozen CTAs for the ring) while the
     chunk GEMMs run, and cuBLAS's persistent GEMMs, sized to every SM, then run a second
-    partial wave: measured on 2 H200s, chunk GEMMs ran 1.9-2.7x slower beside the NCCL kernel
+    partial wave: chunk GEMMs ran about twice as slow beside the NCCL kernel
     (capping NCCL at 16 CTAs, `comm_ctas`, or leaving SMs free with `sm_carveout` did not
     recover it). "p2p" moves the bytes with copy-engine copies from the peers' symmetric-
     memory buffers over NVLink (cudaMemcpy: no SMs), ordered across GPUs by barrier kernels
@@ -78,11 +78,10 @@ When it wins
     collective is tiny (decomposition overhead: more, smaller kernels) or when the GEMM
     chunks fall below a wave of tiles. Time spent waiting for a slower rank is not hidden
     by any of this (advisor reports it as wait_ns).
-    Measured (2 H200s over NVLink, bf16, CUDA graphs, bench/bench_comm_overlap.py, see
-    docs/schedules/comm_overlap.md): transport="p2p" with 2 chunks beat the unoverlapped sequence by
-    1.22-1.69x on all 12 suite shapes where communication is >= a quarter of the step; the
-    NCCL transport by 0.95-1.26x. Replayed eagerly on that machine's slow host, most shapes
-    lose (0.36-1.33x): graph-capture the step.
+    On two GPUs over NVLink, transport="p2p" with 2 chunks beat the unoverlapped sequence on
+    every shape where communication is a quarter of the step or more, the NCCL transport by
+    less; replayed eagerly on a slow host most shapes lose, so graph-capture the step
+    (docs/schedules/comm_overlap.md).
 
 Caveats
     - NCCL kernels occupy SMs (a few CTAs each) while the GEMM runs: a chunked GEMM can be a

@@ -257,8 +257,8 @@ def mac_loop(
     rn = rn % N
     # Triton marks an integer argument divisible only when it divides by 16; a K of 8200 (rows
     # 16-byte aligned: 8200 = 8 x 1025) then left A's loads 2 bytes wide and a 128x128
-    # data-parallel launch on 1664x1408x8200 took 1.2 ms against 94 us at K = 8192 (H200,
-    # 2026-11-29). The host measured each stride's power-of-two factor (HINTS); say so on the
+    # data-parallel launch on 1664x1408x8200 took 1.2 ms against 94 us at K = 8192 (H200).
+    # The host measured each stride's power-of-two factor (HINTS); say so on the
     # offsets (on the scalar strides the hint is not used). Inline on purpose: the same
     # multiple_of in a helper @triton.jit function did not reach the loads (sm_90 compile
     # check, split-K at 1664x1408x8200: 167 registers again instead of 96).

@@ -28,11 +28,9 @@ that runs the same group repeatedly (an MoE layer every step) should time and us
 When it wins
 ------------
 The matrix's "streams of tiny back-to-back kernels with launch gaps" symptom: a Python loop
-of small cuBLAS calls pays a launch per GEMM and leaves most SMs idle in each small kernel.
-Measured on the H200 for 64 products of 128..512: 672 us as a loop of torch.matmul (about
-10 us per GEMM), 226 us as that loop captured in a CUDA graph (about 17 TFLOP/s), for about
-4 GFLOP of work that the tensor cores could do in well under 10 us. One persistent
-launch removes both the launch gaps and the idle SMs. It stops paying when the group is a
+of small cuBLAS calls pays a launch per GEMM and leaves most SMs idle in each small kernel:
+even captured in a CUDA graph, such a loop runs far below what the tensor cores could do
+(docs/schedules/grouped.md has the numbers). One persistent launch removes both the launch gaps and the idle SMs. It stops paying when the group is a
 handful of large GEMMs (each already fills the GPU: call them one by one) or when all
 members share K and N (then `torch._grouped_mm` / a batched GEMM is the tuned library path).
 
@@ -51,9 +49,8 @@ Caveats
   the largest power of two (up to 16 bytes' worth) dividing every A and B offset and
   leading stride and the sizes their vectors run along (K of a row-major A, N of a
   row-major B); and ALIGN_C, the same for C's offsets, row stride and N. M joins neither,
-  so a ragged M (tokens per expert) keeps the fast path: on the H200 (2026-12-02,
-  `experiments/probe_grouped_alignment.py`) 64 experts with M in 1..512 and K = N = 1024 took
-  102 us, against 997 us when every odd M lowered the promise to 1. With ALIGN = 16 bytes
+  so a ragged M (tokens per expert) keeps the fast path (an odd M lowering the promise to 1
+  made such a group several times slower). With ALIGN = 16 bytes
   the loads are 16-byte cp.async into a `num_stages` ring and the stores 16-byte vectors
   (checked in the sm_90 PTX by `--compile-sm90`); even sizes give 4-byte cp.async; an odd
   K or N (K = 129 in bf16) gives 2-byte synchronous loads and runs several times slower.
@@ -61,14 +58,10 @@ Caveats
   copies every A_i and B_i into zero-padded, 16-byte aligned row-major slots of one buffer
   (a second kernel, `stage_copy_kernel`; K and N rounded up to 16 bytes' worth, the zeros add
   nothing to C), so the GEMMs get the full promise, and only C's stores stay narrow. The
-  search space leads with staged configs for 16-bit groups with an odd K or N. On the H200
-  (`experiments/results/probe_grouped_alignment/`, `probe_grouped_staged_configs/`) the example
-  trace's 64 odd GEMMs took 226 us unstaged and 64 us staged with the default config (64x128
-  tiles; 81 us with 128x128); the copy alone took ~22 us on the bench's aligned group of the
-  same size (staged against unstaged, 52 MB moved), so about a third of that;
-  `torch._grouped_mm` on operands padded once, outside the timed call, 47 us. The copy's
-  loads are 2-byte where rows are odd, but run along each source's unit stride: with a
-  row-major source read down its columns the copy alone took ~35 us.
+  search space leads with staged configs for 16-bit groups with an odd K or N: staged, the
+  example trace's odd GEMMs run several times faster, the copy taking about a third of the
+  time (docs/schedules/grouped.md). The copy's loads are 2-byte where rows are odd, but run
+  along each source's unit stride (a row-major source read down its columns is slower).
   Where the operands can stay padded (to multiples of 8, as `torch._grouped_mm` requires
   anyway), pad them once instead.
 * Outputs share one allocation (each C_i is a contiguous view into it); pass `out=` to
@@ -80,8 +73,8 @@ Caveats
   K-major (kernels/tf32_layout.py), so a group of row-major fp32 A_i and B_i runs swapped on
   pointer loads: C_i^T = B_i^T A_i^T, with B_i^T fed to the MMA from registers, A_i^T
   K-major and C_i^T stored column-major into C_i (the plan's `swapped`; an A strided in K
-  goes through registers in place, `a_regs`). On the H200 (2026-12-01) the 64 mixed
-  128..512 GEMMs took 47.1 us so, against 92.5 us with 4-byte transposing copies of B.
+  goes through registers in place, `a_regs`): about twice as fast as transposing copies of
+  B (docs/schedules/grouped.md).
 
 Where the idea comes from
 -------------------------
@@ -543,7 +536,7 @@ class _Staging:
         self.sched_dev = blob[table.size:].view(torch.int32)
         self.num_tiles = int(tiles.shape[0])
         # one program a tile: many resident programs keep enough 2-byte loads of odd rows in
-        # flight (a persistent grid of 4 per SM copied at ~1.2 TB/s on the H200, 2026-12-02)
+        # flight (a persistent grid of 4 per SM copied at ~1.2 TB/s on the H200)
         self.grid = max(1, self.num_tiles)
         self.src = As[0]
         self.align = per
@@ -837,7 +830,7 @@ def search_space(sizes: Sequence[tuple[int, int, int]], dtype: torch.dtype = tor
         return out[:12]
     # odd sizes: staged pointer configs, the measured leaders first, then two staged TMA ones
     # (the slots are aligned row-major), then the unstaged best guess and the next one. On the
-    # H200 (2026-12-02, experiments/probe_grouped_staged_configs.py: the example trace's 64 GEMMs and
+    # H200 (experiments/probe_grouped_staged_configs.py: the example trace's 64 GEMMs and
     # two seeded draws of 64 odd sizes in 128..512) 64x128 with two programs per SM, 128x128
     # with 8 warps and 128x64 were the three fastest on every group, 1.21-1.31x the staged
     # 128x128 with 4 warps, and the staged TMA 128x128 0.63-0.66x it.

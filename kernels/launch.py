@@ -3,12 +3,10 @@
 Why: every `kernel[grid](*args, **kwargs)` call makes Triton bind and specialize each
 argument again (one native call per argument, a generated Python binder, the cache key, a
 check of the kernel's global variables, the launch-metadata dict and two hook chains). Our
-Stream-K kernel has ~70 parameters; on the H200 (2026-12-01, experiments/profile_host.py) that path
-was about half of an eager `stream_k_gemm.matmul` call (~100 us), which made eager calls on
-the tail shapes host-bound (~58 us of GPU work). With this path, the same process timed the
-schedules' host time 19-37% lower than before, and eager do_bench of Stream-K on
-1664x1408x8192 fell from 124 to 73 us while its graph-timed GPU time stayed 64-66 us
-(experiments/results/host_overhead/, H200, 2026-12-01).
+Stream-K kernel has ~70 parameters; that path was about half of an eager
+`stream_k_gemm.matmul` call, which made eager calls on the tail shapes host-bound. This path
+takes a fifth to a third off the schedules' host time and leaves their GPU time as it was
+(docs/host_overhead.md).
 
 How: the first call with a given specialization goes through Triton's normal path, which
 compiles (or finds) the kernel and returns it. We remember that compiled kernel under a key

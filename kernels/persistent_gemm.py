@@ -35,9 +35,9 @@ Caveats
       feed a strided A through registers and swap a strided B into A's place, as dp does.
       With `copy_sms` (the fp32 default on GPUs of 64+ SMs) a row-major B is copied in column
       chunks instead, all but the first by a few programs on a side stream while the GEMM
-      computes the chunks before on the other SMs (`copy_beside`). H200, 2026-12-01: 804
-      against 840 us on 4096x4096x8192, 3245 against 3322 on 8192^3. The chunk plan comes
-      from the H200's rates per SM, scaled by the SMs a GPU has (`copy_beside_chunks`); on
+      computes the chunks before on the other SMs (`copy_beside`): a few percent faster than
+      copying B first (docs/schedules/persistent.md). The chunk plan comes from the rates per
+      SM measured on one GPU, scaled by the SMs a GPU has (`copy_beside_chunks`); on
       another GPU the rate of an SM differs too (clocks, tensor rate), and a plan that lets
       the GEMM wait for a chunk costs time, so measure before relying on it there.
     - TMA needs 16-byte aligned base pointers and leading strides, and a unit stride in the
@@ -47,9 +47,8 @@ Caveats
       it, is computed in one and copied out), one pass over that tensor. With config=None the
       default config stages where the copies cost less than half the GEMM's ideal time
       (`staging_pays`) and falls back to pointer loads otherwise. Misaligned rows cost the
-      pointer loads their vector width: on the H200 (2026-12-01) a Stream-K GEMM of
-      2000x2900x8192 (B rows of 5800 bytes) took 1010 us on pointer loads, and
-      torch.matmul 395 us.
+      pointer loads their vector width (several times slower than torch.matmul on such a
+      shape, docs/schedules/persistent.md).
     - For fp32 (tf32) inputs a transposed operand is legal but slower (wgmma wants tf32
       operands K-major; Triton reshuffles them).
     - PROGRAMS_PER_SM=2 only helps when two programs' shared memory fits one SM (228 KB).
@@ -268,10 +267,9 @@ def _stage_copy_kernel(src, dst, rows, cols, src_row_stride, dst_row_stride,
 
 def aligned_copy(x: torch.Tensor) -> torch.Tensor:
     """`x` copied into an aligned_empty buffer. A row-major source whose rows start on 8-byte
-    boundaries goes through _stage_copy_kernel, anything else through torch's copy_. On the H200
-    (2026-12-01, experiments/results/staging/) copy_ into the padded view moved ~1.5 TB/s (read +
-    write), the kernel 2.0-2.6 TB/s on 8-byte aligned rows (1664x8196 bf16: 22.8-23.3 against
-    36.9-37.6 us) but 1.0 TB/s on 2-byte aligned ones (4096x4095: 66.9 against 44.6 us)."""
+    boundaries goes through _stage_copy_kernel, anything else through torch's copy_: the kernel
+    beats copy_ on 8-byte aligned rows and loses to it on 2-byte aligned ones
+    (docs/schedules/persistent.md)."""
     dst = aligned_empty(*x.shape, x.dtype, x.device)
     rows, cols = x.shape
     if x.stride(1) != 1 or x.numel() == 0 or x.data_ptr() % 8 or (x.stride(0) * x.element_size()) % 8:
@@ -314,7 +312,7 @@ def default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> 
 
 # copy_beside's default: 4 copy programs (4 of 132 SMs on the H200), at most 6 chunks; on
 # 4096x4096x8192 and 8192^3 fp32 this beat copying B first by 4.3% and 2.4% (H200,
-# 2026-12-01, experiments/results/probe_configs/h200_2026-12-01_balanced_copy_beside_3.txt), and
+# experiments/results/probe_configs/h200_2026-12-01_balanced_copy_beside_3.txt), and
 # where no chunk plan hides anything it is one chunk, the copy-first path.
 COPY_BESIDE_SMS, COPY_BESIDE_CHUNKS = 4, 6
 
@@ -352,9 +350,9 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
     if dtype == torch.float32 and min(M, N) > 512:
         # fp32 with a row-major B: pointer loads swap the operands (tf32_layout; the tile
         # becomes 128x256, B^T through registers, no copy of B) where the TMA configs copy B
-        # K-major first. H200, 2026-12-01 (experiments/probes/balanced_tf32_swap.json, 3 rounds):
+        # K-major first. H200 (experiments/probes/balanced_tf32_swap.json, 3 rounds):
         # 835.7 against 857.3 us on 4096x4096x8192, but 3437 against 3292 on 8192^3; in the
-        # bench run that followed (20261201T175839Z-862) level on 4096x4096x8192 (871.8
+        # bench run that followed level on 4096x4096x8192 (871.8
         # against 865.8). Stream-K's tail winners on fp32 are this tile (tf32_swap_points).
         candidates.insert(0, Config(256, 128, 64, 8, 8, 3, 1, False, False, False))
         # and the TMA winner with its copy of B hidden behind the GEMM (copy_beside), at two
@@ -553,7 +551,7 @@ def copy_beside_applies(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, confi
     return copy_wanted(M, N, K, K * N)
 
 
-# The chunk plan's rates (H200, 2026-12-01, experiments/results/probe_copy_beside/), both on the
+# The chunk plan's rates (H200, experiments/results/probe_copy_beside/), both on the
 # safe side, since a side copy that falls behind stalls the GEMM while a first chunk larger
 # than needed only costs its copy at the whole GPU's rate (~4 TB/s): one copy program beside
 # the GEMM moved 55 GB/s (69 alone), and the GEMM ran 128x256 fp32 tiles at up to 380
@@ -573,9 +571,9 @@ def copy_beside_chunks(M: int, N: int, K: int, config: Config, programs: int) ->
     s columns. Chunks are
     whole rounds of the grid (`programs` programs, programs // tiles-per-column columns)
     where they can be; the first chunk is the smallest that lets the rest follow without a
-    stall in at most copy_chunks chunks (all of B, one chunk, where none does). On the H200,
-    4 copy programs: 4096x4096x8192 with 128x256 tiles gives 12 + 4 columns (the side copy
-    is slower than the GEMM there), 8192^3 gives 8 + 6 + 6 + 6 + 6."""
+    stall in at most copy_chunks chunks (all of B, one chunk, where none does). E.g. with 132
+    SMs and 4 copy programs, 4096x4096x8192 in 128x256 tiles gives 12 + 4 columns (the side
+    copy is slower than the GEMM there), 8192^3 gives 8 + 6 + 6 + 6 + 6."""
     BN = config.BLOCK_N
     tiles_m, tiles_n = cdiv(M, config.BLOCK_M), cdiv(N, BN)
     step = max(1, programs // tiles_m)

@@ -17,8 +17,8 @@ What
                  deterministic: fp32 additions happen in arrival order, so the last bits can
                  differ from run to run. Spreading a tile's adds over several sum buffers
                  (fewer adds queued per address) only made 32x32x131072 slower: the last
-                 arriver's read-out is a latency chain, not the adds (H200, 2026-12-01,
-                 experiments/results/probe_configs/README.md).
+                 arriver's read-out is a latency chain, not the adds
+                 (docs/schedules/split_k.md).
     "two_phase"  each program stores its partial into a workspace [SPLIT_K, M, N]; a second,
                  small kernel sums the SPLIT_K partials of each element in split order and
                  casts. Deterministic. Two launches; the partials make a round trip through
@@ -35,7 +35,7 @@ What
 
 When it wins
     Memory-bound skinny GEMMs. Their floor is the bytes: (MK + KN + MN) x element size at
-    ~4.3 TB/s on an H200; e.g. 16x4096x16384 in bf16 is 134 MB, 31 us, and 97% of it is B.
+    the device's bandwidth; e.g. 16x4096x16384 in bf16 is 134 MB, and 97% of it is B.
     With BLOCK_M >= M every B element belongs to exactly one program, which streams its B
     chunk once with 16-byte coalesced loads (BLOCK_N or BLOCK_K contiguous, whichever B's
     layout makes contiguous) and a deep pipeline (num_stages 4-6) to keep ~100 KB in flight
@@ -99,13 +99,13 @@ from .dp_gemm import (
 from .launch import Recorder, call_key, replay
 from .tf32_layout import a_through_registers, matmul_swapped, tf32_operands
 
-# "atomic" computed wrong outputs on the H200 (Triton 3.6, 2026-11-29: rel. error 0.47-0.58
+# "atomic" computed wrong outputs on the H200 (Triton 3.6: rel. error 0.47-0.58
 # for 128-row tiles) while passing under the CPU interpreter, which runs one program at a time
 # and cannot show a race. Cause, read off the sm_90 TTGIR: the last arriver loaded the sums and
 # then stored zeros over them, and Triton gave the load and the store different thread layouts
 # (#blocked1 vs #blocked), so one thread could zero an element before another had read it. The
-# read-and-clear is now one atomic exchange per element. Re-checked on the H200 (2026-12-01,
-# experiments/check_atomic_reductions.py): 60 back-to-back launches each of 128-, 64- and 32-row tiles,
+# read-and-clear is now one atomic exchange per element. Re-checked on the H200
+# (experiments/check_atomic_reductions.py): 60 back-to-back launches each of 128-, 64- and 32-row tiles,
 # splits 2-128, every 5th checked against float64, scratch left zeroed.
 REDUCTIONS = ("atomic", "two_phase", "fixup")
 
@@ -226,11 +226,9 @@ def _tf32_wide_point(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -
     """fp32 with M >= 256 and N >= 128: a 256x128 tile on 8 warps, split for one wave. With a
     row-major B, matmul swaps the operands (tf32_layout) and transposes the tile to 128x256,
     so the operand fed to the MMA from registers (B^T) is read out of shared memory once per
-    256 output columns instead of 128. On the H200 (2026-12-01, experiments/probes/
-    skinny_tf32_split_k.json, 5 rounds) it ran 512x512x65536 in 114.0 us against 137.5 for the
-    128x128 default (torch.matmul 145.4); with the tile the other way round (128x256: B^T read
-    out once per 128 columns) 138.2. On 256x256x131072 (two tiles, split 64) it lost, 78.0
-    against 73.1 us: twice the partial bytes of 128x128 tiles split 32."""
+    256 output columns instead of 128. It beat the 128x128 default (and the tile the other way
+    round) on 512x512x65536, and lost on 256x256x131072 (two tiles, split 64: twice the
+    partial bytes of 128x128 tiles split 32); docs/schedules/split_k.md."""
     if dtype != torch.float32 or M < 256 or N < 128:
         return None
     tiles = cdiv(M, 256) * cdiv(N, 128)
@@ -242,12 +240,10 @@ def _tf32_deep_k_point(bm: int, bn: int, bk: int, split: int, dtype: torch.dtype
     """fp32: the one-wave recipe's tile with the 16-bit BLOCK_K kept (for_dtype halves it) and
     as many stages as fit in 192 KB. With a row-major B the swapped kernel feeds B^T to the MMA
     from registers; half the K-steps pay off where the tile is tall, likely because each step
-    waits for that read-out (not profiled). On the H200 (2026-12-01, experiments/probes/skinny_tf32_small*.json, 5 rounds
-    twice) 128x64x64 at 4 stages ran 128x8192x8192 in 81.6 and 83.2 us against 94.0 and 94.3
-    for 128x64x32 at 6 (and 87.8 at 8 stages, the same 192 KB: the step count, not the bytes
-    in flight); torch.matmul 90.2 and 85.4. Only tiles whose 16-bit BLOCK_K is 64 (128 rows,
-    `_tile_for`) get it: kept at 128, shorter tiles lost (64x64x128 at 3 stages 66.5 against
-    62.3 us on 64x4096x14336, 16x64x128 at 4 stages 70.9 against 65.7 on 16x4096x16384)."""
+    waits for that read-out (not profiled): 128x64x64 at 4 stages beat 128x64x32 at 6 and at 8
+    (the same 192 KB: the step count, not the bytes in flight, decides). Only tiles whose
+    16-bit BLOCK_K is 64 (128 rows, `_tile_for`) get it: kept at 128, shorter tiles lost
+    (docs/schedules/split_k.md)."""
     if dtype != torch.float32 or bk > 64:
         return None
     stages = _stages(bm, bn, bk, dtype.itemsize, budget=192 * 1024)
@@ -260,9 +256,9 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
     """At most 12 candidates for a skinny, memory-bound problem: the default, its atomic
     twin and the default's recipe for the other tiles first, then the many-programs splits.
 
-    Measured on the H200 (2026-11-29): splitting for one wave of deep-pipelined programs (one
-    ~160 KB program per SM) read B at only 1-1.5 TB/s, 2.5-4x the HBM floor: one program per
-    SM cannot keep enough loads in flight. So after the default, the space splits for about
+    Splitting for one wave of deep-pipelined programs (one ~160 KB program per SM) read B at
+    a fraction of the HBM bandwidth: one program per SM cannot keep enough loads in flight
+    (docs/schedules/split_k.md). So after the default, the space splits for about
     4 and 8 programs per SM with pipelines of at most ~56 KB (3-4 programs resident per SM),
     for the default tile, a narrower one and 64x64 tiles, under both deterministic
     reductions (the one-launch fixup only while its partial reads stay small); the atomic
@@ -276,7 +272,7 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
         tiles_to_try.append((64, 64, 128))
     default = default_config(M, N, K, dtype, num_sms)
     out: list[Config] = [default]
-    # the one-launch atomic reduction (read-and-clear fixed 2026-11-29, see REDUCTIONS) for the
+    # the one-launch atomic reduction (read-and-clear fixed, see REDUCTIONS) for the
     # default tile, ahead of the rest so that truncation to 12 keeps it
     atomic: list[Config] = []
     if effective_split(K, default.BLOCK_K, default.SPLIT_K)[0] > 1:
@@ -285,7 +281,7 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
     if wide is not None:
         atomic.append(wide)
     # the default's recipe (one wave of deep-pipelined programs) for the other tiles, also
-    # ahead of the rest: on the H200 (2026-11-29, experiments/probes/skinny_split_k*.json) 128x64
+    # ahead of the rest: on the H200 (experiments/probes/skinny_split_k*.json) 128x64
     # tiles without a split beat every split config on 128x8192x8192 (40-41 us against 45;
     # cuBLAS runs 128x64 tiles there too) and 64x64 tiles split 2 beat the 64x128 default on
     # 64x4096x14336 (33.3 against 34.6 us)

@@ -34,8 +34,8 @@ What
 
 When it wins
     Decode is memory-bound: the floor is reading K and V once, 2 x B x Hkv x S x D x element
-    bytes at ~4.27 TB/s on an H200 (33.5 MB, 7.9 us at batch 1, 8 kv-heads, D 128, S 8192 in
-    bf16). It wins where B x Hkv (x row blocks) programs under-fill the SMs and S is long; the
+    bytes at the device's bandwidth (33.5 MB at batch 1, 8 kv-heads, D 128, S 8192 in bf16).
+    It wins where B x Hkv (x row blocks) programs under-fill the SMs and S is long; the
     split count follows FlashAttention's public heuristic (`num_splits_for`): the smallest
     split whose wave efficiency n / (ceil(n / slots) x slots), n = programs, is within 85% of
     the best over candidate splits, with at least MIN_CHUNK keys a split. K and V tiles are

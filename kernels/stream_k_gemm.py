@@ -13,9 +13,8 @@ What
     aligned=False (contiguous ranges, the Stream-K paper's)
         the region's tiles laid end to end (sk_tiles x iters iterations), split evenly into
         one contiguous range a program. Concurrent programs then sit at staggered K offsets
-        and share few operand panels in the L2 (Nsight Compute, H200, 1664x1408x8192 all
-        Stream-K: tensor pipe 64% busy against 95% in data-parallel tiles, 2.7x the
-        compulsory DRAM traffic).
+        and share few operand panels in the L2: the tensor pipe starves and DRAM traffic
+        grows well past the compulsory bytes (docs/schedules/stream_k.md).
     aligned=True
         each region tile cut into `chunks` equal K-chunks (`aligned_chunks`: one round of
         units when the region is at most half a wave, e.g. 11 tail tiles x 12 chunks on 132
@@ -28,8 +27,8 @@ What
         Where the pieces fit one round of programs they need no K-chunks at all (forced by
         whole_pieces): the region is then a round of small data-parallel pieces, stored
         directly, with no fixup; their loops read little a step, so SK_STAGES gives them a
-        deeper pipeline than the big tiles' (5 against 3 stages for 64x128 pieces of 128x256
-        tiles: 16-17 against 26.5 us a piece on the H200). With edge_first, a last tile
+        deeper pipeline than the big tiles' (e.g. 5 against 3 stages for 64x128 pieces of
+        128x256 tiles). With edge_first, a last tile
         column that N leaves ragged comes first in the tile order, so its tiles are the
         region's, and their column pieces wholly right of N are dropped instead of computing
         zeros (2176^2 in 128x256 tiles: a region of 25 pieces of 128x128 where 21 whole tiles
@@ -40,8 +39,8 @@ What
     deterministic=True (default): fp32 partials in per-contributor workspace slots.
         Contiguous: the program whose arrival completes the tile's counter ("last arriver")
         sums all partials in contributor order and stores the tile. Aligned: a cooperative
-        fixup, because one SM reading all partials was the bottleneck (12-way split 128x128
-        tiles: ~18 us on one SM; per-program timestamps, H200). Each contributor counts its
+        fixup, because one SM reading all partials was the bottleneck (per-program
+        timestamps, docs/schedules/stream_k.md). Each contributor counts its
         arrival in the tile's word (low 16 bits), and after its data-parallel tiles claims a
         slice (high bits): the k-th claimer, finding every partial in, sums row slice k; a
         claim that finds partials missing leaves its slice to the final arrival, which sums
@@ -50,20 +49,18 @@ What
     deterministic=False: contributors `atomic_add` their partials into one fp32 buffer per
         split tile. Aligned: the same cooperative read-out, each claimer taking its row slice
         out of the running sum (a load, a barrier, zeros stored back), so a claim moves 1/chunks
-        of a tile instead of a tile's worth of partials (claims 2-3 us against 4-5 us on the
-        tail shapes, H200). Contiguous: the last arriver takes the whole sum out with one
-        atomic exchange per element (a load then a store of zeros raced on the H200 without
-        a barrier: Triton gave them different thread layouts) and stores the tile. fp32
+        of a tile instead of a tile's worth of partials. Contiguous: the last arriver takes the
+        whole sum out with one atomic exchange per element (a load then a store of zeros
+        races without a barrier: Triton gives them different thread layouts) and stores the
+        tile. fp32
         additions in arrival order: not bit-reproducible.
 
-    Two options of the aligned fixup (measured on the H200, experiments/results/probe_configs/):
-    tma_hand_in hands a partial in as bulk TMA operations from shared memory (a reduce-add
-    into the sum, or a store into the slot; the arrival then waits for their completion),
-    which made the atomic 128x256 tile 2-4% faster on 3072^2x4096 but the 128x128 one slower
-    (the hand-in is bound by the L2 taking every program's partial at once, not by issuing
-    it). helper_claims lets the programs a plan leaves without Stream-K work claim the split
-    pieces whole after their data-parallel tiles; they read ~14 KB/us each, so it only pays
-    where they have little to read (3072^2x4096: 2-4% faster; 2176^2 and 2304^2: slower).
+    Two options of the aligned fixup: tma_hand_in hands a partial in as bulk TMA operations
+    from shared memory (a reduce-add into the sum, or a store into the slot; the arrival then
+    waits for their completion); it helps big tiles only, since the hand-in is bound by the L2
+    taking every program's partial at once, not by issuing it. helper_claims lets the
+    programs a plan leaves without Stream-K work claim the split pieces whole after their
+    data-parallel tiles; one SM reads slowly, so it pays only where they have little to read.
 
     No program ever waits for another (no spin-wait): the schedule cannot deadlock whatever
     the launch order, and the CPU interpreter (programs one at a time, pid order) runs it
@@ -84,15 +81,10 @@ What
 When it wins
     GEMMs whose tile count leaves a partial last wave on a big GPU, e.g. on 132 SMs:
     1664x1408 (143 tiles of 128x128), 2176^2 (153 of 128x256), 2304^2 (162), 3072^2 (288),
-    4224^2 (561). Measured on the H200 (bench/RESULTS.md): aligned + TMA hybrid1 is our
-    fastest schedule on all five, 1.12-1.40x our data-parallel baseline (1.20x geomean, run
-    20261201T074432Z-430), with 64-row pieces (SK_SPLIT_M=2) on 1664x1408, whole quarter
-    pieces on 2304^2 (1.04-1.05x cuBLAS in runs 20261201T101147Z-451 and -1055) and the ragged
-    column first on 2176^2 (1.01x in run 20261201T111559Z-537), but 0.90-1.05x cuBLAS a shape
-    (0.91-0.99x geomean over the runs of 2026-11-29 and 2026-12-01, 0.99x in run -537;
-    cuBLAS's own times moving by up to 12%: the H200 runs these
-    GEMMs at its 700 W cap, its SM clock 1390-1580 MHz after a second of them,
-    experiments/probe_clocks.py).
+    4224^2 (561). Aligned + TMA hybrid1 is our fastest schedule on all five, with 64-row
+    pieces (SK_SPLIT_M=2) on 1664x1408, whole quarter pieces on 2304^2 and the ragged column
+    first on 2176^2; against cuBLAS it is about even. The measurements, and what each
+    option gained: docs/schedules/stream_k.md (tables: docs/results.md, "tail").
     cuBLAS picks tiles that Triton's power-of-two blocks cannot express, so that the waves
     come out nearly full and no fixup is needed: 128x160 on 1664x1408 (117 tiles, one wave),
     320x128 on 2176^2, 192x192 on 3072^2 and 4224^2 (experiments/probe_cublas_kernels.py).
@@ -217,7 +209,7 @@ class Config:
     # aligned + TMA only: pipeline depth of the Stream-K MAC loop (0: num_stages). A piece's
     # loop reads little a step, so it needs more steps in flight than the big tile's 3-4
     # stages allow: 64x128 pieces of 128x256 tiles took 26.5 us at 3 stages, 19-20 at 4 and
-    # 16-17 with SK_STAGES 5-6 for a 4096-deep K (H200, 2026-12-01,
+    # 16-17 with SK_STAGES 5-6 for a 4096-deep K (H200,
     # experiments/probes/tail_quarter_pieces*.json)
     SK_STAGES: int = 0
     # aligned only: where N leaves the last tile column ragged, that column's tiles come first
@@ -474,8 +466,8 @@ def uses_helpers(config: Config, plan: Plan) -> bool:
 def helper_rows(config: Config) -> int:
     """Rows of a piece a helper claim reads at a time. Atomic sums: up to 128 fp32 a thread
     (the whole 128x128 piece at 4 warps, 128x256 at 8; the data-parallel accumulators are
-    dead by then), so a helper has one round trip a piece, not one a 8192-value block (the
-    latter read ~230 KB in ~20 us on the H200, 2026-12-01). Deterministic sums keep
+    dead by then), so a helper has one round trip a piece, not one a 8192-value block (a
+    latency chain per block that made helpers slow). Deterministic sums keep
     fixup_rows: their partial blocks stream through shared memory, several in flight."""
     if config.deterministic:
         return fixup_rows(config.sk_block_m, config.sk_block_n)
@@ -526,8 +518,8 @@ def aligned_policy(tiles: int, num_sms: int) -> str:
 def default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> Config:
     """128x128x64 tiles, 4 warps, 4 stages (Triton's standard Hopper tile), deterministic
     fixup. Where TMA can read the shape: the aligned layout with TMA loads and
-    `aligned_policy` (the fastest Stream-K variant on every tail shape, H200 2026-11-29;
-    matmul drops TMA when the tensors' strides do not allow it), and for a skinny problem
+    `aligned_policy` (the fastest Stream-K variant on every tail shape,
+    docs/schedules/stream_k.md; matmul drops TMA when the tensors' strides do not allow it), and for a skinny problem
     (M or N at most 64, where a 128x128 tile would mostly compute padding) the first of the
     `skinny_points`; the same, `staged`, where the shape's rows break TMA's alignment but
     copying the misfits costs less than half the GEMM (persistent_gemm.staging_pays);
@@ -560,11 +552,9 @@ def skinny_points(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> l
     every contributor's partial), then the deterministic fixup; then 128x128 tiles on 8
     warps (two warpgroups, 5 stages), for the compute-heavier ones such as 512x512x65536.
 
-    Measured on the H200 (2026-11-29, experiments/probes/skinny_stream_k_tma.json, graph timer):
-    from 12% behind to 18% ahead of split_k_gemm's best config in the same run (128x64, 8
-    stages: 39.3 us on 128x8192x8192 against 43.0; 128x128 on 8 warps: 54.9 against 64.8 on
-    512x512x65536; 16x4096x16384: 37.1 against 35.6), where Stream-K's earlier search (128x128
-    tiles only) had found 44-67 us. Staged (`staged`) where staging_pays."""
+    These points put Stream-K level with or ahead of split_k_gemm's best config on the skinny
+    suite, where a search over 128x128 tiles only had left it well behind
+    (docs/schedules/stream_k.md). Staged (`staged`) where staging_pays."""
     staged = staging_pays(M, N, K, dtype)
     if cdiv(M, 128) * cdiv(N, 128) >= num_sms or not (tma_shape_ok(M, N, K, dtype) or staged):
         return []
@@ -612,14 +602,14 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 # fastest tiles too: with its cooperative read-out (each contributor takes 1/chunks of the
 # tile's running sum) its
 # claims took 2-3 us against 4-5 us for the deterministic claims, and it ran 1-4% faster on
-# four of the five tail shapes in one side-by-side run (H200, 2026-11-29,
+# four of the five tail shapes in one side-by-side run (H200,
 # experiments/probes/tail_atomic_fixup.json; before that read-out it lost on every tail shape).
 # 128x128 with 5 stages ran 1-3% faster than with 4 on four of the five tail shapes (1%
 # slower on 4224^2), and 1-5% faster in a second run (experiments/probes/tail_stages.json,
 # tail_group_m.json); 6 stages, BLOCK_K 128 and GROUP_M 2-16 did not help. Not searched,
 # measured slower on all five tail shapes that day: FLATTEN (within noise) and dp_first
 # (1664x1408x8192: 85 us against 65 us). SK_SPLIT_M=2 on the 5-stage 128x128 tile, both
-# fixups (H200, 2026-12-01, experiments/probes/tail_split_m*.json): 64-row pieces halve the
+# fixups (H200, experiments/probes/tail_split_m*.json): 64-row pieces halve the
 # partials, so the hand-in took 2.0 instead of 3.8 us a program on 1664x1408x8192 and the
 # launch 62.9 against 65.0 us (atomic) and 63.7 against 66.5 (deterministic), faster in 8
 # and 9 of 9 interleaved rounds; on 2304^2x4096 the 120 pieces need no K-chunks, hence no
@@ -630,7 +620,7 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 # MAC loops as much, and won on no shape (experiments/probes/tail_split_n.json). The TMA hand-in
 # (8th field, tma_hand_in) on the atomic 128x256 tile: 3-4% faster on 3072^2x4096 in two
 # graph-timed runs (124.5 -> 119.9 us, 123.7 -> 118.6), 1.5-3% on 2176^2x8192, level on
-# 2304^2 and 4224^2; on 128x128 tiles it was 2-5% slower (H200, 2026-12-01,
+# 2304^2 and 4224^2; on 128x128 tiles it was 2-5% slower (H200,
 # experiments/probes/tail_tma_hand_in*.json). Helper claims (last field) on that point, only where
 # each helper's pieces are at most HELPER_BYTES: the helpers read out ~14 KB/us, so 256 KB
 # (3072^2x4096: 12 helpers, 2 pieces of 128 KB each) takes ~18 us, about the Stream-K phase
@@ -648,7 +638,7 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 # 424.9 against 433.9 us graph-timed for the best other config; on 2176^2x8192 it brought the
 # 128x256 tile level with the 128x128 winner (106.0 against 106.2 us span, 119.6 against 118.8
 # graph-timed). At 3 stages the pieces' loop was latency-bound and lost (18.2 against 16.0 us
-# for the unsplit tiles; experiments/probes/tail_edge_first*.json, H200 2026-12-01).
+# for the unsplit tiles; experiments/probes/tail_edge_first*.json, H200).
 TMA_POINTS = (
     (128, 256, 8, 3, False, True, 1, False, False, 1, 0, False),
     (128, 256, 8, 4, True, True, 1, False, False, 1, 0, False),
@@ -665,7 +655,7 @@ TMA_POINTS = (
 )
 # The 4-stage 128x128 deterministic point (the default config's twin, which the bench always
 # times anyway) left the list when the helper point came, to stay within 12 candidates: the
-# 5-stage one has beaten it since 2026-11-29 (1 win in 6 finals against 4 in 16).
+# 5-stage one has beaten it since the first runs (1 win in 6 finals against 4 in 16).
 # Whole quarter pieces won or tied where K = 4096 (3072^2: 114.0 against 117.7 us for the best
 # other config, 2304^2: 67.1 against 67.2) and lost 5-8% at K = 8192 (4224^2: 447.8 against
 # 425.2; 2176^2: 132.3 against 123.0), 9 interleaved rounds (experiments/probes/tail_quarter_pieces_2.json)
@@ -691,10 +681,8 @@ def tf32_swap_points(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -
     (8 warps, 3 and 4 stages, atomic partial sums). With a row-major B such a config swaps the
     operands (tf32_layout: C^T = B^T A^T, B^T through registers, no copy of B) and transposes
     the tile to 128x256, so B^T is read out of shared memory once per 256 columns (as split-K's
-    fp32 point). On the H200 (2026-12-01, experiments/probes/tail_tf32_swap.json, 3 rounds) it beat
-    the TMA configs, which copy B K-major first, on four of the five tail shapes: 2304^2x4096
-    144.3 against 154.0 us, 3072^2x4096 246.5 against 263.7, 4224^2x8192 963.5 against 994.6,
-    2176^2x8192 261.8 against 268.0; on 1664x1408x8192 it lost (159.4 against 140.3)."""
+    fp32 point). It beat the TMA configs, which copy B K-major first, on four of the five tail
+    shapes and lost on 1664x1408x8192 (docs/schedules/stream_k.md)."""
     if dtype != torch.float32 or min(M, N) <= 512:
         return []
     tiles = cdiv(M, 256) * cdiv(N, 128)
@@ -985,7 +973,7 @@ def _count_arrival(counter_ptr, key, BULK_WAIT: tl.constexpr = False):
     # all threads' partials are written before the block announces itself. (Counting the
     # arrival after the first data-parallel tile instead, so that the writes complete
     # meanwhile, was measured no faster, for per-thread and for bulk writes alike: every
-    # program hands in at once and the L2 takes the partials at ~2.4 TB/s, H200 2026-12-01,
+    # program hands in at once and the L2 takes the partials at ~2.4 TB/s, H200,
     # experiments/results/probe_configs/README.md.)
     tl.debug_barrier()
     return tl.atomic_add(counter_ptr + key, 1, sem="acq_rel")
@@ -1049,7 +1037,7 @@ def _hand_in_partial(
                 total = tl.zeros((FIXUP_ROWS, BLOCK_N), dtype=tl.float32)
                 # Contributor order: same bits every run. num_stages makes Triton stream the
                 # partials through shared memory (cp.async, up to 3 in flight). Measured on the
-                # H200 (2026-11-29): four independent loads a step over smaller row blocks made
+                # H200: four independent loads a step over smaller row blocks made
                 # the fixup slower (a 12-way split 128x128 tile: 78 -> 86 us for the GEMM).
                 for j in tl.range(j_first, j_last + 1, num_stages=4):
                     slot = _slot(j, tile_start, sk_q, sk_r)
@@ -1101,8 +1089,8 @@ def _reduce_rows(
     stored in C (a claim's slice k is rows [k BLOCK_M / chunks, (k + 1) BLOCK_M / chunks)).
     Deterministic: summed over the tile's `chunks` partials in chunk order (same bits
     whoever does it); three partial slices in flight (cp.async): 7 or 12 were no faster on
-    the H200, nor were partials stored with an L2 evict_last hint (2026-11-29,
-    experiments/results/probe_configs/README.md): all programs claim at once, so the ~4-5 us of
+    the H200, nor were partials stored with an L2 evict_last hint
+    (experiments/results/probe_configs/README.md): all programs claim at once, so the ~4-5 us of
     claims go to reading the region's partials (64 KB a program), not to load latency.
     Atomic: taken out of the tile's fp32 running sum (1/chunks of a tile a claim), zeros
     stored back for the next launch."""
@@ -1243,8 +1231,8 @@ def stream_k_gemm_kernel(
                                     DETERMINISTIC, TMA_HAND_IN and BULK_WAIT, HELPERS)
         else:
             # ---- Stream-K program: iterations [my_start, end) of the region, tile by tile.
-            # Programs start at staggered K offsets: Nsight Compute on the H200 (2026-11-29,
-            # 1664x1408x8192, all Stream-K, 128x256 tiles) saw the tensor pipe busy 64% of
+            # Programs start at staggered K offsets: Nsight Compute on the H200
+            # (1664x1408x8192, all Stream-K, 128x256 tiles) saw the tensor pipe busy 64% of
             # the time against 95% in data-parallel tiles, with 2.7x the compulsory DRAM
             # traffic: concurrent programs rarely share an operand panel in the L2 (the
             # aligned layout above is the answer to that).
@@ -1290,7 +1278,7 @@ def stream_k_gemm_kernel(
             # partial is normally in; if not, the final arrival sums the piece instead. All
             # claims first, then the read-outs: a claim's release waits for this program's
             # earlier writes, so claiming between read-outs would wait for each one's stores
-            # (a helper took ~5.5 us a 64 KB piece that way, H200 2026-12-01). The host keeps
+            # (a helper took ~5.5 us a 64 KB piece that way, H200). The host keeps
             # a helper's pieces within the 32 bits of `found`.
             helpers = grid - sk_programs
             mine = tl.cdiv(pieces - (pid - sk_programs), helpers)  # pieces pid - sk_programs + j helpers
@@ -1313,11 +1301,11 @@ def stream_k_gemm_kernel(
             # Cooperative fixup, step 2: claim a slice of each split tile this program worked
             # on. With every partial in (the usual case by now) the k-th claimer sums slice k,
             # so S contributors share the reduction instead of one program reading all S
-            # partials (a 12-way split 128x128 tile: ~18 us on one SM, H200 2026-11-29). A
+            # partials (a 12-way split 128x128 tile: ~18 us on one SM, H200). A
             # claim that finds partials missing leaves its slice to the final arrival, so no
             # program ever waits for another (and the interpreter, one program at a time,
             # gets the last-arriver fixup). The last claimer clears the word. The claims take
-            # 4-5 us a program on the tail shapes (H200, 2026-11-29): every program claims at
+            # 4-5 us a program on the tail shapes (H200): every program claims at
             # once; an acquire-only claim was no faster.
             for u in range(pid, pieces * sk_chunks, grid):
                 v = u % pieces

@@ -6,8 +6,8 @@ What
     Triton 3.6 fills B's shared-memory tiles K-major itself. With pointer loads it issues
     4-byte cp.async copies in a transposing pattern (32 a thread for a 32x256 fp32 stage,
     against 8 sixteen-byte ones for a K-major B); after a TMA load it runs a shared ->
-    register -> shared round trip of every B tile inside the K loop (sm_90 compile check,
-    2026-12-01). Either way the MMA starves. The same holds for an A whose M is contiguous
+    register -> shared round trip of every B tile inside the K loop (seen in the sm_90
+    compile check). Either way the MMA starves. The same holds for an A whose M is contiguous
     (a transposed view).
 
     Two remedies, both decided from the operands' layout alone:
@@ -25,25 +25,16 @@ What
       (persistent_gemm.copy_beside, through `copy_into` with a few programs). A swap was
       tried for the persistent TMA path too (B^T loaded by TMA, then read out into
       registers; C^T stored through a descriptor over C, each tile transposed): correct,
-      but 25-30% slower than copying B (H200, 2026-12-01, 8192^3: 4357 against 3272 us;
-      experiments/results/probe_tf32_layout/h200_2026-12-01_tma_swap.txt), so it was dropped.
+      but a quarter slower than copying B (docs/layouts.md), so it was dropped.
     Every schedule's `matmul` calls tf32_operands first; bf16/fp16 inputs and K-major fp32
     ones pass through untouched.
 
-When it pays (H200, 2026-12-01, graph-timed, experiments/results/probe_tf32_layout/)
-    fp32 GEMMs with a row-major B; torch.matmul runs them with tf32.
-    - Copy: Stream-K 555.9 -> 145.5 us on 1664x1408x8192 (the copy included; 125.5 on a B
-      stored K-major beforehand; torch 148.0), persistent 3439.4 -> 821.4 us on 4096^2x8192
-      (790.3; torch 770.3). The copy moves ~4 TB/s (torch's transposing copy_ 1.1), and it
-      still costs more than it saves where the GEMM does little work per element of B: on
-      64x4096x14336 its 235 MB take 116 us.
-    - Swap: split-K 172.7 -> 63.8 us on 64x4096x14336 (torch 64.1), 225.6 -> 79.6 on
-      128x8192x8192 (85.7), 422.8 -> 124.8 on 512x512x65536 (where copying B made it 218.4;
-      torch 142.0), 218.9 -> 76.0 on 256x256x131072 (copying: 150.9; torch 111.2); dp
-      865.9 -> 200.1 us on 1664x1408x8192 (copying: 300.4). The swap beat the copy on every
-      shape measured, so dp and split-K never copy a B they can swap. Stream-K on pointer
-      loads, swapped, with 256x128 tiles (128x256 once swapped): 2304^2x4096 144.3 us against
-      154.0 for TMA + copy, 3072^2x4096 246.5 against 263.7 (torch 147.2 and 265.0).
+When it pays
+    fp32 GEMMs with a row-major B; torch.matmul runs them with tf32. Fixing the layout made
+    such GEMMs several times faster, level with torch.matmul. The copy still costs more than
+    it saves where the GEMM does little work per element of B (a skinny 64x4096x14336). The
+    swap beat the copy on every shape measured, so dp and split-K never copy a B they can
+    swap. The numbers: docs/layouts.md.
 
 Caveats
     - The copy is a new tensor on every call, as large as the operand: a weight that never
@@ -73,7 +64,7 @@ import triton.language as tl
 from .common import aligned_empty, cdiv, needs_int64_offsets
 from .launch import launch
 
-# Rates of the rule (H200, 2026-12-01, experiments/results/probe_tf32_layout/): the relayout
+# Rates of the rule (H200, experiments/results/probe_tf32_layout/): the relayout
 # kernel's copy rate (bytes read + written per second: 3.76-4.08 TB/s on 46-268 MB, where
 # torch's transposing copy_ moved 1.05-1.16) and our schedules' sustained tf32 rate on a
 # K-major B (300-350 TFLOP/s on the tail and balanced shapes).
@@ -137,8 +128,8 @@ def _relayout_beside_kernel(src, dst, R, C, s_r, s_c, d_r, d_c,
                             BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, INT64: tl.constexpr):
     """_relayout_kernel for a few programs beside a GEMM (grid <= blocks): the next block's
     load is issued before the current block's store, so each program keeps a load and a store
-    in flight. H200, 2026-12-01 (experiments/probe_copy_beside.py): 69 GB/s a program with 64x128
-    blocks on 8 warps, against 47 for the plain loop (128x128 blocks were slower, 53)."""
+    in flight: about 1.5x the plain loop's rate a program, with 64x128 blocks on 8 warps
+    (128x128 blocks were slower; docs/schedules/persistent.md)."""
     blocks_r = tl.cdiv(R, BLOCK_R)
     blocks = blocks_r * tl.cdiv(C, BLOCK_C)
     r, c = _block(tl.program_id(0), blocks_r, BLOCK_R, BLOCK_C, INT64)

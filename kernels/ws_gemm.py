@@ -24,9 +24,8 @@ When it wins
 ------------
 Large, compute-bound GEMMs on Hopper (the matrix's "cc 9.x, GEMM time in kernels that are
 not warp-specialized"), where a software-pipelined kernel loses issue slots to address
-arithmetic and barrier waits inside the consumer warps. Measured here on the H200 (bf16,
-8192^3, 128x256x64 tiles): 629 TFLOP/s with WS versus 548 without; cuBLAS gives 766. WS is
-not a sure win: other tile shapes were neutral or worse, so `search_space` always pairs a
+arithmetic and barrier waits inside the consumer warps. WS is not a sure win: it gained on
+one large tile and was neutral or worse on others (docs/schedules/ws.md), so `search_space` always pairs a
 WS config with its non-WS twin and the benchmark decides.
 
 Caveats (Triton 3.6 on sm_90, read from the compiler's Hopper pass and checked by
@@ -453,7 +452,7 @@ _C16 = [
     # 1. Flagship: 128x256 tile, WS (producer + two 64x256 wgmma consumers), 4-deep ring
     #    (192 KiB) and a pointer-store epilogue, which needs no C staging tile: 229,608 B of
     #    shared memory, the only way a 4-deep 128x256 WS ring fits under 227 KiB. Device-side
-    #    descriptors: every WS config with host descriptors hung on the H200 (2026-11-29).
+    #    descriptors: every WS config with host descriptors hung on the H200.
     Config(128, 256, 64, 8, 4, 4, warp_specialize=True),
     # 2. WS with a TMA-store epilogue: only compiles with device descriptors and C in one
     #    piece, so the ring drops to 3 stages (213,464 B).
@@ -471,9 +470,9 @@ _C16 = [
     # 7. Non-WS with flatten: the pipeliner fetches the next tile's first k-steps while the
     #    epilogue of this one runs (quarters: 213,024 B).
     Config(128, 256, 64, 8, 8, 4, warp_specialize=False, host_descriptors=True, flatten=True, epilogue_subtile=4, tma_store=True),
-    # (A 128x128 WS config with 5 stages was dropped: on the H200, 2026-11-29, it left output
+    # (A 128x128 WS config with 5 stages was dropped: on the H200, it left output
     # elements unwritten (NaN under the poisoned-output check) on all seven shapes tried. So
-    # did 128x64 WS with 6 or 8 stages and 128x128 WS with 6, 2026-12-01; with 4 stages they
+    # did 128x64 WS with 6 or 8 stages and 128x128 WS with 6; with 4 stages they
     # were right but slower than the non-WS twins: experiments/results/probe_configs/README.md.)
     # 8. 128x128 non-WS, flatten, two warp groups.
     Config(128, 128, 64, 8, 8, 4, warp_specialize=False, host_descriptors=True, flatten=True, tma_store=True),

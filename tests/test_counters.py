@@ -133,8 +133,8 @@ def test_loop_with_counters_end_to_end_on_a_fake_ncu(tmp_path, monkeypatch):
     monkeypatch.setenv("NCU", str(exe))
     monkeypatch.setenv("FAKE_NCU_REJECT", "sm__throughput.avg.pct_of_peak_sustained_elapsed")
     monkeypatch.setenv("FAKE_NCU_HIDE", "sm__pipe_tensor_op_hmma_cycles_active")
-    monkeypatch.setattr(L, "gpu_present", lambda: True)
-    monkeypatch.setattr(L, "device_spec", lambda: (Device(name="interpreter", sm_count=3),
+    monkeypatch.setattr("advisor.gpu.gpu_present", lambda: True)
+    monkeypatch.setattr("advisor.gpu.device_spec", lambda: (Device(name="interpreter", sm_count=3),
                                                    {"gpu": "interpreter", "sm_count": 3, "compute_capability": None,
                                                     "smem_per_block_bytes": None}))
     logs = []

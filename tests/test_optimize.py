@@ -253,9 +253,9 @@ def _fake_gpu(monkeypatch, check_fails=False):
                  "median_us": 60.0 if ok else None, "rel_err": err, "tflops": 3.0,
                  "config": json.dumps(dataclasses.asdict(cfg)), "phase": "final"}]
 
-    monkeypatch.setattr(loop, "gpu_present", lambda: True)
+    monkeypatch.setattr("advisor.gpu.gpu_present", lambda: True)
     tuned = {"gpu": None, "sm_count": 3, "compute_capability": "9.0", "smem_per_block_bytes": None}
-    monkeypatch.setattr(loop, "device_spec", lambda: (Device(sm_count=3), tuned))
+    monkeypatch.setattr("advisor.gpu.device_spec", lambda: (Device(sm_count=3), tuned))
     monkeypatch.setattr(isolate, "run_shape_isolated", fake_isolated)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setenv("ADVISOR_NUM_SMS", "3")

@@ -50,6 +50,9 @@ def test_an_unedited_copy_gives_the_bundled_result(tmp_path):
         ("tail_wave.toml", r"^(\[thresholds\.\w+\]\nvalue = )(\S+)", r"\1inf", "finite"),
         # a misspelt symptom id would drop the rule without a word
         ("tail_wave.toml", r'^symptom = "tail_wave"', 'symptom = "tail_wav"', "tail_wav"),
+        # --run would time a schedule that does not exist (or the baseline as a candidate)
+        ("tail_wave.toml", r"^candidates = .*$", 'candidates = ["stream_kk"]', "candidates"),
+        ("hopper_no_ws.toml", r"^candidates = .*$", 'candidates = ["dp"]', "candidates"),
     ],
 )
 def test_a_broken_copy_is_one_line_and_exit_2(tmp_path, file, pattern, repl, says):

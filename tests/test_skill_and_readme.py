@@ -116,9 +116,8 @@ def test_readme_names_real_commands_and_files():
 def test_run_report_json_holds_the_keys_skill_md_promises(tmp_path, monkeypatch):
     # SKILL.md: "run_report.json holds, per result (kind: gemm ...; grouped ...): table, winner,
     # recommended, verdict, variant, variant_knobs, model, counters"
-    import advisor.loop as L
 
-    monkeypatch.setattr(L, "gpu_present", lambda: False)
+    monkeypatch.setattr("advisor.gpu.gpu_present", lambda: False)
     r = CliRunner().invoke(cli, ["diagnose", "--example", "--run", "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
     text = SKILL.read_text(encoding="utf-8")

@@ -17,9 +17,7 @@ ATTN = {"B": 1, "Hq": 32, "Hkv": 8, "D": 128, "S": 131072, "Lq": 1}
 
 
 def test_a_shaped_finding_generates_its_variant(tmp_path, monkeypatch):
-    import advisor.loop as L
-
-    monkeypatch.setattr(L, "gpu_present", lambda: False)
+    monkeypatch.setattr("advisor.gpu.gpu_present", lambda: False)
     d = diagnose(decode_trace(131072, 600_000))
     skipped = []
     (res,) = loop_findings(d, budget_s=10, out_dir=tmp_path, skipped=skipped)

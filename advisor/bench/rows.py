@@ -16,6 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
 
+from ..basics import DTYPES, parse_shape  # noqa: F401  (parse_shape: the one parser, re-exported for the bench scripts)
+
 # Order of the CSV columns. Later additions go at the end so old files stay readable.
 COLUMNS = [
     "suite",  # tail | skinny | balanced | grouped | ceiling | timer_check | adhoc ...
@@ -44,7 +46,7 @@ _INT_COLUMNS = {"M", "N", "K", "sm_count"}
 _FLOAT_COLUMNS = {"median_us", "p20_us", "p80_us", "tflops", "gbps", "rel_err", "flops", "bytes",
                   "hbm_floor_us", "first_call_s"}
 
-DTYPE_NAMES = ("bf16", "fp16", "fp32")
+DTYPE_NAMES = tuple(DTYPES)
 
 
 def now_iso() -> str:
@@ -57,20 +59,6 @@ def new_run_id() -> str:
 
 def shape_text(M: int, N: int, K: int) -> str:
     return f"{M}x{N}x{K}"
-
-
-def parse_shape(text: str) -> tuple[int, int, int]:
-    """'MxNxK' -> (M, N, K); ValueError otherwise."""
-    parts = str(text).lower().replace("*", "x").split("x")
-    if len(parts) != 3:
-        raise ValueError(f"shape {text!r} is not MxNxK")
-    try:
-        m, n, k = (int(p) for p in parts)
-    except ValueError:
-        raise ValueError(f"shape {text!r} is not MxNxK with integers") from None
-    if min(m, n, k) < 1:
-        raise ValueError(f"shape {text!r} has an empty dimension")
-    return m, n, k
 
 
 def config_json(config) -> str:

@@ -95,6 +95,30 @@ def speedup_table(rows: Sequence[dict], baselines: Sequence[str] = ("torch.matmu
     return table
 
 
+def _config_key(row: dict) -> tuple[str, str]:
+    return row.get("provider", ""), row.get("config") or ""
+
+
+def best_rows(rows: Sequence[dict]) -> dict[str, dict]:
+    """Each provider's best verified row (under `_key`): final (re-checked, re-timed) rows
+    before search rows, then the fastest; a config whose final re-check failed never counts."""
+    best: dict[str, dict] = {}
+    refuted = final_failures(rows)
+    for r in rows:
+        if r.get("status") != "ok" or not r.get("median_us") or _config_key(r) in refuted:
+            continue
+        key = (0 if r.get("phase") == "final" else 1, float(r["median_us"]))
+        if r["provider"] not in best or key < best[r["provider"]]["_key"]:
+            best[r["provider"]] = dict(r, _key=key)
+    return best
+
+
+def final_failures(rows: Sequence[dict]) -> set[tuple[str, str]]:
+    """(provider, config) pairs whose final re-check failed: their earlier passing search rows
+    must not stand in for them (a check on a fresh input set that fails is a real failure)."""
+    return {_config_key(r) for r in rows if r.get("phase") == "final" and r.get("status") != "ok"}
+
+
 def best_of(table: Sequence[dict], providers: Sequence[str], label: str | None = None) -> list[dict]:
     """Per (suite, shape, dtype), the fastest entry among `providers` (a "best of ours"
     row), renamed to `label` when given. Shapes where none of them has a result are left out."""

@@ -8,7 +8,9 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
+from ..findings import Finding
 from ..model import Trace
+from ..rules import Rule
 from .gemm import gemm_table
 from .occupancy import occupancy
 from .strings import factorize
@@ -138,6 +140,28 @@ def shape_of(row) -> dict | None:
         "dtype": None if dtype is None or pd.isna(dtype) else str(dtype),
     }
 
+
+# What a finding about one grouped launch row says, field by field; a symptom passes the rest
+# (est_savings_ns, confidence, evidence, suggestion...) and overrides any of these.
+_ROW_FIELDS = {
+    "kernel": lambda row: str(row["name"]),
+    "rank": lambda row: as_int(row["rank"]),
+    "device_id": lambda row: as_int(row["device_id"]),
+    "shape": shape_of,
+    "grid": lambda row: dims(row, "grid"),
+    "block": lambda row: dims(row, "block"),
+    "launches": lambda row: int(row["launches"]),
+    "total_ns": lambda row: int(row["total_ns"]),
+}
+
+
+def finding_for(rule: Rule, row, **fields) -> Finding:
+    """The Finding of `rule` about the grouped launch row `row` (group_launches' columns): the
+    rule's symptom, strategy, title and watch-for, and the row's kernel, rank, device, shape,
+    grid, block, launches and time, each unless `fields` gives it; `fields` add the rest."""
+    base = {"symptom": rule.symptom, "strategy": rule.strategy, "title": rule.title, "watch_for": rule.watch_for}
+    base.update({k: f(row) for k, f in _ROW_FIELDS.items() if k not in fields})
+    return Finding(**{**base, **fields})
 
 ELEMENT_BYTES = {"fp8": 1, "fp16": 2, "bf16": 2, "fp32": 4, "fp64": 8}
 

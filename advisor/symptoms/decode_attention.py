@@ -24,7 +24,7 @@ from ..attention import OP_BACKEND, attention_backend, kv_bytes, num_splits_for,
 from ..findings import Finding
 from ..model import Trace
 from ..rules import Rule
-from .context import Context, as_int, dims
+from .context import Context, as_int, finding_for
 from .gemm import innermost_ranges
 from .strings import contains, factorize
 
@@ -227,21 +227,13 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         else:
             confidence = "high" if row["floor_known"] and floor else "medium"
         nbytes = kv_bytes(shape)[0] if shape else None
-        out.append(Finding(
-            symptom=SYMPTOM,
-            strategy=rule.strategy,
+        out.append(finding_for(
+            rule, row,
             title=rule.title + (" (the library's combine step)" if already else ""),
-            kernel=str(row["name"]),
-            rank=as_int(row["rank"]),
-            device_id=as_int(row["device_id"]),
             shape=shape,
-            grid=dims(row, "grid"),
-            block=dims(row, "block"),
-            launches=int(row["launches"]),
             total_ns=int(spent),
             est_savings_ns=int(savings),
             confidence=confidence,
-            watch_for=rule.watch_for,
             evidence={
                 "backend": str(row["backend"]),
                 "already_split": already,

@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..findings import Finding
 from ..rules import Rule
-from .context import Context, as_int, dims, group_launches, launch_rows, shape_of
+from .context import Context, as_int, finding_for, group_launches, launch_rows, shape_of
 from .kernel_kinds import device_row, gemm_time_by_precision, gemm_work, kinds, row_precision
 from .roofline import gemm_estimate, has_bf16
 
@@ -136,21 +136,15 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         # without shapes the GEMMs' part is a rate ratio (a guess); the casts' time is measured
         confidence = "high" if shaped_ns >= 0.5 * gemm_fp32_ns else ("medium" if cast_ns >= 0.5 * savings else "low")
         out.append(
-            Finding(
-                symptom=SYMPTOM,
-                strategy=rule.strategy,
-                title=rule.title,
-                kernel=str(top["name"]),
+            finding_for(
+                rule, top,
                 rank=as_int(rank),
                 device_id=None if dev < 0 else int(dev),
                 shape=top_shape,
-                grid=dims(top, "grid"),
-                block=dims(top, "block"),
                 launches=int(gemms["launches"].sum() + casts["launches"].sum()),
                 total_ns=gemm_fp32_ns + cast_ns,
                 est_savings_ns=int(savings),
                 confidence=confidence,
-                watch_for=rule.watch_for,
                 tier=2,
                 evidence={
                     "fp32_gemm_ns": gemm_fp32_ns,

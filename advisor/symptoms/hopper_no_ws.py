@@ -23,7 +23,7 @@ import pandas as pd
 from ..calibration import bound_gemm_estimate, ceiling, is_library_kernel
 from ..findings import Finding
 from ..rules import Rule
-from .context import Context, as_int, dims, gemm_bytes, gemm_flop, group_launches, launch_rows, shape_of
+from .context import Context, finding_for, gemm_bytes, gemm_flop, group_launches, launch_rows, shape_of
 from .kernel_kinds import schedule_excluded
 from .tail_wave import work_units
 
@@ -123,21 +123,12 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                                  f"schedule does not beat the library on such GEMMs ({est.basis.split('; ')[-1]})")
             continue
         out.append(
-            Finding(
-                symptom=SYMPTOM,
-                strategy=rule.strategy,
-                title=rule.title,
-                kernel=str(name),
-                rank=as_int(rank),
-                device_id=as_int(device_id),
-                shape=shape_of(top),
-                grid=dims(top, "grid"),
-                block=dims(top, "block"),
+            finding_for(
+                rule, top,  # the kernel's first launch shape: same name, rank and device as the group
                 launches=int(grp["launches"].sum()),
                 total_ns=total,
                 est_savings_ns=int(savings),
                 confidence="low",
-                watch_for=rule.watch_for,
                 evidence={
                     "share_of_gpu_time": round(share, 4),
                     "launch_shapes": int(len(grp)),

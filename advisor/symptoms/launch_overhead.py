@@ -34,7 +34,7 @@ from ..findings import Finding
 from ..model import STRING
 from ..rules import Rule
 from ..traces.graphs import is_graph_replayed
-from .context import Context, as_int, dims, gemm_bytes, shape_of
+from .context import Context, finding_for, gemm_bytes
 from .idle import gaps as idle_gaps
 from .idle import host_context
 from .kernel_kinds import schedule_excluded
@@ -390,12 +390,9 @@ def _run_finding(row, rule: Rule, ctx: Context) -> Finding | None:
     grouped = pattern == "gemm_loop"
     top_share = row["top_kernel_ns"] / row["kernel_ns"] if row["kernel_ns"] else 1.0
     strategy = rule.strategy_for(pattern)
-    return Finding(
-        symptom=SYMPTOM,
+    return finding_for(
+        rule, row,
         strategy=strategy,
-        title=rule.title,
-        kernel=str(row["name"]),
-        rank=as_int(row["rank"]),
         device_id=None if row["device_id"] < 0 else int(row["device_id"]),
         shape=None,
         grid=None,
@@ -404,7 +401,6 @@ def _run_finding(row, rule: Rule, ctx: Context) -> Finding | None:
         total_ns=int(row["kernel_ns"]),
         est_savings_ns=int(row["gap_ns"]),
         confidence=_wall_confidence(frac, ctx),
-        watch_for=rule.watch_for,
         evidence=_note_library({
             "pattern": "tiny back-to-back kernels",
             "profiler_slowed_host": profiler_slows_host(ctx),
@@ -474,21 +470,12 @@ def _big_grid_finding(row, rule: Rule, ctx: Context) -> Finding | None:
              f"{rule['max_saving_share']:.0%} of its time"
              + (", capped by the kernel's time minus its HBM floor (compulsory bytes / bandwidth)" if floor else
                 ", no byte count to cap it by the kernel's throughput"))
-    return Finding(
-        symptom=SYMPTOM,
+    return finding_for(
+        rule, row,
         strategy=rule.strategy_for("big_grid"),
-        title=rule.title,
-        kernel=str(row["name"]),
-        rank=as_int(row["rank"]),
         device_id=None if row["device_id"] < 0 else int(row["device_id"]),
-        shape=shape_of(row),
-        grid=dims(row, "grid"),
-        block=dims(row, "block"),
-        launches=int(row["launches"]),
-        total_ns=int(row["total_ns"]),
         est_savings_ns=int(savings),
         confidence="low",
-        watch_for=rule.watch_for,
         evidence=_note_library({
             "pattern": "huge grid of short blocks",
             "grid_blocks_min": lo,
@@ -520,12 +507,9 @@ def _host_bound_finding(row, rule: Rule, ctx: Context, counted: set) -> Finding 
         return None
     host = host_context(ctx, int(row["rank"]), int(row["first_ns"]), int(row["last_ns"]) + 1, row.get("thread_id"))
     t0 = int(row["trace_start_ns"])
-    return Finding(
-        symptom=SYMPTOM,
+    return finding_for(
+        rule, row,
         strategy=rule.strategy_for("host_bound"),
-        title=rule.title,
-        kernel=str(row["name"]),
-        rank=as_int(row["rank"]),
         device_id=None if row["device_id"] < 0 else int(row["device_id"]),
         shape=None,
         grid=None,
@@ -534,7 +518,6 @@ def _host_bound_finding(row, rule: Rule, ctx: Context, counted: set) -> Finding 
         total_ns=int(row["kernel_ns"]),
         est_savings_ns=wait,
         confidence=_wall_confidence(frac, ctx),
-        watch_for=rule.watch_for,
         evidence={
             "pattern": "host-bound launches",
             "profiler_slowed_host": profiler_slows_host(ctx),

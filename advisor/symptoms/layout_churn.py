@@ -29,7 +29,7 @@ import pandas as pd
 
 from ..findings import Finding
 from ..rules import Rule
-from .context import Context, as_int, dims, group_launches, launch_rows
+from .context import Context, as_int, finding_for, group_launches, launch_rows
 from .gemm import _DTYPES, _launch_points
 from .kernel_kinds import device_row, kinds, on_conv_devices
 from .roofline import measured_bandwidth
@@ -176,21 +176,15 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         firm = trans_ns + (bn_excess if bn_sized_ns >= 0.5 * max(bn_ns, 1) else 0)
         confidence = "high" if firm >= 0.5 * savings else "medium"
         out.append(
-            Finding(
-                symptom=SYMPTOM,
-                strategy=rule.strategy,
-                title=rule.title,
-                kernel=str(top["name"]),
+            finding_for(
+                rule, top,
                 rank=as_int(rank),
                 device_id=None if dev < 0 else int(dev),
                 shape=None,
-                grid=dims(top, "grid"),
-                block=dims(top, "block"),
                 launches=int(trans["launches"].sum() + bn["launches"].sum()),
                 total_ns=trans_ns + bn_ns,
                 est_savings_ns=int(savings),
                 confidence=confidence,
-                watch_for=rule.watch_for,
                 tier=2,
                 evidence={
                     "transpose_ns": trans_ns,

@@ -28,7 +28,7 @@ import pandas as pd
 
 from ..findings import Finding
 from ..rules import Rule
-from .context import ELEMENT_BYTES, Context, as_int, dims, group_launches, launch_rows, shape_of
+from .context import ELEMENT_BYTES, Context, finding_for, group_launches, launch_rows, shape_of
 from .kernel_kinds import _ALIGN, align_bytes, device_row, element_bytes_from_name, kinds, row_precision
 from .roofline import gemm_estimate
 
@@ -123,21 +123,13 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         al = top["align_bytes"]
         tag = _ALIGN.search(str(top["name"]))
         out.append(
-            Finding(
-                symptom=SYMPTOM,
-                strategy=rule.strategy,
-                title=rule.title,
-                kernel=str(top["name"]),
-                rank=as_int(top["rank"]),
-                device_id=as_int(top["device_id"]),
+            finding_for(
+                rule, top,
                 shape=shape,
-                grid=dims(top, "grid"),
-                block=dims(top, "block"),
                 launches=launches,
                 total_ns=total,
                 est_savings_ns=int(savings),
                 confidence=confidence,
-                watch_for=rule.watch_for,
                 tier=2,
                 evidence={
                     "align_tag": tag.group(0).lstrip("_") if tag else None,

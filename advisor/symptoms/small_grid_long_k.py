@@ -20,7 +20,7 @@ import pandas as pd
 from ..calibration import bound_gemm_estimate
 from ..findings import Finding
 from ..rules import Rule
-from .context import Context, as_int, dims, gemm_bytes, group_launches, launch_rows, shape_of
+from .context import Context, finding_for, gemm_bytes, group_launches, launch_rows, shape_of
 from .kernel_kinds import schedule_excluded
 from .tail_wave import work_units
 
@@ -87,21 +87,11 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         if confidence == "high" and not est.measured_exact:
             confidence = "medium"  # the cap comes from similar shapes, not this one
         out.append(
-            Finding(
-                symptom=SYMPTOM,
-                strategy=rule.strategy,
-                title=rule.title,
-                kernel=str(row["name"]),
-                rank=as_int(row["rank"]),
-                device_id=as_int(row["device_id"]),
+            finding_for(
+                rule, row,
                 shape=shape,
-                grid=dims(row, "grid"),
-                block=dims(row, "block"),
-                launches=int(row["launches"]),
-                total_ns=int(row["total_ns"]),
                 est_savings_ns=int(savings),
                 confidence=confidence,
-                watch_for=rule.watch_for,
                 evidence={
                     "tiles": tiles,
                     "tiles_from": "shape and kernel-name tile" if row["units_from_shape"] else "grid blocks",

@@ -21,7 +21,7 @@ import pandas as pd
 from ..calibration import bound_gemm_estimate, is_library_kernel
 from ..findings import Finding
 from ..rules import Rule
-from .context import Context, as_int, dims, group_launches, launch_rows, shape_of
+from .context import Context, finding_for, group_launches, launch_rows, shape_of
 from .kernel_kinds import schedule_excluded
 
 SYMPTOM = "tail_wave"
@@ -86,21 +86,11 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         # high only when the SM count is the trace's and the cap was measured on this shape
         confidence = "high" if src in ("trace", "user") and est.measured_exact else "medium"
         out.append(
-            Finding(
-                symptom=SYMPTOM,
-                strategy=rule.strategy,
-                title=rule.title,
-                kernel=str(row["name"]),
-                rank=as_int(row["rank"]),
-                device_id=as_int(row["device_id"]),
+            finding_for(
+                rule, row,
                 shape=shape,
-                grid=dims(row, "grid"),
-                block=dims(row, "block"),
-                launches=int(row["launches"]),
-                total_ns=int(row["total_ns"]),
                 est_savings_ns=int(savings),
                 confidence=confidence,
-                watch_for=rule.watch_for,
                 evidence={
                     "tiles": units,
                     "tiles_from": "shape and kernel-name tile" if row["units_from_shape"] else "grid blocks",

@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..findings import Finding
 from ..rules import Rule
-from .context import Context, as_int, dims, group_launches, launch_rows, shape_of
+from .context import Context, as_int, finding_for, group_launches, launch_rows, shape_of
 from .kernel_kinds import device_row, gemm_time_by_precision, gemm_work, kinds, row_precision
 from .roofline import gemm_estimate, has_tf32
 
@@ -91,21 +91,15 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         # the kernels' precision is certain from their names; without shapes the size is a rate ratio
         confidence = "high" if shaped >= 0.5 else "low"
         out.append(
-            Finding(
-                symptom=SYMPTOM,
-                strategy=rule.strategy,
-                title=rule.title,
-                kernel=str(top["name"]),
+            finding_for(
+                rule, top,
                 rank=as_int(rank),
                 device_id=None if dev < 0 else int(dev),
                 shape=top_shape,
-                grid=dims(top, "grid"),
-                block=dims(top, "block"),
                 launches=int(grp["launches"].sum()),
                 total_ns=fp32_ns,
                 est_savings_ns=int(savings),
                 confidence=confidence,
-                watch_for=rule.watch_for,
                 tier=3,
                 evidence={
                     "fp32_gemm_ns": fp32_ns,

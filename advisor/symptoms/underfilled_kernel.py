@@ -22,7 +22,7 @@ from ..attention import attention_backend
 from ..findings import Finding
 from ..rules import Rule
 from . import intervals
-from .context import Context, as_int, dims, group_launches, launch_rows
+from .context import Context, finding_for, group_launches, launch_rows
 from .kernel_kinds import schedule_excluded
 from .strings import factorize
 
@@ -120,22 +120,13 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         if share < rule["min_share"] or savings < rule["min_savings_ns"]:
             continue
         library, change = advice(str(row["name"]), grid)
-        out.append(Finding(
-            symptom=SYMPTOM,
-            strategy=rule.strategy,
-            title=rule.title,
-            kernel=str(row["name"]),
-            rank=as_int(row["rank"]),
-            device_id=as_int(row["device_id"]),
+        out.append(finding_for(
+            rule, row,
             shape=None,
-            grid=dims(row, "grid"),
-            block=dims(row, "block"),
-            launches=int(row["launches"]),
             total_ns=int(total),
             est_savings_ns=int(savings),
             # the spread is a guess: how parallel the kernel's work is, the trace cannot say
             confidence="medium" if library else "low",
-            watch_for=rule.watch_for,
             evidence={
                 "grid_blocks": grid,
                 "sm_count": sms,

@@ -1,0 +1,52 @@
+"""Shared basics: the dtypes and strategy ids `advisor generate` takes, the one shape parser,
+and the margin a measured winner must clear.
+
+Every layer (diagnosis, code generation, the --run loop, the report templates, the bench
+scripts) reads these, so they live here and not in a feature module: this module imports
+nothing of advisor's but `errors`, and any module may import it without making a cycle.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import AdvisorError
+
+# The dtypes our kernels take -> element size in bytes.
+DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4}
+# ... and the name of each as a torch attribute (torch.bfloat16, ...).
+TORCH_DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+# Strategy ids that generate a GEMM variant -> schedule module (kernel_lib.SCHEDULES names).
+GEMM_STRATEGIES = ("dp", "split_k", "persistent", "stream_k", "warp_specialization", "cluster_gemm")
+GROUPED = "grouped"  # many independent GEMMs in one launch (kernels/grouped_gemm.py)
+COMM_OVERLAP = "comm_overlap"  # a tensor-parallel GEMM overlapped with its collective (kernels/comm_overlap.py)
+SPLIT_KV = "split_kv"  # decode attention split over the KV sequence (kernels/split_kv_attention.py)
+COMM_PATTERNS = ("all_gather_matmul", "matmul_reduce_scatter")
+
+# A winner must beat the best baseline (and the observed kernel) by more than this: timing
+# spread between repeated medians on the H200 was a few percent.
+NOISE_MARGIN = 0.03
+
+
+class ShapeError(AdvisorError, ValueError):
+    """A shape that is not MxNxK: an AdvisorError for the CLI (one line, exit 2), a ValueError
+    for the bench scripts that catch that."""
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """'4096x4096x8192' -> (4096, 4096, 8192), each 1..2**31-1 ('x', 'X', '*' or ',' between)."""
+    m = re.fullmatch(r"\s*(\d{1,10})\s*[xX*,]\s*(\d{1,10})\s*[xX*,]\s*(\d{1,10})\s*", str(text))
+    if not m:
+        raise ShapeError(f"shape {text!r}: expected MxNxK, e.g. 4096x4096x8192")
+    dims = tuple(int(g) for g in m.groups())
+    if not all(1 <= d < 2**31 for d in dims):
+        raise ShapeError(f"shape {text!r}: each of M, N, K must be between 1 and 2^31-1")
+    return dims  # type: ignore[return-value]
+
+
+def torch_dtype(name: str):
+    """torch.bfloat16 for 'bf16' (one of DTYPES); imports torch, so call it only where torch runs."""
+    import torch
+
+    return getattr(torch, TORCH_DTYPE_NAMES[name])
