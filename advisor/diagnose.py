@@ -106,6 +106,10 @@ def diagnose(
     gate_rule = rules.get(GATE.SYMPTOM)
     if gate_rule is not None and gate_rule.enabled:
         gates = GATE.judge(GATE.evidence(ctx, gate_rule), gate_rule, ctx)
+        # a GEMM far under its roofline that a Tier 1-3 finding already names (misaligned, fp32
+        # on SIMT cores, ...) is that finding, with its cause and fix: no second, vaguer gate
+        named = {(f.rank, k) for f in findings if f.tier <= 3 for k in (f.kernel, *(f.evidence.get("covers_kernels") or ()))}
+        gates = [g for g in gates if not (g.check == "gemm_below_roofline" and (g.rank, g.kernel) in named)]
     findings = share_budgets(findings, ctx)
     findings = mark_premature(findings)
     # one list by lever size, Tier 1-3 and Tier 4 alike; a premature Tier-4 finding is never

@@ -477,12 +477,13 @@ def test_final_synchronise_is_free():
 
 def test_gate_gemm_far_below_roofline():
     # 8192^3 bf16 in whole waves (64x64 = 4096 tiles = 31.03 waves: tail efficiency 0.97)
-    # at 110 ms: 10 TFLOP/s against a 989 TFLOP/s peak.
+    # at 110 ms: 10 TFLOP/s against the H100's 989 TFLOP/s datasheet peak, derated by what
+    # we measured on the H200 against its own datasheet (795.9 / 989: advisor.calibration)
     ks = [kernel(0, 110_000_000, grid=(64, 64, 1), name="matmul_kernel", corr=1)]
     rg = [nvtx("advisor.gemm M=8192 N=8192 K=8192 dtype=bf16", -6_000, -1_000)]
     d = diagnose(make_trace(ks, runtime=[launch(1, -5_000)], ranges=rg))
     (g,) = [g for g in d.gates if g.check == "gemm_below_roofline"]
-    assert g.value == pytest.approx(2 * 8192**3 / 0.110 / 989e12, abs=1e-3)
+    assert g.value == pytest.approx(2 * 8192**3 / 0.110 / (989e12 * 795.9 / 989), abs=1e-3)
 
 
 def test_not_applicable_without_sm_count():
