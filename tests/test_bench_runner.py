@@ -583,7 +583,7 @@ def test_bench_gemm_script_end_to_end(tmp_path):
     assert {r["suite"] for r in rows} >= {"ceiling", "tail", "grouped"}
     assert any(r["provider"] == "dp" and r["status"] == "ok" for r in rows)
     assert "best tail schedule" in res.stdout.splitlines()[-1] or "tail/" in res.stdout  # summary printed last
-    assert (out / "h200_summary.md").read_text().startswith("# GEMM schedule benchmarks")
+    assert (out / "h200_summary.md").read_text().startswith("# Measured results: GEMM schedules")
     # make_tables reads the same CSV
     md = tmp_path / "RESULTS.md"
     res2 = subprocess.run([sys.executable, str(REPO / "bench" / "make_tables.py"), "--csv", str(out / "h200.csv"),
