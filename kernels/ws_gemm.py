@@ -171,9 +171,9 @@ class Config:
             if self.block_m < 128:
                 raise ValueError("WS splits block_m over two consumer warp groups: needs block_m >= 128")
             if self.host_descriptors:
-                raise ValueError("WS with host-side TensorDescriptors hung on the H200 (Triton 3.6, "
-                                 "2026-11-29: every such config timed out in compile-and-run, while the "
-                                 "same configs with device-side descriptors ran); use host_descriptors=False")
+                raise ValueError("WS with host-side TensorDescriptors hung on the H200 (Triton 3.6: every "
+                                 "such config timed out in compile-and-run, while the same configs with "
+                                 "device-side descriptors ran; docs/schedules/ws.md); use host_descriptors=False")
             if self.tma_store and (self.host_descriptors or self.epilogue_subtile != 1):
                 raise ValueError("with WS the TMA store only compiles with device-side descriptors and "
                                  "epilogue_subtile=1 (the pass halves the store but not a host descriptor)")
