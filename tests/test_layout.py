@@ -73,7 +73,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_import_cycles():
     mods = _modules()
     graph = {m: _imports(m, p, mods) for m, p in mods.items()}
-    assert graph["advisor.loop"] >= {"advisor.basics", "advisor.gpu"}  # the walk sees imports at all
+    assert graph["advisor.run.loop"] >= {"advisor.basics", "advisor.run.gpu"}  # the walk sees imports at all
     assert _cycles(graph) == []
 
 
@@ -82,8 +82,8 @@ def test_the_cycle_finder_finds_one():
 
 
 def test_one_parse_shape():
-    import advisor.bench.rows as rows
-    import advisor.generate as generate
+    import advisor.run.bench.rows as rows
+    import advisor.codegen.generate as generate
 
     assert rows.parse_shape is parse_shape and generate.parse_shape is parse_shape
     assert parse_shape(" 4096X4096*8192 ") == (4096, 4096, 8192)
@@ -117,7 +117,7 @@ def test_the_run_candidates_come_from_the_rules(tmp_path):
     import re
     import shutil
 
-    import advisor.loop as L
+    import advisor.run.loop as L
     from advisor.rules import load_rules
 
     bundled = L.strategies_for()
