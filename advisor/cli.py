@@ -18,7 +18,7 @@ from pathlib import Path
 import click
 
 from . import __version__
-from .basics import COMM_OVERLAP, COMM_PATTERNS, DTYPES, GEMM_STRATEGIES, GROUPED, SPLIT_KV, parse_shape
+from .basics import COMM_OVERLAP, COMM_PATTERNS, DEFAULT_SM_COUNT, DTYPES, GEMM_STRATEGIES, GROUPED, SPLIT_KV, parse_shape
 from .errors import AdvisorError
 from .safeio import write_file
 from .textutil import fmt_bytes, fmt_ns, safe_text, shell_quote
@@ -487,7 +487,7 @@ def _parse_knobs(pairs) -> dict:
 @_option("--dtype", type=click.Choice(list(DTYPES)), default="bf16", show_default=True)
 @_option("--config", "configs", multiple=True, metavar="KEY=VALUE",
               help="Override one knob of the schedule's Config (repeatable), e.g. --config SPLIT_K=8.")
-@_option("--sm-count", type=click.IntRange(1, 4096), default=132, show_default=True, envvar="ADVISOR_SM_COUNT",
+@_option("--sm-count", type=click.IntRange(1, 4096), default=DEFAULT_SM_COUNT, show_default=True, envvar="ADVISOR_SM_COUNT",
               show_envvar=True, help="SMs of the target GPU, for the model that picks the knobs (132 = H100/H200 SXM).")
 @_option("--pattern", type=click.Choice(COMM_PATTERNS), default="all_gather_matmul",
               show_default=True, help="comm_overlap only: which tensor-parallel GEMM pattern to overlap.")

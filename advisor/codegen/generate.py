@@ -30,7 +30,7 @@ from ..report.render import PySafe, code_environment
 from .schedule_model import Device, rank, stream_k_policies, suggest_split_k
 
 MAX_GROUP = 65536  # GEMMs in one generated group (every size is written into the file)
-_GROUP_MULTIPLE = 8  # advisor.run.bench.grouped.group_sizes' default: rows stay 16-byte aligned in 16-bit types
+_GROUP_MULTIPLE = 8  # advisor.basics.group_sizes' default: rows stay 16-byte aligned in 16-bit types
 _IDENT = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 
 
@@ -263,7 +263,7 @@ def parse_group(text: str) -> dict[str, int]:
 def group_sizes(group: dict[str, int]) -> list[tuple[int, int, int]]:
     """The (M, N, K) list for a parse_group() result, drawn by the bench's own function (so
     the same COUNT:LO:HI:SEED gives the same GEMMs as bench/bench_gemm.py --grouped)."""
-    from ..run.bench.grouped import group_sizes as draw
+    from ..basics import group_sizes as draw
 
     return [tuple(s) for s in draw(group["count"], group["lo"], group["hi"], group["seed"], multiple=_GROUP_MULTIPLE)]
 

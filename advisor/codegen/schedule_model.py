@@ -30,6 +30,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..basics import DEFAULT_SM_COUNT
+
 # Fraction of the tensor-core peak one SM reaches with a single tile of this area in flight
 # (BM*BN). Recalibrated on the H200 (2026-11-29, graph-timed, bench/results/h200.csv): a wave
 # of 128x128x64 tiles at K=8192 takes ~43 us (0.82 of peak per SM, pointer or TMA loads,
@@ -83,7 +85,7 @@ class Device:
     """What the model needs to know about the GPU."""
 
     name: str = "NVIDIA H200"
-    sm_count: int = 132
+    sm_count: int = DEFAULT_SM_COUNT
     peak_tflops: float = 989.0  # dense bf16/fp16 tensor rate (datasheet)
     bandwidth_bytes_per_s: float = 4.3e12  # measured device-to-device copy on the H200
     compute_capability: str = "9.0"

@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 
 
+from ..devices import devices_table
 from ..errors import AdvisorError
 from ..findings import Finding, Gate
 from ..model import Trace
 from ..rules import Rule, load_rules
-from ..report.summary import devices_table
 from ..symptoms import GATE, PATTERNS, Context
 from ..symptoms import intervals
 from ..symptoms.gemm import parse_shape_override

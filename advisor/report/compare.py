@@ -33,15 +33,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..devices import devices_table
 from ..diagnose.diagnosis import Diagnosis, diagnose
 from ..errors import AdvisorError
 from ..findings import Finding
-from ..symptoms.kernel_class import CLASSES, classify, families, family
 from ..model import Trace
-from .summary import devices_table
 from ..symptoms import intervals
 from ..symptoms.context import Context
 from ..symptoms.gemm import _launch_points
+from ..symptoms.kernel_class import CLASSES, classify, families, family
 
 # A change smaller than this is never called faster or slower: repeated medians of the same
 # GEMM timing on the H200 differed by 1-3% (advisor.run.loop.NOISE_MARGIN is 3% for kernels).

@@ -103,13 +103,12 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    from ..basics import DTYPES, GEMM_STRATEGIES
-    from ..codegen.schedule_model import Device
+    from ..basics import DEFAULT_SM_COUNT, DTYPES, GEMM_STRATEGIES
 
     # What `advisor generate` accepts, so a report suggests only commands that run (a code
     # span shows markdown escapes literally: `stream\_k` would be wrong there), and the SM
     # count it assumes unless told (a "Next:" command names the trace's when it differs).
-    env.globals.update(gemm_strategies=GEMM_STRATEGIES, gemm_dtypes=tuple(DTYPES), default_sm_count=Device.sm_count)
+    env.globals.update(gemm_strategies=GEMM_STRATEGIES, gemm_dtypes=tuple(DTYPES), default_sm_count=DEFAULT_SM_COUNT)
     env.filters.update(
         code=code,
         ident=ident,

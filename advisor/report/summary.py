@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..devices import devices_table
 from ..model import Trace
 
 
@@ -16,23 +17,6 @@ def _int(v: Any) -> int | None:
 
 def _dims(row: pd.Series, prefix: str) -> list[int | None]:
     return [_int(row[f"{prefix}_{a}"]) for a in "xyz"]
-
-
-def devices_table(trace: Trace) -> list[dict[str, Any]]:
-    out = []
-    for row in trace.devices.itertuples(index=False):
-        out.append(
-            {
-                "rank": int(row.rank),
-                "device_id": int(row.device_id),
-                "name": None if pd.isna(row.name) else str(row.name),
-                "vendor": None if pd.isna(row.vendor) else str(row.vendor),
-                "sm_count": _int(row.sm_count),
-                "sm_count_source": None if pd.isna(row.sm_count_source) else str(row.sm_count_source),
-                "compute_capability": None if pd.isna(row.arch) else str(row.arch),
-            }
-        )
-    return out
 
 
 # One summary row per launch configuration: a kernel name launched with grids 4, 132 and 143

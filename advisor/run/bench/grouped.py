@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import inspect
 import math
-import random
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from ...basics import group_sizes
 from . import rows as R
 from .runner import (
     FINAL_REP_SCALE, GRACE_S, DEFAULT_VARIANT_TIMEOUT_S, DeviceLost, Progress, VariantTimeout, _error_text, _sync, classify,
@@ -40,15 +40,6 @@ from .timing import l2_bytes, resolve_timer, rotating, rotation_count, time_fn
 from .verify import CheckFailed, GroupedChecker, dtype_from_name, dtype_name, make_generator, random_matrix
 
 GROUPED = "grouped"
-
-
-def group_sizes(count: int = 64, lo: int = 128, hi: int = 512, seed: int = 0, multiple: int = 8) -> list[tuple]:
-    """`count` (M, N, K) triples, each dimension uniform in lo..hi on multiples of
-    `multiple` (8 keeps every row 16-byte aligned in 16-bit types, which TMA and
-    torch._grouped_mm need). Seeded: the same group every run."""
-    rng = random.Random(seed)
-    choices = list(range(-(-lo // multiple) * multiple, hi + 1, multiple))
-    return [(rng.choice(choices), rng.choice(choices), rng.choice(choices)) for _ in range(count)]
 
 
 def group_label(count: int, lo: int, hi: int, seed: int) -> str:
