@@ -10,7 +10,6 @@ ADVISOR_DIAGNOSE_JSON=1, ADVISOR_DIAGNOSE_OUT=report), except the options that r
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -20,8 +19,7 @@ import click
 from . import __version__
 from .basics import COMM_OVERLAP, COMM_PATTERNS, DEFAULT_SM_COUNT, DTYPES, GEMM_STRATEGIES, GROUPED, SPLIT_KV, parse_shape
 from .errors import AdvisorError
-from .safeio import write_file
-from .textutil import fmt_bytes, fmt_ns, safe_text, shell_quote
+from .textutil import safe_text, shell_quote
 
 
 class _Group(click.Group):
@@ -65,17 +63,10 @@ def _option(*decls, **attrs):
     return click.option(*decls, cls=_Option, **attrs)
 
 
-def _json(obj) -> str:
-    """JSON text of a report: trace-derived strings (kernel names, NVTX text) longer than
-    textutil.JSON_STRING_CHARS are cut, with a marker saying how long they were (a trace with
-    200 MB names made a 419 MB report.json)."""
-    from .textutil import cap_strings
-
-    return json.dumps(cap_strings(obj), indent=2, default=str)
-
-
 def _echo_json(obj) -> None:
-    click.echo(_json(obj))
+    from .report.write import json_text
+
+    click.echo(json_text(obj))
 
 
 def _stdout_is_tty() -> bool:
@@ -182,43 +173,9 @@ def summary_command(traces, as_json, top, sm_count, allow_unrelated, cache_dir, 
     if as_json:
         _echo_json(info)
         return
-    fmt = info["format"]
-    click.echo(f"format: {', '.join(map(str, fmt)) if isinstance(fmt, list) else fmt}")
-    click.echo(f"sources: {', '.join(safe_text(s) for s in info['sources'])}")
-    for d in info["devices"]:
-        sms = d["sm_count"] if d["sm_count"] is not None else "?"
-        click.echo(
-            f"device: rank {d['rank']} #{d['device_id']} {safe_text(d['name'] or 'unknown')}"
-            f" | SMs {sms} ({d['sm_count_source']}) | cc {d['compute_capability'] or '?'}"
-        )
-    k = info["kernels"]
-    click.echo(
-        f"kernels: {k['count']} launches, {k['distinct']} distinct, GPU time {fmt_ns(k['total_ns'])}"
-        f" over a span of {fmt_ns(k['span_ns'])}"
-    )
-    click.echo(
-        f"nvtx ranges: {info['nvtx']['count']} | cpu ops: {info['cpu_ops']['count']}"
-        f" | runtime calls: {info['runtime']['count']}"
-    )
-    m = info["memcpy"]
-    click.echo(f"memcpy/memset: {m['count']} ops, {fmt_ns(m['total_ns'])}, {fmt_bytes(m['bytes'])}")
-    if info["top_kernels"]:
-        click.echo("")
-        # one row per (name, grid, block, shape): a name launched several ways has several rows
-        click.echo(f"{'total':>10} {'count':>7} {'median':>10}  {'grid':<16} {'block':<13} {'regs':>4} {'smem':>9}  "
-                   f"{'shape':<22} name")
-        for t in info["top_kernels"]:
-            grid = "x".join("?" if v is None else str(v) for v in t["grid"])
-            s = t.get("shape")
-            shape = f"{s['M']}x{s['N']}x{s['K']}" + (f" {s['dtype']}" if s.get("dtype") else "") if s else "-"
-            block = "x".join("?" if v is None else str(v) for v in t["block"])
-            regs = "?" if t["registers_per_thread"] is None else t["registers_per_thread"]
-            smem = "?" if t["shared_mem_bytes"] is None else fmt_bytes(t["shared_mem_bytes"])
-            click.echo(
-                f"{fmt_ns(t['total_ns']):>10} {t['count']:>7} {fmt_ns(t['median_ns']):>10}  {grid:<16} {block:<13} {regs:>4} {smem:>9}  {safe_text(shape, 22):<22} {safe_text(t['name'], 100)}"
-            )
-    for n in info["notes"]:
-        click.echo(f"note: {safe_text(n, 300)}")
+    from .report.write import summary_text
+
+    click.echo(summary_text(info), nl=False)
 
 
 rules_opt = _option(
@@ -307,25 +264,17 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
     trace = load_trace(traces, sm_count=sm_count, cache_dir=cache_dir, max_inflated_bytes=max_inflated_bytes,
                        allow_unrelated=allow_unrelated)
     result = diagnose(trace, rules=rules_dir, top=top, shapes=list(shapes))
-    payload = result.to_dict()
-    images = {}
     if out_dir is not None:
-        from .report.plots import wave_occupancy
+        from .report.write import write_diagnosis
 
-        out_dir.mkdir(parents=True, exist_ok=True)
-        if wave_occupancy(result.findings, out_dir / "waves.png") is not None:
-            images["waves"] = "waves.png"
-    markdown = ""
-    if out_dir is not None or not as_json:  # --json alone needs no markdown (nor jinja2)
-        from .report.render import render
-
-        markdown = render("diagnosis.md.j2", d=result, images=images)
-    if out_dir is not None:
-        write_file(out_dir / "report.md", markdown)
-        write_file(out_dir / "report.json", _json(payload))
+        markdown = write_diagnosis(result, out_dir)
         click.echo(f"wrote {out_dir / 'report.md'} and {out_dir / 'report.json'}", err=True)
+    elif not as_json:  # --json alone needs no markdown (nor jinja2)
+        from .report.write import diagnosis_markdown
+
+        markdown = diagnosis_markdown(result)
     if as_json:
-        _echo_json(payload)
+        _echo_json(result.to_dict())
     else:
         _echo_markdown(markdown)
     if run_variants:
@@ -440,19 +389,9 @@ def rules_command(rules_dir, as_json) -> None:
     if as_json:
         _echo_json(table)
         return
-    for r in table:
-        state = "" if r["enabled"] else "  [disabled]"
-        click.echo(f"{r['symptom']} -> {r['strategy']}{state}   ({r['source']})")
-        click.echo(f"  {r['title']}")
-        click.echo(f"  try first: {r['try_first']}")
-        click.echo(f"  watch for: {r['watch_for']}")
-        if r["strategies"]:
-            click.echo(f"  strategy by pattern: {', '.join(f'{k} -> {v}' for k, v in r['strategies'].items())}")
-        for name, t in r["thresholds"].items():
-            unit = f" {t['unit']}" if t["unit"] else ""
-            click.echo(f"    {name} = {t['value']}{unit}")
-            click.echo(f"      why: {t['why']}")
-        click.echo("")
+    from .report.write import rules_text
+
+    click.echo(rules_text(table), nl=False)
 
 
 def _chosen_by(chosen: dict) -> str:
@@ -624,8 +563,8 @@ def profile_command(out_dir, kineto, top, use_sources, rules_dir, command) -> No
       advisor profile --use advisor-run --out prof-after -- python train.py
     """
     from .diagnose.diagnosis import diagnose
+    from .report.write import write_diagnosis
     from .run.profile import profile
-    from .report.render import render
     from .traces import load_trace
 
     def log(msg):
@@ -646,10 +585,7 @@ def profile_command(out_dir, kineto, top, use_sources, rules_dir, command) -> No
     if result.returncode != 0:
         log(f"the program exited with code {result.returncode}; diagnosing what was recorded")
     trace = load_trace([result.trace], cache_dir=out_dir)
-    d = diagnose(trace, rules=rules_dir, top=top)
-    markdown = render("diagnosis.md.j2", d=d)
-    write_file(out_dir / "report.md", markdown)
-    write_file(out_dir / "report.json", _json(d.to_dict()))
+    markdown = write_diagnosis(diagnose(trace, rules=rules_dir, top=top), out_dir, waves=False)
     log(f"trace: {result.trace}; report: {out_dir / 'report.md'}")
     _echo_markdown(markdown)
 
@@ -746,7 +682,7 @@ def compare_command(before, after, before_files, after_files, as_json, out_dir, 
       advisor compare --before base.json.gz --after pr.json.gz --fail-on-regression 5
     """
     from .report.compare import compare, regression_exceeds
-    from .report.render import render
+    from .report.write import comparison_markdown, write_comparison
     from .traces import load_trace
 
     b_files = _side_files(before, before_files, "before")
@@ -756,13 +692,11 @@ def compare_command(before, after, before_files, after_files, as_json, out_dir, 
     result = compare(tb, ta, rules=rules_dir)
     payload = result.to_dict()
     markdown = ""
-    if out_dir is not None or not as_json:
-        markdown = render("compare.md.j2", d=payload, top=top)
     if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        write_file(out_dir / "compare.md", markdown)
-        write_file(out_dir / "compare.json", _json(payload))
+        markdown = write_comparison(payload, out_dir, top=top)
         _log(f"wrote {out_dir / 'compare.md'} and {out_dir / 'compare.json'}")
+    elif not as_json:
+        markdown = comparison_markdown(payload, top)
     if as_json:
         _echo_json(payload)
     else:

@@ -193,3 +193,30 @@ def test_the_run_candidates_come_from_the_rules(tmp_path):
     assert rules["hopper_no_ws"].run_candidates is None and rules["small_grid_long_k"].run_candidates == ()
     assert L.strategies_for(rules) == {"tail_wave": ["persistent"], "hopper_no_ws": ["warp_specialization", "persistent"],
                                        "misaligned_gemm": ["stream_k", "persistent"]}
+
+
+def test_the_cli_leaves_reports_to_the_report_layer():
+    # the CLI parses and calls: it neither renders templates nor writes report files itself
+    mods = _modules()
+    cli_imports = _imports("advisor.cli", mods["advisor.cli"], mods)
+    assert "advisor.report.write" in cli_imports
+    assert not cli_imports & {"advisor.report.render", "advisor.report.plots", "advisor.safeio"}
+
+
+def test_a_report_the_library_writes_is_the_clis(tmp_path):
+    from click.testing import CliRunner
+
+    from advisor.cli import cli, example_trace
+    from advisor.diagnose.diagnosis import diagnose
+    from advisor.report.summary import summarize
+    from advisor.report.write import summary_text, write_diagnosis
+    from advisor.traces import load_trace
+
+    r = CliRunner().invoke(cli, ["diagnose", "--example", "--out", str(tmp_path / "cli")])
+    assert r.exit_code == 0, r.output
+    trace = load_trace([example_trace()])
+    md = write_diagnosis(diagnose(trace), tmp_path / "lib")
+    assert md == (tmp_path / "cli" / "report.md").read_text(encoding="utf-8")
+    assert (tmp_path / "lib" / "report.json").read_bytes() == (tmp_path / "cli" / "report.json").read_bytes()
+    r = CliRunner().invoke(cli, ["summary", str(example_trace())])
+    assert r.exit_code == 0 and r.output == summary_text(summarize(trace))

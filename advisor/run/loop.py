@@ -31,8 +31,6 @@ from ..codegen.bundle import complexity
 from ..errors import AdvisorError
 from ..codegen.generate import finding_summary, generate
 from ..rules import load_rules
-from ..safeio import write_file
-from ..textutil import cap_strings
 from ..codegen.schedule_model import Device, rank
 
 
@@ -448,13 +446,11 @@ def loop_findings(diagnosis, *, budget_s: float, out_dir: Path | None, progress_
 
 
 def write_run_report(results: Sequence[ShapeResult], out_dir: Path, rules=None, skipped=()) -> str:
-    """Write rows.csv/json, before_after.png (with matplotlib), run_report.md and
-    run_report.json for `results` into `out_dir`; return the markdown."""
-    import datetime as _dt
-
+    """Write rows.csv/json (the measured rows), then the run report of `results` into
+    `out_dir` (advisor.report.write.run_report: before_after.png, run_report.md/json) with
+    the GPU they ran on; return the markdown."""
     from .bench import append_csv, write_json
-    from ..report.plots import before_after
-    from ..report.render import render
+    from ..report.write import run_report
 
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = [row for r in results for row in r.rows]
@@ -463,20 +459,10 @@ def write_run_report(results: Sequence[ShapeResult], out_dir: Path, rules=None, 
         device = _gpu.device_spec()[1]
         first = next((row for row in rows), {})
         versions = {"torch": first.get("torch", "?"), "triton": first.get("triton", "?")}
-    images = {}
     if rows:
         append_csv(out_dir / "rows.csv", rows)
         write_json(out_dir / "rows.json", rows)
-        table_rows = [dict(t, shape=r.shape) for r in results for t in r.table() if t["median_us"]]
-        if before_after([dict(t, status="ok") for t in table_rows], out_dir / "before_after.png") is not None:
-            images["bars"] = "before_after.png"
-    md = render("run_report.md.j2", results=results, device=device, versions=versions, rules=rules or {}, images=images,
-                skipped=skipped, date=_dt.date.today().isoformat())
-    write_file(out_dir / "run_report.md", md)
-    payload = {"device": device, "results": [r.to_dict() for r in results], "skipped": [s.to_dict() for s in skipped]}
-    # trace-derived strings (kernel names) capped as in every report.json: a megabyte name is cut
-    write_file(out_dir / "run_report.json", json.dumps(cap_strings(payload), indent=2, default=str))
-    return md
+    return run_report(results, out_dir, device=device, versions=versions, rules=rules, skipped=skipped)
 
 
 def _split_kv_finding(f, seen: set, budget_s: float, out_dir: Path | None, dtype_default: str, sm_count: int | None,

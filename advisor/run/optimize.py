@@ -14,7 +14,6 @@ is not profiled again and the report says why.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,6 @@ from ..diagnose.diagnosis import Diagnosis, diagnose
 from .profile import Profiled, profile
 from ..diagnose.remedies import CodeChange, code_changes
 from ..safeio import write_file
-from ..textutil import cap_strings
 
 # Findings whose remedy is a change to the program (advisor.diagnose.remedies): a variant run for their
 # shape is a fallback, and their estimate is not the variant's.
@@ -281,28 +279,25 @@ def _run_unaligned(res: Optimized, trace, budget_s, run_dir, progress_for, log) 
 
 
 def _write_diagnosis(d: Diagnosis, where: Path) -> None:
-    from ..report.render import render
+    from ..report.write import write_diagnosis
 
-    where.mkdir(parents=True, exist_ok=True)
-    write_file(where / "report.md", render("diagnosis.md.j2", d=d))
-    write_file(where / "report.json", json.dumps(cap_strings(d.to_dict()), indent=2, default=str))
+    write_diagnosis(d, where, waves=False)
 
 
 def _finish(res: Optimized) -> Optimized:
     from ..report.render import MdSafe, render
+    from ..report.write import json_text, write_comparison
 
     payload = res.to_dict()
     compare_md = ""
     if res.comparison is not None:
-        compare_md = render("compare.md.j2", d=payload["compare"], top=12)
-        write_file(res.out_dir / "compare.md", compare_md)
-        write_file(res.out_dir / "compare.json", json.dumps(cap_strings(payload["compare"]), indent=2, default=str))
+        compare_md = write_comparison(payload["compare"], res.out_dir, top=12)
         # one level down inside the optimize report
         compare_md = "\n".join(("#" + line) if line.startswith("#") else line for line in compare_md.splitlines()) + "\n"
     changes = [dict(c.to_dict(), code=MdSafe(c.code)) for c in res.changes if "```" not in c.code]
     md = render("optimize.md.j2", o=payload, d=res.diagnosis, changes=changes, compare_md=MdSafe(compare_md))
     write_file(res.out_dir / "report.md", md)
-    write_file(res.out_dir / "report.json", json.dumps(cap_strings(payload), indent=2, default=str))
+    write_file(res.out_dir / "report.json", json_text(payload))
     return res
 
 
