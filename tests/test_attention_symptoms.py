@@ -8,9 +8,9 @@ import json
 import pytest
 from synthetic import H100, kernel, launch, make_trace
 
-from advisor.attention import attention_backend, attention_shape_from_op, num_splits_for, parse_attention_range
-from advisor.diagnose import diagnose
-from advisor.render import render
+from advisor.symptoms.attention import attention_backend, attention_shape_from_op, num_splits_for, parse_attention_range
+from advisor.diagnose.diagnosis import diagnose
+from advisor.report.render import render
 from advisor.traces import load_trace
 from conftest import DATA
 
