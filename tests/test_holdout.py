@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from synthetic import H100, kernel, launch, make_trace
 
-from advisor.diagnose import diagnose
-from advisor.render import render
+from advisor.diagnose.diagnosis import diagnose
+from advisor.report.render import render
 from advisor.traces import load_trace
 from conftest import DATA
 
