@@ -193,7 +193,7 @@ def test_a_config_that_fails_its_final_check_is_not_recommended():
     rows = group_rows(loop=600.0, graph=220.0) + [row("grouped", 50.0, phase="search", config=cfg),
                                                    row("grouped", None, status="wrong", config=cfg)]
     r = G.GroupResult([(40, 24, 32), (17, 33, 70)], "fp16", rows=rows)
-    G.decide_group(r)
+    L.decide(r)
     assert not r.recommended and r.winner is None and "did not pass its check" in r.verdict
     # the same for one GEMM shape: the search row must not stand in for the failed re-check
     s = result([row("torch.matmul", 100.0), row("stream_k", 50.0, phase="search", config="{}"),
@@ -219,24 +219,24 @@ def test_decide_group():
 
     sizes = [(40, 24, 32), (17, 33, 70)]
     r = G.GroupResult(sizes, "fp16", rows=group_rows(loop=600.0, graph=220.0, gmm=150.0, grouped=60.0))
-    G.decide_group(r)
+    L.decide(r)
     assert r.recommended and r.winner["provider"] == "grouped" and r.baseline["provider"] == "cuda_graph"
     assert r.verdict == ("grouped wins: one launch of the 2 GEMMs is 10.00x the torch.matmul loop, "
                          "3.67x the loop captured in a CUDA graph (verified, rel. error 1.0e-03)")
     # the padded torch._grouped_mm (its padding outside the timed call) is a reference, not a rival
     r = G.GroupResult(sizes, "fp16", rows=group_rows(loop=600.0, graph=220.0, gmm=40.0, grouped=60.0))
-    G.decide_group(r)
+    L.decide(r)
     assert r.recommended and "already padded to the group's largest K and N took 40.0 us" in r.verdict
     t = {x["provider"]: x for x in r.table()}
     assert t["grouped"]["vs_loop"] == 10.0 and round(t["grouped"]["vs_graph"], 3) == 3.667
     assert t["grouped"]["tflops"] == 2 * (40 * 24 * 32 + 17 * 33 * 70) / 60e-6 / 1e12
     # the graph is the best baseline and the grouped launch is within the noise: capture the loop
     r = G.GroupResult(sizes, "fp16", rows=group_rows(loop=600.0, graph=100.0, grouped=98.5))
-    G.decide_group(r)
+    L.decide(r)
     assert not r.recommended and "capture the loop in a CUDA graph" in r.verdict
     # a grouped launch that failed its check is never the winner
     r = G.GroupResult(sizes, "fp16", rows=group_rows(loop=600.0, graph=100.0) + [row("grouped", 10.0, status="wrong")])
-    G.decide_group(r)
+    L.decide(r)
     assert r.winner is None and "did not pass its check" in r.verdict
     assert {x["provider"]: x["status"] for x in r.table()}["grouped"] == "wrong: boom"
 

@@ -8,7 +8,8 @@ import ast
 from synthetic import kernel, make_trace
 from test_attention_symptoms import FLASH, decode_trace
 
-from advisor.run.attn_loop import AttnResult, decide_attn
+from advisor.run.attn_loop import AttnResult
+from advisor.run.result import decide
 from advisor.diagnose.diagnosis import diagnose
 from advisor.run.loop import loop_findings
 from advisor.report.render import render
@@ -46,7 +47,7 @@ def test_a_finding_without_a_shape_is_skipped_with_the_reason(tmp_path):
 def _result(bench, ok=True, observed_us=600.0):
     res = AttnResult(dict(ATTN), "bf16", observed_ns=int(observed_us * 1e3), bench=bench,
                      check={"ok": ok, "rel_err": 4e-3, "tolerance": 1e-2})
-    decide_attn(res)
+    decide(res)
     return res
 
 

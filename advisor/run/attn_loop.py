@@ -27,6 +27,7 @@ from . import gpu as _gpu
 from ..basics import NOISE_MARGIN, SPLIT_KV
 from ..codegen.generate import check_attn, generate_split_kv
 from ..codegen.schedule_model import Device
+from .result import RunResult, decide
 
 FLOOR = "hbm_floor"
 _WHAT = {"sdpa_flash": "SDPA's flash backend", "sdpa_cudnn": "SDPA's cuDNN backend",
@@ -39,29 +40,17 @@ _SWITCH = {"sdpa_flash": "torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENT
 
 
 @dataclass
-class AttnResult:
-    """One attention problem's measurements and verdict; the run report reads it as it reads
-    advisor.run.loop.ShapeResult (`kind` tells them apart)."""
+class AttnResult(RunResult):
+    """One attention problem: the split-KV variant against torch SDPA's backends (the times
+    come from the variant's own --bench, not from bench rows)."""
 
     attn: dict[str, int]
     dtype: str
-    finding: dict | None = None
-    observed_ns: int | None = None
     bench: dict = field(default_factory=dict)  # the variant's --bench JSON: provider -> {median_us | refused}
     check: dict | None = None
     error: str = ""
-    winner: dict | None = None
-    baseline: dict | None = None
-    recommended: bool = False
-    verdict: str = ""
-    variant_path: Path | None = None
-    variant_knobs: dict | None = None
-    ran_on_gpu: bool = False
-    model: dict = field(default_factory=dict)
-    counters: dict | None = None
     kind: str = SPLIT_KV
     strategies: list[str] = field(default_factory=lambda: [SPLIT_KV])
-    rows: list[dict] = field(default_factory=list)
 
     @property
     def shape(self) -> str:
@@ -98,38 +87,43 @@ class AttnResult:
                 "variant_knobs": self.variant_knobs, "check": self.check, "error": self.error or None,
                 "model": self.model, "counters": self.counters}
 
+    def timed(self) -> dict[str, dict]:
+        out = {}
+        for p, r in self.bench.items():
+            if p == FLOOR or "median_us" not in r:
+                continue
+            if p != "variant":
+                out[p] = {"provider": p, "median_us": r["median_us"]}
+            elif (self.check or {}).get("ok"):  # a variant that failed its check has no time to win with
+                out[p] = {"provider": p, "median_us": r["median_us"], "rel_err": self.check.get("rel_err")}
+        return out
 
-def decide_attn(res: AttnResult) -> None:
-    """The variant against the fastest SDPA backend (and the observed kernel): recommend it, or
-    say which backend to switch to."""
-    timed = {p: r for p, r in res.bench.items() if p != FLOOR and "median_us" in r}
-    sdpa = {p: r for p, r in timed.items() if p.startswith("sdpa_")}
-    if sdpa:
-        best = min(sdpa, key=lambda p: sdpa[p]["median_us"])
-        res.baseline = {"provider": best, "median_us": sdpa[best]["median_us"]}
-    ours = timed.get("variant")
-    if ours is None or not (res.check or {}).get("ok"):
-        res.verdict = f"the split-KV variant did not pass its check or did not run: nothing to recommend ({res.error or 'no time'})"
-        return
-    res.winner = {"provider": "variant", "median_us": ours["median_us"], "rel_err": res.check.get("rel_err")}
-    refs = [r["median_us"] for r in sdpa.values()] + ([res.observed_ns / 1e3] if res.observed_ns else [])
-    vs = [f"{r['median_us'] / ours['median_us']:.2f}x {_WHAT[p]}" for p, r in sdpa.items()]
-    if res.observed_ns:
-        vs.insert(0, f"{res.observed_ns / 1e3 / ours['median_us']:.2f}x the observed kernel")
-    floor = (res.bench.get(FLOOR) or {}).get("median_us")
-    at = f", {ours['median_us'] / floor:.2f}x the HBM floor" if floor else ""
-    res.recommended = bool(refs) and all(ours["median_us"] < (1 - NOISE_MARGIN) * r for r in refs)
-    if res.recommended:
-        res.verdict = f"split_kv wins: {', '.join(vs)}{at} (verified, rel. error {res.check['rel_err']:.1e})"
-        return
-    base = res.baseline
-    observed_us = res.observed_ns / 1e3 if res.observed_ns else None
-    if base and (observed_us is None or base["median_us"] < (1 - NOISE_MARGIN) * observed_us) \
-            and base["median_us"] <= ours["median_us"]:
-        res.verdict = (f"{_WHAT[base['provider']]} is the fastest here ({base['median_us']:.1f} us): switch to it with "
-                       f"{_SWITCH[base['provider']]} rather than adopt a new kernel (split_kv: {', '.join(vs)}{at})")
-    else:
-        res.verdict = f"no variant beats the observed kernel by more than {NOISE_MARGIN:.0%}: keep it (split_kv: {', '.join(vs)}{at})"
+    def is_baseline(self, provider: str) -> bool:
+        return provider.startswith("sdpa_")
+
+    def is_candidate(self, provider: str) -> bool:
+        return provider == "variant"
+
+    def nothing_to_recommend(self) -> str:
+        return f"the split-KV variant did not pass its check or did not run: nothing to recommend ({self.error or 'no time'})"
+
+    def verdict_text(self, win: dict, bases: dict[str, dict], timed: dict[str, dict]) -> str:
+        """The variant against the fastest SDPA backend (and the observed kernel): recommend it,
+        or say which backend to switch to."""
+        vs = [f"{r['median_us'] / win['median_us']:.2f}x {_WHAT[p]}" for p, r in bases.items()]
+        if self.observed_ns:
+            vs.insert(0, f"{self.observed_ns / 1e3 / win['median_us']:.2f}x the observed kernel")
+        floor = (self.bench.get(FLOOR) or {}).get("median_us")
+        at = f", {win['median_us'] / floor:.2f}x the HBM floor" if floor else ""
+        if self.recommended:
+            return f"split_kv wins: {', '.join(vs)}{at} (verified, rel. error {win['rel_err']:.1e})"
+        base = self.baseline
+        observed_us = self.observed_ns / 1e3 if self.observed_ns else None
+        if base and (observed_us is None or base["median_us"] < (1 - NOISE_MARGIN) * observed_us) \
+                and base["median_us"] <= win["median_us"]:
+            return (f"{_WHAT[base['provider']]} is the fastest here ({base['median_us']:.1f} us): switch to it with "
+                    f"{_SWITCH[base['provider']]} rather than adopt a new kernel (split_kv: {', '.join(vs)}{at})")
+        return f"no variant beats the observed kernel by more than {NOISE_MARGIN:.0%}: keep it (split_kv: {', '.join(vs)}{at})"
 
 
 def run_split_kv_loop(attn: dict[str, int], dtype: str, *, budget_s: float = 300.0, observed_ns: int | None = None,
@@ -166,5 +160,5 @@ def run_split_kv_loop(attn: dict[str, int], dtype: str, *, budget_s: float = 300
         else:
             res.error = (proc.stderr.strip().splitlines() or ["exit code %d" % proc.returncode])[-1][:300]
     res.ran_on_gpu = True
-    decide_attn(res)
+    decide(res)
     return res

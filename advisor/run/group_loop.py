@@ -34,6 +34,7 @@ from typing import Any
 from . import gpu as _gpu
 from ..basics import GROUPED, NOISE_MARGIN
 from .bench.tables import best_rows
+from .result import RunResult, clean, decide
 from ..codegen.bundle import complexity
 from ..codegen.generate import generate_grouped
 from ..codegen.schedule_model import Device
@@ -52,26 +53,15 @@ _WHAT = {LOOP: "the torch.matmul loop", GRAPH: "the loop captured in a CUDA grap
 
 
 @dataclass
-class GroupResult:
-    """One group's measurements and verdict; the run report and run_report.json read it as
-    they read advisor.run.loop.ShapeResult (`kind` tells them apart)."""
+class GroupResult(RunResult):
+    """One group: our grouped launch against the loop, its CUDA graph and torch._grouped_mm
+    (no per-config model ranking; observed_ns stays None: the trace's run is not one call of
+    the group)."""
 
     sizes: list[tuple[int, int, int]]
     dtype: str
-    finding: dict | None = None
-    rows: list[dict] = field(default_factory=list)
-    winner: dict | None = None
-    baseline: dict | None = None
-    recommended: bool = False
-    verdict: str = ""
-    variant_path: Path | None = None
-    variant_knobs: dict | None = None
-    ran_on_gpu: bool = False
-    model: dict = field(default_factory=dict)  # no per-config model ranking for groups
-    counters: dict | None = None
     kind: str = "grouped"
     strategies: list[str] = field(default_factory=lambda: [GROUPED])
-    observed_ns: int | None = None  # the trace's run is not one call of the group: not compared
 
     @property
     def tag(self) -> str:
@@ -129,8 +119,8 @@ class GroupResult:
             "finding": self.finding,
             "ran_on_gpu": self.ran_on_gpu,
             "table": [{k: v for k, v in r.items()} for r in self.table()],
-            "winner": _clean(self.winner),
-            "baseline": _clean(self.baseline),
+            "winner": clean(self.winner),
+            "baseline": clean(self.baseline),
             "recommended": self.recommended,
             "verdict": self.verdict,
             "variant": self.variant_path.name if self.variant_path else None,
@@ -139,48 +129,42 @@ class GroupResult:
             "counters": self.counters,
         }
 
+    def timed(self) -> dict[str, dict]:
+        return {r["provider"]: r for r in self.table() if r["median_us"]}
 
-def _clean(row: dict | None) -> dict | None:
-    return None if row is None else {k: v for k, v in row.items() if not k.startswith("_")}
+    def is_baseline(self, provider: str) -> bool:
+        return provider in GROUP_BASELINES
 
+    def is_candidate(self, provider: str) -> bool:
+        return provider == GROUPED  # GROUP_REFERENCES are timed for the report, never the winner
 
-def decide_group(result: GroupResult) -> None:
-    """Pick the fastest verified grouped config and say whether it beats every baseline."""
-    table = {r["provider"]: r for r in result.table() if r["median_us"]}
-    bases = {p: r for p, r in table.items() if p in GROUP_BASELINES}
-    result.baseline = min(bases.values(), key=lambda r: r["median_us"]) if bases else None
-    ours = table.get(GROUPED)
-    if ours is None:
-        ran = any(r.get("provider") == GROUPED for r in result.rows)
-        result.verdict = ("the grouped launch did not pass its check: nothing to recommend" if ran else
-                          "the grouped launch was not timed (no config ran within the budget): nothing to recommend")
-        return
-    result.winner = ours
-    vs = [f"{r['median_us'] / ours['median_us']:.2f}x {_WHAT.get(p, p)}" for p, r in bases.items()]
-    beat = bool(bases) and all(ours["median_us"] < (1 - NOISE_MARGIN) * r["median_us"] for r in bases.values())
-    result.recommended = beat
-    padded = table.get(PADDED)
-    note = ""
-    if padded and padded["median_us"] < (1 - NOISE_MARGIN) * ours["median_us"]:
-        note = (f"; torch._grouped_mm on operands already padded to the group's largest K and N took "
-                f"{padded['median_us']:.1f} us (the padding not timed): where the operands can stay padded, that "
-                "call is faster still")
-    if beat:
-        result.verdict = (f"grouped wins: one launch of the {len(result.sizes)} GEMMs is {', '.join(vs)} "
-                          f"(verified, rel. error {ours['rel_err']:.1e}){note}")
-        return
-    base = result.baseline
-    if base is None:
-        result.verdict = "no baseline ran to compare with: nothing to recommend"
-        return
-    if base["provider"] == GRAPH:
-        advice = "capture the loop in a CUDA graph (torch.cuda.graphs), which needs no new kernel"
-    elif base["provider"] == LOOP:
-        advice = "keep the loop"
-    else:
-        advice = f"use {base['provider']}"
-    result.verdict = (f"our grouped launch does not beat {_WHAT.get(base['provider'], base['provider'])} by more than "
-                      f"{NOISE_MARGIN:.0%}: {advice} (grouped: {', '.join(vs)}){note}")
+    def nothing_to_recommend(self) -> str:
+        ran = any(r.get("provider") == GROUPED for r in self.rows)
+        return ("the grouped launch did not pass its check: nothing to recommend" if ran else
+                "the grouped launch was not timed (no config ran within the budget): nothing to recommend")
+
+    def verdict_text(self, win: dict, bases: dict[str, dict], timed: dict[str, dict]) -> str:
+        vs = [f"{r['median_us'] / win['median_us']:.2f}x {_WHAT.get(p, p)}" for p, r in bases.items()]
+        padded = timed.get(PADDED)
+        note = ""
+        if padded and padded["median_us"] < (1 - NOISE_MARGIN) * win["median_us"]:
+            note = (f"; torch._grouped_mm on operands already padded to the group's largest K and N took "
+                    f"{padded['median_us']:.1f} us (the padding not timed): where the operands can stay padded, that "
+                    "call is faster still")
+        if self.recommended:
+            return (f"grouped wins: one launch of the {len(self.sizes)} GEMMs is {', '.join(vs)} "
+                    f"(verified, rel. error {win['rel_err']:.1e}){note}")
+        base = self.baseline
+        if base is None:
+            return "no baseline ran to compare with: nothing to recommend"
+        if base["provider"] == GRAPH:
+            advice = "capture the loop in a CUDA graph (torch.cuda.graphs), which needs no new kernel"
+        elif base["provider"] == LOOP:
+            advice = "keep the loop"
+        else:
+            advice = f"use {base['provider']}"
+        return (f"our grouped launch does not beat {_WHAT.get(base['provider'], base['provider'])} by more than "
+                f"{NOISE_MARGIN:.0%}: {advice} (grouped: {', '.join(vs)}){note}")
 
 
 def run_group_loop(sizes: Sequence[tuple[int, int, int]], dtype: str, *, budget_s: float = 60.0,
@@ -209,7 +193,7 @@ def run_group_loop(sizes: Sequence[tuple[int, int, int]], dtype: str, *, budget_
     workdir = (out_dir / f"work_grouped_{len(sizes)}_{res.tag}") if out_dir else None
     res.rows = run_group_isolated(sizes, dtype, budget_s, progress, suite=suite, label=res.shape, workdir=workdir)
     res.ran_on_gpu = True
-    decide_group(res)
+    decide(res)
     if res.winner is not None and out_dir is not None:
         knobs = json.loads(res.winner["config"]) if res.winner.get("config") else {}
         chosen = {"how": "measured", "budget_s": budget_s, "median_us": round(res.winner["median_us"], 2),

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from . import gpu as _gpu
 from ..basics import DTYPES, GEMM_STRATEGIES, NOISE_MARGIN, SPLIT_KV, parse_shape, torch_dtype
 from .bench.tables import best_rows, final_failures  # noqa: F401  (re-exported: the loops' row picking)
+from .result import RunResult, clean, decide
 from ..codegen.bundle import complexity
 from ..errors import AdvisorError
 from ..codegen.generate import finding_summary, generate
@@ -61,24 +62,15 @@ CLUSTER_GEMM_DTYPES = ("bf16", "fp16")
 
 
 @dataclass
-class ShapeResult:
+class ShapeResult(RunResult):
+    """One GEMM shape: our schedules against torch.matmul and our data-parallel baseline
+    (`model`: the analytical model's ranking per strategy)."""
+
     M: int
     N: int
     K: int
     dtype: str
     strategies: list[str]
-    finding: dict | None = None
-    observed_ns: int | None = None
-    rows: list[dict] = field(default_factory=list)
-    model: dict[str, list[dict]] = field(default_factory=dict)
-    winner: dict | None = None
-    baseline: dict | None = None
-    recommended: bool = False
-    verdict: str = ""
-    variant_path: Path | None = None
-    variant_knobs: dict | None = None
-    ran_on_gpu: bool = False
-    counters: dict | None = None  # --counters: advisor.run.counters.CounterResult.to_dict()
     schedule_note: str | None = None  # why cluster_gemm was left out, where it was prescribed
     kind: str = "gemm"  # advisor.run.group_loop.GroupResult: "grouped"
 
@@ -122,8 +114,8 @@ class ShapeResult:
             "observed_ns": self.observed_ns,
             "ran_on_gpu": self.ran_on_gpu,
             "table": [{k: v for k, v in r.items()} for r in self.table()],
-            "winner": _clean(self.winner),
-            "baseline": _clean(self.baseline),
+            "winner": clean(self.winner),
+            "baseline": clean(self.baseline),
             "recommended": self.recommended,
             "verdict": self.verdict,
             "variant": self.variant_path.name if self.variant_path else None,  # beside the report
@@ -133,9 +125,38 @@ class ShapeResult:
             "schedule_note": self.schedule_note,
         }
 
+    def timed(self) -> dict[str, dict]:
+        return {r["provider"]: r for r in self.table() if r["median_us"] and r["provider"] != "observed in trace"}
 
-def _clean(row: dict | None) -> dict | None:
-    return None if row is None else {k: v for k, v in row.items() if not k.startswith("_")}
+    def is_baseline(self, provider: str) -> bool:
+        return provider in BASELINES
+
+    def is_candidate(self, provider: str) -> bool:
+        return provider not in BASELINES
+
+    def nothing_to_recommend(self) -> str:
+        return "no candidate passed its check: nothing to recommend"
+
+    def verdict_text(self, win: dict, bases: dict[str, dict], timed: dict[str, dict]) -> str:
+        vs = []
+        if self.observed_ns:
+            vs.append(f"{self.observed_ns / 1e3 / win['median_us']:.2f}x the observed kernel")
+        if "torch.matmul" in timed:
+            vs.append(f"{timed['torch.matmul']['median_us'] / win['median_us']:.2f}x torch.matmul")
+        if "dp" in timed:
+            vs.append(f"{timed['dp']['median_us'] / win['median_us']:.2f}x our data-parallel baseline")
+        if self.recommended:
+            return f"{win['provider']} wins: {', '.join(vs)} (verified, rel. error {win['rel_err']:.1e})"
+        base = self.baseline
+        observed_us = self.observed_ns / 1e3 if self.observed_ns else None
+        if base and observed_us and base["median_us"] < (1 - NOISE_MARGIN) * observed_us:
+            # A library (or our plain baseline) already beats the observed kernel: say so.
+            return (f"no generated schedule beats {base['provider']} by more than {NOISE_MARGIN:.0%}; "
+                    f"{base['provider']} is {observed_us / base['median_us']:.2f}x the observed kernel: use it "
+                    f"(best candidate {win['provider']}: {', '.join(vs)})")
+        best = base["provider"] if base else "the observed kernel"
+        return (f"no variant beats {best} by more than {NOISE_MARGIN:.0%}: keep it "
+                f"(best candidate {win['provider']}: {', '.join(vs)})")
 
 
 def ordered_candidates(strategy: str, M: int, N: int, K: int, dtype: str, dev: Device) -> tuple[list, list[dict]]:
@@ -199,45 +220,6 @@ def with_cluster_gemm(strategies: Sequence[str], dtype: str, env: tuple | None =
     if why is None:
         out.append(CLUSTER_GEMM)
     return out, why
-
-
-def decide(result: ShapeResult) -> None:
-    """Pick the winner and say plainly whether it is worth adopting."""
-    table = {r["provider"]: r for r in result.table() if r["median_us"]}
-    ours = {p: r for p, r in table.items() if p not in BASELINES and p != "observed in trace"}
-    bases = {p: r for p, r in table.items() if p in BASELINES}
-    result.baseline = min(bases.values(), key=lambda r: r["median_us"]) if bases else None
-    if not ours:
-        result.verdict = "no candidate passed its check: nothing to recommend"
-        return
-    win = min(ours.values(), key=lambda r: r["median_us"])
-    result.winner = win
-    ref = [result.baseline["median_us"]] if result.baseline else []
-    if result.observed_ns:
-        ref.append(result.observed_ns / 1e3)
-    beat = all(win["median_us"] < (1 - NOISE_MARGIN) * r for r in ref) and bool(ref)
-    result.recommended = beat
-    vs = []
-    if result.observed_ns:
-        vs.append(f"{result.observed_ns / 1e3 / win['median_us']:.2f}x the observed kernel")
-    if "torch.matmul" in table:
-        vs.append(f"{table['torch.matmul']['median_us'] / win['median_us']:.2f}x torch.matmul")
-    if "dp" in table:
-        vs.append(f"{table['dp']['median_us'] / win['median_us']:.2f}x our data-parallel baseline")
-    if beat:
-        result.verdict = f"{win['provider']} wins: {', '.join(vs)} (verified, rel. error {win['rel_err']:.1e})"
-        return
-    base = result.baseline
-    observed_us = result.observed_ns / 1e3 if result.observed_ns else None
-    if base and observed_us and base["median_us"] < (1 - NOISE_MARGIN) * observed_us:
-        # A library (or our plain baseline) already beats the observed kernel: say so.
-        result.verdict = (f"no generated schedule beats {base['provider']} by more than {NOISE_MARGIN:.0%}; "
-                          f"{base['provider']} is {observed_us / base['median_us']:.2f}x the observed kernel: use it "
-                          f"(best candidate {win['provider']}: {', '.join(vs)})")
-    else:
-        best = base["provider"] if base else "the observed kernel"
-        result.verdict = (f"no variant beats {best} by more than {NOISE_MARGIN:.0%}: keep it "
-                          f"(best candidate {win['provider']}: {', '.join(vs)})")
 
 
 def run_shape_loop(
