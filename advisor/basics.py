@@ -8,8 +8,10 @@ nothing of advisor's but `errors`, and any module may import it without making a
 
 from __future__ import annotations
 
+import json
 import random
 import re
+from typing import Any
 
 from .errors import AdvisorError
 
@@ -31,6 +33,38 @@ DEFAULT_SM_COUNT = 132
 # A winner must beat the best baseline (and the observed kernel) by more than this: timing
 # spread between repeated medians on the H200 was a few percent.
 NOISE_MARGIN = 0.03
+
+
+# Element-type names as PyTorch (Kineto's "Input type"), NVTX ranges and people write them ->
+# our dtype ids.
+DTYPE_ALIASES = {
+    "bf16": "bf16", "bfloat16": "bf16", "c10::bfloat16": "bf16",
+    "fp16": "fp16", "half": "fp16", "float16": "fp16", "c10::half": "fp16",
+    "fp32": "fp32", "float": "fp32", "float32": "fp32",
+    "fp8": "fp8", "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8",
+    # the fp8 formats of AMD MI300 (CDNA3): no negative zero, NaN at 0x80
+    "c10::float8_e4m3fnuz": "fp8", "c10::float8_e5m2fnuz": "fp8",
+    # known so that nothing assumes bf16 for it (the schedules do not generate fp64)
+    "fp64": "fp64", "double": "fp64", "float64": "fp64",
+}
+
+
+def op_base(name: str) -> str:
+    """'aten::addmm_.out' -> 'addmm': an operator's name without namespace, overload and the
+    in-place mark."""
+    return name.split("::")[-1].split(".")[0].strip().rstrip("_")
+
+
+def input_dtypes(input_types: Any) -> list[str | None]:
+    """Kineto's "Input type" JSON text -> each input's dtype id (None where unknown or not a
+    tensor); [] when there is none or it does not parse."""
+    if not isinstance(input_types, str):
+        return []
+    try:
+        types = json.loads(input_types)
+    except ValueError:
+        return []
+    return [DTYPE_ALIASES.get(str(t).lower()) for t in types] if isinstance(types, list) else []
 
 
 class ShapeError(AdvisorError, ValueError):

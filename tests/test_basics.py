@@ -20,7 +20,7 @@ from advisor.diagnose.diagnosis import diagnose
 from advisor.report.render import render
 from advisor.rules import load_rules
 from advisor.symptoms.kernel_kinds import align_bytes, gemm_precision
-from advisor.symptoms.roofline import measured_bandwidth, peak_flops
+from advisor.symptoms.calibration import measured_bandwidth, peak_flops
 from advisor.traces import load_trace
 
 BASICS = ("layout_churn", "dtype_churn", "misaligned_gemm", "tensor_cores_unused")

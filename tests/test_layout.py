@@ -171,11 +171,11 @@ def test_the_run_candidates_come_from_the_rules(tmp_path):
     from advisor.rules import load_rules
 
     bundled = L.strategies_for()
+    assert not hasattr(L, "STRATEGIES_FOR")  # the map is the rules' [run] tables, no Python copy
     assert bundled == {"tail_wave": ["stream_k", "persistent"], "small_grid_long_k": ["split_k", "stream_k"],
                        "hopper_no_ws": ["warp_specialization", "persistent"],
                        # the staged fallback where a misaligned dimension must stay
                        "misaligned_gemm": ["stream_k", "persistent"]}
-    assert L.STRATEGIES_FOR == bundled  # the old name still answers
     # a --rules copy: its [run] lists count, an empty one times nothing, a rule without [run]
     # (a copy made before the table existed) keeps the bundled candidates
     d = tmp_path / "rules"
@@ -220,3 +220,49 @@ def test_a_report_the_library_writes_is_the_clis(tmp_path):
     assert (tmp_path / "lib" / "report.json").read_bytes() == (tmp_path / "cli" / "report.json").read_bytes()
     r = CliRunner().invoke(cli, ["summary", str(example_trace())])
     assert r.exit_code == 0 and r.output == summary_text(summarize(trace))
+
+
+def _top_level_names(path: Path) -> set[str]:
+    out = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, ast.Assign):
+            out.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return out
+
+
+def test_each_shared_thing_is_defined_once():
+    # operator names and element types (basics), peaks (symptoms/calibration): a second copy
+    # in a feature module drifts from the first
+    shared = {"DTYPE_ALIASES": "basics.py", "op_base": "basics.py", "input_dtypes": "basics.py", "parse_shape": "basics.py",
+              "_DTYPES": None, "_op_base": None, "_median_rates": None, "_derating": None,
+              "peak_flops": "symptoms/calibration.py", "measured_bandwidth": "symptoms/calibration.py",
+              "ceiling": "symptoms/calibration.py", "derating": "symptoms/calibration.py"}
+    where: dict[str, list[str]] = {}
+    for p in PACKAGE.rglob("*.py"):
+        for name in _top_level_names(p) & set(shared):
+            where.setdefault(name, []).append(p.relative_to(PACKAGE).as_posix())
+    # annotate.py's _DTYPES is the set of dtype ids its users may write, not a name table
+    where["_DTYPES"] = [w for w in where.get("_DTYPES", []) if w != "annotate.py"] or None
+    assert {n: (sorted(w) if w else None) for n, w in where.items()} | {n: None for n in shared if n not in where} == \
+        {n: ([f] if f else None) for n, f in shared.items()}
+
+
+def test_op_base_and_input_dtypes():
+    from advisor.basics import input_dtypes, op_base
+
+    assert op_base("aten::addmm_.out") == "addmm" and op_base("aten::_scaled_dot_product_flash_attention") == \
+        "_scaled_dot_product_flash_attention"
+    assert input_dtypes('["c10::BFloat16", "", "float", "c10::Float8_e5m2"]') == ["bf16", None, "fp32", "fp8"]
+    assert input_dtypes("not json") == [] and input_dtypes(None) == []
+
+
+def test_every_symptom_builds_its_findings_with_finding_for():
+    # one constructor: a finding's symptom, strategy, title and watch-for come from its rule
+    calls = []
+    for p in (PACKAGE / "symptoms").glob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Finding":
+                calls.append(p.name)
+    assert calls == ["context.py"]

@@ -80,7 +80,7 @@ def test_gpu_path_on_the_interpreter(tmp_path, monkeypatch):
 def finding(symptom, batch, kernel="k", M=1664, N=1408, K=8192):
     from advisor.findings import Finding
 
-    return Finding(symptom=symptom, strategy=L.STRATEGIES_FOR[symptom][0], title="t", kernel=kernel, rank=0, device_id=0,
+    return Finding(symptom=symptom, strategy=L.strategies_for()[symptom][0], title="t", kernel=kernel, rank=0, device_id=0,
                    shape={"M": M, "N": N, "K": K, "batch": batch, "dtype": "bf16"}, grid=None, block=None, launches=2,
                    total_ns=2_000, est_savings_ns=100, confidence="high", watch_for="")
 

@@ -43,12 +43,6 @@ def strategies_for(rules=None) -> dict[str, list[str]]:
     return {s: list(c) for s, c in merged.items() if c}
 
 
-def __getattr__(name: str):
-    if name == "STRATEGIES_FOR":  # the old name: the bundled rules' candidates, read when asked
-        return strategies_for()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 # Strategies whose remedy changes the program, not one kernel: --run lists them in `skipped`.
 NOT_RUNNABLE = {
     "fusion": "fuse the elementwise kernels (torch.compile) or batch them (torch._foreach_* ops) in the program",

@@ -266,7 +266,7 @@ def _run_unaligned(res: Optimized, trace, budget_s, run_dir, progress_for, log) 
         dtype = u["dtype"] if u["dtype"] in DTYPES else "bf16"
         progress = progress_for(f"{u['M']}x{u['N']}x{u['K']}") if progress_for else None
         try:
-            out.append(loop.run_shape_loop(u["M"], u["N"], u["K"], dtype, loop.STRATEGIES_FOR["misaligned_gemm"],
+            out.append(loop.run_shape_loop(u["M"], u["N"], u["K"], dtype, loop.strategies_for()["misaligned_gemm"],
                                            budget_s=budget_s,
                                            observed_ns=u["median_ns"], out_dir=run_dir, progress=progress, log=log))
         except Exception as exc:  # noqa: BLE001 (one shape failing must not stop the loop; the report says so)

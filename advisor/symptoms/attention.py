@@ -12,6 +12,8 @@ import json
 import re
 from typing import Any
 
+from ..basics import input_dtypes, op_base
+
 # Attention kernels by library, first match wins. Each entry: (backend id, name pattern,
 # "split" when the kernel already walks a chunk of the KV sequence and a combine follows).
 _BACKENDS: list[tuple[str, re.Pattern, bool]] = [
@@ -82,13 +84,9 @@ OP_BACKEND = {
 _MAX_EXTENT = 2**31 - 1
 
 
-def _op_base(name: str) -> str:
-    return name.split("::")[-1].split(".")[0].strip()
-
-
 def attention_shape_from_op(op: str, dims: list[Any]) -> dict[str, int] | None:
     """{"B", "Hq", "Hkv", "Lq", "S", "D"} from an attention operator's input dims, else None."""
-    layout = _ATTENTION_OPS.get(_op_base(op))
+    layout = _ATTENTION_OPS.get(op_base(op))
     if layout is None or not isinstance(dims, list) or len(dims) < 3:
         return None
     q, k, v = dims[:3]
@@ -104,9 +102,6 @@ def attention_shape_from_op(op: str, dims: list[Any]) -> dict[str, int] | None:
     return {"B": B, "Hq": Hq, "Hkv": Hkv, "Lq": Lq, "S": S, "D": D}
 
 
-_DTYPES = {"c10::bfloat16": "bf16", "c10::half": "fp16", "float": "fp32", "c10::float8_e4m3fn": "fp8"}
-
-
 def parse_attention_op(name: Any, input_dims: Any, input_types: Any = None) -> dict[str, Any] | None:
     """Attention shape (plus dtype, op) of a Kineto cpu_op with `Input Dims`, else None."""
     if not isinstance(name, str) or not isinstance(input_dims, str):
@@ -118,15 +113,8 @@ def parse_attention_op(name: Any, input_dims: Any, input_types: Any = None) -> d
     shape = attention_shape_from_op(name, dims)
     if shape is None:
         return None
-    dtype = None
-    if isinstance(input_types, str):
-        try:
-            types = json.loads(input_types)
-        except ValueError:
-            types = []
-        if isinstance(types, list) and types:
-            dtype = _DTYPES.get(str(types[0]).lower())
-    return dict(shape, dtype=dtype, op=_op_base(name))
+    dtypes = input_dtypes(input_types)
+    return dict(shape, dtype=dtypes[0] if dtypes else None, op=op_base(name))  # the query's dtype
 
 
 _ADVISOR = re.compile(r"^advisor\.attention\b(.*)$")
@@ -153,7 +141,7 @@ def parse_attention_range(text: Any) -> dict[str, Any] | None:
     if "::" not in text[:64]:
         return None
     op = text.split(",", 1)[0].strip()
-    if _op_base(op) not in _ATTENTION_OPS:
+    if op_base(op) not in _ATTENTION_OPS:
         return None
     i = text.find("sizes = [")
     if i < 0:
@@ -168,7 +156,7 @@ def parse_attention_range(text: Any) -> dict[str, Any] | None:
             except ValueError:
                 return None
             shape = attention_shape_from_op(op, sizes)
-            return None if shape is None else dict(shape, dtype=None, op=_op_base(op))
+            return None if shape is None else dict(shape, dtype=None, op=op_base(op))
     return None
 
 

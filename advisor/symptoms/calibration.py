@@ -7,6 +7,11 @@ Every GEMM estimate is bounded twice:
   ran (cuBLAS, or a hand-written/Triton kernel, against which our data-parallel baseline
   stands in) on the same or similar shapes in our committed results.
 
+Every peak is computed here: `ceiling` (the fastest run measured: what an estimate may never
+exceed) and, below, `peak_flops` and `measured_bandwidth` (the median run: the rate a GEMM
+usually reaches, for estimates of what a fix gains); both read the same measurements and
+derate a datasheet the same way (`derating`).
+
 The measured data live in `rules/measured/<device>.toml` (derived from the bench rows by
 `bench/make_calibration.py`). For a GPU we have not measured, its datasheet peak and bandwidth
 are derated by the ratio measured-to-datasheet of the H200 and the basis says so.
@@ -20,7 +25,9 @@ import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
+
+import pandas as pd
 
 from ..resources import rules_dir
 
@@ -52,6 +59,7 @@ class Measured:
     copy_bytes_per_s: float
     schedules: tuple[dict[str, Any], ...]
     source: str
+    dense_tflops_median: dict[str, float]  # the median runs (the fastest ones where not recorded)
 
 
 @lru_cache(maxsize=None)
@@ -67,6 +75,8 @@ def _load(directory: str) -> tuple[Measured, ...]:
             copy_bytes_per_s=float(c["copy_bytes_per_s"]),
             schedules=tuple(data.get("schedule", [])),
             source=f"rules/measured/{path.name}",
+            dense_tflops_median={str(k): float(v) for k, v in
+                                 (c.get("dense_tflops_median") or c.get("dense_tflops") or {}).items()},
         ))
     return tuple(out)
 
@@ -99,6 +109,19 @@ def _reference() -> Measured | None:
     return None
 
 
+def derating(typical: bool = False) -> tuple[float, float, str]:
+    """(peak factor, bandwidth factor, source) that turn a datasheet's dense bf16 peak and HBM
+    bandwidth into what the H200's measurements say such numbers reach: its fastest runs, or
+    its median ones (`typical`); (1, 1, "datasheet") without the H200's measurements."""
+    ref = _reference()
+    if ref is None:
+        return 1.0, 1.0, "datasheet"
+    rates = ref.dense_tflops_median if typical else ref.dense_tflops
+    bf16 = rates.get("bf16", ref.dense_tflops.get("bf16", _H200_DATASHEET["tflops"]))
+    return (bf16 / _H200_DATASHEET["tflops"], ref.copy_bytes_per_s / _H200_DATASHEET["bytes_per_s"],
+            f"datasheet x {bf16 / _H200_DATASHEET['tflops']:.2f} (H200 measured/datasheet, {ref.source})")
+
+
 @dataclass(frozen=True)
 class Ceiling:
     tflops: float | None
@@ -123,10 +146,11 @@ def ceiling(device: dict | None, dtype: str | None) -> Ceiling:
     peak = None if peak is None or (isinstance(peak, float) and math.isnan(peak)) else float(peak)
     bw = None if bw is None or (isinstance(bw, float) and math.isnan(bw)) else float(bw)
     ref = _reference()
-    if ref is not None and peak:
-        peak *= ref.dense_tflops.get("bf16", _H200_DATASHEET["tflops"]) / _H200_DATASHEET["tflops"]
-    if ref is not None and bw:
-        bw *= ref.copy_bytes_per_s / _H200_DATASHEET["bytes_per_s"]
+    peak_factor, bw_factor, _ = derating()
+    if peak:
+        peak *= peak_factor
+    if bw:
+        bw *= bw_factor
     tflops = peak * _DTYPE_FACTOR.get(dtype, 1.0) if peak else None
     return Ceiling(tflops, bw, "datasheet peak and bandwidth derated by the H200's measured-to-datasheet ratio"
                    if ref is not None else "datasheet peak and bandwidth")
@@ -241,3 +265,117 @@ def bound_gemm_estimate(model_ns: float, total_ns: float, launches: int, shape: 
             est, capped = cap, "measured"
     return Estimate(int(max(0.0, est)), None if bound is None else int(bound), "; ".join(parts) or "model only",
                     exact, capped)
+
+
+# Typical rates, for estimates of what a fix gains (the ceiling above is the fastest run, what an
+# estimate may never exceed).
+#
+# `peak_flops(device, dtype)` gives the dense rate a library GEMM reaches for a precision on a
+# device, and where the number comes from. The numbers come from `rules/measured/<device>.toml`
+# (measured here: on the H200, torch.matmul 8192^3, median of the runs:
+# bf16 694.5, fp16 678.6, tf32 360.2 and fp32 SIMT 51.3 TFLOP/s; device copy 4.27 TB/s), taking
+# the median run, not the fastest: an estimate of what a fix gains should use the rate a GEMM
+# usually reaches. For a GPU we have not measured, its datasheet dense fp16/bf16 tensor rate
+# (advisor.devices.KNOWN_GPUS or the trace) is derated by the H200's measured/datasheet ratio
+# (694.5 / 989) and the other precisions follow the datasheet ratios below, per architecture,
+# with None where the device has no such path (no TF32 before Ampere, no bf16 before Ampere).
+#
+# `measured_bandwidth(device)` is the device's measured copy bandwidth, or its datasheet
+# bandwidth derated the same way (4.27 of 4.8 TB/s on the H200).
+
+# Datasheet ratios to the dense fp16/bf16 tensor rate, per precision.
+# tf32: A100 156/312, H100 SXM 495/989, B200 1100/2250, MI300X 653.7/1307.4: one half.
+_TF32_RATIO = 0.5
+# fp8: twice the 16-bit rate on Ada/Hopper/Blackwell and CDNA3+ datasheets.
+_FP8_RATIO = 2.0
+# fp32 without tensor cores (NVIDIA SIMT; AMD vector or fp32 MFMA), by architecture:
+# V100 15.7/125, T4 8.1/65; A100 19.5/312; A10 31.2/125, L40S 91.6/362; H100 SXM 67/989;
+# B200 80/2250; MI250X 47.9/383, MI300X 163.4/1307.4.
+_FP32_RATIO_NVIDIA = {7: 0.126, 8: 0.0625, 9: 0.068, 10: 0.036}
+_FP32_RATIO_AMPERE_CONSUMER = 0.25  # cc 8.6 / 8.9
+_FP32_RATIO_AMD = 0.125
+
+
+def _get(device: Mapping[str, Any], key: str):
+    v = device.get(key)
+    return None if v is None or (not isinstance(v, str) and pd.isna(v)) else v
+
+
+def has_tf32(device: Mapping[str, Any]) -> bool:
+    """Whether the device runs fp32 GEMMs on tensor cores at reduced precision (TF32 from
+    NVIDIA Ampere, cc 8.0; XF32 on CDNA3 gfx942; CDNA4 gfx950 dropped it)."""
+    vendor = _get(device, "vendor")
+    if vendor == "nvidia":
+        major = _get(device, "cc_major")
+        return major is not None and int(major) >= 8
+    if vendor == "amd":
+        return str(_get(device, "arch") or "").startswith("gfx942")
+    return False
+
+
+def has_bf16(device: Mapping[str, Any]) -> bool:
+    """bf16 tensor cores: NVIDIA from Ampere (cc 8.0), AMD CDNA2+."""
+    if _get(device, "vendor") == "nvidia":
+        major = _get(device, "cc_major")
+        return major is not None and int(major) >= 8
+    return _get(device, "vendor") == "amd"
+
+
+def _fp32_ratio(device: Mapping[str, Any]) -> float | None:
+    if _get(device, "vendor") == "amd":
+        return _FP32_RATIO_AMD
+    major, minor = _get(device, "cc_major"), _get(device, "cc_minor")
+    if major is None:
+        return None
+    if int(major) == 8 and minor is not None and int(minor) > 0:
+        return _FP32_RATIO_AMPERE_CONSUMER
+    return _FP32_RATIO_NVIDIA.get(int(major))
+
+
+def peak_flops(device: Mapping[str, Any], dtype: str) -> tuple[float | None, str]:
+    """(dense FLOP/s a library GEMM usually reaches for `dtype` on `device`, where it comes from).
+
+    `device` is a devices-frame row as a mapping (name, vendor, cc_major, cc_minor, arch,
+    peak_tensor_tflops). `dtype`: "bf16" | "fp16" | "tf32" | "fp32" (no tensor cores) | "fp8".
+    (None, reason) where the device has no such path or no rate is known."""
+    if dtype == "tf32" and not has_tf32(device):
+        return None, "no TF32/XF32 tensor cores on this device"
+    if dtype == "bf16" and not has_bf16(device):
+        return None, "no bf16 tensor cores on this device"
+    m = measured_for(dict(device))
+    if m is not None:
+        rates = m.dense_tflops_median
+        if dtype in rates:
+            return rates[dtype] * 1e12, f"measured on the {m.device} (median, {m.source})"
+        if "bf16" in rates:
+            base, src = rates["bf16"] * 1e12, f"measured bf16 on the {m.device} ({m.source})"
+        else:
+            return None, f"no measured rate on the {m.device}"
+    else:
+        tensor = _get(device, "peak_tensor_tflops")
+        if not tensor:
+            return None, "no tensor-core rate known for this device"
+        factor, _, src = derating(typical=True)
+        base = float(tensor) * 1e12 * factor
+    if dtype in ("bf16", "fp16"):
+        return base, src
+    if dtype == "tf32":
+        return base * _TF32_RATIO, f"{src} x {_TF32_RATIO} (datasheet tf32/bf16)"
+    if dtype == "fp8":
+        return base * _FP8_RATIO, f"{src} x {_FP8_RATIO} (datasheet fp8/bf16)"
+    if dtype == "fp32":
+        ratio = _fp32_ratio(device)
+        if ratio is None:
+            return None, "no fp32 rate known for this architecture"
+        return base * ratio, f"{src} x {ratio} (datasheet fp32/bf16)"
+    return None, f"no rate for dtype {dtype!r}"
+
+
+def measured_bandwidth(device: Mapping[str, Any]) -> float | None:
+    """Bytes/s a device copy reaches: measured on this GPU model, else the trace's or datasheet's
+    bandwidth derated by the H200's measured/datasheet ratio."""
+    m = measured_for(dict(device))
+    if m is not None:
+        return m.copy_bytes_per_s
+    bw = _get(device, "mem_bandwidth_bytes_per_s")
+    return float(bw) * derating(typical=True)[1] if bw else None

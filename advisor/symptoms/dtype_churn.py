@@ -26,7 +26,8 @@ from ..rules import Rule
 from .context import Context, as_int, finding_for, group_launches, launch_rows, shape_of
 from .kernel_kinds import device_row, gemm_time_by_precision, gemm_work, kinds, row_precision
 from .gemm import innermost_ranges
-from .roofline import gemm_estimate, has_bf16
+from .calibration import has_bf16
+from .roofline import gemm_estimate
 
 SYMPTOM = "dtype_churn"
 REQUIRES = (("kernels", "name", "Does the trace name its kernels?"),)

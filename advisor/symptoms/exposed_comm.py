@@ -52,7 +52,7 @@ import pandas as pd
 from ..findings import Finding
 from ..rules import Rule
 from . import ranks as rk
-from .context import Context
+from .context import Context, finding_for
 
 SYMPTOM = "exposed_comm"
 REQUIRES = ()
@@ -375,9 +375,11 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                 "replay the step from a CUDA graph if the GPU waits on the host",
             }
         name = _KIND_TITLES.get(top_kind or "", "Communication")
+        # a finding about a rank's communication, not one launch row: every row field is given
         out.append(
-            Finding(
-                symptom=SYMPTOM,
+            finding_for(
+                rule,
+                row,
                 strategy=strategy,
                 title=(f"{name} only partly hidden behind compute (already overlapped)" if already
                        else f"{name} not overlapped with compute"),
@@ -391,7 +393,6 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                 total_ns=int(row["comm_ns"]),
                 est_savings_ns=int(savings),
                 confidence=confidence,
-                watch_for=rule.watch_for,
                 evidence=evidence,
                 suggestion=suggestion,
                 savings_unit="wall",

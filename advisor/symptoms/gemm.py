@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..basics import DTYPE_ALIASES, input_dtypes, op_base
 from ..model import Trace, string_array
 from .strings import MATCH_CHARS, contains, factorize
 
@@ -94,24 +95,6 @@ def tile_from_name(name: str | None) -> tuple[int, int, int | None] | None:
 
 _ADVISOR = re.compile(r"^advisor\.gemm\b(.*)$")
 _KV = re.compile(r"\b([A-Za-z_]+)=([A-Za-z0-9_.]+)")
-_DTYPES = {
-    "bf16": "bf16", "bfloat16": "bf16", "c10::bfloat16": "bf16",
-    "fp16": "fp16", "half": "fp16", "float16": "fp16", "c10::half": "fp16",
-    "fp32": "fp32", "float": "fp32", "float32": "fp32",
-    "fp8": "fp8", "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8",
-    # the fp8 formats of AMD MI300 (CDNA3): no negative zero, NaN at 0x80
-    "c10::float8_e4m3fnuz": "fp8", "c10::float8_e5m2fnuz": "fp8",
-    # known so that nothing assumes bf16 for it (the schedules do not generate fp64)
-    "fp64": "fp64", "double": "fp64", "float64": "fp64",
-}
-
-
-def _op_base(name: str) -> str:
-    """'aten::addmm_.out' -> 'addmm'."""
-    base = name.split("::")[-1].split(".")[0].strip()
-    return base.rstrip("_")
-
-
 def _prod(xs) -> int:
     out = 1
     for x in xs:
@@ -121,7 +104,7 @@ def _prod(xs) -> int:
 
 def shape_from_op(op: str, dims: list[Any]) -> dict[str, int] | None:
     """M, N, K (and batch) of a GEMM operator from its input shapes, or None."""
-    base = _op_base(op)
+    base = op_base(op)
     mats = [d for d in dims if isinstance(d, list) and all(isinstance(x, int) for x in d)]
     try:
         if base in ("mm", "_scaled_mm", "_int_mm") and len(mats) >= 2:
@@ -214,7 +197,7 @@ def parse_free_text(text: str) -> dict[str, Any] | None:
     if not _plausible(m, n, k):
         return None
     dt = _FREE_DTYPE.search(text)
-    return {"M": m, "N": n, "K": k, "batch": 1, "dtype": _DTYPES.get(dt.group(1).lower()) if dt else None,
+    return {"M": m, "N": n, "K": k, "batch": 1, "dtype": DTYPE_ALIASES.get(dt.group(1).lower()) if dt else None,
             "op": "range text", "source": "nvtx-text"}
 
 
@@ -239,7 +222,7 @@ def parse_shape_override(spec: str) -> tuple[str, dict[str, Any]]:
         raise ValueError(f"{spec!r}: each of M, N, K must be 1..{_MAX_EXTENT}")
     dtype = None
     if m.group(4):
-        dtype = _DTYPES.get(m.group(4).lower())
+        dtype = DTYPE_ALIASES.get(m.group(4).lower())
         if dtype is None:
             raise ValueError(f"{spec!r}: unknown dtype {m.group(4)!r} (bf16, fp16, fp32, fp8, fp64)")
     return pattern, {"M": M, "N": N, "K": K, "batch": 1, "dtype": dtype, "op": "--shape", "source": "user"}
@@ -258,7 +241,7 @@ def parse_range_text(text: str) -> dict[str, Any] | None:
             return None
         if not _plausible(*shape.values()):
             return None
-        shape["dtype"] = _DTYPES.get(kv.get("dtype", "").lower())
+        shape["dtype"] = DTYPE_ALIASES.get(kv.get("dtype", "").lower())
         shape["op"] = "advisor.gemm"
         shape["source"] = "nvtx-advisor"
         return shape
@@ -287,16 +270,7 @@ def parse_cpu_op(name: str, input_dims: str | None, input_types: str | None) -> 
     shape = shape_from_op(name, dims)
     if shape is None:
         return None
-    dtype = None
-    if isinstance(input_types, str):
-        try:
-            types = json.loads(input_types)
-        except ValueError:
-            types = []
-        for t in types if isinstance(types, list) else []:
-            dtype = _DTYPES.get(str(t).lower())
-            if dtype:
-                break
+    dtype = next((d for d in input_dtypes(input_types) if d), None)  # the first input of a known type
     shape.update(dtype=dtype, op=name, source="kineto-input-dims")
     return shape
 

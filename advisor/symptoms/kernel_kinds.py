@@ -226,7 +226,7 @@ def gemm_work(fp32_ns: float, tf32_ns: float, bit16_ns: float, device) -> tuple[
     ~14x slower on an H200 (51 vs 695 TFLOP/s), so LoRA adapters left in fp32 beside a bf16
     Llama held most of its GEMM time while doing a small part of its work: a part left behind
     (dtype_churn), not an fp32 model (tensor_cores_unused). Without rates: the times."""
-    from .roofline import peak_flops
+    from .calibration import peak_flops
 
     def rate(dtype):
         return peak_flops(device, dtype)[0] if device is not None else None

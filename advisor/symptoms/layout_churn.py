@@ -27,12 +27,13 @@ import re
 import numpy as np
 import pandas as pd
 
+from ..basics import DTYPE_ALIASES
 from ..findings import Finding
 from ..rules import Rule
 from .context import Context, as_int, finding_for, group_launches, launch_rows
-from .gemm import _DTYPES, _launch_points
+from .gemm import _launch_points
 from .kernel_kinds import device_row, kinds, on_conv_devices
-from .roofline import measured_bandwidth
+from .calibration import measured_bandwidth
 
 SYMPTOM = "layout_churn"
 REQUIRES = (("kernels", "name", "Does the trace name its kernels?"),)
@@ -67,7 +68,7 @@ def _input_bytes(dims_text, types_text) -> float | None:
     elt = 2
     try:
         types = json.loads(types_text) if isinstance(types_text, str) else []
-        dt = _DTYPES.get(str(types[0]).lower()) if types else None
+        dt = DTYPE_ALIASES.get(str(types[0]).lower()) if types else None
         elt = {"bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8}.get(dt, 2)
     except (ValueError, IndexError):
         pass

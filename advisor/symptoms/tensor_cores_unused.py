@@ -12,7 +12,7 @@ What to do: `torch.backends.cuda.matmul.allow_tf32 = True` (or
 `torch.set_float32_matmul_precision("high")`), or bf16 autocast; on devices without TF32
 (Volta, Turing, CDNA4) fp16/bf16 autocast.
 Estimate: per GEMM group, its time minus its floor on the TF32 path (16-bit where there is no
-TF32): the larger of flops / the measured-or-derated peak (roofline.peak_flops) and bytes /
+TF32): the larger of flops / the measured-or-derated peak (calibration.peak_flops) and bytes /
 the measured bandwidth, at least a launch's latency; without a shape, its time x fp32 peak /
 TF32 peak. `bound_ns` is that floor summed; `basis` says which was used.
 """
@@ -25,7 +25,8 @@ from ..findings import Finding
 from ..rules import Rule
 from .context import Context, as_int, finding_for, group_launches, launch_rows, shape_of
 from .kernel_kinds import device_row, gemm_time_by_precision, gemm_work, kinds, row_precision
-from .roofline import gemm_estimate, has_tf32
+from .calibration import has_tf32
+from .roofline import gemm_estimate
 
 SYMPTOM = "tensor_cores_unused"
 REQUIRES = (("kernels", "name", "Does the trace name its kernels?"),)
