@@ -55,6 +55,17 @@ def op_base(name: str) -> str:
     return name.split("::")[-1].split(".")[0].strip().rstrip("_")
 
 
+def input_dims(input_dims: Any) -> list | None:
+    """Kineto's "Input Dims" JSON text -> the list of each input's dims, else None."""
+    if not isinstance(input_dims, str):
+        return None
+    try:
+        dims = json.loads(input_dims)
+    except ValueError:
+        return None
+    return dims if isinstance(dims, list) else None
+
+
 def input_dtypes(input_types: Any) -> list[str | None]:
     """Kineto's "Input type" JSON text -> each input's dtype id (None where unknown or not a
     tensor); [] when there is none or it does not parse."""

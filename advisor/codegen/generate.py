@@ -90,10 +90,22 @@ def _finish(variant: Variant, filename: str, target: Path | None) -> Variant:
     return variant
 
 
-def _render(template: str, path: str | Path | None, **context: Any) -> tuple[str, str, Path | None]:
+_UNTUNED = {"gpu": None, "sm_count": None, "compute_capability": None, "smem_per_block_bytes": None}
+
+
+def _render(template: str, path: str | Path | None, *, dtype: str, knobs: dict, finding: dict | None, source: str,
+            strategy: str | None = None, tuned_for: dict | None = None, chosen_by: dict | None = None,
+            **context: Any) -> tuple[str, str, Path | None]:
     """(text, file name, target path or None) of `template` rendered with `context` plus what
-    every variant template shares: the advisor version, today's date, and the file and module
-    names the variant's docstring tells the user to run and import."""
+    every variant template shares: the dtype, knobs, finding and kernel source; for a strategy,
+    its id, the GPU it was tuned for and how the knobs were chosen; the advisor version,
+    today's date, and the file and module names the variant's docstring tells the user to run
+    and import."""
+    if strategy is not None:
+        context.update(strategy=strategy, strategy_id=_ident(strategy, "strategy"), tuned_for=tuned_for or dict(_UNTUNED),
+                       chosen_by=chosen_by)
+    context.update(dtype=dtype, dtype_id=_ident(dtype, "dtype"), knobs=knobs, finding=finding or {},
+                   kernel_source=PySafe(source))
     target = Path(path) if path is not None else None
     filename = target.name if target is not None else "variant.py"
     module = target.stem if target is not None else "variant"
@@ -222,21 +234,12 @@ def generate(
     else:
         dp_matmul = renamed.get("dp_gemm", {}).get("matmul", "matmul")
         baseline = f"lambda a, b: {dp_matmul}(a, b)  # advisor's data-parallel baseline, default config"
-    tuned = tuned_for or {"gpu": None, "sm_count": None, "compute_capability": None, "smem_per_block_bytes": None}
     text, filename, target = _render(
-        "variant.py.j2", path,
-        strategy=strategy,
-        strategy_id=_ident(strategy, "strategy"),
-        dtype=dtype,
-        dtype_id=_ident(dtype, "dtype"),
+        "variant.py.j2", path, strategy=strategy, dtype=dtype, knobs=final, finding=finding, source=source,
+        tuned_for=tuned_for, chosen_by=chosen_by,
         M=M,
         N=N,
         K=K,
-        knobs=final,
-        tuned_for=tuned,
-        finding=finding or {},
-        chosen_by=chosen_by,
-        kernel_source=PySafe(source),
         baseline_expr=PySafe(baseline),
     )
     return _finish(Variant(strategy, M, N, K, dtype, final, chosen_by, text, None, model_rows), filename, target)
@@ -338,24 +341,15 @@ def generate_grouped(
     final = coerce_knobs(GROUPED, final)
     _check_config(GROUPED, final, dtype)
     source, _ = bundle(GROUPED)
-    tuned = tuned_for or {"gpu": None, "sm_count": None, "compute_capability": None, "smem_per_block_bytes": None}
     dims = [d for s in sizes for d in s]
     text, filename, target = _render(
-        "grouped.py.j2", path,
-        strategy=GROUPED,
-        strategy_id=_ident(GROUPED, "strategy"),
-        dtype=dtype,
-        dtype_id=_ident(dtype, "dtype"),
+        "grouped.py.j2", path, strategy=GROUPED, dtype=dtype, knobs=final, finding=finding, source=source,
+        tuned_for=tuned_for, chosen_by=chosen_by,
         count=len(sizes),
         dim_lo=min(dims),
         dim_hi=max(dims),
         sizes=[list(s) for s in sizes],
         group=dict(group) if group else None,
-        knobs=final,
-        tuned_for=tuned,
-        finding=finding or {},
-        chosen_by=chosen_by,
-        kernel_source=PySafe(source),
     )
     M, N, K = (max(s[i] for s in sizes) for i in range(3))
     variant = Variant(GROUPED, M, N, K, dtype, final, chosen_by, text, sizes=sizes)
@@ -412,17 +406,12 @@ def generate_comm_overlap(
     _check_config("comm_overlap", final, dtype)
     source, _ = bundle("comm_overlap")
     text, filename, target = _render(
-        "comm_overlap.py.j2", path,
+        "comm_overlap.py.j2", path, dtype=dtype, knobs=final, finding=finding, source=source,
         pattern=pattern,
         pattern_id=_ident(pattern, "pattern"),
-        dtype=dtype,
-        dtype_id=_ident(dtype, "dtype"),
         M=M,
         N=N,
         K=K,
-        knobs=final,
-        finding=finding or {},
-        kernel_source=PySafe(source),
     )
     chosen = {"how": "defaults" if not knobs else "given", "pattern": pattern}
     variant = Variant("comm_overlap", M, N, K, dtype, final, chosen, text, warnings=comm_shape_warnings(pattern, M, K))
@@ -532,19 +521,10 @@ def generate_split_kv(
     except (TypeError, ValueError) as exc:
         raise AdvisorError(f"{SPLIT_KV} knobs: {exc}") from None
     source, _ = bundle(SPLIT_KV)
-    tuned = tuned_for or {"gpu": None, "sm_count": None, "compute_capability": None, "smem_per_block_bytes": None}
     text, filename, target = _render(
-        "split_kv.py.j2", path,
-        strategy=SPLIT_KV,
-        strategy_id=_ident(SPLIT_KV, "strategy"),
-        dtype=dtype,
-        dtype_id=_ident(dtype, "dtype"),
+        "split_kv.py.j2", path, strategy=SPLIT_KV, dtype=dtype, knobs=final, finding=finding, source=source,
+        tuned_for=tuned_for, chosen_by=chosen_by,
         attn=shape,
-        knobs=final,
-        tuned_for=tuned,
-        finding=finding or {},
-        chosen_by=chosen_by,
-        kernel_source=PySafe(source),
     )
     # M, N, K of a Variant are a GEMM's; here the rows of queries, head_dim and the KV length
     variant = Variant(SPLIT_KV, shape["B"] * shape["Hq"] * shape["Lq"], shape["D"], shape["S"], dtype, final,

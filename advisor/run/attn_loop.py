@@ -81,10 +81,8 @@ class AttnResult(RunResult):
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "shape": dict(self.attn), "dtype": self.dtype, "strategies": self.strategies,
                 "finding": self.finding, "observed_ns": self.observed_ns, "ran_on_gpu": self.ran_on_gpu,
-                "hbm_floor_us": (self.bench.get(FLOOR) or {}).get("median_us"), "table": self.table(),
-                "winner": self.winner, "baseline": self.baseline, "recommended": self.recommended,
-                "verdict": self.verdict, "variant": self.variant_path.name if self.variant_path else None,
-                "variant_knobs": self.variant_knobs, "check": self.check, "error": self.error or None,
+                "hbm_floor_us": (self.bench.get(FLOOR) or {}).get("median_us"), **self.outcome(),
+                "check": self.check, "error": self.error or None,
                 "model": self.model, "counters": self.counters}
 
     def timed(self) -> dict[str, dict]:

@@ -34,7 +34,7 @@ from typing import Any
 from . import gpu as _gpu
 from ..basics import GROUPED, NOISE_MARGIN
 from .bench.tables import best_rows
-from .result import RunResult, clean, decide
+from .result import RunResult, decide
 from ..codegen.bundle import complexity
 from ..codegen.generate import generate_grouped
 from ..codegen.schedule_model import Device
@@ -118,13 +118,7 @@ class GroupResult(RunResult):
             "strategies": self.strategies,
             "finding": self.finding,
             "ran_on_gpu": self.ran_on_gpu,
-            "table": [{k: v for k, v in r.items()} for r in self.table()],
-            "winner": clean(self.winner),
-            "baseline": clean(self.baseline),
-            "recommended": self.recommended,
-            "verdict": self.verdict,
-            "variant": self.variant_path.name if self.variant_path else None,
-            "variant_knobs": self.variant_knobs,
+            **self.outcome(),
             "model": self.model,  # empty: no per-config model ranking for groups
             "counters": self.counters,
         }

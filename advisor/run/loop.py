@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 from . import gpu as _gpu
 from ..basics import DTYPES, GEMM_STRATEGIES, NOISE_MARGIN, SPLIT_KV, parse_shape, torch_dtype
 from .bench.tables import best_rows, final_failures  # noqa: F401  (re-exported: the loops' row picking)
-from .result import RunResult, clean, decide
+from .result import RunResult, decide
 from ..codegen.bundle import complexity
 from ..errors import AdvisorError
 from ..codegen.generate import finding_summary, generate
@@ -107,13 +107,7 @@ class ShapeResult(RunResult):
             "finding": self.finding,
             "observed_ns": self.observed_ns,
             "ran_on_gpu": self.ran_on_gpu,
-            "table": [{k: v for k, v in r.items()} for r in self.table()],
-            "winner": clean(self.winner),
-            "baseline": clean(self.baseline),
-            "recommended": self.recommended,
-            "verdict": self.verdict,
-            "variant": self.variant_path.name if self.variant_path else None,  # beside the report
-            "variant_knobs": self.variant_knobs,
+            **self.outcome(),
             "model": self.model,
             "counters": self.counters,
             "schedule_note": self.schedule_note,

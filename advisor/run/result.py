@@ -34,6 +34,22 @@ class RunResult(ABC):
     model: dict = field(default_factory=dict)  # the analytical model's ranking, where the kind has one
     counters: dict | None = None  # --counters: run.counters.CounterResult.to_dict()
 
+    def outcome(self) -> dict:
+        """The part of to_dict() every kind shares: the table, the decision and the variant."""
+        return {
+            "table": [dict(r) for r in self.table()],
+            "winner": clean(self.winner),
+            "baseline": clean(self.baseline),
+            "recommended": self.recommended,
+            "verdict": self.verdict,
+            "variant": self.variant_path.name if self.variant_path else None,  # beside the report
+            "variant_knobs": self.variant_knobs,
+        }
+
+    @abstractmethod
+    def table(self) -> list[dict]:
+        """The report's rows: each provider's best verified time (or why it has none)."""
+
     @abstractmethod
     def timed(self) -> dict[str, dict]:
         """Provider -> its verified row with `median_us` (the observed kernel not among them)."""

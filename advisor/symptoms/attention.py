@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from ..basics import input_dtypes, op_base
+from ..basics import input_dims, input_dtypes, op_base
 
 # Attention kernels by library, first match wins. Each entry: (backend id, name pattern,
 # "split" when the kernel already walks a chunk of the KV sequence and a combine follows).
@@ -102,13 +102,10 @@ def attention_shape_from_op(op: str, dims: list[Any]) -> dict[str, int] | None:
     return {"B": B, "Hq": Hq, "Hkv": Hkv, "Lq": Lq, "S": S, "D": D}
 
 
-def parse_attention_op(name: Any, input_dims: Any, input_types: Any = None) -> dict[str, Any] | None:
+def parse_attention_op(name: Any, input_dims_text: Any, input_types: Any = None) -> dict[str, Any] | None:
     """Attention shape (plus dtype, op) of a Kineto cpu_op with `Input Dims`, else None."""
-    if not isinstance(name, str) or not isinstance(input_dims, str):
-        return None
-    try:
-        dims = json.loads(input_dims)
-    except ValueError:
+    dims = input_dims(input_dims_text)
+    if not isinstance(name, str) or dims is None:
         return None
     shape = attention_shape_from_op(name, dims)
     if shape is None:

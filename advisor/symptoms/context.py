@@ -155,6 +155,12 @@ _ROW_FIELDS = {
 }
 
 
+def by_device(ev: pd.DataFrame):
+    """An evidence frame grouped per (rank, device), a missing device as -1, in order of first
+    appearance: iterate as `for (rank, dev), grp in by_device(ev)`."""
+    return ev.assign(_dev=ev["device_id"].fillna(-1).astype("int64")).groupby(["rank", "_dev"], sort=False)
+
+
 def finding_for(rule: Rule, row, **fields) -> Finding:
     """The Finding of `rule` about the grouped launch row `row` (group_launches' columns): the
     rule's symptom, strategy, title and watch-for, and the row's kernel, rank, device, shape,

@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..findings import Finding
 from ..rules import Rule
-from .context import Context, as_int, finding_for, group_launches, launch_rows, shape_of
+from .context import Context, as_int, by_device, finding_for, group_launches, launch_rows, shape_of
 from .kernel_kinds import device_row, gemm_time_by_precision, gemm_work, kinds, row_precision
 from .gemm import innermost_ranges
 from .calibration import has_bf16
@@ -128,8 +128,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
     out: list[Finding] = []
     if ev.empty:
         return out
-    ev = ev.assign(_dev=ev["device_id"].fillna(-1).astype("int64"))
-    for (rank, dev), grp in ev.groupby(["rank", "_dev"], sort=False):
+    for (rank, dev), grp in by_device(ev):
         gemms, casts = grp[grp["kind"] == "gemm"], grp[grp["kind"] == "cast"]
         if gemms.empty:
             continue

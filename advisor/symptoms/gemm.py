@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..basics import DTYPE_ALIASES, input_dtypes, op_base
+from ..basics import DTYPE_ALIASES, input_dims, input_dtypes, op_base
 from ..model import Trace, string_array
 from .strings import MATCH_CHARS, contains, factorize
 
@@ -258,14 +258,9 @@ def parse_range_text(text: str) -> dict[str, Any] | None:
     return shape
 
 
-def parse_cpu_op(name: str, input_dims: str | None, input_types: str | None) -> dict[str, Any] | None:
-    if not isinstance(name, str) or not isinstance(input_dims, str):
-        return None
-    try:
-        dims = json.loads(input_dims)
-    except ValueError:
-        return None
-    if not isinstance(dims, list):
+def parse_cpu_op(name: str, input_dims_text: str | None, input_types: str | None) -> dict[str, Any] | None:
+    dims = input_dims(input_dims_text)
+    if not isinstance(name, str) or dims is None:
         return None
     shape = shape_from_op(name, dims)
     if shape is None:

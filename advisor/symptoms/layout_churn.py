@@ -30,7 +30,7 @@ import pandas as pd
 from ..basics import DTYPE_ALIASES
 from ..findings import Finding
 from ..rules import Rule
-from .context import Context, as_int, finding_for, group_launches, launch_rows
+from .context import Context, as_int, by_device, finding_for, group_launches, launch_rows
 from .gemm import _launch_points
 from .kernel_kinds import device_row, kinds, on_conv_devices
 from .calibration import measured_bandwidth
@@ -147,8 +147,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
     if ev.empty:
         return out
     latency = float(rule["latency_floor_ns"])
-    ev = ev.assign(_dev=ev["device_id"].fillna(-1).astype("int64"))
-    for (rank, dev), grp in ev.groupby(["rank", "_dev"], sort=False):
+    for (rank, dev), grp in by_device(ev):
         device = device_row(ctx, rank, dev)
         bw = measured_bandwidth(device)
         trans, bn = grp[grp["kind"] == "transpose"], grp[grp["kind"] == "bn"]

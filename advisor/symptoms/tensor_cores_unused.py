@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..findings import Finding
 from ..rules import Rule
-from .context import Context, as_int, finding_for, group_launches, launch_rows, shape_of
+from .context import Context, as_int, by_device, finding_for, group_launches, launch_rows, shape_of
 from .kernel_kinds import device_row, gemm_time_by_precision, gemm_work, kinds, row_precision
 from .calibration import has_tf32
 from .roofline import gemm_estimate
@@ -56,8 +56,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
     out: list[Finding] = []
     if ev.empty:
         return out
-    ev = ev.assign(_dev=ev["device_id"].fillna(-1).astype("int64"))
-    for (rank, dev), grp in ev.groupby(["rank", "_dev"], sort=False):
+    for (rank, dev), grp in by_device(ev):
         gemm_ns, fp32_ns = int(grp["device_gemm_ns"].iloc[0]), int(grp["device_fp32_gemm_ns"].iloc[0])
         # the share of the GEMM *work* in full fp32 (time weighted by rate: kernel_kinds.gemm_work);
         # GEMMs of unknown precision count as other work
