@@ -12,6 +12,7 @@ justified there). NaN never passes.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from typing import Callable, Sequence
 
 
@@ -78,11 +79,13 @@ class CheckFailed(Exception):
         self.rel_err = rel_err
 
 
-class Checker:
-    """Check sets for one GEMM shape; references are computed once per set and cached."""
+class _CheckSets(ABC):
+    """Seeded check sets (the same inputs every run), drawn and solved in float64 on first use
+    and cached; a subclass says how one set is drawn."""
 
-    def __init__(self, M: int, N: int, K: int, dtype, device, *, seed: int = 0):
-        self.M, self.N, self.K = M, N, K
+    _SEED_OFFSET = 0  # keeps two kinds of checker with one seed from drawing the same numbers
+
+    def __init__(self, dtype, device, seed: int):
         self.dtype = dtype_from_name(dtype)
         self.device = device
         self.seed = int(seed)
@@ -90,16 +93,28 @@ class Checker:
         self._sets: dict[int, tuple] = {}
 
     def input_set(self, index: int):
-        """(a, b, ref) of check set `index`, drawn and solved on first use."""
+        if index not in self._sets:
+            self._sets[index] = self._draw(make_generator(self.device, self.seed * 1_000_003 + self._SEED_OFFSET + index))
+        return self._sets[index]
+
+    @abstractmethod
+    def _draw(self, g) -> tuple:
+        """One set's inputs and float64 reference(s), drawn with generator `g`."""
+
+
+class Checker(_CheckSets):
+    """Check sets for one GEMM shape: input_set(i) is (a, b, ref)."""
+
+    def __init__(self, M: int, N: int, K: int, dtype, device, *, seed: int = 0):
+        self.M, self.N, self.K = M, N, K
+        super().__init__(dtype, device, seed)
+
+    def _draw(self, g) -> tuple:
         import torch
 
-        if index not in self._sets:
-            g = make_generator(self.device, self.seed * 1_000_003 + index)
-            a = random_matrix(self.M, self.K, self.dtype, self.device, g)
-            b = random_matrix(self.K, self.N, self.dtype, self.device, g)
-            ref = a.to(torch.float64) @ b.to(torch.float64)
-            self._sets[index] = (a, b, ref)
-        return self._sets[index]
+        a = random_matrix(self.M, self.K, self.dtype, self.device, g)
+        b = random_matrix(self.K, self.N, self.dtype, self.device, g)
+        return a, b, a.to(torch.float64) @ b.to(torch.float64)
 
     def check(self, call: Callable, sets: Sequence[int] = (0, 1)) -> float:
         """Run call(a, b, out) on each check set with `out` poisoned; return the largest
@@ -127,27 +142,22 @@ class Checker:
         return worst
 
 
-class GroupedChecker:
-    """Check sets for a group of GEMMs of different sizes; error = worst GEMM's error."""
+class GroupedChecker(_CheckSets):
+    """Check sets for a group of GEMMs of different sizes: input_set(i) is (As, Bs, refs);
+    error = worst GEMM's error."""
+
+    _SEED_OFFSET = 7919
 
     def __init__(self, sizes: Sequence[tuple[int, int, int]], dtype, device, *, seed: int = 0):
         self.sizes = [tuple(int(x) for x in s) for s in sizes]
-        self.dtype = dtype_from_name(dtype)
-        self.device = device
-        self.seed = int(seed)
-        self.tol = tolerance(self.dtype)
-        self._sets: dict[int, tuple] = {}
+        super().__init__(dtype, device, seed)
 
-    def input_set(self, index: int):
+    def _draw(self, g) -> tuple:
         import torch
 
-        if index not in self._sets:
-            g = make_generator(self.device, self.seed * 1_000_003 + 7919 + index)
-            As = [random_matrix(M, K, self.dtype, self.device, g) for (M, N, K) in self.sizes]
-            Bs = [random_matrix(K, N, self.dtype, self.device, g) for (M, N, K) in self.sizes]
-            refs = [a.to(torch.float64) @ b.to(torch.float64) for a, b in zip(As, Bs)]
-            self._sets[index] = (As, Bs, refs)
-        return self._sets[index]
+        As = [random_matrix(M, K, self.dtype, self.device, g) for (M, N, K) in self.sizes]
+        Bs = [random_matrix(K, N, self.dtype, self.device, g) for (M, N, K) in self.sizes]
+        return As, Bs, [a.to(torch.float64) @ b.to(torch.float64) for a, b in zip(As, Bs)]
 
     def check(self, call: Callable, sets: Sequence[int] = (0, 1)) -> float:
         """call(As, Bs, outs) with every out poisoned; returns the list of results (or None
