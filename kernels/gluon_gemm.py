@@ -55,6 +55,7 @@ import os
 from .gluon_gemm_configs import (  # noqa: F401  (re-exported: the schedule's API)
     SMEM_PER_BLOCK_SM90,
     STEPS,
+    FIXUP_UNROLL,
     Config,
     cdiv,
     contributors,
@@ -440,7 +441,7 @@ if _HAVE_GLUON:
     @gluon.jit(do_not_specialize=["S", "SKP"])
     def _sk_fixup_kernel(ws_ptr, c_ptr, M, N, stride_cm, S, SKP, k_tiles,
                          TM: gl.constexpr, BN: gl.constexpr, RB: gl.constexpr, GROUP_M: gl.constexpr,
-                         LAYOUT: gl.constexpr):
+                         LAYOUT: gl.constexpr, UNROLL: gl.constexpr):
         """Sum a split region tile's partials (RB rows a program) in program order and store
         them into C (gluon_gemm_configs.contributors is the same arithmetic)."""
         t_local = gl.program_id(0)
@@ -457,9 +458,13 @@ if _HAVE_GLUON:
             mask = (rows < M - pid_m * TM) & (cols < N - pid_n * BN)
             offs = rows * BN + cols
             acc = gl.zeros([RB, BN], gl.float32, LAYOUT)
-            for p in range(p_lo, p_hi + 1):
-                slot = 2 * p + gl.where(p * tot // SKP < first, 1, 0)
-                acc += gl.load(ws_ptr + slot * (TM * BN) + offs, mask=mask, other=0.0)
+            # UNROLL independent loads a round trip: Gluon does not pipeline this loop, and a
+            # split-K tile can have a contributor per SM
+            for p0 in range(p_lo, p_hi + 1, UNROLL):
+                for j in gl.static_range(UNROLL):
+                    p = p0 + j
+                    slot = 2 * p + gl.where(p * tot // SKP < first, 1, 0)
+                    acc += gl.load(ws_ptr + slot * (TM * BN) + offs, mask=mask & (p <= p_hi), other=0.0)
             c_offs = (pid_m * TM + rows).to(gl.int64) * stride_cm + (pid_n * BN + cols)
             gl.store(c_ptr + c_offs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
@@ -516,7 +521,7 @@ if _HAVE_GLUON:
             tpw_n = min(32, cfg.BLOCK_N // 4)
             layout = gl.BlockedLayout([1, 4], [32 // tpw_n, tpw_n], [4, 1], [1, 0])
             _sk_fixup_kernel[(S, TM // rb)](ws, c, M, N, c.stride(0), S, SKP, iters, TM, cfg.BLOCK_N, rb,
-                                            cfg.GROUP_M, layout, num_warps=4)
+                                            cfg.GROUP_M, layout, FIXUP_UNROLL, num_warps=4)
         return None
 
 

@@ -189,6 +189,8 @@ def contributors(t_local: int, s: int, iters: int, skp: int) -> list[int]:
 ITER_US = {(128, 128): 0.40, (128, 256): 0.75, (256, 128): 0.80, (64, 128): 0.30, (64, 256): 0.45}
 FIXUP_LAUNCH_US = 2.5
 PARTIAL_BYTES_PER_US = 4.0e6  # fp32 partials written then read back, through L2
+FIXUP_ROUND_TRIP_US = 1.0  # one L2 round trip of the fixup's loads (FIXUP_UNROLL partials at once)
+FIXUP_UNROLL = 8
 HBM_BYTES_PER_US = 4.0e6  # what a streaming GEMM reads from HBM (cuBLAS's skinny rows: 3.3-3.6 TB/s)
 
 
@@ -208,9 +210,10 @@ def estimate_us(cfg: Config, M: int, N: int, K: int, sm_count: int = 132) -> flo
         return max(floor, cdiv(tiles, progs) * iters * step)
     dp_waves = (tiles - s) // progs
     busiest = dp_waves * iters + cdiv(s * iters, skp)
-    split = sum(len(contributors(t, s, iters, skp)) for t in range(s))
+    per_tile = [len(contributors(t, s, iters, skp)) for t in range(s)]
     rows, cols = min(tm, M), min(bn, N)  # skinny partials are stored masked to C's extent
-    fixup = FIXUP_LAUNCH_US + 2 * split * rows * cols * 4 / PARTIAL_BYTES_PER_US
+    fixup = (FIXUP_LAUNCH_US + 2 * sum(per_tile) * rows * cols * 4 / PARTIAL_BYTES_PER_US
+             + cdiv(max(per_tile), FIXUP_UNROLL) * FIXUP_ROUND_TRIP_US)
     return max(floor, busiest * step) + fixup
 
 
