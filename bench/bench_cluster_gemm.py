@@ -96,10 +96,12 @@ def child_verify(args) -> int:
         a = torch.randn((M, K), device="cuda", generator=gen).to(dtype)
         b = torch.randn((K, N), device="cuda", generator=gen).to(dtype)
         ref = a.double() @ b.double()
-        for i, cfg in enumerate(configs_for(M, N, K, args.quick)):
+        for cfg in configs_for(M, N, K, args.quick):
             key = json.dumps([cfg.as_dict(), [M, N, K]])
             if json.dumps(cfg.as_dict()) in skip or hash_shard(cfg, args.shards) != args.shard:
                 continue
+            if time.time() > args.deadline:
+                break
             print("START " + key, flush=True)
             out = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
             try:
@@ -316,7 +318,8 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", default=os.environ.get("OUT") or str(HERE / "results"))
     p.add_argument("--time-limit-s", type=float, default=400.0)
-    p.add_argument("--hang-s", type=float, default=60.0, help="a verify child silent this long is killed")
+    p.add_argument("--hang-s", type=float, default=120.0,
+                   help="a verify child silent this long is killed (one compile + one run; compiles share the CPUs)")
     p.add_argument("--verify-procs", type=int, default=6, help="verify children at once (they compile in parallel)")
     p.add_argument("--shard", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--shards", type=int, default=1, help=argparse.SUPPRESS)
