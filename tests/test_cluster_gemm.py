@@ -191,3 +191,33 @@ def test_sm90_compile_check_under_triton_39():
     mc = [ln for ln in main if "c2+mc" in ln]
     assert mc and all("multicast" in ln and "wgmma" in ln and "cluster" in ln for ln in mc)
     assert all("stack=0" in ln for ln in lines)
+
+
+def test_bench_plan_shards_and_table():
+    """bench/bench_cluster_gemm.py's CPU side: every timed shape has Stream-K configs where its
+    tiles leave a partial wave, the verify shards partition the configs, and the table reads
+    the rows (model pick and the Stream-K steps included)."""
+    sys.path.insert(0, str(ROOT))
+    import json
+
+    from bench import bench_cluster_gemm as bcg
+
+    for suite, (M, N, K) in bcg.plan(False):
+        space = bcg.configs_for(M, N, K, False)
+        assert space, (M, N, K)
+        if suite != "balanced":
+            assert any(c.stream_k for c in space), (M, N, K)
+        shards = [bcg.hash_shard(c, 6) for c in space]
+        assert all(0 <= x < 6 for x in shards)
+    quick = [c for _, (M, N, K) in bcg.plan(True) for c in bcg.configs_for(M, N, K, True)]
+    assert quick and any(c.BLOCK_M == 64 for c in quick)
+    cfg = bcg.configs_for(1664, 1408, 8192, False)[0]
+    rows = [
+        {"suite": "tail", "shape": "1664x1408x8192", "provider": "torch.matmul", "step": "", "config": "{}",
+         "status": "ok", "median_us": 60.0},
+        {"suite": "tail", "shape": "1664x1408x8192", "provider": "cluster_gemm", "step": bcg._step_of(cfg),
+         "config": json.dumps(cfg.as_dict()), "model_pick": 1, "status": "ok", "median_us": 50.0},
+    ]
+    md = bcg.markdown(rows)
+    assert "| tail | 1664x1408x8192 | 60.0 |" in md and "1.200x" in md
+    assert "ws_c2_mc_sk" in md and "model pick" in md
