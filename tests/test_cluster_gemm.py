@@ -221,3 +221,15 @@ def test_bench_plan_shards_and_table():
     md = bcg.markdown(rows)
     assert "| tail | 1664x1408x8192 | 60.0 |" in md and "1.200x" in md
     assert "ws_c2_mc_sk" in md and "model pick" in md
+
+
+def test_generate_ranks_with_the_schedules_own_model():
+    """advisor generate's pick for cluster_gemm is the schedule's own estimate's (its Stream-K
+    plan priced), not the generic wave model's: 1664x1408 gets the split 128x128 tiles."""
+    from kernels.gluon_gemm_configs import default_config
+
+    for shape in ((1664, 1408, 8192), (256, 256, 131072), (4096, 4096, 8192)):
+        v = generate("cluster_gemm", *shape)
+        d = default_config(*shape)
+        assert {k: v.knobs[k] for k in d.as_dict()} == d.as_dict(), shape
+    assert generate("cluster_gemm", 1664, 1408, 8192).knobs["stream_k"]
