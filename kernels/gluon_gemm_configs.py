@@ -89,9 +89,11 @@ class Config:
         return self.cluster * self.BLOCK_M
 
     def describe(self) -> str:
+        role = "ws" if self.ws else "pipe"
+        mc = "+mc" if self.multicast else ""
+        sk = " sk" if self.stream_k else ""
         return (f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} s{self.STAGES} g{self.GROUP_M} w{self.num_warps} "
-                f"{'ws' if self.ws else 'pipe'} c{self.cluster}{'+mc' if self.multicast else ''}"
-                f"{' sk' if self.stream_k else ''}")
+                f"{role} c{self.cluster}{mc}{sk}")
 
     def as_dict(self) -> dict:
         return asdict(self)
