@@ -1,0 +1,162 @@
+"""How kernels/split_kv_attention.py picks its knobs: the split rules, the measured table its
+default config comes from, and the candidates bench/bench_split_kv.py --sweep times.
+
+Pure Python (no torch, no triton), so that the rules can be read and tested anywhere.
+
+The default config is the nearest measured point of TABLE (by log distance in work units, the
+programs one split would launch, and in KV length), its knobs carried over and its split
+count re-derived for the shape from the programs per SM that point ran. TABLE is written by
+`python bench/bench_split_kv.py --apply-table FILE` from a sweep's split_kv_table.json, between
+the BEGIN/END markers below; edit it by hand only to drop a point.
+"""
+
+from __future__ import annotations
+
+import math
+
+SPLIT_ALIGN = 16  # a chunk's key count is a multiple of this (any split count gives equal chunks)
+SMEM_PER_SM = 232448  # sm_90: 227 KB of shared memory a block may opt into
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def num_splits_for(units: int, slots: int, key_blocks: int, max_splits: int = 128, keep: float = 0.85) -> int:
+    """FlashAttention's split heuristic: `units` programs without a split (batch x kv-heads x
+    row blocks) on `slots` program slots (SMs x programs per SM). A grid already filling 80% of
+    the slots is not split; otherwise, over splits 1..min(max_splits, slots, key_blocks), the
+    smallest split whose wave efficiency n / (ceil(n / slots) x slots), n = units x split, is
+    at least `keep` of the best. Splits that give every program the same number of key
+    blocks as one split fewer are skipped (they only add programs). advisor/attention.py holds
+    the same rule for the advice it prints about libraries' split knobs."""
+    units, slots, key_blocks = max(1, units), max(1, slots), max(1, key_blocks)
+    if units >= 0.8 * slots:
+        return 1
+    top = max(1, min(max_splits, slots, key_blocks))
+
+    def eligible(s: int) -> bool:
+        return s == 1 or cdiv(key_blocks, s) != cdiv(key_blocks, s - 1)
+
+    eff = {s: units * s / (cdiv(units * s, slots) * slots) for s in range(1, top + 1) if eligible(s)}
+    best = max(eff.values())
+    return min(s for s, e in eff.items() if e >= keep * best)
+
+
+def fill_splits(units: int, sms: int, programs_per_sm: float, S: int, min_chunk: int = 256,
+                max_splits: int = 128) -> int:
+    """The split count that launches about programs_per_sm x sms programs: ceil(target / units),
+    at most S / min_chunk (a chunk keeps >= min_chunk keys) and max_splits. With chunks cut at
+    SPLIT_ALIGN keys every program walks the same number of keys (+-16), so the programs are
+    of equal cost and a target of whole SMs fills whole waves."""
+    target = max(1, round(programs_per_sm * sms))
+    return max(1, min(cdiv(target, max(1, units)), max(1, S // min_chunk), max_splits))
+
+
+def pipeline_bytes(block_n: int, stages: int, head_dim: int, elt: int, tma: bool) -> int:
+    """Shared memory of a program's K/V pipeline: pointer loads keep num_stages - 1 tiles of K
+    and of V (the sm_90 compile check read 70 KB for 64 keys, 3 stages, D 128 in bf16), TMA
+    keeps num_stages."""
+    return max(1, stages - (0 if tma else 1)) * 2 * block_n * pow2(head_dim) * elt
+
+
+# ---------------------------------------------------------------------------------------------
+# The measured table. Each point: the shape class it was measured on (units = B x Hkv x row
+# blocks, S keys, bf16, D 128 on the H200's 132 SMs) and the knobs that were fastest there;
+# programs_per_sm = units x splits / SMs of the winner.
+# BEGIN TABLE
+TABLE_SOURCE = "bench/results/split_kv/split_kv.md (H200, 2026-12-02): the tuned config per shape"
+TABLE = [
+    {"units": 8, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False, "pdl": False, "programs_per_sm": 1.94},
+    {"units": 8, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False, "pdl": False, "programs_per_sm": 1.94},
+    {"units": 8, "S": 131072, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False, "pdl": False, "programs_per_sm": 1.76},
+    {"units": 16, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False, "pdl": False, "programs_per_sm": 1.94},
+    {"units": 16, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False, "pdl": False, "programs_per_sm": 1.82},
+    {"units": 16, "S": 131072, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False, "pdl": False, "programs_per_sm": 1.7},
+    {"units": 32, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False, "pdl": False, "programs_per_sm": 1.7},
+    {"units": 32, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False, "pdl": False, "programs_per_sm": 1.7},
+    {"units": 32, "S": 131072, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": False, "pdl": False, "programs_per_sm": 1.7},
+    {"units": 64, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False, "pdl": False, "programs_per_sm": 1.94},
+    {"units": 64, "S": 32768, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": False, "pdl": False, "programs_per_sm": 1.94},
+    {"units": 64, "S": 131072, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": False, "pdl": False, "programs_per_sm": 1.94},
+]
+# END TABLE
+KNOBS = ("BLOCK_N", "num_warps", "num_stages", "combine", "tma", "pdl")
+
+
+def nearest_point(units: int, S: int, table: list[dict] | None = None) -> dict:
+    """The table point closest to (units, S) in log2 distance (ties: the earlier point)."""
+    table = TABLE if table is None else table
+
+    def dist(p):
+        return abs(math.log2(max(1, units) / p["units"])) + abs(math.log2(max(1, S) / p["S"]))
+
+    return min(table, key=dist)
+
+
+def table_knobs(units: int, S: int, head_dim: int, elt: int, sms: int, table: list[dict] | None = None) -> dict:
+    """Knobs (Config field -> value, NUM_SPLITS resolved) for a shape from its nearest table
+    point: the tile keeps the point's bytes (BLOCK_N scales with 256 / (D x element bytes),
+    the table being bf16 at D 128), stages drop until two programs fit an SM, and the split
+    count fills the point's programs per SM."""
+    p = nearest_point(units, S, table)
+    knobs = {k: p[k] for k in KNOBS}
+    scale = 256 / (pow2(head_dim) * elt)
+    knobs["BLOCK_N"] = int(min(128, max(16, pow2(max(1, round(p["BLOCK_N"] * scale))))))
+    while knobs["num_stages"] > 2 and 2 * pipeline_bytes(knobs["BLOCK_N"], knobs["num_stages"], head_dim, elt,
+                                                         knobs["tma"]) > SMEM_PER_SM:
+        knobs["num_stages"] -= 1
+    while knobs["BLOCK_N"] > 16 and 2 * pipeline_bytes(knobs["BLOCK_N"], knobs["num_stages"], head_dim, elt,
+                                                       knobs["tma"]) > SMEM_PER_SM:
+        knobs["BLOCK_N"] //= 2
+    knobs["NUM_SPLITS"] = fill_splits(units, sms, p["programs_per_sm"], S)
+    return knobs
+
+
+# ---------------------------------------------------------------------------------------------
+# The sweep's candidates (bench/bench_split_kv.py --sweep): two stages of coordinate search.
+# ---------------------------------------------------------------------------------------------
+
+PROGRAMS_PER_SM = (1, 2, 3, 4, 6, 8)
+
+
+def structure_candidates(head_dim: int, elt: int) -> list[dict]:
+    """Stage A: the load path and the pipeline (tile keys, stages, warps, TMA or pointers),
+    with the two-kernel combine and 2 programs an SM held fixed; only pipelines that fit one
+    program an SM. Ordered by the prediction (docs/split_kv.md): pointer loads with 64-key
+    tiles first (the 2026-12-02 winners), then TMA, then the rest."""
+    out = []
+    for tma in (False, True):
+        for block_n in (64, 128):
+            for stages in (3, 2, 4):
+                for warps in (4, 8):
+                    if pipeline_bytes(block_n, stages, head_dim, elt, tma) > SMEM_PER_SM:
+                        continue
+                    out.append({"BLOCK_N": block_n, "num_warps": warps, "num_stages": stages, "combine": "kernel",
+                                "tma": tma, "pdl": False, "programs_per_sm": 2})
+    return out
+
+
+def balance_candidates(best: list[dict]) -> list[dict]:
+    """Stage B: for each of the best structures, the combine (last arriver, second kernel, each
+    with and without programmatic dependent launch) and the programs per SM."""
+    out = []
+    for s in best:
+        for pps in PROGRAMS_PER_SM:
+            for combine in ("last_arriver", "kernel"):
+                for pdl in (False, True):
+                    c = dict(s, combine=combine, pdl=pdl, programs_per_sm=pps)
+                    if c not in out:
+                        out.append(c)
+    return out
+
+
+def candidate_knobs(units: int, S: int, sms: int, knobs: dict) -> dict:
+    """A sweep candidate as Config fields: its split count resolved for the shape."""
+    out = {k: knobs[k] for k in KNOBS}
+    out["NUM_SPLITS"] = fill_splits(units, sms, knobs["programs_per_sm"], S)
+    return out
