@@ -511,8 +511,9 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: 
     last = not direct and config.combine == "last_arriver"
     counters = SCRATCH.get("split_kv_counters", grid[1] * grid[2], torch.int32, q.device) if last else out
     combine_rows = min(block_h, _pow2(R))
-    # the last arriver's [rows, splits, D] fp32 tile: about 64 registers a thread at most
-    combine_splits = min(_pow2(splits), max(1, _floor_pow2(2048 * config.num_warps // (combine_rows * block_d))))
+    # the last arriver's [rows, splits, D] fp32 tile: about 64 registers a thread at most (not
+    # tied to the split count, so that one compiled kernel serves every split count)
+    combine_splits = max(1, _floor_pow2(2048 * config.num_warps // (combine_rows * block_d)))
     split_kv_kernel[grid](
         q, k_arg, v_arg, out, opart, lse, counters,
         B, Hkv, S, D, Lq, R, group,
