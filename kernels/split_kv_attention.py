@@ -176,11 +176,13 @@ def _pow2(n: int) -> int:
 
 
 def split_plan(S: int, splits: int) -> tuple[int, int]:
-    """(chunks that hold keys, keys per chunk): chunks of equal length cut at SPLIT_ALIGN keys
-    (the last one shorter), empty chunks dropped (1000 keys asked for 5 splits -> 5 chunks of
-    208 keys, the last 168; 65 keys asked for 5 -> 5 chunks of 16, the last 1)."""
-    per = cdiv(cdiv(S, max(1, min(splits, S))), SPLIT_ALIGN) * SPLIT_ALIGN
-    return cdiv(S, per), per
+    """(chunks, most keys in a chunk): the S keys in groups of SPLIT_ALIGN, chunk c holding
+    groups [c x G / chunks, (c + 1) x G / chunks), G = ceil(S / SPLIT_ALIGN), so chunks differ
+    by at most one group whatever the split count (8192 keys in 33 chunks: 240 or 256 keys),
+    and there are at most G chunks (65 keys asked for 6 -> 5 chunks of 16, the last 1)."""
+    groups = cdiv(S, SPLIT_ALIGN)
+    chunks = max(1, min(splits, groups))
+    return chunks, cdiv(groups, chunks) * SPLIT_ALIGN
 
 
 def rows_per_program(group: int, lq: int, block_h: int) -> int:
@@ -250,8 +252,9 @@ def split_kv_kernel(
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
-    # the split: chunks, and keys per chunk (a multiple of 16); softmax scale x log2(e)
-    num_splits, keys_per_split, qk_scale,
+    # the split: chunks over the S / ALIGN key groups (chunk c holds groups
+    # [c x GROUPS / num_splits, (c + 1) x GROUPS / num_splits)); softmax scale x log2(e)
+    num_splits, key_groups, qk_scale,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     EVEN_D: tl.constexpr,  # D == BLOCK_D: no mask along D (16-byte vector loads)
     DIRECT: tl.constexpr,  # one split: normalise and store O here, no partials
@@ -261,6 +264,7 @@ def split_kv_kernel(
     INT64: tl.constexpr,  # a key's offset within one (batch, head) can pass 2**31
     USE_TMA: tl.constexpr,  # K and V through tensor descriptors (TMA) instead of pointer loads
     PDL: tl.constexpr,  # programmatic dependent launch: wait for the previous kernel, release the next
+    ALIGN: tl.constexpr,  # keys per group: chunk boundaries fall on multiples of it
     NUM_STAGES: tl.constexpr,
 ):
     split = tl.program_id(0)
@@ -289,8 +293,9 @@ def split_kv_kernel(
     # the last key each row may see (causal: the queries are the last LQ positions)
     last_key = S - LQ + qi
 
-    n_begin = split * keys_per_split
-    n_end = tl.minimum(n_begin + keys_per_split, S)
+    # equal chunks (+-ALIGN keys) for any split count; int64: split x groups can pass 2**31
+    n_begin = ((split.to(tl.int64) * key_groups) // num_splits).to(tl.int32) * ALIGN
+    n_end = tl.minimum((((split + 1).to(tl.int64) * key_groups) // num_splits).to(tl.int32) * ALIGN, S)
 
     # Online softmax in base 2. m starts finite so that a row with no visible key in this chunk
     # (an early query of the last chunk) gives exp2(-inf - m) = 0 rather than NaN.
@@ -491,7 +496,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: 
     R = group * Lq
     block_h = rows_per_program(group, Lq, config.BLOCK_H)
     block_d = _pow2(D)
-    splits, per_split = split_plan(S, resolve_splits(config, B, Hq, Hkv, Lq, S, sms))
+    splits, _ = split_plan(S, resolve_splits(config, B, Hq, Hkv, Lq, S, sms))
     out = _prepare_output(out, q)
     direct = splits == 1
     rows_total = B * Hkv * R
@@ -518,10 +523,10 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: 
         q, k_arg, v_arg, out, opart, lse, counters,
         B, Hkv, S, D, Lq, R, group,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-        splits, per_split, scale * LOG2E,
+        splits, cdiv(S, SPLIT_ALIGN), scale * LOG2E,
         BLOCK_H=block_h, BLOCK_N=config.BLOCK_N, BLOCK_D=block_d, EVEN_D=D == block_d,
         DIRECT=direct, LAST_ARRIVER=last, COMBINE_ROWS=combine_rows, COMBINE_SPLITS=combine_splits,
-        INT64=int64, USE_TMA=use_tma, PDL=pdl, NUM_STAGES=config.num_stages,
+        INT64=int64, USE_TMA=use_tma, PDL=pdl, ALIGN=SPLIT_ALIGN, NUM_STAGES=config.num_stages,
         num_warps=config.num_warps, num_stages=config.num_stages, **({"launch_pdl": True} if pdl else {}),
     )
     if not direct and not last:
