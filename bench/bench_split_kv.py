@@ -382,7 +382,7 @@ def table_point(sh, sms):
     """The shape's winner as a split_kv_tuning.TABLE point (units, S, knobs, programs per SM)."""
     p50, knobs, cfg = min(sh["results"], key=lambda r: r[0])
     point = {"units": sh["units"], "S": sh["dims"][4]}
-    point.update({k: knobs[k] for k in tuning.KNOBS})
+    point.update({k: knobs[k] for k in tuning.TABLE_KNOBS})
     point["programs_per_sm"] = knobs["programs_per_sm"]
     point["us"] = round(p50, 2)
     return point
@@ -459,9 +459,9 @@ def apply_table(path: Path, target: Path | None = None) -> Path:
     target = target or HERE.parent / "kernels" / "split_kv_tuning.py"
     data = json.loads(Path(path).read_text())
     points = data["table"]
-    if not points or not all({"units", "S", "programs_per_sm", *tuning.KNOBS} <= set(p) for p in points):
-        raise ValueError(f"{path}: no table points, or points without {sorted(tuning.KNOBS)}")
-    keep = ("units", "S", *tuning.KNOBS, "programs_per_sm")
+    if not points or not all({"units", "S", "programs_per_sm", *tuning.TABLE_KNOBS} <= set(p) for p in points):
+        raise ValueError(f"{path}: no table points, or points without {sorted(tuning.TABLE_KNOBS)}")
+    keep = ("units", "S", *tuning.TABLE_KNOBS, "programs_per_sm")
     body = [f"TABLE_SOURCE = {data['source']!r}", "TABLE = ["]
     body += [f"    {json.dumps({k: p[k] for k in keep}).replace('true', 'True').replace('false', 'False')}," for p in points]
     body.append("]")

@@ -86,7 +86,7 @@ TABLE = [
     {"units": 64, "S": 131072, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": False, "pdl": False, "programs_per_sm": 1.94},
 ]
 # END TABLE
-KNOBS = ("BLOCK_N", "num_warps", "num_stages", "combine", "tma", "pdl")
+TABLE_KNOBS = ("BLOCK_N", "num_warps", "num_stages", "combine", "tma", "pdl")
 
 
 def nearest_point(units: int, S: int, table: list[dict] | None = None) -> dict:
@@ -105,7 +105,7 @@ def table_knobs(units: int, S: int, head_dim: int, elt: int, sms: int, table: li
     the table being bf16 at D 128), stages drop until two programs fit an SM, and the split
     count fills the point's programs per SM."""
     p = nearest_point(units, S, table)
-    knobs = {k: p[k] for k in KNOBS}
+    knobs = {k: p[k] for k in TABLE_KNOBS}
     scale = 256 / (pow2(head_dim) * elt)
     knobs["BLOCK_N"] = int(min(128, max(16, pow2(max(1, round(p["BLOCK_N"] * scale))))))
     while knobs["num_stages"] > 2 and 2 * pipeline_bytes(knobs["BLOCK_N"], knobs["num_stages"], head_dim, elt,
@@ -158,6 +158,6 @@ def balance_candidates(best: list[dict]) -> list[dict]:
 
 def candidate_knobs(units: int, S: int, sms: int, knobs: dict) -> dict:
     """A sweep candidate as Config fields: its split count resolved for the shape."""
-    out = {k: knobs[k] for k in KNOBS}
+    out = {k: knobs[k] for k in TABLE_KNOBS}
     out["NUM_SPLITS"] = fill_splits(units, sms, knobs["programs_per_sm"], S)
     return out

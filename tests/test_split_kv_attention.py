@@ -196,7 +196,7 @@ def test_default_config_on_the_h200_suite():
             c = kv.default_config(B, 32, 8, 1, S, 128, torch.bfloat16, 132)
             point = tuning.nearest_point(B * 8, S)
             assert (point["units"], point["S"]) == (B * 8, S)
-            assert (c.BLOCK_N, c.num_warps, c.num_stages, c.combine, c.tma, c.pdl) == tuple(point[k] for k in tuning.KNOBS)
+            assert (c.BLOCK_N, c.num_warps, c.num_stages, c.combine, c.tma, c.pdl) == tuple(point[k] for k in tuning.TABLE_KNOBS)
             splits, per = kv.split_plan(S, c.NUM_SPLITS)
             assert per >= 256, (B, S, c)
             assert abs(B * 8 * splits - point["programs_per_sm"] * 132) <= B * 8, (B, S, c)

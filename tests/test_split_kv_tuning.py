@@ -41,7 +41,7 @@ def test_nearest_point_and_knobs_carry_over():
     assert k["BLOCK_N"] == 16 and 2 * tuning.pipeline_bytes(16, k["num_stages"], 256, 4, False) <= tuning.SMEM_PER_SM
     # the committed table is complete and every point is a valid Config's knobs
     for p in tuning.TABLE:
-        assert {"units", "S", "programs_per_sm", *tuning.KNOBS} <= set(p)
+        assert {"units", "S", "programs_per_sm", *tuning.TABLE_KNOBS} <= set(p)
 
 
 def test_sweep_candidates():
