@@ -20,8 +20,9 @@ measured device copy); the tables also give the best read rate any provider reac
 all resident at once, and for each a coordinate search over kernels/split_kv_tuning.py's
 candidates: stage A the load path and pipeline (tile keys, stages, warps, TMA) at 2 programs
 an SM with the two-kernel combine, candidate-major over the shapes (each kernel compiles
-once); stage B, for each shape's 3 best structures, the combine (last arriver or second
-kernel, each with or without programmatic dependent launch) x programs per SM (1-8). Then
+once); stage B, for each shape's 4 best structures, the combine (last arriver or second
+kernel, launched plainly or behind the split kernel by programmatic dependent launch) x
+programs per SM (1-8). Then
 the winners of the grid shapes become a new table (split_kv_table.json, for --apply-table),
 and its default config is measured on every shape (`split_kv_table`: on the hold-outs it is
 the rule's generalisation). --time-limit-s bounds the whole run (stage A to 45% of it, stage
@@ -294,6 +295,7 @@ def table(rows, tuned):
 
 tuning = load("split_kv_tuning")
 SWEEP_HOLDOUTS = [(3, 32, 8, 128, 20000), (2, 28, 4, 128, 48000)]  # not in the table: the rule's test
+TOP_STRUCTURES = 4  # stage B explores this many of a shape's fastest stage-A structures
 TINY_SHAPES = [(1, 8, 2, 32, 300), (2, 4, 2, 32, 600)]
 TINY_SWEEP = [(1, 8, 2, 32, 800), (2, 4, 2, 32, 1040)]  # >= 3 chunks of 256 keys: the split paths run
 TINY_HOLDOUTS = [(1, 7, 1, 32, 600)]
@@ -349,7 +351,7 @@ def sweep(shapes, holdouts, dtype, device, sms, time_limit_s, log, max_candidate
             if base not in top:
                 top.append(base)
         queues[sh["name"]] = tuning.balance_candidates([dict(t, combine="kernel", pdl=False, programs_per_sm=2)
-                                                        for t in top[:3]])[:max_candidates]
+                                                        for t in top[:TOP_STRUCTURES]])[:max_candidates]
     for j in range(max(map(len, queues.values()), default=0)):  # stage B, round-robin over shapes
         if left() < 0.15 * time_limit_s:
             log(f"stage B cut at candidate {j} (time limit)")

@@ -137,7 +137,7 @@ class Config:
     COMBINE_CHUNK: int = 16  # "kernel": splits the combine kernel loads at once
     combine: str = "last_arriver"  # "last_arriver" (one launch) | "kernel" (module docstring)
     tma: bool = False  # K/V through TMA tensor descriptors where the layout allows, else pointer loads
-    pdl: bool = False  # programmatic dependent launch (sm_90+): each kernel launches behind the previous one
+    pdl: bool = False  # "kernel" combine: launch it behind the split kernel (programmatic dependent launch, sm_90+)
 
     def __post_init__(self):
         for name in ("BLOCK_N", "BLOCK_H", "COMBINE_CHUNK"):
@@ -263,7 +263,7 @@ def split_kv_kernel(
     COMBINE_SPLITS: tl.constexpr,  # last arriver: splits it loads at once for all those rows
     INT64: tl.constexpr,  # a key's offset within one (batch, head) can pass 2**31
     USE_TMA: tl.constexpr,  # K and V through tensor descriptors (TMA) instead of pointer loads
-    PDL: tl.constexpr,  # programmatic dependent launch: wait for the previous kernel, release the next
+    PDL: tl.constexpr,  # programmatic dependent launch: let the combine kernel launch early
     ALIGN: tl.constexpr,  # keys per group: chunk boundaries fall on multiples of it
     NUM_STAGES: tl.constexpr,
 ):
@@ -272,10 +272,6 @@ def split_kv_kernel(
     bh = tl.program_id(2)  # batch x kv-head
     b = bh // H_KV
     kvh = bh % H_KV
-    if PDL:
-        # Launched early behind the previous kernel: wait for its writes (Q, and a KV cache it
-        # may have appended to) before reading anything.
-        gdc_wait()
 
     # Query rows of this program: row r is query head kvh x GROUP + r // LQ at position r % LQ.
     rows = row_block * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -334,7 +330,7 @@ def split_kv_kernel(
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
     if PDL:
-        gdc_launch_dependents()  # the combine kernel may start; it waits for us
+        gdc_launch_dependents()  # the combine kernel may launch now; it waits for our partials
 
     seen = l_i > 0.0
     out = acc / tl.where(seen, l_i, 1.0)[:, None]
@@ -412,8 +408,7 @@ def split_kv_combine_kernel(
 ):
     """O[row] = sum_s 2^(lse_s - lse) O_s[row], lse = log2 sum_s 2^lse_s, in split order."""
     if PDL:
-        gdc_wait()
-        gdc_launch_dependents()
+        gdc_wait()  # the split kernel's grid has finished and its partials are visible
     row = tl.program_id(0).to(tl.int64)  # over B x Hkv x R
     bh = row // R
     r = row % R
@@ -504,8 +499,11 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: 
     lse = out if direct else torch.empty((rows_total * splits,), dtype=torch.float32, device=q.device)
     int64 = max((S - 1) * abs(t.stride(2)) + (D - 1) * abs(t.stride(3)) for t in (k, v)) >= 2**31 - 1
     use_tma = config.tma and tma_ok(k, v, block_d)
-    # PDL is an sm_90 launch attribute the CPU interpreter (which replaces the jitted kernel) lacks
-    pdl = config.pdl and gdc_wait is not None and isinstance(split_kv_kernel, triton.runtime.JITFunction)
+    # PDL (the combine kernel only: launching the split kernel early behind whatever kernel came
+    # before would need that kernel's cooperation) is an sm_90 launch attribute the CPU
+    # interpreter, which replaces the jitted kernels, lacks
+    pdl = (config.pdl and not direct and config.combine == "kernel" and gdc_wait is not None
+           and isinstance(split_kv_kernel, triton.runtime.JITFunction))
     if use_tma:
         k_arg, v_arg = (TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, config.BLOCK_N, block_d])
                         for t in (k, v))
@@ -527,7 +525,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: 
         BLOCK_H=block_h, BLOCK_N=config.BLOCK_N, BLOCK_D=block_d, EVEN_D=D == block_d,
         DIRECT=direct, LAST_ARRIVER=last, COMBINE_ROWS=combine_rows, COMBINE_SPLITS=combine_splits,
         INT64=int64, USE_TMA=use_tma, PDL=pdl, ALIGN=SPLIT_ALIGN, NUM_STAGES=config.num_stages,
-        num_warps=config.num_warps, num_stages=config.num_stages, **({"launch_pdl": True} if pdl else {}),
+        num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if not direct and not last:
         split_kv_combine_kernel[(rows_total,)](

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import math
 
-SPLIT_ALIGN = 16  # a chunk's key count is a multiple of this (any split count gives equal chunks)
+SPLIT_ALIGN = 16  # chunk boundaries fall on multiples of this many keys
+# Fewest keys a chunk keeps on average: two 64-key tiles. The 2026-12-02 runs capped chunks at
+# 256 keys, which held batch 1 at 8k keys to 256 programs; the sweep tries more, shorter ones.
+MIN_CHUNK_KEYS = 128
 SMEM_PER_SM = 232448  # sm_90: 227 KB of shared memory a block may opt into
 
 
@@ -47,12 +50,12 @@ def num_splits_for(units: int, slots: int, key_blocks: int, max_splits: int = 12
     return min(s for s, e in eff.items() if e >= keep * best)
 
 
-def fill_splits(units: int, sms: int, programs_per_sm: float, S: int, min_chunk: int = 256,
+def fill_splits(units: int, sms: int, programs_per_sm: float, S: int, min_chunk: int = MIN_CHUNK_KEYS,
                 max_splits: int = 128) -> int:
     """The split count that launches about programs_per_sm x sms programs: ceil(target / units),
-    at most S / min_chunk (a chunk keeps >= min_chunk keys) and max_splits. With chunks cut at
-    SPLIT_ALIGN keys every program walks the same number of keys (+-16), so the programs are
-    of equal cost and a target of whole SMs fills whole waves."""
+    at most S / min_chunk (chunks of >= min_chunk keys on average) and max_splits. With chunks
+    cut at SPLIT_ALIGN keys every program walks the same number of keys (+-16), so the programs
+    are of equal cost and a target of whole SMs fills whole waves."""
     target = max(1, round(programs_per_sm * sms))
     return max(1, min(cdiv(target, max(1, units)), max(1, S // min_chunk), max_splits))
 
@@ -142,17 +145,19 @@ def structure_candidates(head_dim: int, elt: int) -> list[dict]:
     return out
 
 
+COMBINE_CHOICES = (("last_arriver", False), ("kernel", False), ("kernel", True))  # (combine, pdl)
+
+
 def balance_candidates(best: list[dict]) -> list[dict]:
-    """Stage B: for each of the best structures, the combine (last arriver, second kernel, each
-    with and without programmatic dependent launch) and the programs per SM."""
+    """Stage B: for each of the best structures, the combine (last arriver; second kernel,
+    launched plainly or behind the split kernel by PDL) and the programs per SM."""
     out = []
     for s in best:
         for pps in PROGRAMS_PER_SM:
-            for combine in ("last_arriver", "kernel"):
-                for pdl in (False, True):
-                    c = dict(s, combine=combine, pdl=pdl, programs_per_sm=pps)
-                    if c not in out:
-                        out.append(c)
+            for combine, pdl in COMBINE_CHOICES:
+                c = dict(s, combine=combine, pdl=pdl, programs_per_sm=pps)
+                if c not in out:
+                    out.append(c)
     return out
 
 

@@ -189,7 +189,7 @@ def test_num_splits_rule():
 
 def test_default_config_on_the_h200_suite():
     # bf16, 32 query heads, 8 kv-heads, D 128 on 132 SMs: each shape of the table gets its own
-    # point's knobs and programs per SM back, and every chunk keeps >= 256 keys
+    # point's knobs and programs per SM back, and every chunk keeps >= 128 keys
     tuning = load("split_kv_tuning")
     for B in (1, 2, 4, 8):
         for S in (8192, 32768, 131072):
@@ -198,7 +198,7 @@ def test_default_config_on_the_h200_suite():
             assert (point["units"], point["S"]) == (B * 8, S)
             assert (c.BLOCK_N, c.num_warps, c.num_stages, c.combine, c.tma, c.pdl) == tuple(point[k] for k in tuning.TABLE_KNOBS)
             splits, per = kv.split_plan(S, c.NUM_SPLITS)
-            assert per >= 256, (B, S, c)
+            assert per >= 128, (B, S, c)
             assert abs(B * 8 * splits - point["programs_per_sm"] * 132) <= B * 8, (B, S, c)
             assert c.smem_bytes(128, torch.bfloat16) * 2 <= common.SMEM_PER_BLOCK_SM90
     # batch 64 x 8 kv-heads = 512 programs already fill the GPU: no split

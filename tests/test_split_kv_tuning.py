@@ -10,8 +10,8 @@ tuning = load("split_kv_tuning")
 def test_fill_splits_fills_the_target_programs():
     # batch 1 x 8 kv-heads at 2 programs an SM of 132: 33 splits, 264 programs
     assert tuning.fill_splits(8, 132, 2, 131072) == 33
-    # capped by 256-key chunks (8192 keys: 32) and by 128 splits
-    assert tuning.fill_splits(8, 132, 2, 8192) == 32
+    # capped by 128-key chunks (4096 keys: 32) and by 128 splits
+    assert tuning.fill_splits(8, 132, 2, 4096) == 32
     assert tuning.fill_splits(1, 132, 4, 10**6) == 128
     # already past the target: no split
     assert tuning.fill_splits(600, 132, 4, 131072) == 1
@@ -54,6 +54,7 @@ def test_sweep_candidates():
     # 128-key tiles at 4 stages in fp32 do not fit: left out
     assert not any(s["BLOCK_N"] == 128 and s["num_stages"] == 4 for s in tuning.structure_candidates(128, 4))
     balance = tuning.balance_candidates(structures[:3])
-    assert len(balance) == 3 * len(tuning.PROGRAMS_PER_SM) * 4
-    assert {(c["combine"], c["pdl"]) for c in balance} == {(c, p) for c in ("kernel", "last_arriver") for p in (False, True)}
+    assert len(balance) == 3 * len(tuning.PROGRAMS_PER_SM) * 3
+    # PDL only where there is a second kernel to launch early
+    assert {(c["combine"], c["pdl"]) for c in balance} == {("last_arriver", False), ("kernel", False), ("kernel", True)}
     assert tuning.candidate_knobs(8, 8192, 132, balance[0])["NUM_SPLITS"] == 17  # 1 program an SM: ceil(132 / 8)
