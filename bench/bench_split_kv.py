@@ -301,8 +301,9 @@ TINY_SWEEP = [(1, 8, 2, 32, 800), (2, 4, 2, 32, 1040)]  # >= 3 chunks of 256 key
 TINY_HOLDOUTS = [(1, 7, 1, 32, 600)]
 
 
-def sweep(shapes, holdouts, dtype, device, sms, time_limit_s, log, max_candidates=None):
-    """Rows of every measurement and the new table (module docstring, --sweep)."""
+def sweep(shapes, holdouts, dtype, device, sms, time_limit_s, log, max_candidates=None, skip=frozenset()):
+    """Rows of every measurement and the new table (module docstring, --sweep); `skip` names
+    boolean knobs ("tma", "pdl") held False."""
     t0 = time.monotonic()
 
     def left():
@@ -334,7 +335,8 @@ def sweep(shapes, holdouts, dtype, device, sms, time_limit_s, log, max_candidate
             sh["results"].append((p50, knobs, cfg))
 
     elt = torch.empty((), dtype=dtype).element_size()
-    structures = tuning.structure_candidates(probs[0]["dims"][3], elt)[:max_candidates]
+    structures = [s for s in tuning.structure_candidates(probs[0]["dims"][3], elt)
+                  if not any(s[k] for k in skip)][:max_candidates]
     for i, knobs in enumerate(structures):  # stage A, candidate-major: one compile per kernel
         if left() < 0.55 * time_limit_s:
             log(f"stage A cut after {i} of {len(structures)} structures (time limit)")
@@ -350,8 +352,9 @@ def sweep(shapes, holdouts, dtype, device, sms, time_limit_s, log, max_candidate
             base = {k: knobs[k] for k in ("BLOCK_N", "num_warps", "num_stages", "tma")}
             if base not in top:
                 top.append(base)
-        queues[sh["name"]] = tuning.balance_candidates([dict(t, combine="kernel", pdl=False, programs_per_sm=2)
-                                                        for t in top[:TOP_STRUCTURES]])[:max_candidates]
+        queues[sh["name"]] = [c for c in tuning.balance_candidates(
+            [dict(t, combine="kernel", pdl=False, programs_per_sm=2) for t in top[:TOP_STRUCTURES]])
+            if not any(c[k] for k in skip)][:max_candidates]
     for j in range(max(map(len, queues.values()), default=0)):  # stage B, round-robin over shapes
         if left() < 0.15 * time_limit_s:
             log(f"stage B cut at candidate {j} (time limit)")
@@ -486,6 +489,8 @@ def main(argv=None) -> int:
     p.add_argument("--sweep", action="store_true", help="the configuration sweep (module docstring)")
     p.add_argument("--time-limit-s", type=float, default=330.0, help="--sweep: seconds for the whole sweep")
     p.add_argument("--max-candidates", type=int, default=None, help="--sweep: candidates per stage (smoke tests)")
+    p.add_argument("--no-tma", action="store_true", help="--sweep: leave TMA loads out (if they failed on this GPU)")
+    p.add_argument("--no-pdl", action="store_true", help="--sweep: leave programmatic dependent launch out")
     p.add_argument("--apply-table", type=Path, default=None, metavar="JSON",
                    help="write a sweep's split_kv_table.json into kernels/split_kv_tuning.py and exit")
     args = p.parse_args(argv)
@@ -519,7 +524,7 @@ def main(argv=None) -> int:
         holdouts = TINY_HOLDOUTS if args.tiny else SWEEP_HOLDOUTS
         shapes = TINY_SWEEP if args.tiny else shapes
         rows, points = sweep(shapes, holdouts, dtype, device, sms, args.time_limit_s, lambda m: print(m, flush=True),
-                             args.max_candidates)
+                             args.max_candidates, skip={k for k, off in (("tma", args.no_tma), ("pdl", args.no_pdl)) if off})
         for r in rows:
             r.update(gpu=gpu, timestamp=stamp, version=version)
         with open(out_dir / "split_kv_sweep.csv", "w", newline="") as f:

@@ -513,10 +513,11 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: 
     grid = (splits, cdiv(R, block_h), B * Hkv)
     last = not direct and config.combine == "last_arriver"
     counters = SCRATCH.get("split_kv_counters", grid[1] * grid[2], torch.int32, q.device) if last else out
-    combine_rows = min(block_h, _pow2(R))
     # the last arriver's [rows, splits, D] fp32 tile: about 64 registers a thread at most (not
-    # tied to the split count, so that one compiled kernel serves every split count)
-    combine_splits = max(1, _floor_pow2(2048 * config.num_warps // (combine_rows * block_d)))
+    # tied to the split count, so that one compiled kernel serves every split count; 1 x 1 when
+    # unused, so that other row counts share the compiled kernel)
+    combine_rows = min(block_h, _pow2(R)) if last else 1
+    combine_splits = max(1, _floor_pow2(2048 * config.num_warps // (combine_rows * block_d))) if last else 1
     split_kv_kernel[grid](
         q, k_arg, v_arg, out, opart, lse, counters,
         B, Hkv, S, D, Lq, R, group,
