@@ -105,17 +105,18 @@ def nearest_point(units: int, S: int, table: list[dict] | None = None) -> dict:
 def table_knobs(units: int, S: int, head_dim: int, elt: int, sms: int, table: list[dict] | None = None) -> dict:
     """Knobs (Config field -> value, NUM_SPLITS resolved) for a shape from its nearest table
     point: the tile keeps the point's bytes (BLOCK_N scales with 256 / (D x element bytes),
-    the table being bf16 at D 128), stages drop until two programs fit an SM, and the split
-    count fills the point's programs per SM."""
+    the table being bf16 at D 128; where the 16..128 clamp breaks that, stages and then the tile
+    shrink until one program fits an SM), and the split count fills the point's programs per
+    SM."""
     p = nearest_point(units, S, table)
     knobs = {k: p[k] for k in TABLE_KNOBS}
     scale = 256 / (pow2(head_dim) * elt)
     knobs["BLOCK_N"] = int(min(128, max(16, pow2(max(1, round(p["BLOCK_N"] * scale))))))
-    while knobs["num_stages"] > 2 and 2 * pipeline_bytes(knobs["BLOCK_N"], knobs["num_stages"], head_dim, elt,
-                                                         knobs["tma"]) > SMEM_PER_SM:
+    while knobs["num_stages"] > 2 and pipeline_bytes(knobs["BLOCK_N"], knobs["num_stages"], head_dim, elt,
+                                                     knobs["tma"]) > SMEM_PER_SM:
         knobs["num_stages"] -= 1
-    while knobs["BLOCK_N"] > 16 and 2 * pipeline_bytes(knobs["BLOCK_N"], knobs["num_stages"], head_dim, elt,
-                                                       knobs["tma"]) > SMEM_PER_SM:
+    while knobs["BLOCK_N"] > 16 and pipeline_bytes(knobs["BLOCK_N"], knobs["num_stages"], head_dim, elt,
+                                                   knobs["tma"]) > SMEM_PER_SM:
         knobs["BLOCK_N"] //= 2
     knobs["NUM_SPLITS"] = fill_splits(units, sms, p["programs_per_sm"], S)
     return knobs
@@ -131,12 +132,12 @@ PROGRAMS_PER_SM = (1, 2, 3, 4, 6, 8)
 def structure_candidates(head_dim: int, elt: int) -> list[dict]:
     """Stage A: the load path and the pipeline (tile keys, stages, warps, TMA or pointers),
     with the two-kernel combine and 2 programs an SM held fixed; only pipelines that fit one
-    program an SM. Ordered by the prediction (docs/split_kv.md): pointer loads with 64-key
+    program an SM (64-key tiles up to 5 stages: 128 KB in flight). Ordered by the prediction (docs/split_kv.md): pointer loads with 64-key
     tiles first (the 2026-12-02 winners), then TMA, then the rest."""
     out = []
     for tma in (False, True):
         for block_n in (64, 128):
-            for stages in (3, 2, 4):
+            for stages in (3, 2, 4, 5):
                 for warps in (4, 8):
                     if pipeline_bytes(block_n, stages, head_dim, elt, tma) > SMEM_PER_SM:
                         continue

@@ -38,7 +38,14 @@ def test_nearest_point_and_knobs_carry_over():
     # keeps two programs an SM (2 x (stages - 1) x 2 x BLOCK_N x 256 x 4 <= 227 KB)
     assert tuning.table_knobs(12, 20000, 64, 2, 132, table)["BLOCK_N"] == 128
     k = tuning.table_knobs(12, 20000, 256, 4, 132, table)
-    assert k["BLOCK_N"] == 16 and 2 * tuning.pipeline_bytes(16, k["num_stages"], 256, 4, False) <= tuning.SMEM_PER_SM
+    assert k["BLOCK_N"] == 16 and k["num_stages"] == 3
+    # a point that ran one program an SM keeps its deep pipeline at its own shape...
+    deep = [dict(table[1], BLOCK_N=128, num_stages=4)]
+    assert tuning.table_knobs(64, 131072, 128, 2, 132, deep)["num_stages"] == 4
+    # ...and carries its bytes to D 256 in fp32 (32-key tiles, the same 192 KB pipeline)
+    k = tuning.table_knobs(64, 131072, 256, 4, 132, deep)
+    assert tuning.pipeline_bytes(k["BLOCK_N"], k["num_stages"], 256, 4, True) <= tuning.SMEM_PER_SM
+    assert (k["BLOCK_N"], k["num_stages"]) == (32, 4)
     # the committed table is complete and every point is a valid Config's knobs
     for p in tuning.TABLE:
         assert {"units", "S", "programs_per_sm", *tuning.TABLE_KNOBS} <= set(p)
