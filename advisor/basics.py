@@ -8,6 +8,7 @@ nothing of advisor's but `errors`, and any module may import it without making a
 
 from __future__ import annotations
 
+import random
 import re
 
 from .errors import AdvisorError
@@ -23,6 +24,9 @@ GROUPED = "grouped"  # many independent GEMMs in one launch (kernels/grouped_gem
 COMM_OVERLAP = "comm_overlap"  # a tensor-parallel GEMM overlapped with its collective (kernels/comm_overlap.py)
 SPLIT_KV = "split_kv"  # decode attention split over the KV sequence (kernels/split_kv_attention.py)
 COMM_PATTERNS = ("all_gather_matmul", "matmul_reduce_scatter")
+
+# The SM count `advisor generate` and the model assume unless told: the H200's (and H100 SXM's).
+DEFAULT_SM_COUNT = 132
 
 # A winner must beat the best baseline (and the observed kernel) by more than this: timing
 # spread between repeated medians on the H200 was a few percent.
@@ -43,6 +47,15 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     if not all(1 <= d < 2**31 for d in dims):
         raise ShapeError(f"shape {text!r}: each of M, N, K must be between 1 and 2^31-1")
     return dims  # type: ignore[return-value]
+
+
+def group_sizes(count: int = 64, lo: int = 128, hi: int = 512, seed: int = 0, multiple: int = 8) -> list[tuple]:
+    """`count` (M, N, K) triples, each dimension uniform in lo..hi on multiples of
+    `multiple` (8 keeps every row 16-byte aligned in 16-bit types, which TMA and
+    torch._grouped_mm need). Seeded: the same group every run."""
+    rng = random.Random(seed)
+    choices = list(range(-(-lo // multiple) * multiple, hi + 1, multiple))
+    return [(rng.choice(choices), rng.choice(choices), rng.choice(choices)) for _ in range(count)]
 
 
 def torch_dtype(name: str):

@@ -18,7 +18,7 @@ from pathlib import Path
 import click
 
 from . import __version__
-from .basics import COMM_OVERLAP, COMM_PATTERNS, DTYPES, GEMM_STRATEGIES, GROUPED, SPLIT_KV, parse_shape
+from .basics import COMM_OVERLAP, COMM_PATTERNS, DEFAULT_SM_COUNT, DTYPES, GEMM_STRATEGIES, GROUPED, SPLIT_KV, parse_shape
 from .errors import AdvisorError
 from .safeio import write_file
 from .textutil import fmt_bytes, fmt_ns, safe_text, shell_quote
@@ -173,7 +173,7 @@ def cli() -> None:
 @inflate_opt
 def summary_command(traces, as_json, top, sm_count, allow_unrelated, cache_dir, max_inflated_bytes) -> None:
     """Say what TRACES hold: format, devices, kernels, top kernels by time, NVTX, copies."""
-    from .summary import summarize
+    from .report.summary import summarize
     from .traces import load_trace
 
     trace = load_trace(traces, sm_count=sm_count, cache_dir=cache_dir, max_inflated_bytes=max_inflated_bytes,
@@ -293,7 +293,7 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
       advisor diagnose trace.json.gz --shape 'cutlass.*gemm=4096x4096x8192:bf16'
       advisor diagnose run.nsys-rep --run --counters --out report/   (on a GPU)
     """
-    from .diagnose import diagnose
+    from .diagnose.diagnosis import diagnose
     from .traces import load_trace
 
     if example:
@@ -310,14 +310,14 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
     payload = result.to_dict()
     images = {}
     if out_dir is not None:
-        from .plots import wave_occupancy
+        from .report.plots import wave_occupancy
 
         out_dir.mkdir(parents=True, exist_ok=True)
         if wave_occupancy(result.findings, out_dir / "waves.png") is not None:
             images["waves"] = "waves.png"
     markdown = ""
     if out_dir is not None or not as_json:  # --json alone needs no markdown (nor jinja2)
-        from .render import render
+        from .report.render import render
 
         markdown = render("diagnosis.md.j2", d=result, images=images)
     if out_dir is not None:
@@ -329,7 +329,7 @@ def diagnose_command(traces, example, as_json, out_dir, top, run_variants, budge
     else:
         _echo_markdown(markdown)
     if run_variants:
-        from .loop import loop_findings
+        from .run.loop import loop_findings
 
         run_dir = out_dir or Path("advisor-run")
         skipped: list = []
@@ -375,7 +375,7 @@ def _progress_bar(label: str):
 
 
 def _write_run_report(results, out_dir: Path, rules=None, skipped=(), echo: bool = True) -> None:
-    from .loop import write_run_report
+    from .run.loop import write_run_report
 
     md = write_run_report(results, out_dir, rules=rules, skipped=skipped)
     if echo:
@@ -408,7 +408,7 @@ def bench_command(shapes, dtype, strategies, budget_s, out_dir, counters) -> Non
       advisor bench --shape 1664x1408x8192 --strategies stream_k,persistent --budget-s 90
       advisor bench --shape 128x8192x8192 --strategies split_k --counters
     """
-    from .loop import run_shape_loop
+    from .run.loop import run_shape_loop
 
     chosen = [s.strip() for s in strategies.split(",") if s.strip()]
     bad = [s for s in chosen if s not in GEMM_STRATEGIES or s == "dp"]
@@ -433,7 +433,7 @@ def bench_command(shapes, dtype, strategies, budget_s, out_dir, counters) -> Non
 @_option("--json", "as_json", is_flag=True, help="Print the matrix as JSON.")
 def rules_command(rules_dir, as_json) -> None:
     """Print the symptom-to-strategy matrix and every threshold with the reason for its value."""
-    from .diagnose import rules_table
+    from .diagnose.diagnosis import rules_table
     from .rules import load_rules
 
     table = rules_table(load_rules(rules_dir))
@@ -487,7 +487,7 @@ def _parse_knobs(pairs) -> dict:
 @_option("--dtype", type=click.Choice(list(DTYPES)), default="bf16", show_default=True)
 @_option("--config", "configs", multiple=True, metavar="KEY=VALUE",
               help="Override one knob of the schedule's Config (repeatable), e.g. --config SPLIT_K=8.")
-@_option("--sm-count", type=click.IntRange(1, 4096), default=132, show_default=True, envvar="ADVISOR_SM_COUNT",
+@_option("--sm-count", type=click.IntRange(1, 4096), default=DEFAULT_SM_COUNT, show_default=True, envvar="ADVISOR_SM_COUNT",
               show_envvar=True, help="SMs of the target GPU, for the model that picks the knobs (132 = H100/H200 SXM).")
 @_option("--pattern", type=click.Choice(COMM_PATTERNS), default="all_gather_matmul",
               show_default=True, help="comm_overlap only: which tensor-parallel GEMM pattern to overlap.")
@@ -521,7 +521,7 @@ def generate_command(strategy, shape, attn, group, shapes, dtype, configs, sm_co
       advisor generate grouped --group 64:128:512:0 --dtype bf16 -o grouped.py
       advisor generate split_kv --attn 1:32:8:128:32768 --dtype bf16 -o decode.py
     """
-    from .generate import (
+    from .codegen.generate import (
         generate,
         generate_comm_overlap,
         generate_grouped,
@@ -531,7 +531,7 @@ def generate_command(strategy, shape, attn, group, shapes, dtype, configs, sm_co
         parse_group,
         parse_shapes,
     )
-    from .schedule_model import Device
+    from .codegen.schedule_model import Device
 
     knobs = _parse_knobs(configs)
     if (attn is not None) != (strategy == SPLIT_KV):
@@ -588,7 +588,7 @@ def generate_command(strategy, shape, attn, group, shapes, dtype, configs, sm_co
                    "it first for this shape (Triton 3.6's warp specialization does not compile for fp32 with a "
                    "row-major B, and was wrong at 6-8 stages on the H200); --config warp_specialize=true forces it")
     if strategy == "cluster_gemm":
-        from .kernel_lib import load
+        from .codegen.kernel_lib import load
 
         why = load("cluster_gemm").unavailable_reason()
         if why:
@@ -623,9 +623,9 @@ def profile_command(out_dir, kineto, top, use_sources, rules_dir, command) -> No
       advisor profile --kineto --out prof/ -- python -m mypkg.bench
       advisor profile --use advisor-run --out prof-after -- python train.py
     """
-    from .diagnose import diagnose
-    from .profile import profile
-    from .render import render
+    from .diagnose.diagnosis import diagnose
+    from .run.profile import profile
+    from .report.render import render
     from .traces import load_trace
 
     def log(msg):
@@ -633,12 +633,12 @@ def profile_command(out_dir, kineto, top, use_sources, rules_dir, command) -> No
 
     env = None
     if use_sources:
-        from .use import routing_env
+        from .run.use import routing_env
 
         env = routing_env(use_sources, out_dir)
     result = profile(list(command), out_dir, prefer="kineto" if kineto else "auto", log=log, env=env)
     if use_sources:
-        from .use import routed_calls
+        from .run.use import routed_calls
 
         calls = routed_calls(out_dir)
         log("routed: " + (", ".join(f"{safe_text(k)} {v} call(s)" for k, v in sorted(calls.items())) or
@@ -682,7 +682,7 @@ def optimize_command(out_dir, budget_s, kineto, rules_dir, command) -> None:
       advisor optimize -- python train.py --steps 20
       advisor optimize --budget-s 120 --kineto --out opt/ -- python -m mypkg.step
     """
-    from .optimize import optimize
+    from .run.optimize import optimize
 
     res = optimize(list(command), out_dir, budget_s=budget_s, prefer="kineto" if kineto else "auto", rules=rules_dir,
                    log=_log, progress_for=_progress_bar)
@@ -745,8 +745,8 @@ def compare_command(before, after, before_files, after_files, as_json, out_dir, 
       advisor compare r0.sqlite,r1.sqlite r0_after.json.gz,r1_after.json.gz --json
       advisor compare --before base.json.gz --after pr.json.gz --fail-on-regression 5
     """
-    from .compare import compare, regression_exceeds
-    from .render import render
+    from .report.compare import compare, regression_exceeds
+    from .report.render import render
     from .traces import load_trace
 
     b_files = _side_files(before, before_files, "before")

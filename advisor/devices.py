@@ -9,6 +9,7 @@ guides; SM/CU counts from the vendors' product pages.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pandas as pd
 
@@ -222,3 +223,21 @@ def complete_devices(trace: Trace, sm_count: int | None = None) -> Trace:
             "pass --sm-count N"
         )
     return trace
+
+
+def devices_table(trace: Trace) -> list[dict[str, Any]]:
+    """The devices frame as plain rows (the "devices" of `advisor summary` and of a diagnosis)."""
+    out = []
+    for row in trace.devices.itertuples(index=False):
+        out.append(
+            {
+                "rank": int(row.rank),
+                "device_id": int(row.device_id),
+                "name": None if pd.isna(row.name) else str(row.name),
+                "vendor": None if pd.isna(row.vendor) else str(row.vendor),
+                "sm_count": None if pd.isna(row.sm_count) else int(row.sm_count),
+                "sm_count_source": None if pd.isna(row.sm_count_source) else str(row.sm_count_source),
+                "compute_capability": None if pd.isna(row.arch) else str(row.arch),
+            }
+        )
+    return out

@@ -41,10 +41,17 @@ class Rule:
     # what --run times for this symptom's GEMM, in order (the `[run] candidates` list); None
     # where the file has no [run] table (the run loop then takes the bundled rule's)
     run_candidates: tuple[str, ...] | None = None
+    # what to watch for per strategy id where one symptom has several remedies (a CUDA graph
+    # has other pitfalls than a persistent kernel): the `[watch_for_by_strategy]` table
+    watch_for_by_strategy: dict[str, str] = field(default_factory=dict, hash=False)
 
     def strategy_for(self, pattern: str) -> str:
         """The strategy id the rule names for `pattern`, else the rule's own."""
         return self.strategies.get(pattern, self.strategy)
+
+    def watch_for_with(self, strategy: str) -> str:
+        """The watch-for text for a finding whose remedy is `strategy`."""
+        return self.watch_for_by_strategy.get(strategy, self.watch_for)
 
     def __getitem__(self, name: str) -> Any:
         try:
@@ -80,6 +87,9 @@ def _load_one(path: Path) -> Rule:
     strategies = data.get("strategies") or {}
     if not isinstance(strategies, dict) or not all(isinstance(v, str) and v.strip() for v in strategies.values()):
         raise AdvisorError(f"{path}: [strategies] maps a pattern to a strategy id (a non-empty string)")
+    watch_by = data.get("watch_for_by_strategy") or {}
+    if not isinstance(watch_by, dict) or not all(isinstance(v, str) and v.strip() for v in watch_by.values()):
+        raise AdvisorError(f"{path}: [watch_for_by_strategy] maps a strategy id to a non-empty string")
     run = data.get("run") or {}
     candidates = run.get("candidates") if isinstance(run, dict) else None
     if "run" in data and (not isinstance(candidates, list)
@@ -99,6 +109,7 @@ def _load_one(path: Path) -> Rule:
         thresholds=thresholds,
         source=path.name,
         strategies={str(k): v.strip() for k, v in strategies.items()},
+        watch_for_by_strategy={str(k): v.strip() for k, v in watch_by.items()},
         run_candidates=tuple(candidates) if "run" in data else None,
     )
 

@@ -14,7 +14,7 @@ docs/schedules/cluster_gemm.md for the command). Our Stream-K and persistent sch
    poisoned with NaN, against a float64 reference, within kernels/common.TOLERANCE;
 2. time, in one more child, the configs that passed: per shape torch.matmul (cuBLAS), our
    stream_k and persistent default configs, and each passing cluster config, CUDA-graph replays
-   (advisor.bench.timing.time_graph) rotating among input sets larger than twice the L2.
+   (advisor.run.bench.timing.time_graph) rotating among input sets larger than twice the L2.
 
 Writes <out>/cluster_gemm.csv (long format, one row per provider/config/shape) and
 <out>/cluster_gemm.md (per shape: cuBLAS time, our Triton schedules' and the best cluster
@@ -77,7 +77,7 @@ def plan(quick: bool) -> list[tuple[str, tuple[int, int, int]]]:
 def child_verify(args) -> int:
     import torch
 
-    from advisor.bench.verify import relative_error, tolerance
+    from advisor.run.bench.verify import relative_error, tolerance
     from kernels import gluon_gemm as g
 
     skip = set(json.loads(args.skip or "[]"))
@@ -164,8 +164,8 @@ def child_time(args) -> int:
     import torch
     import triton
 
-    from advisor.bench.timing import l2_bytes, rotating, rotation_count, time_graph
-    from advisor.bench.verify import relative_error, tolerance
+    from advisor.run.bench.timing import l2_bytes, rotating, rotation_count, time_graph
+    from advisor.run.bench.verify import relative_error, tolerance
     from kernels import gluon_gemm as g
     from kernels import persistent_gemm, stream_k_gemm
 

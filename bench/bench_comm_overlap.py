@@ -74,9 +74,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from advisor.bench.rows import config_json, new_run_id, now_iso, short_error  # noqa: E402
-from advisor.bench.tables import text_table  # noqa: E402
-from advisor.kernel_lib import load  # noqa: E402
+from advisor.run.bench.rows import config_json, new_run_id, now_iso, short_error  # noqa: E402
+from advisor.run.bench.tables import text_table  # noqa: E402
+from advisor.codegen.kernel_lib import load  # noqa: E402
 
 co = load("comm_overlap")  # sets the no-multicast environment (before any process group)
 
@@ -640,7 +640,7 @@ def diagnose_dir(d: Path, suite: str, shape: str, provider: str, cfg, log) -> di
     """advisor's diagnosis of one captured set: did exposed_comm fire, on which ranks."""
     rec = {"suite": suite, "shape": shape, "provider": provider, "config": config_json(cfg), "dir": str(d)}
     try:
-        from advisor.diagnose import diagnose
+        from advisor.diagnose.diagnosis import diagnose
         from advisor.traces import load_trace
 
         files = sorted(d.glob("rank*.json.gz"), key=lambda f: int(f.name[4:].split(".")[0]))

@@ -38,9 +38,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from advisor.bench import isolate  # noqa: E402
-from advisor.bench.rows import append_csv, new_run_id, now_iso, parse_shape, shape_text, write_json  # noqa: E402
-from advisor.bench.tables import best_of, speedup_table, text_table  # noqa: E402
+from advisor.run.bench import isolate  # noqa: E402
+from advisor.run.bench.rows import append_csv, new_run_id, now_iso, parse_shape, shape_text, write_json  # noqa: E402
+from advisor.run.bench.tables import best_of, speedup_table, text_table  # noqa: E402
 from suites import ALL_SUITES, GROUPED, STRATEGIES, SUITES, evaluate_targets  # noqa: E402
 
 # Defaults sized for ~8 minutes of device time in one call (see --help for each).
@@ -148,7 +148,7 @@ def parse_args(argv=None):
     ap.add_argument("--compile-share", type=float, default=DEFAULT_COMPILE_SHARE,
                     help="largest share of --time-limit-s the compile pass may use")
     ap.add_argument("--order", choices=("model", "space"), default="model",
-                    help="candidate order: advisor.schedule_model's ranking (default config kept first) "
+                    help="candidate order: advisor.codegen.schedule_model's ranking (default config kept first) "
                          "or the schedule's own search-space order")
     ap.add_argument("--timer", choices=("do_bench", "events", "graph", "auto"), default="do_bench",
                     help="graph: GPU time per call from CUDA-graph replays (no host launch overhead)")
@@ -192,7 +192,7 @@ def parse_args(argv=None):
     if args.grouped_text:
         # the same COUNT:LO:HI[:SEED] parser as `advisor generate grouped`
         from advisor.errors import AdvisorError
-        from advisor.generate import parse_group
+        from advisor.codegen.generate import parse_group
 
         try:
             args.grouped.update(parse_group(args.grouped_text))
@@ -209,7 +209,7 @@ def parse_args(argv=None):
 
 def dry_run(plan: dict, num_sms: int) -> None:
     """Print what the run would try, without a GPU (schedules imported here)."""
-    from advisor.bench import worker
+    from advisor.run.bench import worker
 
     schedules = worker.load_schedules(plan)
     items = worker.compile_items(plan, schedules, num_sms)
@@ -227,7 +227,7 @@ def dry_run(plan: dict, num_sms: int) -> None:
 
 
 def json_text(cfg) -> str:
-    from advisor.bench.rows import config_json
+    from advisor.run.bench.rows import config_json
 
     return config_json(cfg)
 

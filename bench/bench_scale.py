@@ -312,7 +312,7 @@ def measure(label: str, cmd: list[str], runs: int, src: Path = REPO) -> dict:
 
 def profile_advisor(path: Path, top: int = 25) -> str:
     """cProfile of one in-process diagnosis (load + diagnose + JSON), cumulative top."""
-    from advisor.diagnose import diagnose
+    from advisor.diagnose.diagnosis import diagnose
     from advisor.traces import load_trace
 
     prof = cProfile.Profile()

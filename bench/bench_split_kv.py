@@ -59,7 +59,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import torch  # noqa: E402
 
-from advisor.kernel_lib import load  # noqa: E402
+from advisor.codegen.kernel_lib import load  # noqa: E402
 
 kv = load("split_kv_attention")
 common = load("common")

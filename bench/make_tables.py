@@ -19,8 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from advisor.bench.rows import append_csv, read_csv  # noqa: E402
-from advisor.bench.tables import latest_runs, markdown_table, suite_markdown  # noqa: E402
+from advisor.run.bench.rows import append_csv, read_csv  # noqa: E402
+from advisor.run.bench.tables import latest_runs, markdown_table, suite_markdown  # noqa: E402
 from suites import ALL_SUITES, evaluate_targets  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

@@ -1,4 +1,4 @@
-"""How well does advisor/schedule_model.py rank configs? Checked against measured rows.
+"""How well does advisor/codegen/schedule_model.py rank configs? Checked against measured rows.
 
     python3 bench/model_check.py [--csv bench/results/h200.csv] [--runs RUN_ID,...] [-v]
 
@@ -21,7 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from advisor import schedule_model
+from advisor.codegen import schedule_model
 
 SUITES = ("tail", "skinny", "balanced")
 DEFAULT_CSV = Path(__file__).resolve().parent / "results" / "h200.csv"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from advisor.bench.tables import best_of, geomean, speedup_table  # noqa: E402
+from advisor.run.bench.tables import best_of, geomean, speedup_table  # noqa: E402
 
 SUITES: dict[str, list[tuple[int, int, int]]] = {
     # 128x128 tiles on 132 SMs leave a partial last wave: 143 tiles (1.08 waves), 289

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
-from advisor.kernel_lib import load
+from advisor.codegen.kernel_lib import load
 
 
 def cases():

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
-from advisor.kernel_lib import load
+from advisor.codegen.kernel_lib import load
 
 SHAPES = [(1000, 1032, 4104), (24, 4104, 8200), (1664, 1408, 8200), (37, 53, 97)]
 

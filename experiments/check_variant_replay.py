@@ -1,4 +1,4 @@
-"""GPU check: generated variants (advisor.generate) carry kernels/launch.py inlined; do their
+"""GPU check: generated variants (advisor.codegen.generate) carry kernels/launch.py inlined; do their
 replayed calls engage, and stay correct?
 
     python3 experiments/check_variant_replay.py
@@ -30,7 +30,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("check_variant_replay: needs a CUDA GPU", file=sys.stderr)
         return 2
-    from advisor.generate import generate
+    from advisor.codegen.generate import generate
     from kernels.common import TOLERANCE, rel_error
 
     bad = 0

@@ -45,9 +45,9 @@ def warm(job: tuple[str, dict, str], phases: bool, dtype: str = "bf16") -> str:
     sys.path.insert(0, str(ROOT))
     import torch
 
-    from advisor.bench.rows import parse_shape
-    from advisor.bench.verify import dtype_from_name
-    from advisor.kernel_lib import load
+    from advisor.run.bench.rows import parse_shape
+    from advisor.run.bench.verify import dtype_from_name
+    from advisor.codegen.kernel_lib import load
 
     schedule, config, shape = job
     mod = load(schedule)

@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from advisor.bench.rows import parse_shape
-from advisor.bench.timing import l2_bytes, rotation_count
-from advisor.kernel_lib import load
+from advisor.run.bench.rows import parse_shape
+from advisor.run.bench.timing import l2_bytes, rotation_count
+from advisor.codegen.kernel_lib import load
 
 SHAPES = "2176x2176x8192,3072x3072x4096,4224x4224x8192"
 # the active clock-limit reasons, a bitmask (0x1 idle, 0x4 software power cap, 0x20 software

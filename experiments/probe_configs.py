@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from advisor.bench.rows import (
+from advisor.run.bench.rows import (
     append_csv,
     gemm_bytes,
     gemm_flops,
@@ -38,15 +38,15 @@ from advisor.bench.rows import (
     new_run_id,
     parse_shape,
 )
-from advisor.bench.timing import l2_bytes, rotating, rotation_count, time_graph
-from advisor.bench.verify import (
+from advisor.run.bench.timing import l2_bytes, rotating, rotation_count, time_graph
+from advisor.run.bench.verify import (
     Checker,
     CheckFailed,
     dtype_from_name,
     make_generator,
     random_matrix,
 )
-from advisor.kernel_lib import load
+from advisor.codegen.kernel_lib import load
 
 DTYPES = ("bf16", "fp16", "fp32")
 

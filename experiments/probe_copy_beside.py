@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import triton
 import triton.language as tl
 
-from advisor.bench.rows import append_csv, make_row, new_run_id
-from advisor.bench.timing import l2_bytes, rotating, rotation_count, time_graph
+from advisor.run.bench.rows import append_csv, make_row, new_run_id
+from advisor.run.bench.timing import l2_bytes, rotating, rotation_count, time_graph
 from kernels.tf32_layout import _relayout_beside_kernel, _relayout_kernel
 
 

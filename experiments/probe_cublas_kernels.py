@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from advisor.bench.rows import parse_shape
+from advisor.run.bench.rows import parse_shape
 
 SHAPES = ("1664x1408x8192,2176x2176x8192,2304x2304x4096,3072x3072x4096,4224x4224x8192,"
           "16x4096x16384,64x4096x14336,256x256x131072,512x512x65536,128x8192x8192,32x32x131072")

@@ -51,7 +51,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from advisor.bench.timing import l2_bytes, rotating, rotation_count, time_fn
+from advisor.run.bench.timing import l2_bytes, rotating, rotation_count, time_fn
 from kernels import grouped_gemm as gg
 from kernels.common import poison_
 
@@ -59,8 +59,8 @@ from kernels.common import poison_
 def example_shapes() -> list[tuple[int, int, int]]:
     """The GEMM shapes of the bundled example's small-GEMM loop, as advisor reads them."""
     from advisor.cli import example_trace
-    from advisor.diagnose import diagnose
-    from advisor.generate import parse_shape
+    from advisor.diagnose.diagnosis import diagnose
+    from advisor.codegen.generate import parse_shape
     from advisor.traces import load_trace
 
     d = diagnose(load_trace(example_trace()))
@@ -76,7 +76,7 @@ def groups(small: bool) -> dict[str, list[tuple[int, int, int]]]:
     if small:  # interpreter: a few tiny members of each kind
         return {"odd": [(23, 37, 29), (9, 17, 45)], "ragged M": [(rng.randint(1, 40), 32, 48) for _ in range(3)],
                 "aligned": [(16, 24, 32), (40, 8, 16)]}
-    from advisor.bench.grouped import group_sizes
+    from advisor.run.bench.grouped import group_sizes
 
     return {"example trace (odd)": example_shapes(),
             "MoE ragged M, K=N=1024": [(rng.randint(1, 512), 1024, 1024) for _ in range(64)],

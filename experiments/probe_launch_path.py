@@ -49,7 +49,7 @@ def main() -> int:
 
     import torch
 
-    from advisor.bench.timing import l2_bytes, rotating, rotation_count, time_fn
+    from advisor.run.bench.timing import l2_bytes, rotating, rotation_count, time_fn
     from kernels.common import TOLERANCE, poison_, rel_error
     from kernels.launch import LAUNCHES, REPLAYS
 

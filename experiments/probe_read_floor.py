@@ -17,7 +17,7 @@ inputs, read by
   a program, no atomics), best of a few grid sizes and block widths.
 
 Every read is checked first (its sum against a float64 sum of the same buffer) and timed
-with the CUDA-graph timer (advisor.bench.timing.time_graph, the benchmark's timer), median of
+with the CUDA-graph timer (advisor.run.bench.timing.time_graph, the benchmark's timer), median of
 --rounds interleaved rounds. The best read time is a practical floor for any kernel that
 must stream those bytes once; "x floor" divides by the copy-bandwidth floor.
 Rows go to DIR/probe_read_floor.csv; the table is printed.
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import triton
 import triton.language as tl
 
-from advisor.bench.rows import append_csv, gemm_bytes, make_row, new_run_id, parse_shape
+from advisor.run.bench.rows import append_csv, gemm_bytes, make_row, new_run_id, parse_shape
 
 SKINNY = ["16x4096x16384", "64x4096x14336", "256x256x131072", "512x512x65536", "128x8192x8192", "32x32x131072"]
 # (elements per program per step, programs per SM, warps): 16-byte loads, 4-8 warps, enough
@@ -93,8 +93,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from advisor.bench.grouped import copy_gbps, measure_ceilings
-    from advisor.bench.timing import l2_bytes, rotating, rotation_count, time_graph
+    from advisor.run.bench.grouped import copy_gbps, measure_ceilings
+    from advisor.run.bench.timing import l2_bytes, rotating, rotation_count, time_graph
 
     if not torch.cuda.is_available():
         print("probe_read_floor: needs a CUDA GPU", file=sys.stderr)

@@ -12,7 +12,7 @@ import torch
 import triton.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from advisor.kernel_lib import load  # noqa: E402
+from advisor.codegen.kernel_lib import load  # noqa: E402
 
 sk = load("split_k")
 M, N, K = 16, 4096, 16384

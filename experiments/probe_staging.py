@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from advisor.bench.rows import parse_shape
+from advisor.run.bench.rows import parse_shape
 
 
 def main() -> int:

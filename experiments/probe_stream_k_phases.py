@@ -47,8 +47,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from advisor.bench.rows import parse_shape
-from advisor.kernel_lib import load
+from advisor.run.bench.rows import parse_shape
+from advisor.codegen.kernel_lib import load
 
 SHAPES = "1664x1408x8192,2304x2304x4096,4224x4224x8192"
 

@@ -38,7 +38,7 @@ from probe_configs import (  # bench/: the probes' shared method
     time_side_by_side,
 )
 
-from advisor.bench.rows import (
+from advisor.run.bench.rows import (
     append_csv,
     gemm_bytes,
     gemm_flops,
@@ -46,7 +46,7 @@ from advisor.bench.rows import (
     new_run_id,
     parse_shape,
 )
-from advisor.kernel_lib import load
+from advisor.codegen.kernel_lib import load
 
 TAIL = "1664x1408x8192,2176x2176x8192,2304x2304x4096,3072x3072x4096,4224x4224x8192"
 

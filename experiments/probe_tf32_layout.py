@@ -42,7 +42,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from advisor.bench.rows import (
+from advisor.run.bench.rows import (
     append_csv,
     gemm_bytes,
     gemm_flops,
@@ -50,9 +50,9 @@ from advisor.bench.rows import (
     new_run_id,
     parse_shape,
 )
-from advisor.bench.runner import environment
-from advisor.bench.timing import l2_bytes, rotating, rotation_count, time_graph
-from advisor.bench.verify import Checker, CheckFailed, make_generator, random_matrix
+from advisor.run.bench.runner import environment
+from advisor.run.bench.timing import l2_bytes, rotating, rotation_count, time_graph
+from advisor.run.bench.verify import Checker, CheckFailed, make_generator, random_matrix
 
 SHAPES = ["1664x1408x8192", "4096x4096x8192", "3072x3072x4096", "512x512x65536", "256x256x131072",
           "64x4096x14336", "128x8192x8192", "16x4096x16384", "32x32x131072"]
@@ -86,7 +86,7 @@ def probe_shape(shape: str, rounds: int, env: dict, dev: str, schedules: list[st
     """Check, then time, every variant on one shape; returns its rows."""
     import torch
 
-    from advisor.kernel_lib import load
+    from advisor.codegen.kernel_lib import load
 
     relayout = load("tf32_layout")
     rows = []

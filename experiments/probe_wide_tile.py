@@ -130,7 +130,7 @@ def main() -> int:
         return check_cpu()
     from probe_configs import schedule_call, time_side_by_side
 
-    from advisor.kernel_lib import load
+    from advisor.codegen.kernel_lib import load
 
     sk = load("stream_k_gemm")
     best_sk = sk.Config(128, 128, 64, 8, 4, 5, "hybrid1", True, aligned=True, use_tma=True)

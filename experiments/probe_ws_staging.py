@@ -34,7 +34,7 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    from advisor.bench.timing import l2_bytes, rotating, rotation_count, time_fn
+    from advisor.run.bench.timing import l2_bytes, rotating, rotation_count, time_fn
 
     load_kernels(Path(__file__).resolve().parents[1], "kernels_this")
     load_kernels(args.baseline, "kernels_base")

@@ -12,7 +12,7 @@ and the helpers they share: common (input checks, tolerances), launch (fast laun
 calls), tf32_layout (fp32 operands strided in K: fed through registers by a swap, or copied
 K-major where that pays).
 
-advisor imports this folder through `advisor.kernel_lib`, which works both in a checkout
+advisor imports this folder through `advisor.codegen.kernel_lib`, which works both in a checkout
 (`kernels/` at the repository root) and in an installed wheel (`advisor/_data/kernels/`).
 Nothing here runs at import time beyond defining kernels.
 """

@@ -136,7 +136,7 @@ def main(argv=None) -> int:
 
 def _load(name: str):
     """A schedule module (main has put the repository root on sys.path)."""
-    from advisor.kernel_lib import load
+    from advisor.codegen.kernel_lib import load
 
     return load(name)
 

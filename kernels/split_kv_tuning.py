@@ -35,7 +35,7 @@ def num_splits_for(units: int, slots: int, key_blocks: int, max_splits: int = 12
     the slots is not split; otherwise, over splits 1..min(max_splits, slots, key_blocks), the
     smallest split whose wave efficiency n / (ceil(n / slots) x slots), n = units x split, is
     at least `keep` of the best. Splits that give every program the same number of key
-    blocks as one split fewer are skipped (they only add programs). advisor/attention.py holds
+    blocks as one split fewer are skipped (they only add programs). advisor/symptoms/attention.py holds
     the same rule for the advice it prints about libraries' split knobs."""
     units, slots, key_blocks = max(1, units), max(1, slots), max(1, key_blocks)
     if units >= 0.8 * slots:

@@ -13,7 +13,7 @@ import os
 
 import torch
 
-from advisor.kernel_lib import load
+from advisor.codegen.kernel_lib import load
 
 common = load("common")
 common.fix_interpreter_bf16_dot()

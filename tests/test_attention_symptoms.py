@@ -8,9 +8,9 @@ import json
 import pytest
 from synthetic import H100, kernel, launch, make_trace
 
-from advisor.attention import attention_backend, attention_shape_from_op, num_splits_for, parse_attention_range
-from advisor.diagnose import diagnose
-from advisor.render import render
+from advisor.symptoms.attention import attention_backend, attention_shape_from_op, num_splits_for, parse_attention_range
+from advisor.diagnose.diagnosis import diagnose
+from advisor.report.render import render
 from advisor.traces import load_trace
 from conftest import DATA
 
@@ -123,6 +123,16 @@ def test_no_finding_when_a_combine_follows_or_the_kv_is_short_or_the_grid_full()
     assert not findings(combined, "decode_attention_unsplit")
     assert not findings(decode_trace(512, 600_000), "decode_attention_unsplit")  # under min_kv_len
     assert not findings(decode_trace(131072, 600_000, grid=(1, 32, 4)), "decode_attention_unsplit")  # 128 of 132 SMs
+
+
+def test_a_grid_beyond_batch_heads_and_query_blocks_is_split_in_kernel():
+    # cuDNN's decode graphs divide the KV among programs with no combine kernel after them: a
+    # Whisper decode's cross-attention (1 query, 1,500 keys, 12 heads) ran on an 8 x 12 grid
+    cudnn = "cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16_knob_35_16x128x64_1x4x1_cga1x1x1_kernel0_0"
+    unsplit = decode_trace(65536, 300_000, name=cudnn, grid=(1, 8, 1), Hq=8, Hkv=8)
+    assert findings(unsplit, "decode_attention_unsplit")  # 8 programs for 8 heads: one walks all 64k keys
+    split = decode_trace(65536, 300_000, name=cudnn, grid=(8, 8, 1), Hq=8, Hkv=8)
+    assert not findings(split, "decode_attention_unsplit")  # 64 programs for 8 (batch, head) rows
 
 
 def test_library_split_with_an_underfilled_combine():

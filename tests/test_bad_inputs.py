@@ -34,10 +34,10 @@ from hypothesis import strategies as st
 
 import tracefiles as T
 from advisor.cli import cli
-from advisor.diagnose import diagnose
+from advisor.diagnose.diagnosis import diagnose
 from advisor.errors import TraceError
-from advisor.render import render
-from advisor.summary import summarize
+from advisor.report.render import render
+from advisor.report.summary import summarize
 from advisor.traces import load_trace, nsys_rep
 
 

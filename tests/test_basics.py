@@ -16,8 +16,8 @@ import pytest
 from conftest import DATA, corpus_dir
 from synthetic import H100, kernel, launch, make_trace
 
-from advisor.diagnose import diagnose
-from advisor.render import render
+from advisor.diagnose.diagnosis import diagnose
+from advisor.report.render import render
 from advisor.rules import load_rules
 from advisor.symptoms.kernel_kinds import align_bytes, gemm_precision
 from advisor.symptoms.roofline import measured_bandwidth, peak_flops

@@ -22,16 +22,16 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import load_script  # noqa: E402
-from advisor.bench import isolate, rows as R, tables  # noqa: E402
-from advisor.bench.runner import (  # noqa: E402
+from advisor.run.bench import isolate, rows as R, tables  # noqa: E402
+from advisor.run.bench.runner import (  # noqa: E402
     DeviceLost, classify, candidate_configs, load_schedule, run_shape, time_limit, VariantTimeout,
 )
-from advisor.bench.timing import quantile, rotation_count  # noqa: E402
+from advisor.run.bench.timing import quantile, rotation_count  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
 FAKE_SCHEDULE = '''
-"""A fake GEMM schedule whose configs misbehave on purpose (tests of advisor.bench)."""
+"""A fake GEMM schedule whose configs misbehave on purpose (tests of advisor.run.bench)."""
 import os
 import signal
 import time
@@ -245,7 +245,7 @@ def test_a_failed_final_recheck_disqualifies_the_provider(fake):
 
 
 def test_lost_device_raises_with_the_rows_so_far(fake, monkeypatch):
-    from advisor.bench import runner
+    from advisor.run.bench import runner
 
     monkeypatch.setattr(runner, "device_healthy", lambda: False)
     with pytest.raises(DeviceLost) as info:
@@ -317,7 +317,7 @@ def test_missing_schedule_is_a_skipped_row():
 
 
 def test_known_outcomes_and_skips_are_not_run(fake):
-    from advisor.bench.runner import variant_key
+    from advisor.run.bench.runner import variant_key
 
     crash = fake.Config("crash")  # would kill this test process if it ran
     known = {variant_key("t", "search", "fake", R.config_json(crash)): ("launch_error", "(compile pass) crashed")}
@@ -336,7 +336,7 @@ def test_known_outcomes_and_skips_are_not_run(fake):
 
 
 def test_run_grouped_baselines_and_a_partial_writer(tmp_path):
-    from advisor.bench.grouped import group_sizes, run_grouped
+    from advisor.run.bench.grouped import group_sizes, run_grouped
 
     p = tmp_path / "fake_grouped.py"
     p.write_text(FAKE_GROUPED)
@@ -599,7 +599,7 @@ def test_bench_gemm_script_end_to_end(tmp_path):
 
 
 def test_final_candidates_take_each_providers_fastest_distinct_configs():
-    from advisor.bench.runner import final_candidates
+    from advisor.run.bench.runner import final_candidates
 
     rows = [{"provider": "a", "config": c, "status": "ok", "median_us": us}
             for c, us in (("1", 5.0), ("2", 3.0), ("1", 4.0), ("3", 9.0), ("4", 1.0))]
@@ -610,7 +610,7 @@ def test_final_candidates_take_each_providers_fastest_distinct_configs():
 
 
 def test_combine_rounds_takes_the_median_and_keeps_failures():
-    from advisor.bench.runner import combine_rounds
+    from advisor.run.bench.runner import combine_rounds
 
     base = {"status": "ok", "p20_us": 1.0, "p80_us": 2.0, "tflops": 10.0, "gbps": 100.0, "rel_err": 1e-3}
     rows = [dict(base, median_us=10.0), dict(base, median_us=30.0, p80_us=40.0, rel_err=2e-3),
@@ -624,7 +624,7 @@ def test_combine_rounds_takes_the_median_and_keeps_failures():
 
 
 def test_final_pass_interleaves_the_finalists(fake):
-    from advisor.bench import runner
+    from advisor.run.bench import runner
 
     cfgs = [fake.Config("good", index=i) for i in range(5)]
     order = []
@@ -654,7 +654,7 @@ def test_final_pass_interleaves_the_finalists(fake):
 def test_grouped_suite_never_uses_the_graph_timer():
     """The grouped suite's baselines measure launch cost, which the graph timer would capture
     away (and its CUDA-graph baseline cannot run inside another capture)."""
-    from advisor.bench.grouped import grouped_timer
+    from advisor.run.bench.grouped import grouped_timer
 
     assert grouped_timer("graph", "cuda") == "do_bench"
     assert grouped_timer("events", "cuda") == "events"

@@ -82,7 +82,7 @@ def test_json_with_run_keeps_stdout_one_json_document(tmp_path, monkeypatch):
     # `diagnose --json --run --out DIR`: an agent parses stdout as the JSON contract; the run's
     # markdown report goes to DIR/run_report.md (and .json), not after the JSON on stdout
 
-    monkeypatch.setattr("advisor.gpu.gpu_present", lambda: False)
+    monkeypatch.setattr("advisor.run.gpu.gpu_present", lambda: False)
     r = CliRunner().invoke(cli, ["diagnose", "--example", "--json", "--run", "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["findings"]
@@ -91,7 +91,7 @@ def test_json_with_run_keeps_stdout_one_json_document(tmp_path, monkeypatch):
 
 
 def test_diagnose_help_names_every_file_it_writes(tmp_path, monkeypatch):
-    monkeypatch.setattr("advisor.gpu.gpu_present", lambda: False)
+    monkeypatch.setattr("advisor.run.gpu.gpu_present", lambda: False)
     monkeypatch.chdir(tmp_path)
     help_text = "".join(CliRunner().invoke(cli, ["diagnose", "--help"]).output.split())  # wrapped anywhere
     r = CliRunner().invoke(cli, ["diagnose", "--example", "--out", "report"])

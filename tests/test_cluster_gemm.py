@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from advisor.generate import generate
-from advisor.kernel_lib import load
-from advisor.loop import cluster_gemm_gate, with_cluster_gemm
+from advisor.codegen.generate import generate
+from advisor.codegen.kernel_lib import load
+from advisor.run.loop import cluster_gemm_gate, with_cluster_gemm
 
 ROOT = Path(__file__).resolve().parents[1]
 TRITON39 = Path("/tmp/triton39")

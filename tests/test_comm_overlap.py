@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from advisor.kernel_lib import load
+from advisor.codegen.kernel_lib import load
 
 co = load("comm_overlap")
 

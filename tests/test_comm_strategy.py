@@ -11,7 +11,7 @@ import re
 import pytest
 from conftest import DATA
 
-from advisor.diagnose import diagnose
+from advisor.diagnose.diagnosis import diagnose
 from advisor.rules import load_rules
 from advisor.symptoms import ranks as rk
 from advisor.symptoms.context import Context

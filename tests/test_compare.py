@@ -14,8 +14,8 @@ from conftest import DATA
 from tracefiles import kineto_doc, write_kineto
 
 from advisor.cli import cli
-from advisor.compare import compare, find_steps
-from advisor.kernel_class import classify_name, family
+from advisor.report.compare import compare, find_steps
+from advisor.symptoms.kernel_class import classify_name, family
 from advisor.traces import load_trace
 
 H200, X2 = DATA / "h200", DATA / "h200x2"

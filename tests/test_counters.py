@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import advisor.counters as C
-import advisor.loop as L
+import advisor.run.counters as C
+import advisor.run.loop as L
 from advisor.cli import cli
-from advisor.schedule_model import Device
+from advisor.codegen.schedule_model import Device
 
 FAKE = Path(__file__).parent / "fakes" / "fake_ncu.py"
 DATA = Path(__file__).parent / "data"
@@ -120,7 +120,7 @@ def test_providers_for_puts_baselines_first_and_skips_the_observed_kernel():
 
 
 def test_target_runs_one_checked_call_on_the_cpu():
-    from advisor.bench import ncu_target
+    from advisor.run.bench import ncu_target
 
     assert ncu_target.main(["--shape", "17x19x23", "--dtype", "fp32", "--provider", "torch.matmul", "--device", "cpu"]) == 0
     cfg = json.dumps({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 2, "num_warps": 4, "num_stages": 2})
@@ -133,8 +133,8 @@ def test_loop_with_counters_end_to_end_on_a_fake_ncu(tmp_path, monkeypatch):
     monkeypatch.setenv("NCU", str(exe))
     monkeypatch.setenv("FAKE_NCU_REJECT", "sm__throughput.avg.pct_of_peak_sustained_elapsed")
     monkeypatch.setenv("FAKE_NCU_HIDE", "sm__pipe_tensor_op_hmma_cycles_active")
-    monkeypatch.setattr("advisor.gpu.gpu_present", lambda: True)
-    monkeypatch.setattr("advisor.gpu.device_spec", lambda: (Device(name="interpreter", sm_count=3),
+    monkeypatch.setattr("advisor.run.gpu.gpu_present", lambda: True)
+    monkeypatch.setattr("advisor.run.gpu.device_spec", lambda: (Device(name="interpreter", sm_count=3),
                                                    {"gpu": "interpreter", "sm_count": 3, "compute_capability": None,
                                                     "smem_per_block_bytes": None}))
     logs = []
@@ -152,7 +152,7 @@ def test_loop_with_counters_end_to_end_on_a_fake_ncu(tmp_path, monkeypatch):
     assert "sm__throughput" not in rows and "hmma" not in rows and "gmma" in rows
     assert all((tmp_path / "out" / "ncu" / f).is_file() for f in c["reports"])
     # the report escapes the kernel name ncu returned
-    from advisor.render import render
+    from advisor.report.render import render
 
     md = render("run_report.md.j2", results=[r], device={"gpu": "x", "sm_count": 3, "compute_capability": "9.0"},
                 versions={"torch": "t", "triton": "t"}, rules={}, images={}, date="2026-11-29")

@@ -15,7 +15,7 @@ from gemm_checks import (
     run_checked,
 )
 
-from advisor.kernel_lib import load
+from advisor.codegen.kernel_lib import load
 
 dp = load("dp_gemm")
 pytestmark = pytest.mark.interpreter

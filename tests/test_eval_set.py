@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import DATA, corpus_dir
 
-from advisor.diagnose import diagnose
+from advisor.diagnose.diagnosis import diagnose
 from advisor.traces import load_trace
 
 SET = tomllib.loads((Path(__file__).parent / "eval_set.toml").read_text(encoding="utf-8"))["trace"]

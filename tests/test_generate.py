@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from advisor.cli import cli
-from advisor.codegen import bundle, coerce_knobs, config_fields, dependency_order
+from advisor.codegen.bundle import bundle, coerce_knobs, config_fields, dependency_order
 from advisor.errors import AdvisorError
-from advisor.generate import (
+from advisor.codegen.generate import (
     comm_shape_warnings,
     generate,
     generate_comm_overlap,
@@ -26,7 +26,7 @@ from advisor.generate import (
     parse_shape,
     parse_shapes,
 )
-from advisor.schedule_model import (
+from advisor.codegen.schedule_model import (
     Device,
     predict,
     rank,
@@ -79,7 +79,7 @@ def _nested_quote_fstrings(tree: ast.AST) -> list[int]:
 def test_inlined_dependencies_stay_parseable_on_python_3_11():
     # generate() keeps the schedule's own module verbatim but re-emits its kernels/
     # dependencies with ast.unparse; a variant generated on 3.12 must still run on 3.11
-    from advisor.kernel_lib import SCHEDULES, source_path
+    from advisor.codegen.kernel_lib import SCHEDULES, source_path
 
     deps = {m for name in [*SCHEDULES, "comm_overlap"] for m in dependency_order(name, extra=("dp",))[:-1]}
     assert {"common", "dp_gemm", "persistent_gemm"} <= deps
@@ -296,8 +296,8 @@ def test_parse_group_and_shapes():
                      ("0:17:70", "COUNT"), ("3:70:17", "LO <= HI"), ("3:0:70", "LO <= HI"), ("3:1:5", "multiples of 8")):
         with pytest.raises(AdvisorError, match=why):
             parse_group(bad)
-    # the same draw as the bench's --grouped (advisor.bench.grouped, which bench/bench_gemm.py's jobs use)
-    from advisor.bench.grouped import group_sizes as bench_draw
+    # the same draw as the bench's --grouped (advisor.run.bench.grouped, which bench/bench_gemm.py's jobs use)
+    from advisor.run.bench.grouped import group_sizes as bench_draw
 
     spec = parse_group("5:17:70:3")
     assert group_sizes(spec) == [tuple(s) for s in bench_draw(5, 17, 70, 3)]
@@ -331,7 +331,7 @@ def test_generated_grouped_variant_fp16_checks_under_interpreter(tmp_path):
 @pytest.mark.slow
 @pytest.mark.interpreter
 def test_generated_grouped_variant_fp32_checks_under_interpreter(tmp_path):
-    from advisor.kernel_lib import load
+    from advisor.codegen.kernel_lib import load
 
     torch = pytest.importorskip("torch")
     path = tmp_path / "grouped_fp32.py"

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from advisor.attention import num_splits_for
+from advisor.symptoms.attention import num_splits_for
 from advisor.cli import cli
 from advisor.errors import AdvisorError
-from advisor.generate import generate_split_kv, parse_attn
+from advisor.codegen.generate import generate_split_kv, parse_attn
 
 HOSTILE = 'k"""\'\n__import__("pathlib").Path("PWNED").touch()  # {{ 7*7 }} {% raw %} `x`'
 
@@ -88,7 +88,7 @@ def test_generate_split_kv_cli(tmp_path):
 
 def test_knob_split_rule_matches_the_kernel():
     # advisor.attention and the kernel file each carry the rule (a kernel file stands alone)
-    kv = pytest.importorskip("advisor.kernel_lib").load("split_kv_attention")
+    kv = pytest.importorskip("advisor.codegen.kernel_lib").load("split_kv_attention")
     for units in (1, 2, 3, 8, 16, 24, 40, 64, 100, 200, 260):
         for slots in (6, 132, 264, 528):
             for blocks in (1, 4, 32, 100, 512):

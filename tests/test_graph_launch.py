@@ -64,7 +64,7 @@ def test_graph_replayed_kernels_never_form_launch_bound_runs(name):
 
 
 def test_summary_counts_graph_replayed_launches():
-    from advisor.summary import summarize
+    from advisor.report.summary import summarize
 
     rows = summarize(load_trace(H200 / "graphs_node.sqlite.gz"), top=50)["top_kernels"]
     assert sum(r["graph_replayed"] for r in rows) == 60

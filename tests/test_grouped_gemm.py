@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from advisor.kernel_lib import load
+from advisor.codegen.kernel_lib import load
 
 gg = load("grouped_gemm")
 common = load("common")
@@ -418,7 +418,7 @@ def test_baseline_helpers():
 
 _SM90_PROBE = r"""
 import torch
-from advisor.kernel_lib import load
+from advisor.codegen.kernel_lib import load
 gg = load("grouped_gemm")
 for cfg, align in ((gg.Config(), 8), (gg.Config(), 1), (gg.Config(128, 128, 64, 4, 3, use_tma=True), 8)):
     k = gg.compile_for_sm90(cfg, torch.bfloat16, align=align)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from conftest import DATA
 
-from advisor.diagnose import diagnose, evidence_frames
+from advisor.diagnose.diagnosis import diagnose, evidence_frames
 from advisor.traces import load_trace
 
 X2 = DATA / "h200x2"

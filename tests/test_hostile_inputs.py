@@ -178,8 +178,8 @@ def test_generate_output_replaces_a_planted_symlink(tmp_path):
 
 
 def test_run_rows_replace_planted_symlinks(tmp_path):
-    from advisor.bench import rows as R
-    from advisor.counters import write_rows
+    from advisor.run.bench import rows as R
+    from advisor.run.counters import write_rows
 
     for writer, name in ((lambda p: R.append_csv(p, [{"provider": "dp", "median_us": 1.0}]), "rows.csv"),
                          (lambda p: R.write_json(p, [{"a": 1}]), "rows.json"),
@@ -457,12 +457,12 @@ def test_unfinished_journal_is_an_error_not_a_torn_read(tmp_path):
 
 @pytest.mark.parametrize("var", ["ADVISOR_DIAGNOSE_RUN", "ADVISOR_DIAGNOSE_RUN_VARIANTS"])
 def test_run_is_never_taken_from_the_environment(tmp_path, monkeypatch, var):
-    import advisor.loop
+    import advisor.run.loop
 
     def must_not_run(*a, **k):
         raise AssertionError("--run was turned on by the environment")
 
-    monkeypatch.setattr(advisor.loop, "loop_findings", must_not_run)
+    monkeypatch.setattr(advisor.run.loop, "loop_findings", must_not_run)
     monkeypatch.chdir(tmp_path)
     trace = T.write_kineto(tmp_path / "t.json")
     r = run_cli("diagnose", "--json", str(trace), env={var: "1"})

@@ -252,8 +252,8 @@ def test_hostile_finding_generates_inert_code_that_runs(workdir):
 def test_direct_generate_from_hostile_findings(workdir):
     """Every finding of a hostile trace, generated through the library (as the bench loop
     does): each file compiles and holds the payload only inside literals."""
-    from advisor.diagnose import diagnose
-    from advisor.generate import GEMM_STRATEGIES, finding_summary, generate
+    from advisor.diagnose.diagnosis import diagnose
+    from advisor.codegen.generate import GEMM_STRATEGIES, finding_summary, generate
     from advisor.traces import load_trace
 
     marker = workdir / "PWNED"

@@ -1,5 +1,6 @@
-"""The package layout: shared basics live in one module and advisor's modules import one
-another without cycles (a cycle means something shared lives in a feature module)."""
+"""The package layout: shared basics live in one module, advisor's modules import one another
+without cycles (a cycle means something shared lives in a feature module), and the pipeline's
+stages (traces -> symptoms -> diagnose -> report -> codegen -> run) import only backwards."""
 
 import ast
 from pathlib import Path
@@ -73,7 +74,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_import_cycles():
     mods = _modules()
     graph = {m: _imports(m, p, mods) for m, p in mods.items()}
-    assert graph["advisor.loop"] >= {"advisor.basics", "advisor.gpu"}  # the walk sees imports at all
+    assert graph["advisor.run.loop"] >= {"advisor.basics", "advisor.run.gpu"}  # the walk sees imports at all
     assert _cycles(graph) == []
 
 
@@ -81,9 +82,58 @@ def test_the_cycle_finder_finds_one():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+# The stages in pipeline order: a module imports its own stage and earlier ones, never a later
+# one. Top-level modules (model, findings, rules, basics, errors...) are the shared basics
+# below every stage and import none; the package's front doors (advisor/__init__, the CLI)
+# call every stage.
+STAGES = ("traces", "symptoms", "diagnose", "report", "codegen", "run")
+FRONT_DOORS = {"advisor", "advisor.cli"}
+
+
+def _stage(mod: str) -> int | None:
+    """0 for a shared basic, 1.. for a stage, None for a front door."""
+    if mod in FRONT_DOORS:
+        return None
+    part = mod.split(".")[1]
+    return STAGES.index(part) + 1 if part in STAGES else 0
+
+
+def _backward(graph: dict[str, set[str]]) -> list[str]:
+    """Imports from a module to a later stage (a basic importing any stage included)."""
+    out = []
+    for mod, deps in sorted(graph.items()):
+        here = _stage(mod)
+        for dep in sorted(deps):
+            there = _stage(dep)
+            if here is not None and there is not None and there > here:
+                out.append(f"{mod} -> {dep}")
+    return out
+
+
+def test_every_subpackage_is_a_stage():
+    # a new subpackage takes a place in STAGES (and so in the direction check), or is a basic module
+    subpackages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert subpackages == set(STAGES)
+
+
+def test_the_pipeline_runs_one_way():
+    mods = _modules()
+    graph = {m: _imports(m, p, mods) for m, p in mods.items()}
+    assert "advisor.symptoms.gemm" in graph["advisor.diagnose.diagnosis"]  # forward imports are seen
+    assert _backward(graph) == []
+
+
+def test_the_direction_check_finds_a_backward_import():
+    graph = {"advisor.symptoms.tail_wave": {"advisor.report.render", "advisor.model", "advisor.traces.graphs"},
+             "advisor.basics": {"advisor.traces", "advisor.errors"},
+             "advisor.run.loop": {"advisor.codegen.generate", "advisor.run.gpu"},
+             "advisor.cli": {"advisor.run.loop"}}
+    assert _backward(graph) == ["advisor.basics -> advisor.traces", "advisor.symptoms.tail_wave -> advisor.report.render"]
+
+
 def test_one_parse_shape():
-    import advisor.bench.rows as rows
-    import advisor.generate as generate
+    import advisor.run.bench.rows as rows
+    import advisor.codegen.generate as generate
 
     assert rows.parse_shape is parse_shape and generate.parse_shape is parse_shape
     assert parse_shape(" 4096X4096*8192 ") == (4096, 4096, 8192)
@@ -117,7 +167,7 @@ def test_the_run_candidates_come_from_the_rules(tmp_path):
     import re
     import shutil
 
-    import advisor.loop as L
+    import advisor.run.loop as L
     from advisor.rules import load_rules
 
     bundled = L.strategies_for()

@@ -12,9 +12,9 @@ import tracefiles as T
 from click.testing import CliRunner
 from conftest import DATA
 
-import advisor.loop as L
+import advisor.run.loop as L
 from advisor.cli import cli
-from advisor.schedule_model import Device
+from advisor.codegen.schedule_model import Device
 
 
 def row(provider, us, status="ok", phase="final", rel=1e-3, config=""):
@@ -60,8 +60,8 @@ def test_nothing_passed():
 
 @pytest.mark.interpreter
 def test_gpu_path_on_the_interpreter(tmp_path, monkeypatch):
-    monkeypatch.setattr("advisor.gpu.gpu_present", lambda: True)
-    monkeypatch.setattr("advisor.gpu.device_spec", lambda: (Device(name="interpreter", sm_count=3),
+    monkeypatch.setattr("advisor.run.gpu.gpu_present", lambda: True)
+    monkeypatch.setattr("advisor.run.gpu.device_spec", lambda: (Device(name="interpreter", sm_count=3),
                                                    {"gpu": "interpreter", "sm_count": 3, "compute_capability": None, "smem_per_block_bytes": None}))
     finding = {"symptom": "small_grid_long_k", "strategy": "split_k", "kernel": "k", "launches": 1, "total_ns": 1, "est_savings_ns": 1}
     r = L.run_shape_loop(40, 24, 512, "fp16", ["split_k"], budget_s=15, observed_ns=10_000_000, finding=finding, out_dir=tmp_path)
@@ -116,7 +116,7 @@ def gemm_trace(path, batched_only=False):
 
 
 def test_all_batched_says_so(tmp_path, monkeypatch):
-    monkeypatch.setattr("advisor.gpu.gpu_present", lambda: False)
+    monkeypatch.setattr("advisor.run.gpu.gpu_present", lambda: False)
     out = tmp_path / "out"
     r = CliRunner().invoke(cli, ["diagnose", str(gemm_trace(tmp_path / "t.json", batched_only=True)), "--run",
                                  "--out", str(out)])
@@ -130,7 +130,7 @@ def test_all_batched_says_so(tmp_path, monkeypatch):
 def test_small_gemm_loop_becomes_a_grouped_result(tmp_path, monkeypatch):
     # the planted loop of 64 small GEMMs: --run times their grouped launch against the loop
     # (here, without a GPU, it writes the grouped variant with the model's knobs and says so)
-    monkeypatch.setattr("advisor.gpu.gpu_present", lambda: False)
+    monkeypatch.setattr("advisor.run.gpu.gpu_present", lambda: False)
     out = tmp_path / "out"
     r = CliRunner().invoke(cli, ["diagnose", str(DATA / "h200" / "small_gemms.sqlite.gz"), "--run", "--out", str(out),
                                  "--cache-dir", str(tmp_path / "cache")])
@@ -158,7 +158,7 @@ def group_finding(shapes, launches=40):
 
 
 def test_group_findings_run_once_per_set_and_one_shape_is_skipped(monkeypatch):
-    import advisor.group_loop as G
+    import advisor.run.group_loop as G
 
     ran = []
     monkeypatch.setattr(G, "run_group_loop", lambda sizes, dtype, **kw: ran.append((sizes, dtype)) or G.GroupResult(sizes, dtype))
@@ -173,7 +173,7 @@ def test_group_findings_run_once_per_set_and_one_shape_is_skipped(monkeypatch):
 
 
 def test_groups_of_as_many_gemms_get_their_own_files_and_a_bad_shape_is_skipped(tmp_path, monkeypatch):
-    monkeypatch.setattr("advisor.gpu.gpu_present", lambda: False)
+    monkeypatch.setattr("advisor.run.gpu.gpu_present", lambda: False)
     diagnosis = SimpleNamespace(findings=[group_finding(["40x24x32", "17x33x70"]), group_finding(["64x48x16", "8x8x8"]),
                                           group_finding(["0x24x32", "17x33x70"])])
     skipped = []
@@ -187,7 +187,7 @@ def test_groups_of_as_many_gemms_get_their_own_files_and_a_bad_shape_is_skipped(
 
 
 def test_a_config_that_fails_its_final_check_is_not_recommended():
-    import advisor.group_loop as G
+    import advisor.run.group_loop as G
 
     cfg = '{"block_m": 64}'
     rows = group_rows(loop=600.0, graph=220.0) + [row("grouped", 50.0, phase="search", config=cfg),
@@ -203,7 +203,7 @@ def test_a_config_that_fails_its_final_check_is_not_recommended():
 
 @pytest.mark.interpreter
 def test_the_default_grouped_config_runs_even_without_budget():
-    from advisor.bench.grouped import run_grouped
+    from advisor.run.bench.grouped import run_grouped
 
     rows = run_grouped([(40, 24, 32), (17, 33, 70)], "fp16", None, budget_s=0.0, final=False)
     assert [r["status"] for r in rows if r["provider"] == "grouped"] == ["ok"]
@@ -215,7 +215,7 @@ def group_rows(**us):
 
 
 def test_decide_group():
-    import advisor.group_loop as G
+    import advisor.run.group_loop as G
 
     sizes = [(40, 24, 32), (17, 33, 70)]
     r = G.GroupResult(sizes, "fp16", rows=group_rows(loop=600.0, graph=220.0, gmm=150.0, grouped=60.0))
@@ -244,10 +244,10 @@ def test_decide_group():
 @pytest.mark.slow
 @pytest.mark.interpreter
 def test_group_gpu_path_on_the_interpreter(tmp_path, monkeypatch):
-    import advisor.group_loop as G
+    import advisor.run.group_loop as G
 
-    monkeypatch.setattr("advisor.gpu.gpu_present", lambda: True)
-    monkeypatch.setattr("advisor.gpu.device_spec", lambda: (Device(name="interpreter", sm_count=3),
+    monkeypatch.setattr("advisor.run.gpu.gpu_present", lambda: True)
+    monkeypatch.setattr("advisor.run.gpu.device_spec", lambda: (Device(name="interpreter", sm_count=3),
                                                    {"gpu": "interpreter", "sm_count": 3, "compute_capability": None, "smem_per_block_bytes": None}))
     finding = {"symptom": "launch_overhead", "strategy": "persistent", "kernel": "k", "launches": 3, "total_ns": 1, "est_savings_ns": 1}
     sizes = [(40, 24, 32), (17, 33, 70), (24, 16, 48)]
@@ -259,7 +259,7 @@ def test_group_gpu_path_on_the_interpreter(tmp_path, monkeypatch):
     assert r.ran_on_gpu and r.winner["provider"] == "grouped" and r.verdict
     text = r.variant_path.read_text()
     assert "TUNED_FOR = {'gpu': 'interpreter'" in text and "'how': 'measured'" in text and "[24, 16, 48]" in text
-    from advisor.render import render
+    from advisor.report.render import render
 
     md = render("run_report.md.j2", results=[r], device={"gpu": "interpreter", "sm_count": 3, "compute_capability": None},
                 versions={"torch": "t", "triton": "tr"}, rules={}, images={}, skipped=[], date="today")
@@ -267,7 +267,7 @@ def test_group_gpu_path_on_the_interpreter(tmp_path, monkeypatch):
 
 
 def test_run_report_lists_the_skipped(tmp_path, monkeypatch):
-    monkeypatch.setattr("advisor.gpu.gpu_present", lambda: False)
+    monkeypatch.setattr("advisor.run.gpu.gpu_present", lambda: False)
     out = tmp_path / "out"
     r = CliRunner().invoke(cli, ["diagnose", str(gemm_trace(tmp_path / "t.json")), "--run", "--out", str(out)])
     assert r.exit_code == 0, r.output
@@ -301,7 +301,7 @@ def test_findings_on_one_shape_run_once_with_every_findings_strategies(monkeypat
 def test_fusion_and_graph_findings_are_skipped_with_a_reason(tmp_path, monkeypatch):
     # the planted elementwise stream (fusion) has nothing to time: --run lists it in skipped
     # and says what to change, instead of dropping it without a word or crashing
-    monkeypatch.setattr("advisor.gpu.gpu_present", lambda: False)
+    monkeypatch.setattr("advisor.run.gpu.gpu_present", lambda: False)
     out = tmp_path / "out"
     r = CliRunner().invoke(cli, ["diagnose", str(DATA / "h200" / "tiny_stream.sqlite.gz"), "--run", "--out", str(out),
                                  "--cache-dir", str(tmp_path / "cache")])

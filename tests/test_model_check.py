@@ -1,4 +1,4 @@
-"""advisor/schedule_model.py against what the H200 measured (bench/model_check.py), and the
+"""advisor/codegen/schedule_model.py against what the H200 measured (bench/model_check.py), and the
 model's copy of the Stream-K chunking rule against the kernel's."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from advisor import schedule_model as sm
-from advisor.kernel_lib import load
+from advisor.codegen import schedule_model as sm
+from advisor.codegen.kernel_lib import load
 
 from conftest import load_script
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from conftest import DATA
 
-from advisor.diagnose import diagnose
-from advisor.render import render
+from advisor.diagnose.diagnosis import diagnose
+from advisor.report.render import render
 from advisor.symptoms import Context
 from advisor.traces import load_trace
 

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 from synthetic import H100, kernel, make_trace
 
-from advisor.diagnose import diagnose, evidence_frames
-from advisor.render import render
+from advisor.diagnose.diagnosis import diagnose, evidence_frames
+from advisor.report.render import render
 from advisor.symptoms import Context
 from advisor.symptoms import ranks as rk
 from advisor.symptoms.intervals import total

@@ -50,7 +50,7 @@ def test_next_commands_on_the_default_gpu_stay_short(tmp_path):
 def test_run_without_a_gpu_generates_for_the_traces_sm_count(tmp_path, monkeypatch):
     # `diagnose --run` on a machine without a GPU writes the variants with the model's knobs:
     # for the GPU the trace ran on, as its "Next:" commands do, not for 132 SMs
-    monkeypatch.setattr("advisor.gpu.gpu_present", lambda: False)
+    monkeypatch.setattr("advisor.run.gpu.gpu_present", lambda: False)
     out = tmp_path / "run"
     r = CliRunner().invoke(cli, ["diagnose", str(trace_on(tmp_path, 114)), "--run", "--out", str(out)])
     assert r.exit_code == 0, r.output
@@ -61,7 +61,7 @@ def test_run_without_a_gpu_generates_for_the_traces_sm_count(tmp_path, monkeypat
 def test_run_without_a_gpu_generates_the_grouped_variant_for_the_traces_sm_count(tmp_path, monkeypatch):
     from conftest import DATA
 
-    monkeypatch.setattr("advisor.gpu.gpu_present", lambda: False)
+    monkeypatch.setattr("advisor.run.gpu.gpu_present", lambda: False)
     out = tmp_path / "run"
     r = CliRunner().invoke(cli, ["diagnose", str(DATA / "h200" / "small_gemms.sqlite.gz"), "--sm-count", "100", "--run",
                                  "--out", str(out), "--cache-dir", str(tmp_path / "cache")])
@@ -86,7 +86,7 @@ def test_a_gemm_in_a_dtype_advisor_cannot_generate_is_not_passed_off_as_bf16(tmp
     lines = [x for x in r.output.splitlines() if x.startswith("- Next: `advisor generate")]
     assert lines and all("this fp8 GEMM gets a bf16 variant" in x for x in lines), lines
     # --run would time bf16 candidates against the observed fp8 kernel: it says so and skips
-    monkeypatch.setattr("advisor.gpu.gpu_present", lambda: False)
+    monkeypatch.setattr("advisor.run.gpu.gpu_present", lambda: False)
     out = tmp_path / "run"
     r = CliRunner().invoke(cli, ["diagnose", str(trace), "--run", "--out", str(out)])
     assert r.exit_code == 0, r.output
@@ -116,7 +116,7 @@ def test_a_double_gemm_is_known_as_fp64_not_assumed_bf16(tmp_path, monkeypatch):
     bf16 = T.write_kineto(tmp_path / "bf16.json", T.kineto_doc(T.kineto_gemm_events(6)))
     r16 = CliRunner().invoke(cli, ["diagnose", str(bf16), "--json"])
     assert "hopper_no_ws" in {f["symptom"] for f in _json.loads(r16.stdout)["findings"]}
-    monkeypatch.setattr("advisor.gpu.gpu_present", lambda: False)
+    monkeypatch.setattr("advisor.run.gpu.gpu_present", lambda: False)
     r = CliRunner().invoke(cli, ["diagnose", str(trace), "--run", "--out", str(tmp_path / "run")])
     assert "--run: skipped tail_wave: fp64 GEMM (1664x1408x8192)" in r.stderr, r.stderr
 

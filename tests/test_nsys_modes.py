@@ -11,7 +11,7 @@ import sqlite3
 import pytest
 from conftest import DATA
 
-from advisor.diagnose import diagnose
+from advisor.diagnose.diagnosis import diagnose
 from advisor.traces import load_trace, merge
 
 H200 = DATA / "h200"

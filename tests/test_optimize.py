@@ -12,11 +12,11 @@ from click.testing import CliRunner
 from conftest import DATA
 from test_profile import FAKE_NSYS
 
-import advisor.loop as loop
+import advisor.run.loop as loop
 from advisor.cli import cli
 from advisor.findings import Finding
-from advisor.generate import finding_summary
-from advisor.remedies import code_change, code_changes
+from advisor.codegen.generate import finding_summary
+from advisor.diagnose.remedies import code_change, code_changes
 
 VARIANT = """
 import torch
@@ -160,8 +160,8 @@ def test_an_odd_gemm_gets_its_padding_change(tmp_path):
     # change (1401 -> 1408), and unaligned_gemms leaves it to the finding.
     from tracefiles import kineto_doc, kineto_gemm_events, write_kineto
 
-    from advisor.diagnose import diagnose
-    from advisor.optimize import unaligned_gemms
+    from advisor.diagnose.diagnosis import diagnose
+    from advisor.run.optimize import unaligned_gemms
     from advisor.traces import load_trace
 
     evs = kineto_gemm_events()
@@ -182,8 +182,8 @@ def test_an_odd_vocabulary_head_is_found_when_no_finding_names_it(tmp_path):
     # GEMMs with an odd dimension finds it too (what it runs where no finding names a GEMM).
     from tracefiles import kineto_doc, kineto_gemm_events, write_kineto
 
-    from advisor.diagnose import diagnose
-    from advisor.optimize import unaligned_gemms
+    from advisor.diagnose.diagnosis import diagnose
+    from advisor.run.optimize import unaligned_gemms
     from advisor.traces import load_trace
 
     evs = kineto_gemm_events(n=4, dur_us=5000.0, kernel_name="nvjet_sm90_tst_128x128_64x4_1x2_h_bz_coopA_NNT")
@@ -230,9 +230,9 @@ def _fake_gpu(monkeypatch, check_fails=False):
 
     import torch
 
-    from advisor.kernel_lib import load
-    from advisor.schedule_model import Device
-    import advisor.bench.isolate as isolate
+    from advisor.codegen.kernel_lib import load
+    from advisor.codegen.schedule_model import Device
+    import advisor.run.bench.isolate as isolate
 
     ps = load("persistent")
     common = load("common")
@@ -253,9 +253,9 @@ def _fake_gpu(monkeypatch, check_fails=False):
                  "median_us": 60.0 if ok else None, "rel_err": err, "tflops": 3.0,
                  "config": json.dumps(dataclasses.asdict(cfg)), "phase": "final"}]
 
-    monkeypatch.setattr("advisor.gpu.gpu_present", lambda: True)
+    monkeypatch.setattr("advisor.run.gpu.gpu_present", lambda: True)
     tuned = {"gpu": None, "sm_count": 3, "compute_capability": "9.0", "smem_per_block_bytes": None}
-    monkeypatch.setattr("advisor.gpu.device_spec", lambda: (Device(sm_count=3), tuned))
+    monkeypatch.setattr("advisor.run.gpu.device_spec", lambda: (Device(sm_count=3), tuned))
     monkeypatch.setattr(isolate, "run_shape_isolated", fake_isolated)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setenv("ADVISOR_NUM_SMS", "3")
@@ -314,7 +314,7 @@ def test_a_fallbacks_estimate_is_its_timing_not_the_paddings():
     # in isolation, one launch a step (the trace's 10 launches include warm-up steps)
     from types import SimpleNamespace
 
-    from advisor.optimize import estimate_vs_measured
+    from advisor.run.optimize import estimate_vs_measured
 
     comp = SimpleNamespace(before=SimpleNamespace(n=5), kernels=[
         {"shape": True, "key": "gemm 32x37x16", "delta_ns_per_step": -50_000, "before": {"launches_per_step": 1.0},
@@ -331,7 +331,7 @@ def test_measured_counts_what_the_swap_costs():
     # staging copies they add count against it, as the GPU busy time (-7.2 ms) says
     from types import SimpleNamespace
 
-    from advisor.optimize import estimate_vs_measured
+    from advisor.run.optimize import estimate_vs_measured
 
     comp = SimpleNamespace(before=SimpleNamespace(n=5), kernels=[
         {"shape": True, "key": "gemm 32x37x16", "delta_ns_per_step": -6_660_000, "status": "gone", "class": "gemm",

@@ -19,7 +19,7 @@ from gemm_checks import (
     run_checked,
 )
 
-from advisor.kernel_lib import load
+from advisor.codegen.kernel_lib import load
 
 ps = load("persistent_gemm")
 pytestmark = pytest.mark.interpreter

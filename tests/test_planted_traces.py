@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from conftest import DATA
 
 from advisor.cli import cli
-from advisor.diagnose import diagnose
-from advisor.render import render
+from advisor.diagnose.diagnosis import diagnose
+from advisor.report.render import render
 from advisor.traces import load_trace
 
 H200 = DATA / "h200"

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from conftest import DATA
 
 from advisor.cli import cli
-from advisor.profile import _python_argv
+from advisor.run.profile import _python_argv
 
 # A stand-in nsys: `profile ... -o BASE CMD...` runs CMD and writes BASE.nsys-rep (the real
 # report magic); `export ... -o OUT REP` writes a real H200 SQLite export to OUT.
@@ -66,7 +66,7 @@ def test_profile_with_nsys_then_diagnose(tmp_path, fake_nsys, monkeypatch):
 def test_profile_without_nsys_non_python_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("NSYS", raising=False)
-    import advisor.profile as prof
+    import advisor.run.profile as prof
 
     monkeypatch.setattr(prof, "find_nsys", lambda: None)
     r = CliRunner().invoke(cli, ["profile", "--out", str(tmp_path / "p"), "--", "./my_cuda_app", "--n", "3"])

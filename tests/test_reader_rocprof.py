@@ -726,7 +726,7 @@ def _kernel_trace_csv(path: Path) -> Path:
 
 
 def _timeline_judgements(trace) -> tuple[set[str], set[str]]:
-    from advisor.diagnose import diagnose
+    from advisor.diagnose.diagnosis import diagnose
 
     d = diagnose(trace)
     return {g.check for g in d.gates}, {f.symptom for f in d.findings}
@@ -755,7 +755,7 @@ def test_serialized_rank_survives_merge(tmp_path):
     trace = load_trace([_kernel_trace_csv(tmp_path / "a_kernel_trace.csv"),
                         _counter_collection_csv(tmp_path / "b_counter_collection.csv")], sm_count=304)
     assert trace.ranks == [0, 1] and trace.meta["serialized_ranks"] == [1]
-    from advisor.diagnose import diagnose
+    from advisor.diagnose.diagnosis import diagnose
 
     d = diagnose(trace)
     assert {g.rank for g in d.gates if g.check == "gpu_idle"} == {0}

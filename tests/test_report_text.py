@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from synthetic import kernel, make_trace
 
-from advisor.diagnose import diagnose
-from advisor.render import render
+from advisor.diagnose.diagnosis import diagnose
+from advisor.report.render import render
 
 
 def test_exposed_comm_says_when_compute_bounds_the_recoverable_time():

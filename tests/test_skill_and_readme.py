@@ -117,7 +117,7 @@ def test_run_report_json_holds_the_keys_skill_md_promises(tmp_path, monkeypatch)
     # SKILL.md: "run_report.json holds, per result (kind: gemm ...; grouped ...): table, winner,
     # recommended, verdict, variant, variant_knobs, model, counters"
 
-    monkeypatch.setattr("advisor.gpu.gpu_present", lambda: False)
+    monkeypatch.setattr("advisor.run.gpu.gpu_present", lambda: False)
     r = CliRunner().invoke(cli, ["diagnose", "--example", "--run", "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
     text = SKILL.read_text(encoding="utf-8")

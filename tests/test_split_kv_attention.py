@@ -10,7 +10,7 @@ import os
 import pytest
 import torch
 
-from advisor.kernel_lib import load
+from advisor.codegen.kernel_lib import load
 
 kv = load("split_kv_attention")
 common = load("common")

@@ -8,16 +8,16 @@ import ast
 from synthetic import kernel, make_trace
 from test_attention_symptoms import FLASH, decode_trace
 
-from advisor.attn_loop import AttnResult, decide_attn
-from advisor.diagnose import diagnose
-from advisor.loop import loop_findings
-from advisor.render import render
+from advisor.run.attn_loop import AttnResult, decide_attn
+from advisor.diagnose.diagnosis import diagnose
+from advisor.run.loop import loop_findings
+from advisor.report.render import render
 
 ATTN = {"B": 1, "Hq": 32, "Hkv": 8, "D": 128, "S": 131072, "Lq": 1}
 
 
 def test_a_shaped_finding_generates_its_variant(tmp_path, monkeypatch):
-    monkeypatch.setattr("advisor.gpu.gpu_present", lambda: False)
+    monkeypatch.setattr("advisor.run.gpu.gpu_present", lambda: False)
     d = diagnose(decode_trace(131072, 600_000))
     skipped = []
     (res,) = loop_findings(d, budget_s=10, out_dir=tmp_path, skipped=skipped)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from advisor.kernel_lib import load
+from advisor.codegen.kernel_lib import load
 
 tuning = load("split_kv_tuning")
 

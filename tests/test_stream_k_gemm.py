@@ -20,7 +20,7 @@ from gemm_checks import (
     run_checked,
 )
 
-from advisor.kernel_lib import load
+from advisor.codegen.kernel_lib import load
 
 sk = load("stream_k_gemm")
 pytestmark = pytest.mark.interpreter

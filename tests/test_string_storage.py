@@ -18,7 +18,7 @@ pytest.importorskip("pyarrow")
 NO_ARROW = "import sys; sys.modules['pyarrow'] = None\n"
 RUN = """
 import json
-from advisor.diagnose import diagnose
+from advisor.diagnose.diagnosis import diagnose
 from advisor.traces import load_trace
 import pandas as pd
 out = {}

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from conftest import DATA
 
 from advisor.cli import cli
-from advisor.summary import summarize
+from advisor.report.summary import summarize
 from advisor.traces import load_trace
 
 MIXED = DATA / "h200" / "mixed.kineto.json.gz"

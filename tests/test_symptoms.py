@@ -8,10 +8,10 @@ import re
 import pytest
 from synthetic import H100, back_to_back, kernel, launch, make_trace, nvtx
 
-from advisor.calibration import is_library_kernel, reached
-from advisor.diagnose import diagnose
+from advisor.symptoms.calibration import is_library_kernel, reached
+from advisor.diagnose.diagnosis import diagnose
 from advisor.rules import load_rules
-from advisor.render import render
+from advisor.report.render import render
 from advisor.symptoms import Context
 from advisor.symptoms.gemm import parse_cpu_op, parse_range_text, tile_from_name
 from advisor.symptoms.intervals import merge, overlap, total
@@ -478,7 +478,7 @@ def test_final_synchronise_is_free():
 def test_gate_gemm_far_below_roofline():
     # 8192^3 bf16 in whole waves (64x64 = 4096 tiles = 31.03 waves: tail efficiency 0.97)
     # at 110 ms: 10 TFLOP/s against the H100's 989 TFLOP/s datasheet peak, derated by what
-    # we measured on the H200 against its own datasheet (795.9 / 989: advisor.calibration)
+    # we measured on the H200 against its own datasheet (795.9 / 989: advisor.symptoms.calibration)
     ks = [kernel(0, 110_000_000, grid=(64, 64, 1), name="matmul_kernel", corr=1)]
     rg = [nvtx("advisor.gemm M=8192 N=8192 K=8192 dtype=bf16", -6_000, -1_000)]
     d = diagnose(make_trace(ks, runtime=[launch(1, -5_000)], ranges=rg))

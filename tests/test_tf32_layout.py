@@ -7,7 +7,7 @@ import pytest
 import torch
 from gemm_checks import DEVICE, common, run_checked
 
-from advisor.kernel_lib import load
+from advisor.codegen.kernel_lib import load
 
 tl32 = load("tf32_layout")
 pytestmark = pytest.mark.interpreter

@@ -8,8 +8,8 @@ import pytest
 from conftest import DATA
 from synthetic import H100, kernel, launch, make_trace, nvtx
 
-from advisor.calibration import ceiling, gemm_floor, reached
-from advisor.diagnose import diagnose
+from advisor.symptoms.calibration import ceiling, gemm_floor, reached
+from advisor.diagnose.diagnosis import diagnose
 from advisor.errors import AdvisorError
 from advisor.symptoms.gemm import parse_free_text, parse_shape_override
 from advisor.traces import load_trace

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from conftest import DATA
 
 from advisor.cli import cli
-from advisor.diagnose import diagnose
+from advisor.diagnose.diagnosis import diagnose
 from advisor.errors import TraceError
 from advisor.traces import load_trace
 

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 import advisor
 from advisor.errors import AdvisorError
-from advisor.use import Router
+from advisor.run.use import Router
 
 FAKE = """
 import torch
@@ -154,9 +154,8 @@ def test_run_dir_routes_only_verified_variants(tmp_path):
 
 
 def test_warns_on_another_gpu(tmp_path, monkeypatch):
-    import advisor.use as _  # noqa: F401  (the module, for monkeypatching)
+    import advisor.run.use as mod  # the module (advisor.use is the function), for monkeypatching
 
-    mod = sys.modules["advisor.use"]
     monkeypatch.setattr(mod, "_current_gpu", lambda device: "NVIDIA A100-SXM4-80GB")
     with pytest.warns(UserWarning, match="tuned on NVIDIA H200, this GPU is NVIDIA A100"):
         with advisor.use(fake(tmp_path, 4, 4, 4)):

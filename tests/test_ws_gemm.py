@@ -17,7 +17,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from advisor.kernel_lib import load
+from advisor.codegen.kernel_lib import load
 
 ws = load("ws_gemm")
 common = load("common")
@@ -239,7 +239,7 @@ def test_launch_metadata_names_schedule_and_counts_flops():
 
 _SM90_PROBE = r"""
 import torch
-from advisor.kernel_lib import load
+from advisor.codegen.kernel_lib import load
 ws = load("ws_gemm")
 for cfg, transposed in ((ws.Config(), False), (ws.Config(), True),
                         (ws.Config(128, 256, 64, 8, 8, 4, warp_specialize=False, epilogue_subtile=2,

@@ -41,7 +41,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from advisor import kernel_lib  # noqa: E402
+from advisor.codegen import kernel_lib  # noqa: E402
 from advisor.annotate import gemm  # noqa: E402
 from kineto_out import export_gz  # noqa: E402  (beside this script)
 

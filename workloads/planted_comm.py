@@ -43,7 +43,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from advisor.kernel_lib import load  # noqa: E402
+from advisor.codegen.kernel_lib import load  # noqa: E402
 from kineto_out import export_gz  # noqa: E402  (beside this script)
 
 co = load("comm_overlap")  # before torch.distributed initialises: multicast off

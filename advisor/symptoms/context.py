@@ -159,7 +159,9 @@ def finding_for(rule: Rule, row, **fields) -> Finding:
     """The Finding of `rule` about the grouped launch row `row` (group_launches' columns): the
     rule's symptom, strategy, title and watch-for, and the row's kernel, rank, device, shape,
     grid, block, launches and time, each unless `fields` gives it; `fields` add the rest."""
-    base = {"symptom": rule.symptom, "strategy": rule.strategy, "title": rule.title, "watch_for": rule.watch_for}
+    strategy = fields.get("strategy", rule.strategy)
+    base = {"symptom": rule.symptom, "strategy": rule.strategy, "title": rule.title,
+            "watch_for": rule.watch_for_with(strategy)}
     base.update({k: f(row) for k, f in _ROW_FIELDS.items() if k not in fields})
     return Finding(**{**base, **fields})
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..attention import OP_BACKEND, attention_backend, kv_bytes, num_splits_for, parse_attention_op, parse_attention_range
+from .attention import OP_BACKEND, attention_backend, kv_bytes, num_splits_for, parse_attention_op, parse_attention_range
 from ..findings import Finding
 from ..model import Trace
 from ..rules import Rule
@@ -151,6 +151,15 @@ def _shape(row) -> dict | None:
             "dtype": None if dtype is None or pd.isna(dtype) else str(dtype)}
 
 
+def _unsplit_programs(shape: dict, rule: Rule) -> int:
+    """The most programs an unsplit decode kernel launches: one per (batch, query head, query
+    block), a query block holding at least `min_query_block` rows. A grid beyond it divides the
+    KV among programs in-kernel (cuDNN's decode graphs do: Whisper's cross-attention, 1 query
+    over 1,500 keys, ran on an 8 x 12 grid for 12 heads)."""
+    q_blocks = -(-shape["Lq"] // int(rule["min_query_block"]))
+    return shape["B"] * shape["Hq"] * q_blocks
+
+
 def _library(backend: str, name: str, shape: dict | None, split: int, rule: Rule) -> tuple[str, str]:
     """(library, the call to change) for an attention backend, with the split count."""
     long_kv = shape is not None and shape["S"] >= rule["cudnn_near_floor_min_kv"]
@@ -211,6 +220,8 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                 continue
             if shape is None and row["median_ns"] < rule["min_launch_ns_without_shape"]:
                 continue
+            if shape is not None and grid > _unsplit_programs(shape, rule):
+                continue  # more programs than (batch, head, query block): the kernel splits the KV itself
             ideal = max(reach * floor, total * fill)
             basis = (f"launch time x grid / SMs ({fill:.2f}: the work spread over every SM), never below {reach:g} x "
                      "the HBM floor of reading K and V once" if floor else

@@ -25,6 +25,7 @@ from ..findings import Finding
 from ..rules import Rule
 from .context import Context, as_int, finding_for, group_launches, launch_rows, shape_of
 from .kernel_kinds import device_row, gemm_time_by_precision, gemm_work, kinds, row_precision
+from .gemm import innermost_ranges
 from .roofline import gemm_estimate, has_bf16
 
 SYMPTOM = "dtype_churn"
@@ -92,6 +93,36 @@ def fp32_ops(ctx: Context, rank, dev) -> list[str]:
     return sorted({str(o) for o in k.loc[on & fp32, "op"].dropna().unique()})
 
 
+MATH_SDPA = "_scaled_dot_product_attention_math"
+MATH_SDPA_FIX = ("torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)  # or make a fused SDPA backend "
+                 "eligible: under torch.nn.attention.sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION) the call fails "
+                 "with the reason it was not")
+
+
+def math_sdpa_launches(ctx: Context, rank, dev) -> int:
+    """fp32 GEMM launches of the device made inside SDPA's math backend (a Kineto cpu_op or an
+    emit_nvtx range named `_scaled_dot_product_attention_math`). PyTorch's math backend computes
+    bf16/fp16 inputs in fp32 unless told otherwise, so these GEMMs are fp32 in a model that is
+    16-bit (even under autocast): the fix is the SDPA backend, not the model's dtype."""
+    trace = ctx.trace
+    parts = []
+    if len(trace.cpu_ops):
+        o = trace.cpu_ops
+        parts.append(o.loc[o["name"].astype(str).str.endswith(MATH_SDPA), ["rank", "thread_id", "start_ns", "end_ns"]])
+    if len(trace.nvtx):
+        nv = trace.nvtx
+        hit = nv["text"].astype(str).str.contains(MATH_SDPA + r"\b", regex=True)
+        parts.append(nv.loc[hit, ["rank", "thread_id", "start_ns", "end_ns"]])
+    ranges = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    if not len(ranges):
+        return 0
+    _, hit = innermost_ranges(trace, ranges)
+    k = ctx.kernels
+    on = (k["rank"] == rank).to_numpy() & (k["device_id"].fillna(-1).astype("int64") == dev).to_numpy()
+    fp32 = kinds(ctx)["precision"].isin(FP32_CLASSES).to_numpy(dtype=bool)
+    return int((on & fp32 & (hit >= 0)).sum())
+
+
 def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
     out: list[Finding] = []
     if ev.empty:
@@ -132,6 +163,9 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
             continue
         top, top_shape = rows[0]
         ops = fp32_ops(ctx, rank, dev)
+        in_math_sdpa = math_sdpa_launches(ctx, rank, dev)
+        # the math backend's forward GEMMs are a third of its fp32 launches (two per backward)
+        by_sdpa = in_math_sdpa >= rule["math_sdpa_min_share"] * int(gemms["launches"].sum())
         shapes = [f"{s['M']}x{s['N']}x{s['K']}" for _, s in rows if s][:8]
         # without shapes the GEMMs' part is a rate ratio (a guess); the casts' time is measured
         confidence = "high" if shaped_ns >= 0.5 * gemm_fp32_ns else ("medium" if cast_ns >= 0.5 * savings else "low")
@@ -160,8 +194,13 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                     "bound_ns": int(floor),
                     "basis": f"the adjacent casts' time plus each fp32 GEMM group's time minus its floor on the {target} path; e.g. {basis}",
                     "covers_kernels": sorted({str(r["name"]) for r, _ in rows} | {str(n) for n in casts["name"]}),
+                    "math_sdpa_launches": in_math_sdpa,
+                    **({"cause": f"{in_math_sdpa} of the fp32 GEMM launches run inside SDPA's math backend "
+                                 f"(aten::{MATH_SDPA}), which computes {target} inputs in fp32 by default; their "
+                                 "backward GEMMs are fp32 too"} if in_math_sdpa else {}),
                 },
-                suggestion={"fix": FIX, "precision": target},
+                suggestion={"fix": MATH_SDPA_FIX if by_sdpa else FIX, "precision": target},
+                strategy=rule.strategy_for("math_sdpa" if by_sdpa else "cast"),
             )
         )
     return out

@@ -25,7 +25,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..calibration import ceiling
+from .calibration import ceiling
 from ..findings import Gate
 from ..rules import Rule
 from ..textutil import safe_text
@@ -225,7 +225,7 @@ def _roofline(ctx: Context, rule: Rule) -> list[dict]:
         if shape["dtype"] not in ("bf16", "fp16"):
             continue  # the 16-bit tensor rate is the one every device table and measurement has
         # the measured ceiling where we measured this GPU (the H200: 796 TFLOP/s bf16, 4.27
-        # TB/s), else the datasheet derated by the H200's measured ratio (advisor.calibration)
+        # TB/s), else the datasheet derated by the H200's measured ratio (advisor.symptoms.calibration)
         c = ceiling(ctx.device_row(first["rank"], first["device_id"]), shape["dtype"])
         peak, bw = c.tflops, c.bytes_per_s
         if not peak or not bw:

@@ -15,7 +15,7 @@ the host thread:
   with ``M=``, ``N=``, ``K=`` tokens (``tail_gemm M=1664 N=1408 K=8192``) or one ``MxNxK``
   (``qkv 8192x3072x1024 bf16``). Such a free-form shape is given only to kernels whose names
   say GEMM: a range around a whole layer must not make its elementwise kernels GEMMs;
-* the user's explicit ``--shape KERNEL_PATTERN=MxNxK[:dtype]`` (advisor.diagnose(...,
+* the user's explicit ``--shape KERNEL_PATTERN=MxNxK[:dtype]`` (diagnose(...,
   shapes=...)), which wins over everything for the kernels it matches.
 
 The innermost enclosing range wins. Everything here is evidence, not judgement.

@@ -8,7 +8,7 @@ intensity is far under the ridge point are skipped: they wait on memory. What to
 warp-specialized persistent TMA kernel, then measure: it does not always win. Estimated
 recoverable time: the kernel's time x `expected_gain` (a prior), bounded by the roofline at
 the device's measured peak and by what our warp-specialized schedule reached over the kind of
-kernel that ran (advisor.calibration); confidence stays low.
+kernel that ran (advisor.symptoms.calibration); confidence stays low.
 
 Warp specialization is read from the launch as well as the name: a block of 3 or 5 warpgroups
 (one producer, two or four consumers: how cuBLAS's and CUTLASS's sm90 kernels launch) is
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..calibration import bound_gemm_estimate, ceiling, is_library_kernel
+from .calibration import bound_gemm_estimate, ceiling, is_library_kernel
 from ..findings import Finding
 from ..rules import Rule
 from .context import Context, finding_for, gemm_bytes, gemm_flop, group_launches, launch_rows, shape_of

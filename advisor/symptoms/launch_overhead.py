@@ -26,6 +26,7 @@ names the one with the most time in them (its own counts in the evidence).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -567,4 +568,56 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
             f = _host_bound_finding(row, rule, ctx, counted)
             if f is not None:
                 out.append(f)
-    return out
+    return _less_profiler_cost(out, rule, ctx)
+
+
+def recorded_ops(ctx: Context, rank: int, lo: int, hi: int) -> tuple[int, str | None]:
+    """How many operators the profiler recorded with their shapes on `rank` in [lo, hi), and
+    which recorder (Kineto's record_shapes cpu_ops, or emit_nvtx's one NVTX range per op)."""
+    ops = ctx.trace.cpu_ops
+    if len(ops) and ops["input_dims"].notna().any():
+        sel = ops[(ops["rank"] == rank) & (ops["start_ns"] >= lo) & (ops["start_ns"] < hi)]
+        return int(len(sel)), "kineto"
+    nv = ctx.trace.nvtx
+    if len(nv):
+        sel = nv[(nv["rank"] == rank) & (nv["start_ns"] >= lo) & (nv["start_ns"] < hi)]
+        n = int(sel["text"].astype(str).str.contains(r", op_id = |sizes = \[", regex=True).sum())
+        if n:
+            return n, "nvtx"
+    return 0, None
+
+
+def _less_profiler_cost(found: list[Finding], rule: Rule, ctx: Context) -> list[Finding]:
+    """Wall-time estimates net of the profiler's own host cost. Recording each operator's shapes
+    slows the host by a few microseconds an operator, and in a host-bound window every one of
+    them is GPU idle time that the bare program does not have: the gaps of one device's wall
+    findings together shrink by (recorded ops in its span) x (the measured cost an op)."""
+    if not profiler_slows_host(ctx):
+        return found
+    wall = {}
+    for i, f in enumerate(found):
+        if f.savings_unit == "wall":
+            wall.setdefault((f.rank, f.device_id), []).append(i)
+    k = ctx.trace.kernels
+    for (rank, dev), idx in wall.items():
+        on = k[(k["rank"] == (rank or 0)) & (k["device_id"].fillna(-1) == (-1 if dev is None else dev))]
+        if not len(on):
+            continue
+        n, recorder = recorded_ops(ctx, rank or 0, int(on["start_ns"].min()), int(on["end_ns"].max()))
+        if not n:
+            continue
+        per_op = float(rule[f"profiler_op_cost_{recorder}_ns"])
+        cost = n * per_op
+        claimed = sum(found[i].est_savings_ns for i in idx)
+        keep = max(0.0, 1.0 - cost / claimed) if claimed else 0.0
+        for i in idx:
+            f = found[i]
+            net = int(f.est_savings_ns * keep)
+            ev = dict(f.evidence)
+            ev["gaps_as_recorded_ns"] = f.est_savings_ns
+            ev["profiler_cost_ns"] = int(cost * f.est_savings_ns / claimed)
+            ev["basis"] = (f"{ev.get('basis', '')}; less the profiler's own host cost: {n:,} operators recorded with "
+                           f"their shapes ({recorder}) x {per_op / 1e3:g} us each, shared over this device's "
+                           f"{len(idx)} wall-time finding(s)")
+            found[i] = replace(f, est_savings_ns=net, evidence=ev)
+    return [f for f in found if f.savings_unit != "wall" or f.est_savings_ns >= rule["min_savings_ns"]]

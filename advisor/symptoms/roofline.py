@@ -2,7 +2,7 @@
 
 `peak_flops(device, dtype)` gives the dense rate a library GEMM reaches for a precision on a
 device, and where the number comes from. The numbers come from `rules/measured/<device>.toml`
-(advisor.calibration; measured here: on the H200, torch.matmul 8192^3, median of the runs:
+(advisor.symptoms.calibration; measured here: on the H200, torch.matmul 8192^3, median of the runs:
 bf16 694.5, fp16 678.6, tf32 360.2 and fp32 SIMT 51.3 TFLOP/s; device copy 4.27 TB/s), taking
 the median run, not the fastest: an estimate of what a fix gains should use the rate a GEMM
 usually reaches. For a GPU we have not measured, its datasheet dense fp16/bf16 tensor rate
@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from ..calibration import _H200_DATASHEET, _reference, measured_for
+from .calibration import _H200_DATASHEET, _reference, measured_for
 from ..resources import rules_dir
 
 # Datasheet ratios to the dense fp16/bf16 tensor rate, per precision.

@@ -8,7 +8,7 @@ Split-K with S splits so that tiles x S covers about one wave. Estimated recover
 the launch time minus the larger of the perfectly-spread time (dur x waves) and the HBM
 floor (bytes moved / bandwidth), over all launches, bounded by the roofline at the device's
 measured peak and by what our Split-K reached over the kind of kernel that ran
-(advisor.calibration).
+(advisor.symptoms.calibration).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import math
 
 import pandas as pd
 
-from ..calibration import bound_gemm_estimate
+from .calibration import bound_gemm_estimate
 from ..findings import Finding
 from ..rules import Rule
 from .context import Context, finding_for, gemm_bytes, group_launches, launch_rows, shape_of

@@ -8,7 +8,7 @@ Why it matters: in the last wave only some SMs work; measured on the H200, 143 t
 spreads the leftover tiles' K iterations over all SMs). Estimated recoverable time:
 `dur x (1 - waves / ceil(waves))` (perfect balance), bounded by the GEMM's roofline at the
 device's measured peak and by what our Stream-K reached over the kind of kernel that ran
-(advisor.calibration): over cuBLAS it is about even, so a cuBLAS tail is a note, not a finding.
+(advisor.symptoms.calibration): over cuBLAS it is about even, so a cuBLAS tail is a note, not a finding.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..calibration import bound_gemm_estimate, is_library_kernel
+from .calibration import bound_gemm_estimate, is_library_kernel
 from ..findings import Finding
 from ..rules import Rule
 from .context import Context, finding_for, group_launches, launch_rows, shape_of

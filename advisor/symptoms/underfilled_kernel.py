@@ -18,7 +18,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..attention import attention_backend
+from .attention import attention_backend
 from ..findings import Finding
 from ..rules import Rule
 from . import intervals

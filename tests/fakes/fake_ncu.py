@@ -1,4 +1,4 @@
-"""A stand-in for Nsight Compute's `ncu` CLI, for CPU tests of advisor.counters.
+"""A stand-in for Nsight Compute's `ncu` CLI, for CPU tests of advisor.run.counters.
 
     --query-metrics             prints base metric names (FAKE_NCU_HIDE: comma list to omit)
     ... --export R ... TARGET   runs TARGET on the CPU (adds --device cpu), then writes R with

@@ -1,0 +1,224 @@
+"""Bundle a schedule from `kernels/` and its local dependencies into one standalone source.
+
+A generated variant must run on its own (copied into someone's repository, no advisor
+installed), so the schedule file is inlined together with the files it imports relatively
+(`from .common import ...`, `from .dp_gemm import mac_loop`), in dependency order:
+
+* the schedule itself stays verbatim (comments and all), minus its relative imports, its
+  `from __future__` line and its `__main__` block;
+* each dependency is parsed with `ast`; top-level names that a later module defines again
+  (every schedule has a `Config` and a `matmul`) are renamed inside the dependency
+  (`_dp_gemm__Config`), so the dependency keeps calling its own; aliased imports become
+  assignments (`dp_default = _dp_gemm__default_config`).
+
+Nothing here imports torch or triton: generation works on a laptop.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..basics import GEMM_STRATEGIES
+from ..errors import AdvisorError
+from .kernel_lib import SCHEDULES, source_path
+from ..resources import kernels_dir
+
+
+@dataclass(frozen=True)
+class ConfigField:
+    name: str
+    type: str  # "int" | "bool" | "str" | "float"
+    default: object
+    comment: str
+
+
+def _module_path(name: str) -> Path:
+    path = kernels_dir() / f"{name}.py"
+    if not path.is_file():
+        raise AdvisorError(f"schedule {name!r} not found in {kernels_dir()}")
+    return path
+
+
+def _relative_imports(tree: ast.Module) -> list[ast.ImportFrom]:
+    return [n for n in tree.body if isinstance(n, ast.ImportFrom) and n.level == 1]
+
+
+def _defined_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    names.add(t.id)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def dependency_order(schedule: str, extra: tuple[str, ...] = ()) -> list[str]:
+    """Module names in the order they must be inlined (dependencies first, `schedule` last;
+    `extra` modules, e.g. the data-parallel baseline, come in before it)."""
+    order: list[str] = []
+
+    def visit(name: str, stack: tuple[str, ...]) -> None:
+        if name in order:
+            return
+        if name in stack:
+            raise AdvisorError(f"import cycle among kernels: {' -> '.join(stack + (name,))}")
+        tree = ast.parse(_module_path(name).read_text(encoding="utf-8"))
+        for imp in _relative_imports(tree):
+            if not imp.module:
+                raise AdvisorError(f"{name}.py: 'from . import x' is not supported in kernels; import names from a module")
+            visit(imp.module, stack + (name,))
+        order.append(name)
+
+    main = SCHEDULES.get(schedule, schedule)
+    for name in extra:
+        if SCHEDULES.get(name, name) != main:
+            visit(SCHEDULES.get(name, name), ())
+    visit(main, ())
+    return order
+
+
+class _Renamer(ast.NodeTransformer):
+    def __init__(self, mapping: dict[str, str]):
+        self.mapping = mapping
+
+    def visit_Name(self, node: ast.Name):
+        if node.id in self.mapping:
+            node.id = self.mapping[node.id]
+        return node
+
+    def _def(self, node):
+        if node.name in self.mapping:
+            node.name = self.mapping[node.name]
+        self.generic_visit(node)
+        return node
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _def
+
+
+def _is_main_block(node: ast.stmt) -> bool:
+    return (
+        isinstance(node, ast.If)
+        and isinstance(node.test, ast.Compare)
+        and isinstance(node.test.left, ast.Name)
+        and node.test.left.id == "__name__"
+    )
+
+
+def _strip_lines(source: str, nodes: list[ast.stmt]) -> str:
+    lines = source.splitlines(keepends=True)
+    drop: set[int] = set()
+    for n in nodes:
+        drop.update(range(n.lineno - 1, n.end_lineno))
+    return "".join(line for i, line in enumerate(lines) if i not in drop)
+
+
+def bundle(schedule: str, extra: tuple[str, ...] = ()) -> tuple[str, dict[str, dict[str, str]]]:
+    """One source text holding the schedule and its kernel-folder dependencies (and `extra`
+    modules), plus the renames applied per module ({module: {name: new_name}})."""
+    order = dependency_order(schedule, extra)
+    trees = {m: ast.parse(_module_path(m).read_text(encoding="utf-8")) for m in order}
+    defined = {m: _defined_names(t) for m, t in trees.items()}
+    renamed: dict[str, dict[str, str]] = {}
+    chunks: list[str] = []
+    for i, mod in enumerate(order):
+        tree = trees[mod]
+        later = set().union(*(defined[m] for m in order[i + 1 :])) if i + 1 < len(order) else set()
+        mapping = {n: f"_{mod}__{n}" for n in defined[mod] & later}
+        renamed[mod] = mapping
+        # Imports from earlier (already inlined) modules become plain assignments.
+        aliases = []
+        for imp in _relative_imports(tree):
+            for alias in imp.names:
+                target = renamed[imp.module].get(alias.name, alias.name)
+                local = alias.asname or alias.name
+                if local != target:
+                    aliases.append(f"{local} = {target}")
+        future = [n for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "__future__"]
+        drop = _relative_imports(tree) + future + [n for n in tree.body if _is_main_block(n)]
+        header = f"# {'=' * 78}\n# inlined from kernels/{mod}.py\n# {'=' * 78}\n"
+        if mod == order[-1]:
+            body = _strip_lines(_module_path(mod).read_text(encoding="utf-8"), drop)
+            if aliases:
+                body = "\n".join(aliases) + "\n\n" + body
+        else:
+            keep = [n for n in tree.body if n not in drop]
+            # Drop the dependency's module docstring: the variant's header says where it came from.
+            if keep and isinstance(keep[0], ast.Expr) and isinstance(getattr(keep[0], "value", None), ast.Constant):
+                keep = keep[1:]
+            new = _Renamer(mapping).visit(ast.Module(body=keep, type_ignores=[]))
+            body = "\n".join(aliases) + ("\n" if aliases else "") + ast.unparse(ast.fix_missing_locations(new)) + "\n"
+        chunks.append(header + body.strip("\n") + "\n")
+    return "\n\n".join(chunks), renamed
+
+
+def config_fields(schedule: str) -> list[ConfigField]:
+    """The knobs of a schedule's `Config` dataclass, read from its source (no torch needed)."""
+    path = _module_path(SCHEDULES.get(schedule, schedule))
+    source = path.read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "Config":
+            fields = []
+            for stmt in node.body:
+                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                    ann = ast.unparse(stmt.annotation)
+                    default = ast.literal_eval(stmt.value) if stmt.value is not None else None
+                    line = lines[stmt.lineno - 1]
+                    comment = line.split("#", 1)[1].strip() if "#" in line else ""
+                    fields.append(ConfigField(stmt.target.id, ann, default, comment))
+            return fields
+    raise AdvisorError(f"{path.name}: no Config dataclass")
+
+
+def coerce_knobs(schedule: str, knobs: dict[str, object]) -> dict[str, object]:
+    """Validate user/trace-supplied knobs against the schedule's Config: known names only,
+    values of the field's type; strings limited to identifier characters. The result is safe
+    to print with repr() into generated code."""
+    fields = {f.name: f for f in config_fields(schedule)}
+    out: dict[str, object] = {}
+    for key, raw in knobs.items():
+        f = fields.get(key)
+        if f is None:
+            raise AdvisorError(f"unknown knob {key!r} for {schedule}; knobs: {', '.join(fields)}")
+        try:
+            if f.type == "bool":
+                if isinstance(raw, bool):
+                    val = raw
+                elif str(raw).lower() in ("1", "true", "yes", "on"):
+                    val = True
+                elif str(raw).lower() in ("0", "false", "no", "off"):
+                    val = False
+                else:
+                    raise ValueError(raw)
+            elif f.type == "int":
+                if isinstance(raw, bool):
+                    raise ValueError(raw)
+                val = int(str(raw), 10) if not isinstance(raw, int) else raw
+            elif f.type == "float":
+                val = float(raw)
+            else:
+                val = str(raw)
+                if not val.replace("_", "").replace("-", "").isalnum() or len(val) > 32:
+                    raise ValueError(raw)
+        except (TypeError, ValueError):
+            raise AdvisorError(f"knob {key}={raw!r}: expected a {f.type}") from None
+        out[key] = val
+    return out
+
+
+def complexity(provider: str) -> tuple[int | None, int | None]:
+    """(lines of the schedule's kernel file, number of knobs) for one of our schedules."""
+    if provider not in GEMM_STRATEGIES:
+        return None, None
+    try:
+        return len(source_path(provider).read_text(encoding="utf-8").splitlines()), len(config_fields(provider))
+    except (OSError, AdvisorError):
+        return None, None

@@ -1,0 +1,243 @@
+"""What physics and our own measurements allow an estimate to claim.
+
+Every GEMM estimate is bounded twice:
+* by physics: a launch cannot run faster than its compute floor (FLOP / the device's dense
+  peak for its dtype) or its HBM floor (compulsory bytes / copy bandwidth), whichever is larger;
+* by measurement: no more than the recommended schedule reached over the kind of kernel that
+  ran (cuBLAS, or a hand-written/Triton kernel, against which our data-parallel baseline
+  stands in) on the same or similar shapes in our committed results.
+
+The measured data live in `rules/measured/<device>.toml` (derived from the bench rows by
+`bench/make_calibration.py`). For a GPU we have not measured, its datasheet peak and bandwidth
+are derated by the ratio measured-to-datasheet of the H200 and the basis says so.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ..resources import rules_dir
+
+# The H200's datasheet figures (dense bf16 TFLOP/s, HBM bytes/s) used to derate other GPUs'
+# datasheet numbers by what we measured on the H200.
+_H200_DATASHEET = {"tflops": 989.0, "bytes_per_s": 4.8e12}
+
+# Dense rates relative to bf16 on NVIDIA tensor-core parts (datasheet ratios): used only where
+# no measurement of that dtype exists for the device.
+_DTYPE_FACTOR = {"bf16": 1.0, "fp16": 1.0, "fp8": 2.0, "tf32": 0.5, "fp32": 67.0 / 989.0, "fp64": 67.0 / 989.0}
+
+# Kernels from vendor libraries: measured against cuBLAS. Anything else (Triton, hand-written
+# CUDA) is measured against our data-parallel Triton baseline.
+_LIBRARY = re.compile(
+    r"nvjet|xmma|cutlass|cublas|gemmk1|gemmSN|^(?:void )?(?:sm\d+|ampere|volta|turing|maxwell|hopper)_|cijk_|rocblas|hipblaslt",
+    re.IGNORECASE,
+)
+
+
+def is_library_kernel(name: str | None) -> bool:
+    return isinstance(name, str) and bool(_LIBRARY.search(name[:4096]))
+
+
+@dataclass(frozen=True)
+class Measured:
+    device: str
+    sm_count: int
+    dense_tflops: dict[str, float]
+    copy_bytes_per_s: float
+    schedules: tuple[dict[str, Any], ...]
+    source: str
+
+
+@lru_cache(maxsize=None)
+def _load(directory: str) -> tuple[Measured, ...]:
+    out = []
+    for path in sorted(Path(directory).glob("*.toml")):
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        c = data.get("ceilings", {})
+        out.append(Measured(
+            device=str(data["device"]),
+            sm_count=int(data["sm_count"]),
+            dense_tflops={str(k): float(v) for k, v in c.get("dense_tflops", {}).items()},
+            copy_bytes_per_s=float(c["copy_bytes_per_s"]),
+            schedules=tuple(data.get("schedule", [])),
+            source=f"rules/measured/{path.name}",
+        ))
+    return tuple(out)
+
+
+def measured_devices() -> tuple[Measured, ...]:
+    d = rules_dir() / "measured"
+    return _load(str(d)) if d.is_dir() else ()
+
+
+def _norm(name: Any) -> str:
+    return re.sub(r"[^a-z0-9]+", " ", str(name).lower()).strip() if isinstance(name, str) else ""
+
+
+def measured_for(device: dict | None) -> Measured | None:
+    """Our measurements of this very GPU model (matched by name), else None."""
+    name = _norm((device or {}).get("name"))
+    for m in measured_devices():
+        if name and _norm(m.device) in f" {name} ":
+            return m
+        if name and f" {_norm(m.device).split()[-1]} " in f" {name} ":
+            return m
+    return None
+
+
+def _reference() -> Measured | None:
+    """The measured device other GPUs' datasheet numbers are derated by (the H200)."""
+    for m in measured_devices():
+        if "h200" in _norm(m.device):
+            return m
+    return None
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    tflops: float | None
+    bytes_per_s: float | None
+    basis: str
+
+
+def ceiling(device: dict | None, dtype: str | None) -> Ceiling:
+    """The dense peak for `dtype` and the bandwidth of `device`, measured where we can."""
+    dtype = dtype or "bf16"
+    m = measured_for(device)
+    if m is not None:
+        if dtype in m.dense_tflops:
+            tflops, how = m.dense_tflops[dtype], "measured"
+        else:
+            tflops = m.dense_tflops.get("bf16", 0.0) * _DTYPE_FACTOR.get(dtype, 1.0)
+            how = "scaled from the measured bf16 peak by the datasheet ratio"
+        return Ceiling(tflops, m.copy_bytes_per_s, f"{how} on the {m.device}, {m.source}")
+    device = device or {}
+    peak = device.get("peak_tensor_tflops")
+    bw = device.get("mem_bandwidth_bytes_per_s")
+    peak = None if peak is None or (isinstance(peak, float) and math.isnan(peak)) else float(peak)
+    bw = None if bw is None or (isinstance(bw, float) and math.isnan(bw)) else float(bw)
+    ref = _reference()
+    if ref is not None and peak:
+        peak *= ref.dense_tflops.get("bf16", _H200_DATASHEET["tflops"]) / _H200_DATASHEET["tflops"]
+    if ref is not None and bw:
+        bw *= ref.copy_bytes_per_s / _H200_DATASHEET["bytes_per_s"]
+    tflops = peak * _DTYPE_FACTOR.get(dtype, 1.0) if peak else None
+    return Ceiling(tflops, bw, "datasheet peak and bandwidth derated by the H200's measured-to-datasheet ratio"
+                   if ref is not None else "datasheet peak and bandwidth")
+
+
+ELEMENT_BYTES = {"fp8": 1, "fp16": 2, "bf16": 2, "fp32": 4, "tf32": 4, "fp64": 8}
+
+
+@dataclass(frozen=True)
+class Floor:
+    ns: float  # per launch
+    compute_ns: float
+    memory_ns: float
+    basis: str
+
+
+def gemm_floor(shape: dict, device: dict | None) -> Floor | None:
+    """The fastest one launch of this GEMM can run on `device`, or None when unknown."""
+    dtype = shape.get("dtype") or "bf16"
+    c = ceiling(device, dtype)
+    if not c.tflops and not c.bytes_per_s:
+        return None
+    b = shape.get("batch") or 1
+    M, N, K = shape["M"], shape["N"], shape["K"]
+    flop = 2.0 * M * N * K * b
+    nbytes = float(ELEMENT_BYTES.get(dtype, 2) * b * (M * K + K * N + M * N))
+    compute = flop / (c.tflops * 1e12) * 1e9 if c.tflops else 0.0
+    memory = nbytes / c.bytes_per_s * 1e9 if c.bytes_per_s else 0.0
+    if compute >= memory:
+        text = f"compute floor at {c.tflops:.0f} TFLOP/s {dtype} ({c.basis})"
+    else:
+        text = f"HBM floor at {c.bytes_per_s / 1e12:.2f} TB/s ({c.basis})"
+    return Floor(max(compute, memory), compute, memory, text)
+
+
+@dataclass(frozen=True)
+class Reached:
+    ratio: float  # speed-up the schedule reached over the reference (median of runs)
+    versus: str  # "cublas" | "dp"
+    exact: bool  # measured on this very shape
+    basis: str
+
+
+# Which suites of our results speak for which strategy (the shape classes they were built for).
+_SUITES = {
+    "stream_k": ("tail",),
+    "split_k": ("skinny",),
+    "persistent": ("tail", "balanced"),
+    "warp_specialization": ("tail", "balanced"),
+}
+
+
+def reached(strategy: str, shape: dict | None, kernel: str | None, device: dict | None = None) -> Reached | None:
+    """What `strategy` reached over the kind of kernel that ran, on this shape if we measured
+    it, else the best of the shape class (an upper bound for similar shapes)."""
+    suites = _SUITES.get(strategy)
+    m = measured_for(device) or _reference()
+    if not suites or m is None:
+        return None
+    versus = "cublas" if is_library_kernel(kernel) else "dp"
+    dtype = (shape or {}).get("dtype") or "bf16"
+    rows = [r for r in m.schedules
+            if r["strategy"] == strategy and r["versus"] == versus and r["suite"] in suites]
+    same_dtype = [r for r in rows if r["dtype"] == dtype] or [r for r in rows if r["dtype"] == "bf16"]
+    if not same_dtype:
+        return None
+    ref = "cuBLAS" if versus == "cublas" else "our data-parallel Triton kernel"
+    if shape is not None:
+        key = f"{shape['M']}x{shape['N']}x{shape['K']}"
+        exact = [r for r in same_dtype if r["shape"] == key]
+        if exact:
+            r = exact[0]
+            return Reached(float(r["ratio"]), versus, True,
+                           f"our {strategy} reached {r['ratio']:.2f}x {ref} on {key} {r['dtype']} "
+                           f"(median of {r['runs']} runs, {m.source})")
+    r = max(same_dtype, key=lambda r: float(r["ratio"]))
+    return Reached(float(r["ratio"]), versus, False,
+                   f"our {strategy} reached at most {r['ratio']:.2f}x {ref} on the {'/'.join(suites)} shapes "
+                   f"we measured (best: {r['shape']} {r['dtype']}, median of {r['runs']} runs, {m.source})")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    savings_ns: int
+    bound_ns: int | None  # the physics floor of all launches
+    basis: str
+    measured_exact: bool
+    capped_by: str  # "model" | "physics" | "measured"
+
+
+def bound_gemm_estimate(model_ns: float, total_ns: float, launches: int, shape: dict | None,
+                        device: dict | None, strategy: str, kernel: str | None) -> Estimate:
+    """`model_ns` (what the symptom's model says is recoverable) bounded by physics and by
+    what `strategy` reached in our measurements."""
+    est, capped, parts = float(model_ns), "model", []
+    bound = None
+    if shape is not None:
+        fl = gemm_floor(shape, device)
+        if fl is not None:
+            bound = fl.ns * launches
+            room = max(0.0, total_ns - bound)
+            parts.append(f"{fl.basis}: {fl.ns / 1e3:.1f} us a launch")
+            if room < est:
+                est, capped = room, "physics"
+    r = reached(strategy, shape, kernel, device)
+    exact = False
+    if r is not None:
+        cap = total_ns * max(0.0, 1.0 - 1.0 / r.ratio)
+        parts.append(r.basis)
+        exact = r.exact
+        if cap < est:
+            est, capped = cap, "measured"
+    return Estimate(int(max(0.0, est)), None if bound is None else int(bound), "; ".join(parts) or "model only",
+                    exact, capped)

@@ -1,0 +1,213 @@
+"""Hold-out models: third-party architectures the rules were never tuned on, profiled once each
+with torch.profiler, so that advisor's findings can be checked on traces nobody planted.
+
+Each model is built from a `transformers` config or a timm name with random weights and run as
+its users run it by default (no fixes applied): the point is to see what advisor says and to
+check every finding against the raw trace by hand (tests/eval_set.toml records the verdicts).
+
+    t5_train          T5 (d_model 768, 6+6 layers) seq2seq training step, bf16 autocast, 8 x 512
+    vit_train         timm vit_base_patch16_224 training step, bf16 autocast, batch 64
+    whisper_generate  Whisper (d_model 768, 6+6 layers) fp16: encode 30 s of audio, 24 greedy tokens
+    gemma_prefill     Gemma (hidden 2048, 6 layers) forward over 4 x 1024 tokens in fp32 (the dtype
+                      from_config gives when nobody asks for another)
+    convnext_infer    timm convnext_tiny inference, fp16, batch 128 at 224, NCHW
+    distilbert_b1     DistilBERT inference at batch 1, 128 tokens, fp32 (a serving loop's shape)
+
+    python3 workloads/holdout_models.py all --out OUTDIR              # on the GPU machine
+    python3 workloads/holdout_models.py t5_train --device cpu --tiny --out /tmp/h   # smoke run
+
+Writes OUTDIR/holdout_NAME.kineto.json.gz and one line per model to OUTDIR/holdout.jsonl (step
+time, versions). A model that fails is reported and skipped; the others still run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from kineto_out import export_gz  # beside this script
+
+
+def _autocast(device: str, dtype):
+    return torch.autocast(device_type=device.split(":")[0], dtype=dtype)
+
+
+def t5_train(dev: str, tiny: bool):
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    cfg = T5Config(d_model=64 if tiny else 768, d_ff=128 if tiny else 3072, num_layers=1 if tiny else 6,
+                   num_decoder_layers=1 if tiny else 6, num_heads=2 if tiny else 12, d_kv=32 if tiny else 64,
+                   vocab_size=1000 if tiny else 32128, decoder_start_token_id=0, pad_token_id=0)
+    model = T5ForConditionalGeneration(cfg).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    b, s = (2, 16) if tiny else (8, 512)
+    ids = torch.randint(0, cfg.vocab_size, (b, s), device=dev)
+    labels = torch.randint(0, cfg.vocab_size, (b, s // 4), device=dev)
+
+    def step():
+        with _autocast(dev, torch.bfloat16):
+            loss = model(input_ids=ids, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def vit_train(dev: str, tiny: bool):
+    import timm
+
+    model = timm.create_model("vit_tiny_patch16_224" if tiny else "vit_base_patch16_224", pretrained=False).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(2 if tiny else 64, 3, 224, 224, device=dev)
+    y = torch.randint(0, 1000, (x.shape[0],), device=dev)
+
+    def step():
+        with _autocast(dev, torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def whisper_generate(dev: str, tiny: bool):
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    d = 64 if tiny else 768
+    cfg = WhisperConfig(d_model=d, encoder_layers=1 if tiny else 6, decoder_layers=1 if tiny else 6,
+                        encoder_attention_heads=2 if tiny else 12, decoder_attention_heads=2 if tiny else 12,
+                        encoder_ffn_dim=4 * d, decoder_ffn_dim=4 * d, vocab_size=51865,
+                        max_source_positions=1500, max_target_positions=448)
+    dtype = torch.float32 if dev == "cpu" else torch.float16
+    model = WhisperForConditionalGeneration(cfg).to(dev, dtype).eval()
+    feats = torch.randn(1, cfg.num_mel_bins, 3000, device=dev, dtype=dtype)
+    n = 4 if tiny else 24
+
+    @torch.no_grad()
+    def step():
+        model.generate(input_features=feats, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+    return step
+
+
+def gemma_prefill(dev: str, tiny: bool):
+    from transformers import GemmaConfig, GemmaForCausalLM
+
+    cfg = GemmaConfig(hidden_size=64 if tiny else 2048, intermediate_size=128 if tiny else 16384,
+                      num_hidden_layers=1 if tiny else 6, num_attention_heads=2 if tiny else 8,
+                      num_key_value_heads=1, head_dim=32 if tiny else 256, vocab_size=1000 if tiny else 256000)
+    model = GemmaForCausalLM(cfg).to(dev).eval()  # fp32: what from_config gives
+    b, s = (1, 16) if tiny else (4, 1024)
+    ids = torch.randint(0, cfg.vocab_size, (b, s), device=dev)
+
+    @torch.no_grad()
+    def step():
+        model(input_ids=ids, logits_to_keep=1)
+    return step
+
+
+def convnext_infer(dev: str, tiny: bool):
+    import timm
+
+    dtype = torch.float32 if dev == "cpu" else torch.float16
+    model = timm.create_model("convnext_atto" if tiny else "convnext_tiny", pretrained=False).to(dev, dtype).eval()
+    x = torch.randn(2 if tiny else 128, 3, 224, 224, device=dev, dtype=dtype)
+
+    @torch.no_grad()
+    def step():
+        model(x)
+    return step
+
+
+def distilbert_b1(dev: str, tiny: bool):
+    from transformers import DistilBertConfig, DistilBertForSequenceClassification
+
+    cfg = DistilBertConfig(dim=64 if tiny else 768, hidden_dim=128 if tiny else 3072, n_layers=1 if tiny else 6,
+                           n_heads=2 if tiny else 12, vocab_size=1000 if tiny else 30522)
+    model = DistilBertForSequenceClassification(cfg).to(dev).eval()
+    ids = torch.randint(0, cfg.vocab_size, (1, 16 if tiny else 128), device=dev)
+
+    @torch.no_grad()
+    def step():
+        for _ in range(4):  # a serving loop: one request after another
+            model(input_ids=ids)
+    return step
+
+
+MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_prefill, convnext_infer,
+                                  distilbert_b1)}
+
+
+def _sync(dev: str):
+    if dev.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def run(name: str, dev: str, tiny: bool, out: Path, steps: int, warmup: int) -> dict:
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    torch.manual_seed(0)
+    step = MODELS[name](dev, tiny)
+    for _ in range(warmup):
+        step()
+    _sync(dev)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    _sync(dev)
+    step_ms = (time.perf_counter() - t0) * 1e3 / steps
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.startswith("cuda") else [])
+    with profile(activities=acts, record_shapes=True) as prof:
+        with record_function(f"holdout {name}"):
+            for _ in range(steps):
+                step()
+            _sync(dev)
+    path = export_gz(prof, out / f"holdout_{name}.kineto.json")
+    return {"model": name, "step_ms": round(step_ms, 3), "file": path.name, "bytes": path.stat().st_size}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("models", nargs="+", help=f"'all' or any of: {', '.join(MODELS)}")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--tiny", action="store_true", help="small configs, for a smoke run on the CPU")
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=3)
+    args = ap.parse_args(argv)
+    names = list(MODELS) if args.models == ["all"] else args.models
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        ap.error(f"unknown model {unknown[0]} (known: {', '.join(MODELS)})")
+    args.out.mkdir(parents=True, exist_ok=True)
+    versions = {"torch": torch.__version__}
+    for mod in ("transformers", "timm"):
+        try:
+            versions[mod] = __import__(mod).__version__
+        except ImportError:
+            pass
+    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
+    failed = 0
+    for n in names:
+        try:
+            row = run(n, args.device, args.tiny, args.out, args.steps, args.warmup)
+        except Exception:  # one model's failure must not cost the others' traces
+            failed += 1
+            traceback.print_exc()
+            row = {"model": n, "error": traceback.format_exc(limit=1).strip().splitlines()[-1]}
+        row.update(device=device, versions=versions, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        print(json.dumps(row), flush=True)
+        with open(args.out / "holdout.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+        if args.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+    return 1 if failed == len(names) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
