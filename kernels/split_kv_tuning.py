@@ -73,20 +73,20 @@ def pipeline_bytes(block_n: int, stages: int, head_dim: int, elt: int, tma: bool
 # blocks, S keys, bf16, D 128 on the H200's 132 SMs) and the knobs that were fastest there;
 # programs_per_sm = units x splits / SMs of the winner.
 # BEGIN TABLE
-TABLE_SOURCE = "bench/results/split_kv/split_kv.md (H200, 2026-12-02): the tuned config per shape"
+TABLE_SOURCE = 'bench/bench_split_kv.py --sweep (NVIDIA H200, 2026-12-02T22:28:53+00:00): the fastest config per shape'
 TABLE = [
-    {"units": 8, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False, "pdl": False, "programs_per_sm": 1.94},
-    {"units": 8, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False, "pdl": False, "programs_per_sm": 1.94},
-    {"units": 8, "S": 131072, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False, "pdl": False, "programs_per_sm": 1.76},
-    {"units": 16, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False, "pdl": False, "programs_per_sm": 1.94},
-    {"units": 16, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False, "pdl": False, "programs_per_sm": 1.82},
-    {"units": 16, "S": 131072, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False, "pdl": False, "programs_per_sm": 1.7},
-    {"units": 32, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False, "pdl": False, "programs_per_sm": 1.7},
-    {"units": 32, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False, "pdl": False, "programs_per_sm": 1.7},
-    {"units": 32, "S": 131072, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": False, "pdl": False, "programs_per_sm": 1.7},
-    {"units": 64, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False, "pdl": False, "programs_per_sm": 1.94},
-    {"units": 64, "S": 32768, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": False, "pdl": False, "programs_per_sm": 1.94},
-    {"units": 64, "S": 131072, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": False, "pdl": False, "programs_per_sm": 1.94},
+    {"units": 8, "S": 8192, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "programs_per_sm": 2},
+    {"units": 8, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False, "pdl": True, "programs_per_sm": 2},
+    {"units": 8, "S": 131072, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "programs_per_sm": 2},
+    {"units": 16, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "programs_per_sm": 3},
+    {"units": 16, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "programs_per_sm": 3},
+    {"units": 16, "S": 131072, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "programs_per_sm": 4},
+    {"units": 32, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "programs_per_sm": 3},
+    {"units": 32, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "programs_per_sm": 3},
+    {"units": 32, "S": 131072, "BLOCK_N": 128, "num_warps": 4, "num_stages": 4, "combine": "kernel", "tma": True, "pdl": True, "programs_per_sm": 3},
+    {"units": 64, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "last_arriver", "tma": True, "pdl": False, "programs_per_sm": 1},
+    {"units": 64, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "last_arriver", "tma": True, "pdl": False, "programs_per_sm": 1},
+    {"units": 64, "S": 131072, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": True, "pdl": True, "programs_per_sm": 1},
 ]
 # END TABLE
 TABLE_KNOBS = ("BLOCK_N", "num_warps", "num_stages", "combine", "tma", "pdl")
