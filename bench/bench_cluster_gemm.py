@@ -7,10 +7,12 @@ Needs Triton >= 3.9 on the path (the GPU machine: the .triton-next carry, see
 docs/schedules/cluster_gemm.md for the command). Our Stream-K and persistent schedules
 (written for Triton 3.6) run in the same process under 3.9, as the `triton` column records.
 
-1. verify, in a child process per attempt (a deadlocked cluster kernel would hang the GPU run,
-   so the parent kills a child that stops reporting for --hang-s seconds, records the config it
-   was running as "hang" and carries on without it): every cluster config on odd shapes (M not
-   a multiple of the cluster tile, K not a multiple of BLOCK_K) and on each timed shape, output
+1. verify, in --verify-procs child processes at once, each a shard of the configs (they compile
+   in parallel; a deadlocked cluster kernel would hang the GPU run, so the parent kills a child
+   that stops reporting for --hang-s seconds, records the config it was running as "hang" and
+   restarts the shard without it), within half of --time-limit-s: every cluster config
+   (data-parallel and Stream-K / split-K) on odd shapes (M not a multiple of the cluster tile,
+   K not a multiple of BLOCK_K, split tiles with ragged edges) and on each timed shape, output
    poisoned with NaN, against a float64 reference, within kernels/common.TOLERANCE;
 2. time, in one more child, the configs that passed: per shape torch.matmul (cuBLAS), our
    stream_k and persistent default configs, and each passing cluster config, CUDA-graph replays
@@ -18,8 +20,9 @@ docs/schedules/cluster_gemm.md for the command). Our Stream-K and persistent sch
 
 Writes <out>/cluster_gemm.csv (long format, one row per provider/config/shape) and
 <out>/cluster_gemm.md (per shape: cuBLAS time, our Triton schedules' and the best cluster
-config's ratio to it, each step of the design's ratio; per suite the geomean). --out defaults
-to $OUT when set, else bench/results. --quick: three shapes, five configs, in < 2 minutes.
+config's ratio to it, the model's pick's (kernels/gluon_gemm_configs.default_config), each
+step of the design's ratio; per suite the geomean). --out defaults
+to $OUT when set, else bench/results. --quick: four shapes, six configs, in < 2 minutes.
 """
 
 from __future__ import annotations
@@ -41,24 +44,26 @@ sys.path.insert(0, str(HERE.parent))
 
 from bench.suites import SUITES  # noqa: E402
 
-ODD_SHAPES = [(1000, 1304, 776), (200, 392, 72), (2176, 2176, 8200)]  # K % 64 != 0, M % 256 != 0
-QUICK_SHAPES = [("tail", (2304, 2304, 4096)), ("balanced", (4096, 4096, 8192)), ("skinny", (64, 4096, 14336))]
-QUICK_CONFIG_STEPS = [(128, 256, "pipe"), (128, 256, "ws"), (128, 256, "ws_c2"), (128, 256, "ws_c2_mc"),
-                      (128, 128, "ws_c2_mc")]
-FIELDS = ["run_id", "suite", "shape", "M", "N", "K", "dtype", "provider", "step", "config", "triton", "status",
-          "rel_err", "median_us", "p20_us", "p80_us", "tflops", "vs_torch", "error"]
+# K % 64 != 0, M % 256 != 0; split-K under one wave (1000x1304, 200x392: 2 K steps, 33x264 on
+# 64-row tiles with a ragged K), the hybrid split of a partial last wave (2176^2)
+ODD_SHAPES = [(1000, 1304, 776), (200, 392, 72), (33, 264, 20000), (2176, 2176, 8200)]
+QUICK_SHAPES = [("tail", (1664, 1408, 8192)), ("balanced", (4096, 4096, 8192)), ("skinny", (256, 256, 131072)),
+                ("skinny", (64, 4096, 14336))]
+QUICK_CONFIG_STEPS = [(128, 256, "ws_c2"), (128, 128, "ws"), (128, 128, "ws_sk"), (128, 128, "ws_c2_mc_sk"),
+                      (64, 128, "ws_sk"), (64, 256, "ws_sk")]
+STEP_COLUMNS = ["ws", "ws_c2", "ws_c2_mc", "ws_sk", "ws_c2_sk", "ws_c2_mc_sk"]
+FIELDS = ["run_id", "suite", "shape", "M", "N", "K", "dtype", "provider", "step", "config", "model_pick", "triton",
+          "status", "rel_err", "median_us", "p20_us", "p80_us", "tflops", "vs_torch", "error"]
 
 
 def _step_of(cfg) -> str:
-    from kernels.gluon_gemm import STEPS
+    from kernels.gluon_gemm_configs import step_of
 
-    for name, knobs in STEPS.items():
-        if all(getattr(cfg, k) == v for k, v in knobs.items()):
-            return name
-    return "custom"
+    return step_of(cfg)
 
 
 def configs_for(M: int, N: int, K: int, quick: bool) -> list:
+    """The search space (the model's pick first), trimmed to a few steps with --quick."""
     from kernels import gluon_gemm as g
 
     space = g.search_space(M, N, K)
@@ -81,17 +86,22 @@ def child_verify(args) -> int:
     from kernels import gluon_gemm as g
 
     skip = set(json.loads(args.skip or "[]"))
-    shapes = ODD_SHAPES[:1] + [s for _, s in plan(args.quick)] if args.quick else ODD_SHAPES + [s for _, s in plan(False)]
+    shapes = ODD_SHAPES[:3] + [s for _, s in plan(args.quick)] if args.quick else ODD_SHAPES + [s for _, s in plan(False)]
     gen = torch.Generator(device="cuda").manual_seed(0)
     dtype = torch.bfloat16
     for M, N, K in shapes:
+        if time.time() > args.deadline:
+            print(f"verify: deadline reached before {M}x{N}x{K}", file=sys.stderr, flush=True)
+            break
         a = torch.randn((M, K), device="cuda", generator=gen).to(dtype)
         b = torch.randn((K, N), device="cuda", generator=gen).to(dtype)
         ref = a.double() @ b.double()
         for cfg in configs_for(M, N, K, args.quick):
             key = json.dumps([cfg.as_dict(), [M, N, K]])
-            if json.dumps(cfg.as_dict()) in skip:
+            if json.dumps(cfg.as_dict()) in skip or hash_shard(cfg, args.shards) != args.shard:
                 continue
+            if time.time() > args.deadline:
+                break
             print("START " + key, flush=True)
             out = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
             try:
@@ -110,13 +120,40 @@ def child_verify(args) -> int:
     return 0
 
 
+def hash_shard(cfg, shards: int) -> int:
+    """A config's verify shard (stable across processes: no Python hash randomisation)."""
+    return sum(json.dumps(cfg.as_dict(), sort_keys=True).encode()) % max(1, shards)
+
+
 def verify_all(args, log) -> dict:
-    """{config json: (status, detail)} over all verify shapes; restarts the child past hangs
-    and faults, skipping the config that caused them."""
+    """{config json: (status, detail)} over all verify shapes, in --verify-procs children at
+    once (each compiles its share of the configs: compiling dominates the verify phase)."""
+    merged: dict = {}
+    lock = threading.Lock()
+
+    def run(shard):
+        part = verify_shard(args, log, shard)
+        with lock:
+            for k, v in part.items():
+                if k not in merged or merged[k][0] == "ok":
+                    merged[k] = v
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(args.verify_procs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return merged
+
+
+def verify_shard(args, log, shard: int) -> dict:
+    """{config json: (status, detail)} for one shard; restarts the child past hangs and
+    faults, skipping the config that caused them."""
     results: dict[str, list] = {}
     bad: dict[str, str] = {}
     for _attempt in range(6):
-        cmd = [sys.executable, __file__, "--_child", "verify", "--skip", json.dumps(sorted(bad))]
+        cmd = [sys.executable, __file__, "--_child", "verify", "--skip", json.dumps(sorted(bad)),
+               "--shard", str(shard), "--shards", str(args.verify_procs), "--deadline", str(args.deadline)]
         if args.quick:
             cmd.append("--quick")
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1)
@@ -170,6 +207,8 @@ def child_time(args) -> int:
     from kernels import persistent_gemm, stream_k_gemm
 
     passed = set(json.loads(Path(args.passed).read_text()))
+    # the Stream-K configs keep a workspace per device; first use is in the eager check below,
+    # before any graph capture
     deadline = time.time() + args.time_budget_s
     dtype = torch.bfloat16
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -185,7 +224,8 @@ def child_time(args) -> int:
         for name, mod in (("stream_k", stream_k_gemm), ("persistent", persistent_gemm)):
             cfg = mod.default_config(M, N, K, dtype, sms)
             providers.append((name, "", cfg, lambda a, b, c, m=mod, cf=cfg: m.matmul(a, b, cf, out=c)))
-        for cfg in configs_for(M, N, K, args.quick):
+        pick = g.default_config(M, N, K, dtype, sms)
+        for cfg in configs_for(M, N, K, args.quick):  # the model's pick first
             if json.dumps(cfg.as_dict()) in passed:
                 providers.append(("cluster_gemm", _step_of(cfg), cfg, lambda a, b, c, cf=cfg: g.matmul(a, b, cf, out=c)))
         torch_us = None
@@ -193,7 +233,7 @@ def child_time(args) -> int:
             row = {"suite": suite, "shape": f"{M}x{N}x{K}", "M": M, "N": N, "K": K, "dtype": "bf16",
                    "provider": provider, "step": step, "config": json.dumps(cfg.as_dict() if hasattr(cfg, "as_dict")
                                                                              else (vars(cfg) if cfg else {})),
-                   "triton": triton.__version__}
+                   "model_pick": int(provider == "cluster_gemm" and cfg == pick), "triton": triton.__version__}
             if time.time() > deadline:
                 print("ROW " + json.dumps(dict(row, status="skipped", error="time limit")), flush=True)
                 continue
@@ -233,10 +273,10 @@ def markdown(rows: list[dict]) -> str:
     for r in rows:
         if (r["suite"], r["shape"]) not in shapes:
             shapes.append((r["suite"], r["shape"]))
-    steps = ["pipe", "ws", "ws_c2", "ws_c2_mc"]
-    lines = ["| suite | shape | cuBLAS us | stream_k | persistent | best cluster | its config | "
+    steps = STEP_COLUMNS
+    lines = ["| suite | shape | cuBLAS us | stream_k | persistent | best cluster | its config | model pick | "
              + " | ".join(f"best {s}" for s in steps) + " |",
-             "|---|---|---:|---:|---:|---:|---|" + "---:|" * len(steps)]
+             "|---|---|---:|---:|---:|---:|---|---:|" + "---:|" * len(steps)]
     per_suite: dict[str, dict[str, list]] = {}
     for suite, shape in shapes:
         rs = [r for r in ok if r["shape"] == shape and r["suite"] == suite]
@@ -252,22 +292,23 @@ def markdown(rows: list[dict]) -> str:
         sk, _ = ratio(lambda r: r["provider"] == "stream_k")
         pe, _ = ratio(lambda r: r["provider"] == "persistent")
         cl, best = ratio(lambda r: r["provider"] == "cluster_gemm")
+        mp, _ = ratio(lambda r: r["provider"] == "cluster_gemm" and str(r.get("model_pick")) == "1")
         by_step = [ratio(lambda r, s=s: r["provider"] == "cluster_gemm" and r["step"] == s)[0] for s in steps]
         d = per_suite.setdefault(suite, {})
-        for k, v in [("stream_k", sk), ("persistent", pe), ("cluster", cl)] + list(zip(steps, by_step)):
+        for k, v in [("stream_k", sk), ("persistent", pe), ("cluster", cl), ("pick", mp)] + list(zip(steps, by_step)):
             d.setdefault(k, []).append(v)
         fmt = lambda x: f"{x:.3f}x" if x else "-"  # noqa: E731
         desc = ""
         if best:
             c = json.loads(best["config"])
             desc = f"{c['BLOCK_M']}x{c['BLOCK_N']} s{c['STAGES']} {best['step']}"
-        lines.append(f"| {suite} | {shape} | {t['median_us']:.1f} | {fmt(sk)} | {fmt(pe)} | {fmt(cl)} | {desc} | "
+        lines.append(f"| {suite} | {shape} | {t['median_us']:.1f} | {fmt(sk)} | {fmt(pe)} | {fmt(cl)} | {desc} | {fmt(mp)} | "
                      + " | ".join(fmt(x) for x in by_step) + " |")
     lines += ["", "Geomean vs cuBLAS (torch.matmul), per suite:", "",
-              "| suite | stream_k | persistent | best cluster | " + " | ".join(steps) + " |",
-              "|---|---:|---:|---:|" + "---:|" * len(steps)]
+              "| suite | stream_k | persistent | best cluster | model pick | " + " | ".join(steps) + " |",
+              "|---|---:|---:|---:|---:|" + "---:|" * len(steps)]
     for suite, d in per_suite.items():
-        g = [geomean(d.get(k, [])) for k in ["stream_k", "persistent", "cluster"] + steps]
+        g = [geomean(d.get(k, [])) for k in ["stream_k", "persistent", "cluster", "pick"] + steps]
         lines.append(f"| {suite} | " + " | ".join(f"{x:.3f}x" if x else "-" for x in g) + " |")
     return "\n".join(lines) + "\n"
 
@@ -277,7 +318,12 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", default=os.environ.get("OUT") or str(HERE / "results"))
     p.add_argument("--time-limit-s", type=float, default=400.0)
-    p.add_argument("--hang-s", type=float, default=60.0, help="a verify child silent this long is killed")
+    p.add_argument("--hang-s", type=float, default=120.0,
+                   help="a verify child silent this long is killed (one compile + one run; compiles share the CPUs)")
+    p.add_argument("--verify-procs", type=int, default=6, help="verify children at once (they compile in parallel)")
+    p.add_argument("--shard", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--shards", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--deadline", type=float, default=float("inf"), help=argparse.SUPPRESS)
     p.add_argument("--_child", choices=["verify", "time"], help=argparse.SUPPRESS)
     p.add_argument("--skip", default=None, help=argparse.SUPPRESS)
     p.add_argument("--passed", default=None, help=argparse.SUPPRESS)
@@ -299,6 +345,8 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     run_id = time.strftime("%Y%m%dT%H%M%S")
     with open(out / "cluster_gemm.log", "w") as log:
+        # verify gets at most half the run; a config it did not reach is not timed
+        args.deadline = start + 0.5 * args.time_limit_s
         verdict = verify_all(args, log)
         for cfg_json, (status, err, detail) in verdict.items():
             print(f"verify {status:6s} rel_err={err if err is None else f'{err:.2e}'} {cfg_json} {detail}", flush=True)

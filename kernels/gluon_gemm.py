@@ -36,8 +36,10 @@ Caveats
     - bf16/fp16 only; A and B row-major, contiguous in their last dimension with 16-byte
       aligned leading strides (TMA); M, N, K any size (TMA zero-fills out-of-bounds boxes and
       clips the store), K not a multiple of BLOCK_K included.
-    - Stream-K / split of the last wave is not in this kernel: a partial last wave of cluster
-      tiles is left as is (the tail suite measures what that costs).
+    - stream_k=True (WS only): the partial last wave (or, under one wave, every tile) is split
+      along K over all programs in contiguous ranges, partials in an fp32 workspace summed by a
+      second small kernel (gluon_gemm_configs's docstring has the plan); no program waits for
+      another. The workspace is cached per device: capture a CUDA graph after one eager call.
 
 Source of the idea
     CUTLASS's Hopper warp-specialized persistent GEMM (producer warp, mbarrier ring, consumer
@@ -49,10 +51,25 @@ Source of the idea
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+
+from .gluon_gemm_configs import (  # noqa: F401  (re-exported: the schedule's API)
+    SMEM_PER_BLOCK_SM90,
+    STEPS,
+    FIXUP_UNROLL,
+    Config,
+    cdiv,
+    contributors,
+    default_config,
+    estimate_us,
+    programs,
+    search_space,
+    segments,
+    sk_plan,
+    stages_for,
+    step_of,
+)
 
 MIN_TRITON = (3, 9)
-SMEM_PER_BLOCK_SM90 = 232448  # opt-in shared memory per block on sm_90 (227 KB)
 
 
 def _version(text: str) -> tuple[int, int]:
@@ -98,64 +115,6 @@ def available() -> bool:
     return unavailable_reason() is None
 
 
-@dataclass(frozen=True)
-class Config:
-    BLOCK_M: int = 128  # rows of C per CTA (the cluster tile is cluster * BLOCK_M rows)
-    BLOCK_N: int = 128  # columns of C per CTA
-    BLOCK_K: int = 64  # K step (one 128-byte swizzled row of a 16-bit type)
-    STAGES: int = 4  # shared-memory ring depth (A and B slots)
-    GROUP_M: int = 8  # cluster-tile rows per L2 group (grouped order)
-    num_warps: int = 8  # consumer warps: 8 = two warpgroups
-    ws: bool = True  # a 1-warp TMA producer partition beside the consumer warpgroups
-    cluster: int = 2  # CTAs per cluster along M (1 or 2); 2 shares each B tile
-    multicast: bool = True  # with cluster=2: load the shared B tile once for both CTAs
-
-    def __post_init__(self):
-        if self.BLOCK_M not in (64, 128, 256) or self.BLOCK_N not in (64, 128, 256):
-            raise ValueError(f"BLOCK_M/BLOCK_N {self.BLOCK_M}x{self.BLOCK_N}: each must be 64, 128 or 256")
-        if self.BLOCK_K not in (32, 64, 128):
-            raise ValueError(f"BLOCK_K={self.BLOCK_K}: must be 32, 64 or 128")
-        if not 2 <= self.STAGES <= 8:
-            raise ValueError(f"STAGES={self.STAGES}: must be 2..8")
-        if self.GROUP_M < 1:
-            raise ValueError(f"GROUP_M={self.GROUP_M}: must be >= 1")
-        if self.num_warps not in (4, 8):
-            raise ValueError(f"num_warps={self.num_warps}: 4 (one consumer warpgroup) or 8 (two)")
-        if self.BLOCK_M < 16 * self.num_warps:
-            raise ValueError(f"BLOCK_M={self.BLOCK_M} with {self.num_warps} warps: wgmma needs 16 rows a warp")
-        if self.cluster not in (1, 2):
-            raise ValueError(f"cluster={self.cluster}: 1 or 2 CTAs")
-        if self.multicast and self.cluster == 1:
-            raise ValueError("multicast needs cluster=2")
-        if self.multicast and not self.ws:
-            raise ValueError("multicast needs ws=True (its cross-CTA slot release lives in the producer/consumer ring)")
-        # accumulator registers a thread: BLOCK_M*BLOCK_N fp32 over num_warps*32 threads
-        if self.BLOCK_M * self.BLOCK_N // (self.num_warps * 32) > 128:
-            raise ValueError(f"{self.BLOCK_M}x{self.BLOCK_N} on {self.num_warps} warps: "
-                             f"{self.BLOCK_M * self.BLOCK_N // (self.num_warps * 32)} fp32 accumulator registers "
-                             f"a thread (over 128: spills)")
-
-    def smem_bytes(self, elt: int = 2) -> int:
-        """Shared memory a CTA: the A/B ring, the C staging tile, the barriers."""
-        ring = self.STAGES * (self.BLOCK_M + self.BLOCK_N) * self.BLOCK_K * elt
-        return ring + self.BLOCK_M * self.BLOCK_N * elt + 2 * self.STAGES * 8 + 1024
-
-    def validate(self, dtype=None) -> None:
-        elt = 2 if dtype is None else _itemsize(dtype)
-        if elt != 2:
-            raise ValueError(f"cluster_gemm takes bf16/fp16 inputs, not {dtype}")
-        if self.smem_bytes(elt) > SMEM_PER_BLOCK_SM90:
-            raise ValueError(f"STAGES={self.STAGES} with {self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K}: "
-                             f"{self.smem_bytes(elt):,} bytes of shared memory, over the 227 KB of an sm_90 block")
-
-    def describe(self) -> str:
-        return (f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} s{self.STAGES} g{self.GROUP_M} w{self.num_warps} "
-                f"{'ws' if self.ws else 'pipe'} c{self.cluster}{'+mc' if self.multicast else ''}")
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
 def _itemsize(dtype) -> int:
     size = getattr(dtype, "itemsize", None)
     if size is None:
@@ -163,47 +122,6 @@ def _itemsize(dtype) -> int:
 
         size = torch.empty((), dtype=dtype).element_size()
     return int(size)
-
-
-# The steps the GPU run prices one by one: pipelined -> + warp specialization -> + cluster -> + multicast.
-STEPS = {
-    "pipe": dict(ws=False, cluster=1, multicast=False),
-    "ws": dict(ws=True, cluster=1, multicast=False),
-    "ws_c2": dict(ws=True, cluster=2, multicast=False),
-    "ws_c2_mc": dict(ws=True, cluster=2, multicast=True),
-}
-TILES = ((128, 128, 8), (128, 256, 8), (256, 128, 8))  # BLOCK_M, BLOCK_N, num_warps
-
-
-def _stages_for(bm: int, bn: int, bk: int, elt: int = 2) -> int:
-    """The deepest ring (<= 6) that fits an sm_90 block beside the C staging tile."""
-    for s in range(6, 1, -1):
-        if Config(bm, bn, bk, s, 8, 8, False, 1, False).smem_bytes(elt) <= SMEM_PER_BLOCK_SM90:
-            return s
-    return 2
-
-
-def search_space(M: int, N: int, K: int, dtype=None, sm_count: int = 132) -> list[Config]:
-    """Every step of every tile, the ring as deep as shared memory allows; cluster configs only
-    where there are at least two M tiles to pair."""
-    out = []
-    for bm, bn, w in TILES:
-        stages = _stages_for(bm, bn, 64)
-        # the full design first: the analytical model cannot price WS or multicast, and ranks ties in order
-        for step, knobs in reversed(list(STEPS.items())):
-            if knobs["cluster"] == 2 and M <= bm:
-                continue
-            out.append(Config(bm, bn, 64, stages, 8, w, **knobs))
-    return out
-
-
-def default_config(M: int, N: int, K: int, dtype=None, sm_count: int = 132) -> Config:
-    """128x256 per CTA with the full design (WS, 2-CTA cluster, multicast B) where M has two
-    tile rows to pair, else 128x128 with WS alone: the shape of cuBLAS's default Hopper kernels.
-    Unmeasured; the bench's measured winner replaces it."""
-    if M > 128 and N > 128:
-        return Config(128, 256, 64, _stages_for(128, 256, 64), 8, 8, True, 2, True)
-    return Config(128, 128, 64, _stages_for(128, 128, 64), 8, 8, True, 1, False)
 
 
 def _gluon():
@@ -250,8 +168,8 @@ def matmul(a, b, config: Config | None = None, out=None):
     import torch
 
     M, N, K = _check_inputs(a, b)
-    cfg = config or default_config(M, N, K, a.dtype)
-    cfg.validate(a.dtype)
+    cfg = config or default_config(M, N, K, a.dtype, num_sms(a.device))
+    cfg.validate(_itemsize(a.dtype))
     if out is None:
         out = torch.empty((M, N), dtype=a.dtype, device=a.device)
     elif out.shape != (M, N) or out.dtype != a.dtype or out.stride(1) != 1:
@@ -366,72 +284,137 @@ if _HAVE_GLUON:
             mbarrier.invalidate(ready.index(i))
 
     @gluon.jit
-    def _ws_producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, cl_empty, M, N, K,
-                     STAGES: gl.constexpr, GROUP_M: gl.constexpr, MULTICAST: gl.constexpr):
-        """One warp: TMA loads into the ring, as far ahead of the consumers as the ring allows."""
+    def _produce(a_desc, b_desc, a_bufs, b_bufs, ready, empty, cl_empty, off_m, off_n, k0, k1, cnt,
+                 STAGES: gl.constexpr, MULTICAST: gl.constexpr):
+        """TMA loads of K steps [k0, k1) of one tile into the ring; returns the ring counter."""
+        BK: gl.constexpr = a_desc.block_shape[1]
+        nbytes: gl.constexpr = a_desc.nbytes_per_cta + b_desc.nbytes_per_cta
+        for k in range(k0, k1):
+            s = cnt % STAGES
+            # parity ^ 1: the first pass over the ring finds every slot free
+            ph = ((cnt // STAGES) & 1) ^ 1
+            mbarrier.wait(empty.index(s), ph)
+            if MULTICAST:
+                # B lands in both CTAs' slot s: both CTAs' consumers must be done with it
+                mbarrier.wait(cl_empty.index(s), ph)
+            mbarrier.expect(ready.index(s), nbytes)
+            tma.async_load(a_desc, [off_m, k * BK], ready.index(s), a_bufs.index(s))
+            tma.async_load(b_desc, [k * BK, off_n], ready.index(s), b_bufs.index(s), multicast=MULTICAST)
+            cnt += 1
+        return cnt
+
+    @gluon.jit
+    def _consume(a_bufs, b_bufs, ready, empty, cl_empty, acc, k0, k1, cnt,
+                 STAGES: gl.constexpr, MULTICAST: gl.constexpr):
+        """Async wgmma over K steps [k0, k1), one in flight, handing each slot back once read."""
+        for k in range(k0, k1):
+            s = cnt % STAGES
+            mbarrier.wait(ready.index(s), (cnt // STAGES) & 1)
+            acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s), acc, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=1, deps=[acc])
+            # the wgmma of the previous step has finished reading its slot: hand it back
+            prev = (cnt + STAGES - 1) % STAGES
+            mbarrier.arrive(empty.index(prev), pred=k > k0)
+            if MULTICAST:
+                mbarrier.arrive(cl_empty.index(prev), pred=k > k0)
+            cnt += 1
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
+        last = (cnt + STAGES - 1) % STAGES
+        mbarrier.arrive(empty.index(last), pred=k1 > k0)
+        if MULTICAST:
+            mbarrier.arrive(cl_empty.index(last), pred=k1 > k0)
+        return acc, cnt
+
+    @gluon.jit
+    def _sk_bounds(S, SKP, k_tiles):
+        # this program's steps [b, e) of the Stream-K region (gluon_gemm_configs.sk_range)
+        tot = S * k_tiles
+        pc = gl.minimum(gl.program_id(0), SKP)
+        return pc * tot // SKP, gl.minimum(pc + 1, SKP) * tot // SKP
+
+    @gluon.jit
+    def _ws_producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, cl_empty, M, N, K, S, SKP,
+                     STAGES: gl.constexpr, GROUP_M: gl.constexpr, MULTICAST: gl.constexpr, SPLIT: gl.constexpr):
+        """One warp: TMA loads into the ring, as far ahead of the consumers as the ring allows,
+        over the same work list as the consumers (Stream-K segments, then whole tiles)."""
         TM: gl.constexpr = a_desc.block_shape[0]
         BN: gl.constexpr = b_desc.block_shape[1]
         BK: gl.constexpr = a_desc.block_shape[1]
-        nbytes: gl.constexpr = a_desc.nbytes_per_cta + b_desc.nbytes_per_cta
         num_pid_m = gl.cdiv(M, TM)
         num_pid_n = gl.cdiv(N, BN)
         k_tiles = gl.cdiv(K, BK)
+        T = num_pid_m * num_pid_n
         cnt = 0
-        for tile in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
+        if SPLIT:
+            b, e = _sk_bounds(S, SKP, k_tiles)
+            it = b
+            while it < e:
+                t_local = it // k_tiles
+                k0 = it - t_local * k_tiles
+                k1 = gl.minimum(k_tiles, k0 + (e - it))
+                pid_m, pid_n = _tile_coords(T - S + t_local, num_pid_m, num_pid_n, GROUP_M)
+                cnt = _produce(a_desc, b_desc, a_bufs, b_bufs, ready, empty, cl_empty, pid_m * TM, pid_n * BN,
+                               k0, k1, cnt, STAGES, MULTICAST)
+                it += k1 - k0
+        for tile in range(gl.program_id(0), T - S, gl.num_programs(0)):
             pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
-            off_m = pid_m * TM
-            off_n = pid_n * BN
-            for k in range(k_tiles):
-                s = cnt % STAGES
-                # parity ^ 1: the first pass over the ring finds every slot free
-                ph = ((cnt // STAGES) & 1) ^ 1
-                mbarrier.wait(empty.index(s), ph)
-                if MULTICAST:
-                    # B lands in both CTAs' slot s: both CTAs' consumers must be done with it
-                    mbarrier.wait(cl_empty.index(s), ph)
-                mbarrier.expect(ready.index(s), nbytes)
-                tma.async_load(a_desc, [off_m, k * BK], ready.index(s), a_bufs.index(s))
-                tma.async_load(b_desc, [k * BK, off_n], ready.index(s), b_bufs.index(s), multicast=MULTICAST)
-                cnt += 1
+            cnt = _produce(a_desc, b_desc, a_bufs, b_bufs, ready, empty, cl_empty, pid_m * TM, pid_n * BN,
+                           0, k_tiles, cnt, STAGES, MULTICAST)
 
     @gluon.jit
-    def _ws_consumer(a_desc, c_desc, a_bufs, b_bufs, ready, empty, cl_empty, c_smem, M, N, K,
+    def _store_partial(acc, ws_ptr, slot, off_m, off_n, M, N, ACC_LAYOUT: gl.constexpr):
+        # fp32 partial of a split tile into workspace slot `slot` (TM x BN, row-major), masked
+        # to C's extent so that skinny GEMMs move only what they compute
+        TM: gl.constexpr = acc.shape[0]
+        BN: gl.constexpr = acc.shape[1]
+        rows = gl.expand_dims(gl.arange(0, TM, layout=gl.SliceLayout(1, ACC_LAYOUT)), 1)
+        cols = gl.expand_dims(gl.arange(0, BN, layout=gl.SliceLayout(0, ACC_LAYOUT)), 0)
+        mask = (rows < M - off_m) & (cols < N - off_n)
+        gl.store(ws_ptr + slot * (TM * BN) + rows * BN + cols, acc, mask=mask)
+
+    @gluon.jit
+    def _ws_consumer(a_desc, c_desc, a_bufs, b_bufs, ready, empty, cl_empty, c_smem, ws_ptr, M, N, K, S, SKP,
                      STAGES: gl.constexpr, GROUP_M: gl.constexpr, MULTICAST: gl.constexpr,
-                     ACC_LAYOUT: gl.constexpr):
-        """The consumer warpgroup(s): async wgmma over the ring, then the TMA-store epilogue."""
+                     ACC_LAYOUT: gl.constexpr, SPLIT: gl.constexpr):
+        """The consumer warpgroup(s): async wgmma over the ring, then the TMA-store epilogue
+        (whole tiles) or the fp32 partial into the workspace (split tiles)."""
         TM: gl.constexpr = c_desc.block_shape[0]
         BN: gl.constexpr = c_desc.block_shape[1]
         BK: gl.constexpr = a_desc.block_shape[1]
         num_pid_m = gl.cdiv(M, TM)
         num_pid_n = gl.cdiv(N, BN)
         k_tiles = gl.cdiv(K, BK)
+        T = num_pid_m * num_pid_n
         cnt = 0
-        for tile in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
+        if SPLIT:
+            b, e = _sk_bounds(S, SKP, k_tiles)
+            it = b
+            while it < e:
+                t_local = it // k_tiles
+                k0 = it - t_local * k_tiles
+                k1 = gl.minimum(k_tiles, k0 + (e - it))
+                pid_m, pid_n = _tile_coords(T - S + t_local, num_pid_m, num_pid_n, GROUP_M)
+                acc = gl.zeros([TM, BN], gl.float32, ACC_LAYOUT)
+                acc, cnt = _consume(a_bufs, b_bufs, ready, empty, cl_empty, acc, k0, k1, cnt, STAGES, MULTICAST)
+                if (k0 > 0) | (k1 < k_tiles):
+                    slot = 2 * gl.program_id(0) + gl.where(it == b, 0, 1)
+                    _store_partial(acc, ws_ptr, slot, pid_m * TM, pid_n * BN, M, N, ACC_LAYOUT)
+                else:
+                    _epilogue(acc, c_desc, c_smem, pid_m * TM, pid_n * BN)
+                it += k1 - k0
+        for tile in range(gl.program_id(0), T - S, gl.num_programs(0)):
             pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
             acc = gl.zeros([TM, BN], gl.float32, ACC_LAYOUT)
-            for k in range(k_tiles):
-                s = cnt % STAGES
-                mbarrier.wait(ready.index(s), (cnt // STAGES) & 1)
-                acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s), acc, is_async=True)
-                acc = warpgroup_mma_wait(num_outstanding=1, deps=[acc])
-                # the wgmma of step k-1 has finished reading its slot: hand it back
-                prev = (cnt + STAGES - 1) % STAGES
-                mbarrier.arrive(empty.index(prev), pred=k > 0)
-                if MULTICAST:
-                    mbarrier.arrive(cl_empty.index(prev), pred=k > 0)
-                cnt += 1
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
-            last = (cnt + STAGES - 1) % STAGES
-            mbarrier.arrive(empty.index(last), pred=k_tiles > 0)
-            if MULTICAST:
-                mbarrier.arrive(cl_empty.index(last), pred=k_tiles > 0)
+            acc, cnt = _consume(a_bufs, b_bufs, ready, empty, cl_empty, acc, 0, k_tiles, cnt, STAGES, MULTICAST)
             _epilogue(acc, c_desc, c_smem, pid_m * TM, pid_n * BN)
         tma.store_wait(pendings=0)
 
-    @gluon.jit
-    def _ws_kernel(a_desc, b_desc, c_desc, M, N, K,
+    @gluon.jit(do_not_specialize=["S", "SKP"])
+    def _ws_kernel(a_desc, b_desc, c_desc, ws_ptr, M, N, K, S, SKP,
                    STAGES: gl.constexpr, GROUP_M: gl.constexpr, ACC_LAYOUT: gl.constexpr,
-                   MULTICAST: gl.constexpr, CL_BAR_LAYOUT: gl.constexpr):
+                   MULTICAST: gl.constexpr, CL_BAR_LAYOUT: gl.constexpr, SPLIT: gl.constexpr):
+        # SPLIT (constexpr): the Stream-K work list and partial stores compiled in only where used,
+        # so that data-parallel configs keep the registers they had
         dtype: gl.constexpr = a_desc.dtype
         a_bufs = gl.allocate_shared_memory(dtype, [STAGES] + a_desc.block_shape, a_desc.layout)
         b_bufs = gl.allocate_shared_memory(dtype, [STAGES] + b_desc.block_shape, b_desc.layout)
@@ -446,25 +429,69 @@ if _HAVE_GLUON:
             if MULTICAST:
                 mbarrier.init(cl_empty.index(i), count=1)
         gl.warp_specialize([
-            (_ws_consumer, (a_desc, c_desc, a_bufs, b_bufs, ready, empty, cl_empty, c_smem, M, N, K,
-                            STAGES, GROUP_M, MULTICAST, ACC_LAYOUT)),
-            (_ws_producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, cl_empty, M, N, K,
-                            STAGES, GROUP_M, MULTICAST)),
+            (_ws_consumer, (a_desc, c_desc, a_bufs, b_bufs, ready, empty, cl_empty, c_smem, ws_ptr, M, N, K, S, SKP,
+                            STAGES, GROUP_M, MULTICAST, ACC_LAYOUT, SPLIT)),
+            (_ws_producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, cl_empty, M, N, K, S, SKP,
+                            STAGES, GROUP_M, MULTICAST, SPLIT)),
         ], [1], [40])
         if MULTICAST:
             # a CTA must not exit while its peer may still arrive on its barriers or receive B
             cluster.barrier()
+
+    @gluon.jit(do_not_specialize=["S", "SKP"])
+    def _sk_fixup_kernel(ws_ptr, c_ptr, M, N, stride_cm, S, SKP, k_tiles,
+                         TM: gl.constexpr, BN: gl.constexpr, RB: gl.constexpr, GROUP_M: gl.constexpr,
+                         LAYOUT: gl.constexpr, UNROLL: gl.constexpr):
+        """Sum a split region tile's partials (RB rows a program) in program order and store
+        them into C (gluon_gemm_configs.contributors is the same arithmetic)."""
+        t_local = gl.program_id(0)
+        tot = S * k_tiles
+        first = t_local * k_tiles
+        p_lo = ((first + 1) * SKP - 1) // tot
+        p_hi = ((first + k_tiles) * SKP - 1) // tot
+        if p_lo != p_hi:
+            num_pid_m = gl.cdiv(M, TM)
+            num_pid_n = gl.cdiv(N, BN)
+            pid_m, pid_n = _tile_coords(num_pid_m * num_pid_n - S + t_local, num_pid_m, num_pid_n, GROUP_M)
+            rows = gl.expand_dims(gl.program_id(1) * RB + gl.arange(0, RB, layout=gl.SliceLayout(1, LAYOUT)), 1)
+            cols = gl.expand_dims(gl.arange(0, BN, layout=gl.SliceLayout(0, LAYOUT)), 0)
+            mask = (rows < M - pid_m * TM) & (cols < N - pid_n * BN)
+            offs = rows * BN + cols
+            acc = gl.zeros([RB, BN], gl.float32, LAYOUT)
+            # UNROLL independent loads a round trip: Gluon does not pipeline this loop, and a
+            # split-K tile can have a contributor per SM
+            for p0 in range(p_lo, p_hi + 1, UNROLL):
+                for j in gl.static_range(UNROLL):
+                    p = p0 + j
+                    slot = 2 * p + gl.where(p * tot // SKP < first, 1, 0)
+                    acc += gl.load(ws_ptr + slot * (TM * BN) + offs, mask=mask & (p <= p_hi), other=0.0)
+            c_offs = (pid_m * TM + rows).to(gl.int64) * stride_cm + (pid_n * BN + cols)
+            gl.store(c_ptr + c_offs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
     def _gl_dtype(torch_dtype):
         import torch
 
         return {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}[torch_dtype]
 
+    _WORKSPACE: dict = {}
+
+    def _workspace(device, numel: int):
+        """fp32 partial slots, kept per device and grown on demand: every slot the fixup reads
+        is written earlier in the same stream, so it is never cleared. Call once outside a CUDA
+        graph capture before capturing (the bench's verify call does)."""
+        import torch
+
+        buf = _WORKSPACE.get(device)
+        if buf is None or buf.numel() < numel:
+            buf = torch.empty(max(numel, 1), dtype=torch.float32, device=device)
+            _WORKSPACE[device] = buf
+        return buf
+
     def _launch(a, b, c, cfg: Config, sms: int):
         M, K = a.shape
         N = b.shape[1]
         dt = _gl_dtype(a.dtype)
-        TM = cfg.cluster * cfg.BLOCK_M
+        TM = cfg.cluster_m
         # cluster=2: A and C split along M over the two CTAs; B the same tile in both
         split_m = [[1, 0]] if cfg.cluster == 2 else []
         b_cga = [[0, 0]] if cfg.cluster == 2 else []
@@ -476,14 +503,26 @@ if _HAVE_GLUON:
         c_desc = TensorDescriptor.from_tensor(c, [TM, cfg.BLOCK_N], c_layout)
         acc_layout = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[cfg.num_warps, 1],
                                                instr_shape=[16, cfg.BLOCK_N, 16], cga_layout=split_m)
-        tiles = -(-M // TM) * -(-N // cfg.BLOCK_N)
-        grid = (max(1, min(tiles, sms // cfg.cluster)),)
-        if cfg.ws:
-            cl_layout = MBarrierLayout(cga_layout=[[0]] if cfg.cluster == 2 else [])
-            return _ws_kernel[grid](a_desc, b_desc, c_desc, M, N, K, cfg.STAGES, cfg.GROUP_M, acc_layout,
-                                    cfg.multicast, cl_layout, num_warps=cfg.num_warps, num_ctas=cfg.cluster)
-        return _pipelined_kernel[grid](a_desc, b_desc, c_desc, M, N, K, cfg.STAGES, cfg.GROUP_M, acc_layout,
-                                       num_warps=cfg.num_warps, num_ctas=cfg.cluster)
+        tiles = cdiv(M, TM) * cdiv(N, cfg.BLOCK_N)
+        iters = cdiv(K, cfg.BLOCK_K)
+        progs = max(1, sms // cfg.cluster)
+        S, SKP = sk_plan(tiles, iters, progs, cfg.stream_k)
+        grid = (progs if S else max(1, min(tiles, progs)),)
+        if not cfg.ws:
+            return _pipelined_kernel[grid](a_desc, b_desc, c_desc, M, N, K, cfg.STAGES, cfg.GROUP_M, acc_layout,
+                                           num_warps=cfg.num_warps, num_ctas=cfg.cluster)
+        ws = _workspace(a.device, 2 * SKP * TM * cfg.BLOCK_N if S else 1)
+        cl_layout = MBarrierLayout(cga_layout=[[0]] if cfg.cluster == 2 else [])
+        _ws_kernel[grid](a_desc, b_desc, c_desc, ws, M, N, K, S, SKP, cfg.STAGES, cfg.GROUP_M, acc_layout,
+                         cfg.multicast, cl_layout, S > 0, num_warps=cfg.num_warps, num_ctas=cfg.cluster)
+        if S:
+            # 16 rows x BN a program (4 warps, 4 columns a thread): ~8 programs a split tile
+            rb = 16
+            tpw_n = min(32, cfg.BLOCK_N // 4)
+            layout = gl.BlockedLayout([1, 4], [32 // tpw_n, tpw_n], [4, 1], [1, 0])
+            _sk_fixup_kernel[(S, TM // rb)](ws, c, M, N, c.stride(0), S, SKP, iters, TM, cfg.BLOCK_N, rb,
+                                            cfg.GROUP_M, layout, FIXUP_UNROLL, num_warps=4)
+        return None
 
 
 if __name__ == "__main__":

@@ -157,7 +157,7 @@ def _check_variants(path: str, dtypes: list[str], transposed: bool) -> int:
 
 def _compile_split_kv() -> int:
     """Every config of split_kv_attention's search space on the decode bench's shapes (bf16, 32
-    query / 8 kv heads, D 128), and the default config on odd ones (fp16 Lq 4, D 256, fp32,
+    query / 8 kv heads, D 128), every kernel of the bench's --sweep, and the default config on odd ones (fp16 Lq 4, D 256, fp32,
     MQA with 16 query positions, D 96), compiled through decode_attention for sm_90."""
     import torch
 
@@ -166,6 +166,12 @@ def _compile_split_kv() -> int:
     for B in (1, 8):
         for S in (8192, 131072):
             jobs += [((B, 32, 8, 1, S, 128), torch.bfloat16, c) for c in mod.search_space(B, 32, 8, 1, S, 128, torch.bfloat16, 132)]
+    # every kernel bench/bench_split_kv.py --sweep can launch: its structures x combine x PDL
+    tuning = _load("split_kv_tuning")
+    for knobs in tuning.balance_candidates(tuning.structure_candidates(128, 2)):
+        if knobs["programs_per_sm"] == 2:
+            jobs.append(((1, 32, 8, 1, 8192, 128), torch.bfloat16,
+                         mod.Config(**tuning.candidate_knobs(8, 8192, 132, knobs))))
     for shape, dtype in (((2, 32, 8, 4, 8192, 128), torch.float16), ((1, 8, 8, 1, 8192, 256), torch.bfloat16),
                          ((1, 32, 8, 1, 8192, 128), torch.float32), ((1, 64, 1, 16, 4096, 64), torch.bfloat16),
                          ((1, 8, 2, 1, 4096, 96), torch.bfloat16)):

@@ -73,6 +73,14 @@ import triton
 import triton.language as tl
 
 from .common import SCRATCH, SMEM_PER_BLOCK_SM90, SUPPORTED_DTYPES, cdiv, fix_interpreter_bf16_dot, num_sms
+from .split_kv_tuning import (SPLIT_ALIGN, candidate_knobs, num_splits_for, pipeline_bytes, structure_candidates,
+                              table_knobs)
+
+try:  # Triton >= 3.4: host tensor descriptors (TMA) and grid dependency control (PDL)
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover - older Triton: pointer loads, no PDL
+    TensorDescriptor = gdc_wait = gdc_launch_dependents = None
 
 LOG2E = 1.4426950408889634
 COMBINES = ("last_arriver", "kernel")
@@ -100,7 +108,7 @@ def attention_launch_metadata(hook_name: str):
 
     def hook(grid, kernel, args):
         B, Hkv, S, D = args["B"], args["H_KV"], args["S"], args["D"]
-        k = args.get("k_ptr")
+        k = getattr(args.get("k_ptr"), "base", args.get("k_ptr"))  # a TensorDescriptor carries its tensor
         elt = k.element_size() if hasattr(k, "element_size") else 2
         return {
             "name": f"{hook_name} [B={B}, Hkv={Hkv}, S={S}, D={D}, splits={args['num_splits']}]",
@@ -128,6 +136,8 @@ class Config:
     CTAS_PER_SM: int = 2  # program slots per SM the wave rule fills (FlashAttention 2 uses 2 for 4-warp blocks)
     COMBINE_CHUNK: int = 16  # "kernel": splits the combine kernel loads at once
     combine: str = "last_arriver"  # "last_arriver" (one launch) | "kernel" (module docstring)
+    tma: bool = False  # K/V through TMA tensor descriptors where the layout allows, else pointer loads
+    pdl: bool = False  # "kernel" combine: launch it behind the split kernel (programmatic dependent launch, sm_90+)
 
     def __post_init__(self):
         for name in ("BLOCK_N", "BLOCK_H", "COMBINE_CHUNK"):
@@ -144,16 +154,18 @@ class Config:
             raise ValueError(f"combine={self.combine!r}: must be one of {COMBINES}")
         if not isinstance(self.NUM_SPLITS, int) or self.NUM_SPLITS < 0:
             raise ValueError(f"NUM_SPLITS={self.NUM_SPLITS!r}: must be 0 (automatic) or a positive integer")
+        for name in ("tma", "pdl"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r}: must be True or False")
 
     def smem_bytes(self, head_dim: int, dtype: torch.dtype) -> int:
-        """Pipelined K and V tiles per program: Triton keeps num_stages - 1 of each in shared
-        memory (the sm_90 compile check read 70 KB for 64 keys, 3 stages, D 128 in bf16: 64 KB
-        of tiles plus the rest)."""
-        return max(1, self.num_stages - 1) * 2 * self.BLOCK_N * _pow2(head_dim) * dtype.itemsize
+        """Shared memory of the K/V pipeline per program (split_kv_tuning.pipeline_bytes)."""
+        return pipeline_bytes(self.BLOCK_N, self.num_stages, head_dim, dtype.itemsize, self.tma)
 
     def describe(self) -> str:
         splits = self.NUM_SPLITS or "auto"
-        return f"n{self.BLOCK_N} h{self.BLOCK_H} w{self.num_warps} s{self.num_stages} splits{splits} {self.combine}"
+        flags = (" tma" if self.tma else "") + (" pdl" if self.pdl else "")
+        return f"n{self.BLOCK_N} h{self.BLOCK_H} w{self.num_warps} s{self.num_stages} splits{splits} {self.combine}{flags}"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -163,33 +175,14 @@ def _pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
-def num_splits_for(units: int, slots: int, key_blocks: int, max_splits: int = 128, keep: float = 0.85) -> int:
-    """FlashAttention's split heuristic: `units` programs without a split (batch x kv-heads x
-    row blocks) on `slots` program slots (SMs x programs per SM). A grid already filling 80% of
-    the slots is not split; otherwise, over splits 1..min(max_splits, slots, key_blocks), the
-    smallest split whose wave efficiency n / (ceil(n / slots) x slots), n = units x split, is
-    at least `keep` of the best. Splits that give every program the same number of key
-    blocks as one split fewer are skipped (they only add programs)."""
-    units, slots, key_blocks = max(1, units), max(1, slots), max(1, key_blocks)
-    if units >= 0.8 * slots:
-        return 1
-    top = max(1, min(max_splits, slots, key_blocks))
-
-    def eligible(s: int) -> bool:
-        return s == 1 or cdiv(key_blocks, s) != cdiv(key_blocks, s - 1)
-
-    eff = {s: units * s / (cdiv(units * s, slots) * slots) for s in range(1, top + 1) if eligible(s)}
-    best = max(eff.values())
-    return min(s for s, e in eff.items() if e >= keep * best)
-
-
-def split_plan(S: int, block_n: int, splits: int) -> tuple[int, int]:
-    """(splits that hold keys, key blocks of BLOCK_N per split): every chunk but the last is a
-    whole number of tiles, and empty chunks are dropped (1000 keys in 64-key tiles asked for 5
-    splits -> 4 chunks of 4 tiles)."""
-    blocks = cdiv(S, block_n)
-    per = cdiv(blocks, max(1, min(splits, blocks)))
-    return cdiv(blocks, per), per
+def split_plan(S: int, splits: int) -> tuple[int, int]:
+    """(chunks, most keys in a chunk): the S keys in groups of SPLIT_ALIGN, chunk c holding
+    groups [c x G / chunks, (c + 1) x G / chunks), G = ceil(S / SPLIT_ALIGN), so chunks differ
+    by at most one group whatever the split count (8192 keys in 33 chunks: 240 or 256 keys),
+    and there are at most G chunks (65 keys asked for 6 -> 5 chunks of 16, the last 1)."""
+    groups = cdiv(S, SPLIT_ALIGN)
+    chunks = max(1, min(splits, groups))
+    return chunks, cdiv(groups, chunks) * SPLIT_ALIGN
 
 
 def rows_per_program(group: int, lq: int, block_h: int) -> int:
@@ -197,47 +190,45 @@ def rows_per_program(group: int, lq: int, block_h: int) -> int:
     return min(block_h, _pow2(max(16, group * lq)))
 
 
+def work_units(B: int, Hq: int, Hkv: int, Lq: int, block_h: int = 64) -> int:
+    """Programs one split launches: batch x kv-heads x row blocks."""
+    return B * Hkv * cdiv((Hq // Hkv) * Lq, rows_per_program(Hq // Hkv, Lq, block_h))
+
+
 def default_config(B: int, Hq: int, Hkv: int, Lq: int, S: int, D: int, dtype: torch.dtype, sms: int) -> Config:
-    """64-key tiles (128 rows of D=64 in bf16 is only 8 KB: 128 keys there), 3 stages (2 for
-    fp32 or D 256 so that two programs fit an SM), and the split count of the wave rule over
-    2 programs per SM, resolved here so that the config names it."""
-    elt = dtype.itemsize
-    block_n = 128 if D * elt <= 128 else 64
-    stages = 2 if D * elt >= 512 else 3
-    warps = 8 if rows_per_program(Hq // Hkv, Lq, 64) * _pow2(D) > 8192 else 4
-    base = Config(BLOCK_N=block_n, num_warps=warps, num_stages=stages)
-    return replace(base, NUM_SPLITS=resolve_splits(base, B, Hq, Hkv, Lq, S, sms))
+    """The knobs of the nearest measured point in split_kv_tuning.TABLE (tile bytes kept for
+    other head dims and dtypes, stages cut until two programs fit an SM) with the split count
+    that fills that point's programs per SM; 8 warps where a program's rows x D would not fit
+    4 warps' registers (64 rows at D 256)."""
+    knobs = table_knobs(work_units(B, Hq, Hkv, Lq), S, D, dtype.itemsize, sms)
+    if rows_per_program(Hq // Hkv, Lq, 64) * _pow2(D) > 8192:
+        knobs["num_warps"] = max(8, knobs["num_warps"])
+    return Config(**knobs)
 
 
 def resolve_splits(config: Config, B: int, Hq: int, Hkv: int, Lq: int, S: int, sms: int) -> int:
     """The split count a launch uses: the config's, or the wave rule's when it says 0."""
     if config.NUM_SPLITS:
         return config.NUM_SPLITS
-    rows = (Hq // Hkv) * Lq
-    units = B * Hkv * cdiv(rows, rows_per_program(Hq // Hkv, Lq, config.BLOCK_H))
+    units = work_units(B, Hq, Hkv, Lq, config.BLOCK_H)
     return num_splits_for(units, sms * config.CTAS_PER_SM, cdiv(S, config.MIN_CHUNK))
 
 
 def search_space(B: int, Hq: int, Hkv: int, Lq: int, S: int, D: int, dtype: torch.dtype, sms: int) -> list[Config]:
-    """At most 12 candidates: the default first, then its twin with the two-kernel combine and
-    with half its splits (fewer, longer chunks: less combine work), then 64- and 128-key tiles
-    at 2-4 stages (those whose pipelines fit two programs an SM) with the rule's split count
-    for 2 and 4 programs an SM (more, shorter chunks: more loads in flight)."""
+    """At most 12 candidates: the default first, then its twins with the other combine, with
+    TMA loads and with half its splits, then the sweep's structures (split_kv_tuning: tile keys,
+    stages, warps, TMA) that fit two programs an SM, at 2 programs an SM. The full sweep is
+    bench/bench_split_kv.py --sweep."""
     default = default_config(B, Hq, Hkv, Lq, S, D, dtype, sms)
-    out = [default]
-    for block_n in (64, 128):
-        for stages in (2, 3, 4):
-            for per_sm in (2, 4):
-                base = Config(BLOCK_N=block_n, num_warps=default.num_warps, num_stages=stages, CTAS_PER_SM=per_sm)
-                if 2 * base.smem_bytes(D, dtype) > SMEM_PER_BLOCK_SM90:
-                    continue
-                cfg = replace(base, NUM_SPLITS=resolve_splits(base, B, Hq, Hkv, Lq, S, sms))
-                if cfg not in out:
-                    out.append(cfg)
+    out = [default, replace(default, combine="kernel" if default.combine == "last_arriver" else "last_arriver"),
+           replace(default, tma=not default.tma)]
     if default.NUM_SPLITS >= 2:
-        # the default with the two-kernel combine, and with half the splits (less combine work)
-        out.insert(1, replace(default, combine="kernel"))
-        out.insert(2, replace(default, NUM_SPLITS=default.NUM_SPLITS // 2))
+        out.append(replace(default, NUM_SPLITS=default.NUM_SPLITS // 2))
+    units = work_units(B, Hq, Hkv, Lq)
+    for knobs in structure_candidates(D, dtype.itemsize):
+        cfg = Config(**candidate_knobs(units, S, sms, knobs))
+        if 2 * cfg.smem_bytes(D, dtype) <= SMEM_PER_BLOCK_SM90 and cfg not in out:
+            out.append(cfg)
     return out[:12]
 
 
@@ -248,7 +239,8 @@ def search_space(B: int, Hq: int, Hkv: int, Lq: int, S: int, D: int, dtype: torc
 
 @triton.jit(launch_metadata=attention_launch_metadata("split_kv_attention"))
 def split_kv_kernel(
-    # pointers: Q (B, Hq, Lq, D), K and V (B, Hkv, S, D), O (B, Hq, Lq, D);
+    # pointers: Q (B, Hq, Lq, D), K and V (B, Hkv, S, D) (host tensor descriptors with blocks
+    # [1, 1, BLOCK_N, BLOCK_D] when USE_TMA), O (B, Hq, Lq, D);
     # partials: O_part fp32 (B x Hkv x R, num_splits, D), LSE fp32 (B x Hkv x R, num_splits)
     q_ptr, k_ptr, v_ptr, o_ptr, opart_ptr, lse_ptr,
     # "last_arriver": int32 arrival counters, one per (batch x kv-head, row block), zeroed
@@ -260,13 +252,19 @@ def split_kv_kernel(
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
-    # the split: chunks, and key blocks per chunk; softmax scale x log2(e)
-    num_splits, blocks_per_split, qk_scale,
+    # the split: chunks over the S / ALIGN key groups (chunk c holds groups
+    # [c x GROUPS / num_splits, (c + 1) x GROUPS / num_splits)); softmax scale x log2(e)
+    num_splits, key_groups, qk_scale,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     EVEN_D: tl.constexpr,  # D == BLOCK_D: no mask along D (16-byte vector loads)
     DIRECT: tl.constexpr,  # one split: normalise and store O here, no partials
     LAST_ARRIVER: tl.constexpr,  # the last program of a row block combines the splits
+    COMBINE_ROWS: tl.constexpr,  # last arriver: rows it combines at once (pow2 of the block's rows)
+    COMBINE_SPLITS: tl.constexpr,  # last arriver: splits it loads at once for all those rows
     INT64: tl.constexpr,  # a key's offset within one (batch, head) can pass 2**31
+    USE_TMA: tl.constexpr,  # K and V through tensor descriptors (TMA) instead of pointer loads
+    PDL: tl.constexpr,  # programmatic dependent launch: let the combine kernel launch early
+    ALIGN: tl.constexpr,  # keys per group: chunk boundaries fall on multiples of it
     NUM_STAGES: tl.constexpr,
 ):
     split = tl.program_id(0)
@@ -291,10 +289,9 @@ def split_kv_kernel(
     # the last key each row may see (causal: the queries are the last LQ positions)
     last_key = S - LQ + qi
 
-    k_base = k_ptr + (b.to(tl.int64) * stride_kb + kvh.to(tl.int64) * stride_kh)
-    v_base = v_ptr + (b.to(tl.int64) * stride_vb + kvh.to(tl.int64) * stride_vh)
-    n_begin = split * blocks_per_split * BLOCK_N
-    n_end = tl.minimum(n_begin + blocks_per_split * BLOCK_N, S)
+    # equal chunks (+-ALIGN keys) for any split count; int64: split x groups can pass 2**31
+    n_begin = ((split.to(tl.int64) * key_groups) // num_splits).to(tl.int32) * ALIGN
+    n_end = tl.minimum((((split + 1).to(tl.int64) * key_groups) // num_splits).to(tl.int32) * ALIGN, S)
 
     # Online softmax in base 2. m starts finite so that a row with no visible key in this chunk
     # (an early query of the last chunk) gives exp2(-inf - m) = 0 rather than NaN.
@@ -304,27 +301,36 @@ def split_kv_kernel(
     offs_n = tl.arange(0, BLOCK_N)
     for start in tl.range(n_begin, n_end, BLOCK_N, num_stages=NUM_STAGES):
         n = start + offs_n
-        n_ok = n < n_end
-        if INT64:
-            kv_rows = n.to(tl.int64)
+        n_ok = n < n_end  # a chunk ends mid-tile: the rest of the tile is the next chunk's
+        if USE_TMA:
+            # whole tiles (zeros past S); keys of the next chunk are masked out of s below
+            k = k_ptr.load([b, kvh, start, 0]).reshape(BLOCK_N, BLOCK_D)
+            v = v_ptr.load([b, kvh, start, 0]).reshape(BLOCK_N, BLOCK_D)
         else:
-            kv_rows = n
-        k_off = kv_rows[:, None] * stride_kn + offs_d[None, :] * stride_kd
-        v_off = kv_rows[:, None] * stride_vn + offs_d[None, :] * stride_vd
-        if EVEN_D:
-            k = tl.load(k_base + k_off, mask=n_ok[:, None], other=0.0)
-            v = tl.load(v_base + v_off, mask=n_ok[:, None], other=0.0)
-        else:
-            k = tl.load(k_base + k_off, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
-            v = tl.load(v_base + v_off, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+            if INT64:
+                kv_rows = n.to(tl.int64)
+            else:
+                kv_rows = n
+            k_base = k_ptr + (b.to(tl.int64) * stride_kb + kvh.to(tl.int64) * stride_kh)
+            v_base = v_ptr + (b.to(tl.int64) * stride_vb + kvh.to(tl.int64) * stride_vh)
+            k_off = kv_rows[:, None] * stride_kn + offs_d[None, :] * stride_kd
+            v_off = kv_rows[:, None] * stride_vn + offs_d[None, :] * stride_vd
+            if EVEN_D:
+                k = tl.load(k_base + k_off, mask=n_ok[:, None], other=0.0)
+                v = tl.load(v_base + v_off, mask=n_ok[:, None], other=0.0)
+            else:
+                k = tl.load(k_base + k_off, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+                v = tl.load(v_base + v_off, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
         s = tl.dot(q, tl.trans(k)) * qk_scale
-        s = tl.where(n[None, :] <= last_key[:, None], s, float("-inf"))
+        s = tl.where(n_ok[None, :] & (n[None, :] <= last_key[:, None]), s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         alpha = tl.math.exp2(m_i - m_new)
         p = tl.math.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
+    if PDL:
+        gdc_launch_dependents()  # the combine kernel may launch now; it waits for our partials
 
     seen = l_i > 0.0
     out = acc / tl.where(seen, l_i, 1.0)[:, None]
@@ -345,27 +351,49 @@ def split_kv_kernel(
             slot = bh * tl.num_programs(1) + row_block
             arrived = tl.atomic_add(counter_ptr + slot, 1, sem="acq_rel")
             if arrived == num_splits - 1:
-                # Read every split back through L2 (.cg: other SMs wrote them; L1 is not
-                # coherent), in split order, rescaling online: deterministic.
-                base = (bh.to(tl.int64) * R + rows) * num_splits
-                m_c = tl.full((BLOCK_H,), -1.0e30, dtype=tl.float32)
-                l_c = tl.zeros((BLOCK_H,), dtype=tl.float32)
-                acc_c = tl.zeros((BLOCK_H, BLOCK_D), dtype=tl.float32)
-                for sp in tl.range(0, num_splits, num_stages=3):
-                    lse_s = tl.load(lse_ptr + base + sp, mask=row_ok, other=float("-inf"), cache_modifier=".cg")
-                    o_s = tl.load(opart_ptr + ((base + sp)[:, None] * D + offs_d[None, :]),
-                                  mask=row_ok[:, None] & d_ok[None, :], other=0.0, cache_modifier=".cg")
-                    m_new = tl.maximum(m_c, lse_s)
-                    scale = tl.math.exp2(m_c - m_new)
-                    w = tl.math.exp2(lse_s - m_new)
-                    l_c = l_c * scale + w
-                    acc_c = acc_c * scale[:, None] + o_s * w[:, None]
-                    m_c = m_new
-                o_off = (b.to(tl.int64) * stride_ob + (kvh * GROUP + g).to(tl.int64)[:, None] * stride_oh
-                         + qi[:, None] * stride_om + offs_d[None, :] * stride_od)
-                res = acc_c / tl.where(l_c > 0.0, l_c, 1.0)[:, None]
-                tl.store(o_ptr + o_off, res.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+                _combine_rows(opart_ptr, lse_ptr, o_ptr, bh, b, kvh, row_block * BLOCK_H, R, D, LQ, GROUP,
+                              num_splits, stride_ob, stride_oh, stride_om, stride_od,
+                              COMBINE_ROWS, COMBINE_SPLITS, BLOCK_D)
                 tl.store(counter_ptr + slot, 0)  # back to zero for the next launch
+
+
+@triton.jit
+def _combine_rows(opart_ptr, lse_ptr, o_ptr, bh, b, kvh, row0, R, D, LQ, GROUP, num_splits,
+                  stride_ob, stride_oh, stride_om, stride_od,
+                  ROWS: tl.constexpr, SPLITS: tl.constexpr, BLOCK_D: tl.constexpr):
+    """O for rows row0 .. row0 + ROWS of (batch, kv-head) bh from every split's partial, read
+    through L2 (.cg: other SMs wrote them; L1 is not coherent) SPLITS splits at a time for all
+    rows at once, so that a 32-split combine is two round trips, not 32 (the first version
+    walked the splits one by one: 4 us more than a second kernel at 8k keys on the H200).
+    Splits are summed in a fixed order with an online rescale: deterministic."""
+    rows = row0 + tl.arange(0, ROWS)
+    row_ok = rows < R
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    base = (bh.to(tl.int64) * R + rows) * num_splits  # [ROWS]
+    offs_s = tl.arange(0, SPLITS)
+    m_c = tl.full((ROWS,), -1.0e30, dtype=tl.float32)
+    l_c = tl.zeros((ROWS,), dtype=tl.float32)
+    acc_c = tl.zeros((ROWS, BLOCK_D), dtype=tl.float32)
+    for s0 in tl.range(0, num_splits, SPLITS):
+        sp = s0 + offs_s
+        ok = row_ok[:, None] & (sp < num_splits)[None, :]
+        idx = base[:, None] + sp[None, :]  # [ROWS, SPLITS]
+        lse_s = tl.load(lse_ptr + idx, mask=ok, other=float("-inf"), cache_modifier=".cg")
+        o_s = tl.load(opart_ptr + (idx[:, :, None] * D + offs_d[None, None, :]),
+                      mask=ok[:, :, None] & d_ok[None, None, :], other=0.0, cache_modifier=".cg")
+        m_new = tl.maximum(m_c, tl.max(lse_s, axis=1))
+        scale = tl.math.exp2(m_c - m_new)
+        w = tl.math.exp2(lse_s - m_new[:, None])
+        l_c = l_c * scale + tl.sum(w, axis=1)
+        acc_c = acc_c * scale[:, None] + tl.sum(o_s * w[:, :, None], axis=1)
+        m_c = m_new
+    g = rows // LQ
+    qi = rows % LQ
+    o_off = (b.to(tl.int64) * stride_ob + (kvh * GROUP + g).to(tl.int64)[:, None] * stride_oh
+             + qi[:, None] * stride_om + offs_d[None, :] * stride_od)
+    res = acc_c / tl.where(l_c > 0.0, l_c, 1.0)[:, None]
+    tl.store(o_ptr + o_off, res.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
 
 
 @triton.jit
@@ -376,8 +404,11 @@ def split_kv_combine_kernel(
     BLOCK_S: tl.constexpr,  # >= num_splits: every split's log-sum-exp at once
     CHUNK: tl.constexpr,  # partial outputs loaded at once
     BLOCK_D: tl.constexpr,
+    PDL: tl.constexpr,  # launched early (programmatic dependent launch): wait for the partials
 ):
     """O[row] = sum_s 2^(lse_s - lse) O_s[row], lse = log2 sum_s 2^lse_s, in split order."""
+    if PDL:
+        gdc_wait()  # the split kernel's grid has finished and its partials are visible
     row = tl.program_id(0).to(tl.int64)  # over B x Hkv x R
     bh = row // R
     r = row % R
@@ -460,24 +491,41 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: 
     R = group * Lq
     block_h = rows_per_program(group, Lq, config.BLOCK_H)
     block_d = _pow2(D)
-    splits, per_split = split_plan(S, config.BLOCK_N, resolve_splits(config, B, Hq, Hkv, Lq, S, sms))
+    splits, _ = split_plan(S, resolve_splits(config, B, Hq, Hkv, Lq, S, sms))
     out = _prepare_output(out, q)
     direct = splits == 1
     rows_total = B * Hkv * R
     opart = out if direct else torch.empty((rows_total * splits * D,), dtype=torch.float32, device=q.device)
     lse = out if direct else torch.empty((rows_total * splits,), dtype=torch.float32, device=q.device)
     int64 = max((S - 1) * abs(t.stride(2)) + (D - 1) * abs(t.stride(3)) for t in (k, v)) >= 2**31 - 1
+    use_tma = config.tma and tma_ok(k, v, block_d)
+    # PDL (the combine kernel only: launching the split kernel early behind whatever kernel came
+    # before would need that kernel's cooperation) is an sm_90 launch attribute the CPU
+    # interpreter, which replaces the jitted kernels, lacks
+    pdl = (config.pdl and not direct and config.combine == "kernel" and gdc_wait is not None
+           and isinstance(split_kv_kernel, triton.runtime.JITFunction))
+    if use_tma:
+        k_arg, v_arg = (TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, config.BLOCK_N, block_d])
+                        for t in (k, v))
+    else:
+        k_arg, v_arg = k, v
 
     grid = (splits, cdiv(R, block_h), B * Hkv)
     last = not direct and config.combine == "last_arriver"
     counters = SCRATCH.get("split_kv_counters", grid[1] * grid[2], torch.int32, q.device) if last else out
+    # the last arriver's [rows, splits, D] fp32 tile: about 64 registers a thread at most (not
+    # tied to the split count, so that one compiled kernel serves every split count; 1 x 1 when
+    # unused, so that other row counts share the compiled kernel)
+    combine_rows = min(block_h, _pow2(R)) if last else 1
+    combine_splits = max(1, _floor_pow2(2048 * config.num_warps // (combine_rows * block_d))) if last else 1
     split_kv_kernel[grid](
-        q, k, v, out, opart, lse, counters,
+        q, k_arg, v_arg, out, opart, lse, counters,
         B, Hkv, S, D, Lq, R, group,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-        splits, per_split, scale * LOG2E,
+        splits, cdiv(S, SPLIT_ALIGN), scale * LOG2E,
         BLOCK_H=block_h, BLOCK_N=config.BLOCK_N, BLOCK_D=block_d, EVEN_D=D == block_d,
-        DIRECT=direct, LAST_ARRIVER=last, INT64=int64, NUM_STAGES=config.num_stages,
+        DIRECT=direct, LAST_ARRIVER=last, COMBINE_ROWS=combine_rows, COMBINE_SPLITS=combine_splits,
+        INT64=int64, USE_TMA=use_tma, PDL=pdl, ALIGN=SPLIT_ALIGN, NUM_STAGES=config.num_stages,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if not direct and not last:
@@ -486,9 +534,28 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: 
             Hkv, D, Lq, R, group, splits,
             *out.stride(),
             BLOCK_S=max(16, _pow2(splits)), CHUNK=min(config.COMBINE_CHUNK, max(16, _pow2(splits))),
-            BLOCK_D=block_d, num_warps=4 if block_d >= 128 else 2,
+            BLOCK_D=block_d, PDL=pdl, num_warps=4 if block_d >= 128 else 2, **({"launch_pdl": True} if pdl else {}),
         )
     return out
+
+
+def _floor_pow2(n: int) -> int:
+    return 1 << (max(1, int(n)).bit_length() - 1)
+
+
+def tma_ok(k: torch.Tensor, v: torch.Tensor, block_d: int) -> bool:
+    """K and V can be read through TMA descriptors over (B, Hkv, S, D): D a power of two (the box
+    is BLOCK_D wide), contiguous along D, other strides positive multiples of 16 bytes, bases
+    16-byte aligned. Otherwise the launch reads them with pointer loads."""
+    if TensorDescriptor is None or k.shape[-1] != block_d:
+        return False
+    for t in (k, v):
+        elt = t.element_size()
+        if t.stride(3) != 1 or t.data_ptr() % 16:
+            return False
+        if any(st <= 0 or (st * elt) % 16 for st, n in zip(t.stride()[:3], t.shape[:3]) if n > 1):
+            return False
+    return True
 
 
 def _prepare_output(out: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor:
@@ -556,7 +623,7 @@ def self_check(shapes, dtypes=(torch.float16, torch.bfloat16, torch.float32), co
             print(f"ok  B,Hq,Hkv,Lq,S,D={shape} {dtype!s:<15} rel_err={err:.2e}")
 
 
-__all__ = ["Config", "decode_attention", "default_config", "search_space", "num_splits_for", "split_plan",
+__all__ = ["Config", "decode_attention", "default_config", "search_space", "num_splits_for", "split_plan", "tma_ok",
            "reference", "rel_error", "random_inputs", "TOLERANCE"]
 
 

@@ -224,7 +224,7 @@ REFUSED_KNOBS = [
     ("stream_k", "policy=bogus", "policy='bogus': must be one of"),
     ("warp_specialization", "num_warps=3", "num_warps must be 4 or 8"),
     ("cluster_gemm", "multicast=true", "multicast needs"),  # M=17: one tile row, the model picks cluster=1
-    ("cluster_gemm", "STAGES=7", "shared memory"),
+    ("cluster_gemm", "BLOCK_K=128", "shared memory"),  # M=17: the 64x128 tile, 8 stages of 128-deep K
     ("grouped", "num_warps=3", "num_warps must be 1, 2, 4 or 8"),
     ("comm_overlap", "chunks=0", "chunks must be a positive integer"),
     ("comm_overlap", "transport=bogus", "transport must be 'nccl' or 'p2p'"),

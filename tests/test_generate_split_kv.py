@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from advisor.symptoms.attention import num_splits_for
+from kernels.split_kv_tuning import fill_splits, nearest_point
 from advisor.cli import cli
 from advisor.errors import AdvisorError
 from advisor.codegen.generate import generate_split_kv, parse_attn
@@ -48,8 +49,10 @@ def test_generated_source_parses_and_names_its_knobs(tmp_path):
     knobs = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "KNOBS")
     named = ast.literal_eval(knobs.value)
     assert set(named) >= {"BLOCK_N", "BLOCK_H", "num_warps", "num_stages", "NUM_SPLITS"}
-    # the split count the wave rule gives on 132 SMs x 2 programs (8 kv-heads, 128 chunks of 256 keys)
-    assert named["NUM_SPLITS"] == num_splits_for(8, 264, 128) == 32
+    # the split count of the measured table's nearest point (8 units at 32k keys: 2 programs an
+    # SM on 132 SMs, so 33 splits of the 8 kv-heads), not the wave rule's 32
+    point = nearest_point(8, 32768)
+    assert named["NUM_SPLITS"] == fill_splits(8, 132, point["programs_per_sm"], 32768) == 33
     # trace text only inside a literal: nothing executes it, the template did not expand it
     assert "PWNED" in src and "{{ 7*7 }}" in src and "49" not in src.split("FINDING =")[1].split("\n")[0]
     assert "from ." not in src and "def decode_attention" in src and "def variant_attention" in src

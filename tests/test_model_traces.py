@@ -59,13 +59,14 @@ def test_train_step_has_no_gemm_scheduling_finding(fmt, tmp_path):
     # the huge elementwise passes over the 8192 x 32768 logits claim nothing (a persistent loop
     # recovered no per-block cost on the H200: bench/results/block_cost_h200.csv); layer norm's
     # gamma/beta gradient runs on 32 blocks (~39 us a launch while 100 SMs idle); under nsys
-    # (emit_nvtx slows the host) the GPU waits on launches: 64 short host-bound gaps, 5 ms of 23
+    # the GPU waits on launches in 64 short gaps, 5 ms of 23, but emit_nvtx's own cost for the
+    # step's recorded ops (8 us each, docs/profiler_cost.md) is more than that: no finding
     assert [f for f in d.findings if f.evidence.get("pattern") == "huge grid of short blocks"] == []
     rest = [f for f in d.findings if f.symptom != "launch_overhead"]
     assert [(f.symptom, f.grid) for f in rest] == [("underfilled_long_kernel", [32, 1, 1])]
     assert "GammaBetaBackward" in rest[0].kernel and rest[0].confidence == "low"
     lo = [f for f in d.findings if f.symptom == "launch_overhead"]
-    assert [(f.evidence["pattern"], f.strategy) for f in lo] == ([("host-bound launches", "cuda_graph")] if fmt == "sqlite.gz" else [])
+    assert lo == []
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -21,9 +21,9 @@ DEVICE = "cuda" if os.environ.get("ADVISOR_TEST_GPU") == "1" else "cpu"
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def small(splits=3, block_n=16, block_h=64, min_chunk=16, combine="last_arriver"):
-    return kv.Config(BLOCK_N=block_n, BLOCK_H=block_h, num_warps=4, num_stages=2, NUM_SPLITS=splits,
-                     MIN_CHUNK=min_chunk, combine=combine)
+def small(splits=3, block_n=16, block_h=64, min_chunk=16, combine="last_arriver", tma=False, warps=4):
+    return kv.Config(BLOCK_N=block_n, BLOCK_H=block_h, num_warps=warps, num_stages=2, NUM_SPLITS=splits,
+                     MIN_CHUNK=min_chunk, combine=combine, tma=tma)
 
 
 def assert_counters_clean():
@@ -79,9 +79,52 @@ def test_early_queries_see_nothing_in_the_last_chunk(combine):
     # Lq 4 over 65 keys in 1-tile chunks: the last chunk (key 64) is invisible to queries 0-2,
     # whose partial there must weigh nothing (not NaN) in the combine
     config = small(splits=5, block_n=16, combine=combine)
-    assert kv.split_plan(65, 16, 5) == (5, 1)
+    assert kv.split_plan(65, 5) == (5, 16)
     run_checked(1, 2, 1, 4, 65, 16, torch.float32, config)
     run_checked(1, 2, 1, 4, 4, 16, torch.float32, config)  # S == Lq: query 0 sees one key
+
+
+def test_split_plan_cuts_equal_chunks_at_16_keys():
+    # any split count gives that many chunks, within 16 keys of each other; tiles no longer
+    # decide it (before: 8192 keys in 64-key tiles asked for 33 gave 32 chunks)
+    assert kv.split_plan(8192, 33) == (33, 256)  # 512 groups of 16: 17 chunks of 240 keys, 16 of 256
+    assert kv.split_plan(1000, 5) == (5, 208)
+    assert kv.split_plan(65, 6) == (5, 16)  # 5 groups of 16 keys: at most 5 chunks
+    assert kv.split_plan(5, 1) == (1, 16)
+
+
+@pytest.mark.parametrize("combine", kv.COMBINES)
+def test_chunks_that_end_mid_tile(combine):
+    # 7 chunks of 48 keys (the last 45) in 32-key tiles: each chunk's second tile holds 16
+    # keys of the next chunk, which must not count twice
+    assert kv.split_plan(333, 7) == (7, 48)
+    run_checked(1, 8, 2, 1, 333, 32, torch.float16, small(splits=7, block_n=32, combine=combine))
+    assert_counters_clean()
+
+
+@pytest.mark.parametrize("combine", kv.COMBINES)
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_tma_loads(combine, layout):
+    # K/V through tensor descriptors over (B, Hkv, S, D): zero fill past S, the next chunk's
+    # keys masked inside a tile; the strided (B, S, H, D) cache too
+    run_checked(2, 8, 2, 3, 333, 32, torch.bfloat16, small(splits=7, block_n=32, combine=combine, tma=True),
+                layout=layout)
+    q, k, v = kv.random_inputs(1, 4, 2, 1, 50, 32, torch.float16, DEVICE)
+    assert kv.tma_ok(k, v, 32)
+    assert not kv.tma_ok(k[..., :24], v[..., :24], 32)  # D not the box width
+    assert kv.tma_ok(k[:, :, ::3], v[:, :, ::3], 32)  # every third key: 192-byte strides are fine
+    kk = torch.randn(1, 2, 50, 20, dtype=torch.float16)[..., :16]  # 40-byte key stride: not 16-byte aligned
+    assert not kv.tma_ok(kk, kk, 16)
+    # the pointer path runs when TMA is asked for and impossible (D 48: not a power of two)
+    run_checked(1, 2, 1, 1, 40, 48, torch.bfloat16, small(splits=2, tma=True))
+
+
+def test_last_arriver_combines_many_splits_in_chunks():
+    # 8 rows x D 32 on 1 warp: the last arriver loads 8 splits at once (2048 / (8 x 32)), so
+    # 37 splits take 5 steps with a ragged last one
+    run_checked(1, 8, 1, 1, 37 * 16, 32, torch.float32, small(splits=37, warps=1))
+    run_checked(1, 8, 1, 1, 37 * 16, 32, torch.float32, small(splits=37, warps=4))
+    assert_counters_clean()
 
 
 def test_one_split_stores_directly():
@@ -118,7 +161,7 @@ def test_default_config_runs():
 def test_search_space_configs_run():
     space = kv.search_space(1, 4, 2, 1, 300, 32, torch.float16, 3)
     assert 2 <= len(space) <= 12 and space[0] == kv.default_config(1, 4, 2, 1, 300, 32, torch.float16, 3)
-    assert {c.combine for c in space} == set(kv.COMBINES)
+    assert {c.combine for c in space} == set(kv.COMBINES) and {c.tma for c in space} == {False, True}
     for config in space[:4]:
         run_checked(1, 4, 2, 1, 300, 32, torch.float16, config)
 
@@ -145,18 +188,26 @@ def test_num_splits_rule():
 
 
 def test_default_config_on_the_h200_suite():
-    # bf16, 32 query heads, 8 kv-heads, D 128 on 132 SMs: the programs cover 85-100% of 2 slots
-    # an SM while the context allows, and every chunk keeps >= 256 keys
+    # bf16, 32 query heads, 8 kv-heads, D 128 on 132 SMs: each shape of the table gets its own
+    # point's knobs and programs per SM back, and every chunk keeps >= 128 keys
+    tuning = load("split_kv_tuning")
     for B in (1, 2, 4, 8):
         for S in (8192, 32768, 131072):
             c = kv.default_config(B, 32, 8, 1, S, 128, torch.bfloat16, 132)
-            splits, per = kv.split_plan(S, c.BLOCK_N, c.NUM_SPLITS)
-            programs = B * 8 * splits
-            assert per * c.BLOCK_N >= 256, (B, S, c)
-            assert programs >= 0.8 * 264 * min(1.0, B * 8 * (S // 256) / 264) or splits == 1, (B, S, c, programs)
-            assert c.smem_bytes(128, torch.bfloat16) * 2 <= common.SMEM_PER_BLOCK_SM90
+            point = tuning.nearest_point(B * 8, S)
+            assert (point["units"], point["S"]) == (B * 8, S)
+            assert (c.BLOCK_N, c.num_warps, c.num_stages, c.combine, c.tma, c.pdl) == tuple(point[k] for k in tuning.TABLE_KNOBS)
+            splits, per = kv.split_plan(S, c.NUM_SPLITS)
+            assert per >= 128, (B, S, c)
+            assert abs(B * 8 * splits - point["programs_per_sm"] * 132) <= B * 8, (B, S, c)
+            assert c.smem_bytes(128, torch.bfloat16) <= common.SMEM_PER_BLOCK_SM90
     # batch 64 x 8 kv-heads = 512 programs already fill the GPU: no split
     assert kv.default_config(64, 32, 8, 1, 8192, 128, torch.bfloat16, 132).NUM_SPLITS == 1
+    # other head dims and dtypes keep the tile's bytes (so they fit as the measured point did)
+    ref = kv.default_config(1, 32, 8, 1, 32768, 128, torch.bfloat16, 132)
+    for D, dtype in ((64, torch.bfloat16), (256, torch.bfloat16), (128, torch.float32), (256, torch.float32)):
+        c = kv.default_config(1, 32, 8, 1, 32768, D, dtype, 132)
+        assert c.smem_bytes(D, dtype) == ref.smem_bytes(128, torch.bfloat16) <= common.SMEM_PER_BLOCK_SM90, (D, dtype, c)
 
 
 def test_validation():
@@ -189,3 +240,5 @@ def test_validation():
         kv.Config(NUM_SPLITS=-1)
     with pytest.raises(ValueError, match="combine"):
         kv.Config(combine="atomic")
+    with pytest.raises(ValueError, match="tma"):
+        kv.Config(tma=1)

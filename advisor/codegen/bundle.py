@@ -175,6 +175,10 @@ def config_fields(schedule: str) -> list[ConfigField]:
                     comment = line.split("#", 1)[1].strip() if "#" in line else ""
                     fields.append(ConfigField(stmt.target.id, ann, default, comment))
             return fields
+    # a schedule may keep its Config in a module beside it (gluon_gemm -> gluon_gemm_configs)
+    for imp in _relative_imports(tree):
+        if imp.module and any(a.name == "Config" and a.asname is None for a in imp.names):
+            return config_fields(imp.module)
     raise AdvisorError(f"{path.name}: no Config dataclass")
 
 

@@ -136,7 +136,24 @@ def _mem_us(nbytes: float, dev: Device) -> float:
     return nbytes / dev.bandwidth_bytes_per_s * 1e6
 
 
+def _predict_cluster_gemm(cfg: Any, M: int, N: int, K: int, dev: Device) -> Prediction:
+    """cluster_gemm prices itself (kernels/gluon_gemm_configs.estimate_us: its measured step
+    times, its Stream-K plan and fixup), pure Python like this module."""
+    from .kernel_lib import load
+
+    gc = load("gluon_gemm_configs")
+    c = gc.Config(**cfg) if isinstance(cfg, dict) else cfg
+    us = gc.estimate_us(c, M, N, K, dev.sm_count)
+    tiles = gc.cdiv(M, c.cluster_m) * gc.cdiv(N, c.BLOCK_N)
+    waves = tiles / gc.programs(c, dev.sm_count)
+    s, skp = gc.sk_plan(tiles, gc.cdiv(K, c.BLOCK_K), gc.programs(c, dev.sm_count), c.stream_k)
+    return Prediction("cluster_gemm", cfg, us, us, 0.0, tiles, waves, 1.0 if s else waves / math.ceil(waves),
+                      f"{c.describe()}: " + (f"{s} Stream-K tiles over {skp} programs" if s else "data-parallel"))
+
+
 def predict(strategy: str, cfg: Any, M: int, N: int, K: int, elt: int, dev: Device) -> Prediction:
+    if strategy == "cluster_gemm":
+        return _predict_cluster_gemm(cfg, M, N, K, dev)
     bm, bn, bk = tile_of(cfg)
     tiles = math.ceil(M / bm) * math.ceil(N / bn)
     iters = math.ceil(K / bk)
