@@ -90,7 +90,7 @@ def test_generate_split_kv_cli(tmp_path):
 
 
 def test_knob_split_rule_matches_the_kernel():
-    # advisor.attention and the kernel file each carry the rule (a kernel file stands alone)
+    # advisor.symptoms.attention and the kernel file each carry the rule (a kernel file stands alone)
     kv = pytest.importorskip("advisor.codegen.kernel_lib").load("split_kv_attention")
     for units in (1, 2, 3, 8, 16, 24, 40, 64, 100, 200, 260):
         for slots in (6, 132, 264, 528):
