@@ -1,4 +1,4 @@
-"""GPU check: generated variants (advisor.generate) carry kernels/launch.py inlined; do their
+"""GPU check: generated variants (advisor.generate) carry kernels/runtime.py inlined; do their
 replayed calls engage, and stay correct?
 
     python3 experiments/check_variant_replay.py

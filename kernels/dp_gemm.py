@@ -67,7 +67,7 @@ from .common import (
     self_check,
     stride_hints,
 )
-from .launch import Recorder, call_key, replay
+from .runtime import Recorder, call_key, replay
 from .tf32_layout import a_through_registers, matmul_swapped, tf32_operands
 
 # --------------------------------------------------------------------------------------------
@@ -429,7 +429,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
 
 
 def inputs_and_output(a, b, c) -> tuple:
-    """A call's live tensors where it has no scratch (a replay's gather, kernels/launch.py)."""
+    """A call's live tensors where it has no scratch (a replay's gather, kernels/runtime.py)."""
     return a, b, c
 
 

@@ -110,7 +110,7 @@ from .common import (
     rel_error,
 )
 from .common import num_sms as _num_sms
-from .launch import launch as launch_kernel
+from .runtime import launch as launch_kernel
 from .tf32_layout import enabled as tf32_layout_enabled
 
 # Per-group int64 table row: offsets of A, B, C (elements from the base pointer), M, N, K,

@@ -90,7 +90,7 @@ from .dp_gemm import (
     store_tile,
     tile_coords,
 )
-from .launch import Recorder, call_key, launch, replay
+from .runtime import Recorder, call_key, launch, replay
 from .tf32_layout import (
     a_through_registers,
     copy_into,

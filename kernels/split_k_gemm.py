@@ -96,7 +96,7 @@ from .dp_gemm import (
     store_tile,
     tile_coords,
 )
-from .launch import Recorder, call_key, replay
+from .runtime import Recorder, call_key, replay
 from .tf32_layout import a_through_registers, matmul_swapped, tf32_operands
 
 # "atomic" computed wrong outputs on the H200 (Triton 3.6: rel. error 0.47-0.58

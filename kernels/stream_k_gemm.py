@@ -146,7 +146,7 @@ from .dp_gemm import (
     store_tile,
     tile_coords,
 )
-from .launch import Recorder, call_key, replay
+from .runtime import Recorder, call_key, replay
 from .persistent_gemm import (
     TensorDescriptor,
     check_staged,

@@ -62,7 +62,7 @@ import triton
 import triton.language as tl
 
 from .common import aligned_empty, cdiv, needs_int64_offsets
-from .launch import launch
+from .runtime import launch
 
 # Rates of the rule (H200, experiments/results/probe_tf32_layout/): the relayout
 # kernel's copy rate (bytes read + written per second: 3.76-4.08 TB/s on 46-268 MB, where

@@ -103,7 +103,7 @@ from .common import (
 )
 from .common import num_sms as _num_sms
 from .dp_gemm import inputs_and_output
-from .launch import Recorder, call_key, replay
+from .runtime import Recorder, call_key, replay
 from .persistent_gemm import aligned_copy
 from .tf32_layout import tf32_operands
 
