@@ -58,17 +58,16 @@ import triton.language as tl
 from .common import (
     SMEM_PER_BLOCK_SM90,
     cdiv,
-    check_matmul_inputs,
     gemm_launch_metadata,
     needs_int64_offsets,
     num_sms,
     pipeline_smem_bytes,
-    prepare_output,
     self_check,
     stride_hints,
 )
-from .runtime import Recorder, call_key, replay
-from .tf32_layout import a_through_registers, matmul_swapped, tf32_operands
+from .gemm_call import begin, inputs_and_output
+from .runtime import Recorder
+from .tf32_layout import a_through_registers
 
 # --------------------------------------------------------------------------------------------
 # Knobs
@@ -396,21 +395,16 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
            out: torch.Tensor | None = None) -> torch.Tensor:
     """C = a @ b with the data-parallel schedule. a: (M, K), b: (K, N), both fp16, bf16 or fp32
     (any strides). Returns `out` (filled) when given, else a new (M, N) tensor in a's dtype."""
-    M, N, K = check_matmul_inputs(a, b)
-    # fp32 with a strided K: A through registers, a strided B swapped into A's place (below)
-    a, b = tf32_operands(a, b, registers=True)
-    c = prepare_output(out, M, N, a)
-    if matmul_swapped(matmul, a, b, c, config):  # C^T = B^T A^T: B's strided K as A, in registers
-        return c
-    # a call like one before (same shapes, strides, alignment, config): its launches again
-    key = call_key("dp", (a, b, c), config)
-    if replay(key, a, b, c):
-        return c
+    # input checks, fp32 layout (a strided B swapped into A's place), output, replay
+    call = begin("dp", matmul, a, b, config, out)
+    if call.done:
+        return call.c
+    M, N, K, a, b, c = call.M, call.N, call.K, call.a, call.b, call.c
     if config is None:
         config = default_config(M, N, K, a.dtype, num_sms(a.device))
     check_smem(config, a.dtype)
     grid = (cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N),)
-    rec = Recorder(key, inputs_and_output, a, b, c)
+    rec = Recorder(call.key, inputs_and_output, a, b, c)
     rec.launch(dp_gemm_kernel, grid,
         a, b, c,
         M, N, K,
@@ -426,11 +420,6 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     )
     rec.commit()
     return c
-
-
-def inputs_and_output(a, b, c) -> tuple:
-    """A call's live tensors where it has no scratch (a replay's gather, kernels/runtime.py)."""
-    return a, b, c
 
 
 if __name__ == "__main__":

@@ -101,11 +101,12 @@ import triton
 import triton.language as tl
 
 from .common import (
-    SUPPORTED_DTYPES,
     TOLERANCE,
     cdiv,
+    check_matmul_inputs,
     fix_interpreter_bf16_dot,
     poison_,
+    prepare_output,
     reference,
     rel_error,
 )
@@ -409,28 +410,13 @@ def check_group(As: Sequence[torch.Tensor], Bs: Sequence[torch.Tensor]) -> list[
     if not As:
         raise ValueError("empty group: nothing to multiply")
     first = As[0]
-    if not isinstance(first, torch.Tensor):
-        raise TypeError("group 0: A must be a torch tensor")
-    if first.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"dtype {first.dtype} not supported (fp16, bf16, fp32)")
-    if not first.is_cuda and not _interpreting():
-        raise ValueError("tensors must be on a CUDA device (or set TRITON_INTERPRET=1 for the CPU interpreter)")
     sizes = []
     for i, (a, b) in enumerate(zip(As, Bs)):
-        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
-            raise TypeError(f"group {i}: A and B must be torch tensors")
-        if a.dim() != 2 or b.dim() != 2:
-            raise ValueError(f"group {i}: A and B must be 2-D, got {a.dim()}-D and {b.dim()}-D")
-        if a.shape[1] != b.shape[0]:
-            raise ValueError(f"group {i}: inner dimensions differ: A is {tuple(a.shape)}, B is {tuple(b.shape)}")
-        if a.dtype != first.dtype or b.dtype != first.dtype:
-            raise TypeError(f"group {i}: dtypes {a.dtype}/{b.dtype} differ from group 0's {first.dtype}")
-        if a.device != first.device or b.device != first.device:
-            raise ValueError(f"group {i}: on {a.device}/{b.device}, group 0 on {first.device}")
-        M, K = a.shape
-        N = b.shape[1]
-        if min(M, N, K) < 1:
-            raise ValueError(f"group {i}: empty problem M={M}, N={N}, K={K}")
+        M, N, K = check_matmul_inputs(a, b, where=f"group {i}: ")  # the checks every schedule makes
+        if a.dtype != first.dtype:
+            raise TypeError(f"group {i}: dtype {a.dtype} differs from group 0's {first.dtype}")
+        if a.device != first.device:
+            raise ValueError(f"group {i}: on {a.device}, group 0 on {first.device}")
         sizes.append((M, N, K))
     return sizes
 
@@ -649,8 +635,7 @@ def prepare(As: Sequence[torch.Tensor], Bs: Sequence[torch.Tensor], config: Conf
         if len(outs) != len(sizes):
             raise ValueError(f"out has {len(outs)} tensors for {len(sizes)} groups")
         for i, (c, (M, N, _)) in enumerate(zip(outs, sizes)):
-            if not isinstance(c, torch.Tensor) or tuple(c.shape) != (M, N) or c.dtype != dtype or c.device != device:
-                raise ValueError(f"out[{i}] must be ({M}, {N}) {dtype} on {device}")
+            prepare_output(c, M, N, As[0], name=f"out[{i}]")
             if N > 1 and c.stride(1) != 1:
                 raise ValueError(f"out[{i}] needs unit column stride, has strides {tuple(c.stride())}")
 

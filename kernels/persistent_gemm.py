@@ -85,20 +85,18 @@ from .dp_gemm import (
     check_block_config,
     fits_shape,
     for_dtype,
-    inputs_and_output,
     mac_loop,
     store_tile,
     tile_coords,
 )
-from .runtime import Recorder, call_key, launch, replay
+from .gemm_call import begin, inputs_and_output
+from .runtime import Recorder, launch
 from .tf32_layout import (
     a_through_registers,
     copy_into,
     copy_wanted,
     k_major,
     k_major_empty,
-    matmul_swapped,
-    tf32_operands,
 )
 
 try:  # Triton >= 3.4
@@ -654,17 +652,15 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
             return copy_beside(a, b, out, beside)
         if config is not None:  # an explicit config: the same knobs, copying B first
             config = replace(config, copy_sms=0)
-    # fp32 with a strided K: a pointer-load config feeds a strided A through registers and
-    # swaps a strided B into A's place (as dp); TMA configs copy it K-major where that pays
-    pointer = config is not None and not config.use_tma
-    a, b = tf32_operands(a, b, registers=pointer)
-    result = c = prepare_output(out, M, N, a)
-    if pointer and matmul_swapped(matmul, a, b, c, config, programs=programs):
+    # input checks; fp32 with a strided K: a pointer-load config feeds a strided A through
+    # registers and swaps a strided B into A's place (as dp), TMA configs copy it K-major where
+    # that pays (tf32_layout); the output; a call like one before: its launches again
+    call = begin("persistent", matmul, a, b, config, out, registers=config is not None and not config.use_tma,
+                 key_extra=(programs,), sizes=(M, N, K), programs=programs)
+    result = c = call.c
+    if call.done:
         return result
-    # a call like one before (same shapes, strides, alignment, config): its launches again
-    key = call_key("persistent", (a, b, c), config, programs)
-    if replay(key, a, b, c):
-        return result
+    a, b, key = call.a, call.b, call.key
     sms = num_sms(a.device)
     layouts = None
     if config is None:

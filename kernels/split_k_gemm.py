@@ -76,12 +76,10 @@ from .common import (
     SCRATCH,
     SMEM_PER_BLOCK_SM90,
     cdiv,
-    check_matmul_inputs,
     gemm_launch_metadata,
     needs_int64_offsets,
     num_sms,
     pipeline_smem_bytes,
-    prepare_output,
     self_check,
     stride_hints,
 )
@@ -96,8 +94,9 @@ from .dp_gemm import (
     store_tile,
     tile_coords,
 )
-from .runtime import Recorder, call_key, replay
-from .tf32_layout import a_through_registers, matmul_swapped, tf32_operands
+from .gemm_call import begin
+from .runtime import Recorder
+from .tf32_layout import a_through_registers
 
 # "atomic" computed wrong outputs on the H200 (Triton 3.6: rel. error 0.47-0.58
 # for 128-row tiles) while passing under the CPU interpreter, which runs one program at a time
@@ -464,16 +463,11 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     """C = a @ b with Split-K. a: (M, K), b: (K, N), fp16/bf16/fp32, any strides. Returns `out`
     (filled) when given, else a new (M, N) tensor in a's dtype. See the module docstring for
     which reductions are deterministic."""
-    M, N, K = check_matmul_inputs(a, b)
-    # fp32 with a strided K: A through registers, a strided B swapped into A's place (below)
-    a, b = tf32_operands(a, b, registers=True)
-    c = prepare_output(out, M, N, a)
-    if matmul_swapped(matmul, a, b, c, config):  # C^T = B^T A^T: B's strided K as A, in registers
-        return c
-    # a call like one before (same shapes, strides, alignment, config): its launches again
-    key = call_key("split_k", (a, b, c), config)
-    if replay(key, a, b, c):
-        return c
+    # input checks, fp32 layout (a strided B swapped into A's place), output, replay
+    call = begin("split_k", matmul, a, b, config, out)
+    if call.done:
+        return call.c
+    M, N, K, a, b, c = call.M, call.N, call.K, call.a, call.b, call.c
     if config is None:
         config = default_config(M, N, K, a.dtype, num_sms(a.device))
     check_smem(config, a.dtype)
@@ -483,7 +477,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     reduction = config.reduction if split > 1 else "none"
 
     ws_numel = {"fixup": tiles * split * BM * BN, "two_phase": split * M * N}.get(reduction, tiles * BM * BN)
-    rec = Recorder(key, functools.partial(_live, reduction, tiles, ws_numel), a, b, c)
+    rec = Recorder(call.key, functools.partial(_live, reduction, tiles, ws_numel), a, b, c)
     ws, counters = rec.live[3:]
     int64 = needs_int64_offsets(a, b, c, ws if ws is not c else None)
 

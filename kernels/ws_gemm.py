@@ -97,15 +97,13 @@ import triton.language as tl
 from .common import (
     aligned_empty,
     cdiv,
-    check_matmul_inputs,
     gemm_launch_metadata,
     self_check,
 )
 from .common import num_sms as _num_sms
-from .dp_gemm import inputs_and_output
-from .runtime import Recorder, call_key, replay
+from .gemm_call import begin, inputs_and_output
+from .runtime import Recorder
 from .persistent_gemm import aligned_copy
-from .tf32_layout import tf32_operands
 
 try:  # host-side TMA descriptors (Triton >= 3.3)
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -521,22 +519,17 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     `allow_copy=False` makes TMA-incompatible operands an error instead of a staged copy,
     and skips the K-major copy of fp32 operands strided in K (kernels/tf32_layout.py).
     """
-    M, N, K = check_matmul_inputs(a, b)
-    if allow_copy:  # fp32 with a strided K: a K-major copy where it pays
-        a, b = tf32_operands(a, b)
+    # input checks; fp32 with a strided K: a K-major copy where it pays (unless allow_copy is
+    # off); the tensor C goes to unless it must be staged (`out`, or a new one); a call like
+    # one before (same shapes, strides, alignment, config), which staged nothing: its launch again
+    call = begin("ws", matmul, a, b, config, out, registers=False, tf32=allow_copy, key_extra=(allow_copy,))
+    target = call.c
+    if call.done:
+        return target
+    M, N, K, a, b, key = call.M, call.N, call.K, call.a, call.b, call.key
     require_tma_device(a.device)
     if TensorDescriptor is None:  # pragma: no cover
         raise RuntimeError("ws_gemm needs triton.tools.tensor_descriptor (Triton >= 3.3)")
-    if out is not None and (out.shape != (M, N) or out.dtype != a.dtype or out.device != a.device):
-        raise ValueError(f"out must be ({M}, {N}) {a.dtype} on {a.device}, got "
-                         f"{tuple(out.shape)} {out.dtype} on {out.device}")
-    # the tensor C goes to unless it must be staged: `out`, or a new one
-    target = out if out is not None else torch.empty((M, N), dtype=a.dtype, device=a.device)
-    # a call like one before (same shapes, strides, alignment, config), which staged nothing:
-    # its launch again
-    key = call_key("ws", (a, b, target), config, allow_copy)
-    if replay(key, a, b, target):
-        return target
     config = config or default_config(M, N, K, a.dtype)
     config.validate(a.dtype)
 

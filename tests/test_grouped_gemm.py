@@ -336,9 +336,9 @@ def test_bad_groups_are_rejected():
         gg.prepare([], [])
     with pytest.raises(ValueError, match="group 1: inner dimensions"):
         gg.prepare(As, [Bs[0], Bs[1][:4]])
-    with pytest.raises(ValueError, match="group 1: A and B must be 2-D"):
+    with pytest.raises(ValueError, match="group 1: a and b must be 2-D"):
         gg.prepare(As, [Bs[0], Bs[1][None]])
-    with pytest.raises(TypeError, match="group 1: dtypes"):
+    with pytest.raises(TypeError, match="group 1: a and b must share a dtype"):
         gg.prepare(As, [Bs[0], Bs[1].to(torch.bfloat16)])
     with pytest.raises(TypeError, match="not supported"):
         gg.prepare([a.to(torch.int32) for a in As], [b.to(torch.int32) for b in Bs])
@@ -346,7 +346,7 @@ def test_bad_groups_are_rejected():
         gg.prepare([None], [Bs[0]])
     with pytest.raises(ValueError, match="group 1: empty problem"):
         gg.prepare(As, [Bs[0], torch.empty((8, 0), dtype=torch.float16, device=DEVICE)])
-    with pytest.raises(ValueError, match=r"out\[1\] must be"):
+    with pytest.raises(ValueError, match=r"out\[1\] has shape"):
         gg.prepare(As, Bs, out=[torch.empty((8, 8), dtype=torch.float16, device=DEVICE),
                                 torch.empty((8, 9), dtype=torch.float16, device=DEVICE)])
     with pytest.raises(ValueError, match=r"out\[0\] needs unit column stride"):
