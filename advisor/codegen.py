@@ -158,24 +158,34 @@ def bundle(schedule: str, extra: tuple[str, ...] = ()) -> tuple[str, dict[str, d
     return "\n\n".join(chunks), renamed
 
 
-def config_fields(schedule: str) -> list[ConfigField]:
-    """The knobs of a schedule's `Config` dataclass, read from its source (no torch needed)."""
-    path = _module_path(SCHEDULES.get(schedule, schedule))
+def _config_class(name: str, seen: tuple[str, ...] = ()) -> tuple[ast.ClassDef, list[str], Path]:
+    """The `Config` dataclass node of kernels/<name>.py, or of the module it imports Config
+    from (a schedule keeps its configs beside it: stream_k_gemm -> stream_k_configs)."""
+    path = _module_path(name)
     source = path.read_text(encoding="utf-8")
     tree = ast.parse(source)
-    lines = source.splitlines()
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == "Config":
-            fields = []
-            for stmt in node.body:
-                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-                    ann = ast.unparse(stmt.annotation)
-                    default = ast.literal_eval(stmt.value) if stmt.value is not None else None
-                    line = lines[stmt.lineno - 1]
-                    comment = line.split("#", 1)[1].strip() if "#" in line else ""
-                    fields.append(ConfigField(stmt.target.id, ann, default, comment))
-            return fields
+            return node, source.splitlines(), path
+    for imp in _relative_imports(tree):
+        if imp.module and imp.module not in seen and any(a.name == "Config" and a.asname in (None, "Config")
+                                                          for a in imp.names):
+            return _config_class(imp.module, seen + (name,))
     raise AdvisorError(f"{path.name}: no Config dataclass")
+
+
+def config_fields(schedule: str) -> list[ConfigField]:
+    """The knobs of a schedule's `Config` dataclass, read from its source (no torch needed)."""
+    node, lines, _ = _config_class(SCHEDULES.get(schedule, schedule))
+    fields = []
+    for stmt in node.body:
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            ann = ast.unparse(stmt.annotation)
+            default = ast.literal_eval(stmt.value) if stmt.value is not None else None
+            line = lines[stmt.lineno - 1]
+            comment = line.split("#", 1)[1].strip() if "#" in line else ""
+            fields.append(ConfigField(stmt.target.id, ann, default, comment))
+    return fields
 
 
 def coerce_knobs(schedule: str, knobs: dict[str, object]) -> dict[str, object]:

@@ -23,6 +23,7 @@ import torch
 from advisor.kernel_lib import load
 
 gg = load("grouped_gemm")
+ggt = load("grouped_tools")  # the bench baselines and the sm_90 compile check
 common = load("common")
 Config = gg.Config
 
@@ -411,17 +412,18 @@ def test_baseline_helpers():
     sizes = odd_sizes(3, seed=15)
     As, Bs = gg.random_group(sizes, torch.float32, DEVICE, seed=15)
     outs = poisoned_outs(sizes, torch.float32)
-    gg.check_outputs(As, Bs, gg.torch_loop(As, Bs, outs)())
+    gg.check_outputs(As, Bs, ggt.torch_loop(As, Bs, outs)())
     if not torch.cuda.is_available():
-        assert gg.torch_grouped_mm(As, Bs) is None  # CPU tensors: not available
+        assert ggt.torch_grouped_mm(As, Bs) is None  # CPU tensors: not available
 
 
 _SM90_PROBE = r"""
 import torch
 from advisor.kernel_lib import load
 gg = load("grouped_gemm")
+ggt = load("grouped_tools")
 for cfg, align in ((gg.Config(), 8), (gg.Config(), 1), (gg.Config(128, 128, 64, 4, 3, use_tma=True), 8)):
-    k = gg.compile_for_sm90(cfg, torch.bfloat16, align=align)
+    k = ggt.compile_for_sm90(cfg, torch.bfloat16, align=align)
     ptx = k.asm["ptx"]
     print(cfg.use_tma, align, k.metadata.shared, "cp.async.cg.shared.global" in ptx, "cp.async.bulk.tensor" in ptx)
 """
