@@ -308,7 +308,7 @@ class ZeroedScratch:
 SCRATCH = ZeroedScratch()
 
 
-# Opt-in dynamic shared memory per block on sm_90 (H100/H200): 227 KB. Search spaces keep
+# Opt-in dynamic shared memory per block on sm_90: 227 KB. Search spaces keep
 # every config's estimate under it so that no config fails to launch on the target.
 SMEM_PER_BLOCK_SM90 = 227 * 1024
 

@@ -155,7 +155,7 @@ def for_dtype(cfg: Config, dtype: torch.dtype):
 def default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> Config:
     """A sane config without measuring.
 
-    bf16/fp16 on H100-class GPUs: 128x256x64 tiles with 8 warps and 3 stages is Triton's
+    bf16/fp16 on sm_90 GPUs: 128x256x64 tiles with 8 warps and 3 stages is Triton's
     known-good large-GEMM point (2 warpgroups, 144 KB of pipeline buffers); it is used when it
     still yields at least one full wave of tiles. Otherwise 128x128x64, 4 warps, 4 stages
     (128 KB). Skinny problems get 64-row (M <= 64) or 64-column (N <= 64) tiles: a 128x128
@@ -256,7 +256,7 @@ def mac_loop(
     rn = rn % N
     # Triton marks an integer argument divisible only when it divides by 16; a K of 8200 (rows
     # 16-byte aligned: 8200 = 8 x 1025) then left A's loads 2 bytes wide and a 128x128
-    # data-parallel launch on 1664x1408x8200 took 1.2 ms against 94 us at K = 8192 (H200).
+    # data-parallel launch on 1664x1408x8200 took 1.2 ms against 94 us at K = 8192 (sm_90).
     # The host measured each stride's power-of-two factor (HINTS); say so on the
     # offsets (on the scalar strides the hint is not used). Inline on purpose: the same
     # multiple_of in a helper @triton.jit function did not reach the loads (sm_90 compile

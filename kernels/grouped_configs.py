@@ -72,7 +72,7 @@ class Config:
         ring = self.num_stages * (self.block_m + self.block_n) * self.block_k * elt
         return max(ring, self.block_m * self.block_n * elt // 2) + 1024
 
-    def describe(self) -> str:  # the name kernels/sm90_compile_check.py prints
+    def describe(self) -> str:  # the name tools/sm90_compile_check.py prints
         return self.label()
 
     def label(self) -> str:
@@ -117,7 +117,7 @@ _C32 = [
 ]
 
 
-# staged (odd-size) 16-bit groups: the configs that led on the H200, in order (see search_space)
+# staged (odd-size) 16-bit groups: the configs that led on sm_90, in order (see search_space)
 _STAGED_LEADERS = [
     Config(64, 128, 64, 4, 3, programs_per_sm=2),
     Config(128, 128, 64, 8, 3, programs_per_sm=1),
@@ -169,8 +169,8 @@ def search_space(sizes: Sequence[tuple[int, int, int]], dtype: torch.dtype = tor
     if aligned or dtype == torch.float32:
         return out[:12]
     # odd sizes: staged pointer configs, the measured leaders first, then two staged TMA ones
-    # (the slots are aligned row-major), then the unstaged best guess and the next one. On the
-    # H200 (experiments/probe_grouped_staged_configs.py: the example trace's 64 GEMMs and
+    # (the slots are aligned row-major), then the unstaged best guess and the next one. On
+    # sm_90 (experiments/probe_grouped_staged_configs.py: the example trace's 64 GEMMs and
     # two seeded draws of 64 odd sizes in 128..512) 64x128 with two programs per SM, 128x128
     # with 8 warps and 128x64 were the three fastest on every group, 1.21-1.31x the staged
     # 128x128 with 4 warps, and the staged TMA 128x128 0.63-0.66x it.

@@ -464,7 +464,7 @@ class _Staging:
         self.sched_dev = blob[table.size:].view(torch.int32)
         self.num_tiles = int(tiles.shape[0])
         # one program a tile: many resident programs keep enough 2-byte loads of odd rows in
-        # flight (a persistent grid of 4 per SM copied at ~1.2 TB/s on the H200)
+        # flight (a persistent grid of 4 per SM copied at ~1.2 TB/s on sm_90)
         self.grid = max(1, self.num_tiles)
         self.src = As[0]
         self.align = per

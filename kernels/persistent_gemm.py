@@ -221,7 +221,7 @@ def check_staged(config) -> None:
 
 
 # Ideal-time model of staging_pays: the device-to-device copy rate and a sustained 16-bit GEMM
-# rate of the H200 (docs/results.md ceilings: 4.27 TB/s, 680-800 TFLOP/s at 8192^3); fp32
+# rate of sm_90 (docs/results.md ceilings: 4.27 TB/s, 680-800 TFLOP/s at 8192^3); fp32
 # runs as tf32, at half the 16-bit tensor-core rate
 _COPY_BYTES_PER_S = 4.2e12
 _GEMM_FLOPS_PER_S = 6.5e14
@@ -308,9 +308,9 @@ def default_config(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> 
     return with_copy_beside(cfg, dtype, num_sms)
 
 
-# copy_beside's default: 4 copy programs (4 of 132 SMs on the H200), at most 6 chunks; on
-# 4096x4096x8192 and 8192^3 fp32 this beat copying B first by 4.3% and 2.4% (H200,
-# experiments/results/probe_configs/h200_2026-12-01_balanced_copy_beside_3.txt), and
+# copy_beside's default: 4 copy programs (4 of 132 SMs on sm_90), at most 6 chunks; on
+# 4096x4096x8192 and 8192^3 fp32 this beat copying B first by 4.3% and 2.4% (sm_90,
+# experiments/results/probe_configs/), and
 # where no chunk plan hides anything it is one chunk, the copy-first path.
 COPY_BESIDE_SMS, COPY_BESIDE_CHUNKS = 4, 6
 
@@ -348,7 +348,7 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
     if dtype == torch.float32 and min(M, N) > 512:
         # fp32 with a row-major B: pointer loads swap the operands (tf32_layout; the tile
         # becomes 128x256, B^T through registers, no copy of B) where the TMA configs copy B
-        # K-major first. H200 (experiments/probes/balanced_tf32_swap.json, 3 rounds):
+        # K-major first. sm_90 (experiments/probes/balanced_tf32_swap.json, 3 rounds):
         # 835.7 against 857.3 us on 4096x4096x8192, but 3437 against 3292 on 8192^3; in the
         # bench run that followed level on 4096x4096x8192 (871.8
         # against 865.8). Stream-K's tail winners on fp32 are this tile (tf32_swap_points).
@@ -549,7 +549,7 @@ def copy_beside_applies(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, confi
     return copy_wanted(M, N, K, K * N)
 
 
-# The chunk plan's rates (H200, experiments/results/probe_copy_beside/), both on the
+# The chunk plan's rates (sm_90, experiments/results/probe_copy_beside/), both on the
 # safe side, since a side copy that falls behind stalls the GEMM while a first chunk larger
 # than needed only costs its copy at the whole GPU's rate (~4 TB/s): one copy program beside
 # the GEMM moved 55 GB/s (69 alone), and the GEMM ran 128x256 fp32 tiles at up to 380

@@ -25,7 +25,7 @@ itself at the end of `JITFunction.run`), with the arguments in parameter order.
 
 When it steps aside (the plain `kernel[grid](...)` path runs instead): without a CUDA device,
 under the CPU interpreter (the kernel is not a JITFunction), when `JITFunction.run` has been
-replaced (kernels.sm90_compile_check turns launches into compiles that way), when a launch
+replaced (tools.sm90_compile_check turns launches into compiles that way), when a launch
 hook is attached (a profiler such as proton wants the launch metadata), when a keyword
 argument is not a plain, hashable value (a tensor passed by keyword would make every key
 new), when a positional argument is of a kind it does not key, or when the grid is a
@@ -65,7 +65,7 @@ try:
 except ImportError:  # Triton < 3.4: no knobs module, so no fast path
     _knobs = None
 
-# No GPU (the interpreter, kernels.sm90_compile_check's compile-only launches): nothing to
+# No GPU (the interpreter, tools.sm90_compile_check's compile-only launches): nothing to
 # launch fast. And whoever replaces Triton's launch (that check, a tracer) keeps seeing every
 # call: the fast path is taken only while JITFunction.run is the one this module found.
 _CUDA = torch.cuda.is_available()
@@ -234,9 +234,9 @@ def _remember(kernel, key: tuple, compiled, n_args: int, kwargs: dict) -> None:
 #
 # The fast path above still leaves a schedule's host function doing all its own work on every
 # call (configs, plans, scratch sizes, tensor descriptors, a ~30-entry keyword dict) and Triton
-# expanding every descriptor in Python (`inner` in triton/backends/nvidia/driver.py). On the
-# H200 an eager Stream-K call cost ~110 us of host time for ~58 us of GPU work
-# (experiments/results/host_overhead/h200_2026-12-01_profile.txt). A replay keeps, per call key
+# expanding every descriptor in Python (`inner` in triton/backends/nvidia/driver.py). On
+# sm_90 an eager Stream-K call cost ~110 us of host time for ~58 us of GPU work
+# (experiments/results/host_overhead/). A replay keeps, per call key
 # (shapes, strides, dtypes, alignment, aliasing, config), the launches that call made: the raw
 # launcher, the grid, the constant arguments, and where each pointer and each TMA descriptor
 # came from among the call's "live" tensors (its inputs, output and scratch). A later call with

@@ -98,12 +98,12 @@ from .gemm_call import begin
 from .runtime import Recorder
 from .tf32_layout import a_through_registers
 
-# "atomic" computed wrong outputs on the H200 (Triton 3.6: rel. error 0.47-0.58
+# "atomic" computed wrong outputs on sm_90 (Triton 3.6: rel. error 0.47-0.58
 # for 128-row tiles) while passing under the CPU interpreter, which runs one program at a time
 # and cannot show a race. Cause, read off the sm_90 TTGIR: the last arriver loaded the sums and
 # then stored zeros over them, and Triton gave the load and the store different thread layouts
 # (#blocked1 vs #blocked), so one thread could zero an element before another had read it. The
-# read-and-clear is now one atomic exchange per element. Re-checked on the H200
+# read-and-clear is now one atomic exchange per element. Re-checked on sm_90
 # (experiments/check_atomic_reductions.py): 60 back-to-back launches each of 128-, 64- and 32-row tiles,
 # splits 2-128, every 5th checked against float64, scratch left zeroed.
 REDUCTIONS = ("atomic", "two_phase", "fixup")
@@ -280,7 +280,7 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
     if wide is not None:
         atomic.append(wide)
     # the default's recipe (one wave of deep-pipelined programs) for the other tiles, also
-    # ahead of the rest: on the H200 (experiments/probes/skinny_split_k*.json) 128x64
+    # ahead of the rest: on sm_90 (experiments/probes/skinny_split_k*.json) 128x64
     # tiles without a split beat every split config on 128x8192x8192 (40-41 us against 45;
     # cuBLAS runs 128x64 tiles there too) and 64x64 tiles split 2 beat the 64x128 default on
     # 64x4096x14336 (33.3 against 34.6 us)
@@ -402,7 +402,7 @@ def split_k_gemm_kernel(
                     # Read the sum and leave zeros for the next launch in ONE atomic exchange
                     # per element. A load followed by a store of zeros is a race: Triton may
                     # give the load and the store different layouts, so another thread can zero
-                    # an element before its reader loaded it (on the H200 that lost about half
+                    # an element before its reader loaded it (on sm_90 that lost about half
                     # of the sums for 128-row tiles). Exchanged as int32 bits (the interpreter
                     # has no float exchange); the bits are the fp32 sum.
                     bits = ws_ptr.to(tl.pointer_type(tl.int32)) + (tile_off * TILE + rows)

@@ -64,7 +64,7 @@ class Config:
     # aligned + TMA only: pipeline depth of the Stream-K MAC loop (0: num_stages). A piece's
     # loop reads little a step, so it needs more steps in flight than the big tile's 3-4
     # stages allow: 64x128 pieces of 128x256 tiles took 26.5 us at 3 stages, 19-20 at 4 and
-    # 16-17 with SK_STAGES 5-6 for a 4096-deep K (H200,
+    # 16-17 with SK_STAGES 5-6 for a 4096-deep K (sm_90,
     # experiments/probes/tail_quarter_pieces*.json)
     SK_STAGES: int = 0
     # aligned only: where N leaves the last tile column ragged, that column's tiles come first
@@ -456,14 +456,14 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 # fastest tiles too: with its cooperative read-out (each contributor takes 1/chunks of the
 # tile's running sum) its
 # claims took 2-3 us against 4-5 us for the deterministic claims, and it ran 1-4% faster on
-# four of the five tail shapes in one side-by-side run (H200,
+# four of the five tail shapes in one side-by-side run (sm_90,
 # experiments/probes/tail_atomic_fixup.json; before that read-out it lost on every tail shape).
 # 128x128 with 5 stages ran 1-3% faster than with 4 on four of the five tail shapes (1%
 # slower on 4224^2), and 1-5% faster in a second run (experiments/probes/tail_stages.json,
 # tail_group_m.json); 6 stages, BLOCK_K 128 and GROUP_M 2-16 did not help. Not searched,
 # measured slower on all five tail shapes that day: FLATTEN (within noise) and dp_first
 # (1664x1408x8192: 85 us against 65 us). SK_SPLIT_M=2 on the 5-stage 128x128 tile, both
-# fixups (H200, experiments/probes/tail_split_m*.json): 64-row pieces halve the
+# fixups (sm_90, experiments/probes/tail_split_m*.json): 64-row pieces halve the
 # partials, so the hand-in took 2.0 instead of 3.8 us a program on 1664x1408x8192 and the
 # launch 62.9 against 65.0 us (atomic) and 63.7 against 66.5 (deterministic), faster in 8
 # and 9 of 9 interleaved rounds; on 2304^2x4096 the 120 pieces need no K-chunks, hence no
@@ -474,7 +474,7 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 # MAC loops as much, and won on no shape (experiments/probes/tail_split_n.json). The TMA hand-in
 # (8th field, tma_hand_in) on the atomic 128x256 tile: 3-4% faster on 3072^2x4096 in two
 # graph-timed runs (124.5 -> 119.9 us, 123.7 -> 118.6), 1.5-3% on 2176^2x8192, level on
-# 2304^2 and 4224^2; on 128x128 tiles it was 2-5% slower (H200,
+# 2304^2 and 4224^2; on 128x128 tiles it was 2-5% slower (sm_90,
 # experiments/probes/tail_tma_hand_in*.json). Helper claims (last field) on that point, only where
 # each helper's pieces are at most HELPER_BYTES: the helpers read out ~14 KB/us, so 256 KB
 # (3072^2x4096: 12 helpers, 2 pieces of 128 KB each) takes ~18 us, about the Stream-K phase
@@ -492,7 +492,7 @@ def plausible_policies(tiles: int, num_sms: int) -> list[str]:
 # 424.9 against 433.9 us graph-timed for the best other config; on 2176^2x8192 it brought the
 # 128x256 tile level with the 128x128 winner (106.0 against 106.2 us span, 119.6 against 118.8
 # graph-timed). At 3 stages the pieces' loop was latency-bound and lost (18.2 against 16.0 us
-# for the unsplit tiles; experiments/probes/tail_edge_first*.json, H200).
+# for the unsplit tiles; experiments/probes/tail_edge_first*.json, sm_90).
 TMA_POINTS = (
     (128, 256, 8, 3, False, True, 1, False, False, 1, 0, False),
     (128, 256, 8, 4, True, True, 1, False, False, 1, 0, False),
@@ -577,7 +577,7 @@ def search_space(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> li
             # pieces re-read B and lost 20-40% (experiments/probes/skinny_split_m.json)
             # and only where their units fill one round: on 3072^2x4096 the 96 pieces in 4
             # K-chunks (3 rounds of units a program) lost in every run, 12-16% behind the
-            # 128x256 tiles (experiments/results/probe_configs/h200_2026-12-01_tail_quarter_pieces*.txt)
+            # 128x256 tiles (experiments/results/probe_configs/)
             wanted = plan.split_tiles if split_m == 1 else (
                 plan.dp_tiles > 0 and plan.sk_tiles > 0 and (plan.split_tiles or deterministic)
                 and plan.sk_pieces * plan.chunks <= num_sms)

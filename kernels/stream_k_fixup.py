@@ -133,7 +133,7 @@ def _count_arrival(counter_ptr, key, BULK_WAIT: tl.constexpr = False):
     # all threads' partials are written before the block announces itself. (Counting the
     # arrival after the first data-parallel tile instead, so that the writes complete
     # meanwhile, was measured no faster, for per-thread and for bulk writes alike: every
-    # program hands in at once and the L2 takes the partials at ~2.4 TB/s, H200,
+    # program hands in at once and the L2 takes the partials at ~2.4 TB/s, sm_90,
     # experiments/results/probe_configs/README.md.)
     tl.debug_barrier()
     return tl.atomic_add(counter_ptr + key, 1, sem="acq_rel")
@@ -197,7 +197,7 @@ def _hand_in_partial(
                 total = tl.zeros((FIXUP_ROWS, BLOCK_N), dtype=tl.float32)
                 # Contributor order: same bits every run. num_stages makes Triton stream the
                 # partials through shared memory (cp.async, up to 3 in flight). Measured on the
-                # H200: four independent loads a step over smaller row blocks made
+                # sm_90: four independent loads a step over smaller row blocks made
                 # the fixup slower (a 12-way split 128x128 tile: 78 -> 86 us for the GEMM).
                 for j in tl.range(j_first, j_last + 1, num_stages=4):
                     slot = _slot(j, tile_start, sk_q, sk_r)
@@ -205,7 +205,7 @@ def _hand_in_partial(
             else:
                 # Take the sum out and leave zeros for the next launch in ONE atomic exchange
                 # per element (as int32 bits: the interpreter has no float exchange). A load
-                # then a store of zeros raced on the H200: Triton gave them different thread
+                # then a store of zeros raced on sm_90: Triton gave them different thread
                 # layouts, so an element could be zeroed before the thread that reads it had
                 # loaded it.
                 bits = ws_ptr.to(tl.pointer_type(tl.int32)) + (key * TILE + rows)
@@ -226,7 +226,7 @@ def _reduce_rows(
     stored in C (a claim's slice k is rows [k BLOCK_M / chunks, (k + 1) BLOCK_M / chunks)).
     Deterministic: summed over the tile's `chunks` partials in chunk order (same bits
     whoever does it); three partial slices in flight (cp.async): 7 or 12 were no faster on
-    the H200, nor were partials stored with an L2 evict_last hint
+    sm_90, nor were partials stored with an L2 evict_last hint
     (experiments/results/probe_configs/README.md): all programs claim at once, so the ~4-5 us of
     claims go to reading the region's partials (64 KB a program), not to load latency.
     Atomic: taken out of the tile's fp32 running sum (1/chunks of a tile a claim), zeros
@@ -246,7 +246,7 @@ def _reduce_rows(
         else:
             # A load, then zeros stored in its place. The barrier keeps a thread's store from
             # landing before another thread's load of the same element (Triton may lay the two
-            # out differently, which raced on the H200 in the last-arriver read-out).
+            # out differently, which raced on sm_90 in the last-arriver read-out).
             sums = ws_ptr + (tile_id * TILE + offs)
             total = tl.load(sums, mask=in_slice, other=0.0, cache_modifier=".cg")
             tl.debug_barrier()

@@ -425,7 +425,7 @@ def stream_k_gemm_kernel(
                                     DETERMINISTIC, TMA_HAND_IN and BULK_WAIT, HELPERS)
         else:
             # ---- Stream-K program: iterations [my_start, end) of the region, tile by tile.
-            # Programs start at staggered K offsets: Nsight Compute on the H200
+            # Programs start at staggered K offsets: Nsight Compute on sm_90
             # (1664x1408x8192, all Stream-K, 128x256 tiles) saw the tensor pipe busy 64% of
             # the time against 95% in data-parallel tiles, with 2.7x the compulsory DRAM
             # traffic: concurrent programs rarely share an operand panel in the L2 (the
@@ -472,7 +472,7 @@ def stream_k_gemm_kernel(
             # partial is normally in; if not, the final arrival sums the piece instead. All
             # claims first, then the read-outs: a claim's release waits for this program's
             # earlier writes, so claiming between read-outs would wait for each one's stores
-            # (a helper took ~5.5 us a 64 KB piece that way, H200). The host keeps
+            # (a helper took ~5.5 us a 64 KB piece that way, sm_90). The host keeps
             # a helper's pieces within the 32 bits of `found`.
             helpers = grid - sk_programs
             mine = tl.cdiv(pieces - (pid - sk_programs), helpers)  # pieces pid - sk_programs + j helpers
@@ -495,11 +495,11 @@ def stream_k_gemm_kernel(
             # Cooperative fixup, step 2: claim a slice of each split tile this program worked
             # on. With every partial in (the usual case by now) the k-th claimer sums slice k,
             # so S contributors share the reduction instead of one program reading all S
-            # partials (a 12-way split 128x128 tile: ~18 us on one SM, H200). A
+            # partials (a 12-way split 128x128 tile: ~18 us on one SM, sm_90). A
             # claim that finds partials missing leaves its slice to the final arrival, so no
             # program ever waits for another (and the interpreter, one program at a time,
             # gets the last-arriver fixup). The last claimer clears the word. The claims take
-            # 4-5 us a program on the tail shapes (H200): every program claims at
+            # 4-5 us a program on the tail shapes (sm_90): every program claims at
             # once; an acquire-only claim was no faster.
             for u in range(pid, pieces * sk_chunks, grid):
                 v = u % pieces

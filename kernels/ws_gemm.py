@@ -110,7 +110,7 @@ try:  # host-side TMA descriptors (Triton >= 3.3)
 except ImportError:  # pragma: no cover - older Triton
     TensorDescriptor = None
 
-# H100/H200 (sm_90) allow at most 227 KiB of dynamic shared memory per block.
+# sm_90 allow at most 227 KiB of dynamic shared memory per block.
 SMEM_LIMIT_BYTES = 227 * 1024
 # What we budget per config: operand ring + epilogue staging + ~1 KiB of mbarriers and
 # alignment slack, so that the estimate stays conservative against the compiler's number.
@@ -169,7 +169,7 @@ class Config:
             if self.block_m < 128:
                 raise ValueError("WS splits block_m over two consumer warp groups: needs block_m >= 128")
             if self.host_descriptors:
-                raise ValueError("WS with host-side TensorDescriptors hung on the H200 (Triton 3.6: every "
+                raise ValueError("WS with host-side TensorDescriptors hung on sm_90 (Triton 3.6: every "
                                  "such config timed out in compile-and-run, while the same configs with "
                                  "device-side descriptors ran; docs/schedules/ws.md); use host_descriptors=False")
             if self.tma_store and (self.host_descriptors or self.epilogue_subtile != 1):
@@ -196,7 +196,7 @@ class Config:
             staging = self.block_m * self.block_n * elt // 2
         return ring + staging + SMEM_SLACK_BYTES
 
-    def describe(self) -> str:  # the name kernels/sm90_compile_check.py prints
+    def describe(self) -> str:  # the name tools/sm90_compile_check.py prints
         return self.label()
 
     def label(self) -> str:
@@ -450,7 +450,7 @@ _C16 = [
     # 1. Flagship: 128x256 tile, WS (producer + two 64x256 wgmma consumers), 4-deep ring
     #    (192 KiB) and a pointer-store epilogue, which needs no C staging tile: 229,608 B of
     #    shared memory, the only way a 4-deep 128x256 WS ring fits under 227 KiB. Device-side
-    #    descriptors: every WS config with host descriptors hung on the H200.
+    #    descriptors: every WS config with host descriptors hung on sm_90.
     Config(128, 256, 64, 8, 4, 4, warp_specialize=True),
     # 2. WS with a TMA-store epilogue: only compiles with device descriptors and C in one
     #    piece, so the ring drops to 3 stages (213,464 B).
@@ -468,7 +468,7 @@ _C16 = [
     # 7. Non-WS with flatten: the pipeliner fetches the next tile's first k-steps while the
     #    epilogue of this one runs (quarters: 213,024 B).
     Config(128, 256, 64, 8, 8, 4, warp_specialize=False, host_descriptors=True, flatten=True, epilogue_subtile=4, tma_store=True),
-    # (A 128x128 WS config with 5 stages was dropped: on the H200, it left output
+    # (A 128x128 WS config with 5 stages was dropped: on sm_90, it left output
     # elements unwritten (NaN under the poisoned-output check) on all seven shapes tried. So
     # did 128x64 WS with 6 or 8 stages and 128x128 WS with 6; with 4 stages they
     # were right but slower than the non-WS twins: experiments/results/probe_configs/README.md.)
