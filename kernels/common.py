@@ -185,6 +185,27 @@ def fix_interpreter_descriptor_reduce() -> None:
     builder.create_descriptor_reduce = create_descriptor_reduce
 
 
+def ensure_allocator() -> None:
+    """Device-side tensor descriptors (`tl.make_tensor_descriptor`) need a global scratch
+    allocator: Triton writes each program's descriptors there. Install a torch-backed one
+    unless the current context already has one (never replace somebody else's); checked per
+    call because Triton keeps the allocator in a ContextVar (per thread or task)."""
+    import triton
+
+    try:
+        from triton.runtime import _allocation
+
+        if not isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+            return
+    except (ImportError, AttributeError):  # pragma: no cover - Triton internals moved
+        pass
+
+    def alloc(size: int, alignment: int, stream):
+        return torch.empty(size, device="cuda", dtype=torch.int8)
+
+    triton.set_allocator(alloc)
+
+
 def random_inputs(M: int, N: int, K: int, dtype: torch.dtype, device, *, transpose_a=False, transpose_b=False, seed=None):
     """Fresh normal inputs (never zeros), optionally as transposed views."""
     g = torch.Generator(device="cpu")

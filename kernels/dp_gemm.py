@@ -60,7 +60,6 @@ from .common import (
     cdiv,
     gemm_launch_metadata,
     needs_int64_offsets,
-    num_sms,
     pipeline_smem_bytes,
     self_check,
     stride_hints,
@@ -74,8 +73,19 @@ from .tf32_layout import a_through_registers
 # --------------------------------------------------------------------------------------------
 
 
+class TileConfig:
+    """What every tiled GEMM schedule's Config shares: its knobs as a dict, and the shared
+    memory of a software-pipelined main loop (a schedule that stages more overrides it)."""
+
+    def smem_bytes(self, dtype: torch.dtype) -> int:
+        return pipeline_smem_bytes(self.BLOCK_M, self.BLOCK_N, self.BLOCK_K, self.num_stages, dtype.itemsize)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
 @dataclass(frozen=True)
-class Config:
+class Config(TileConfig):
     """Every knob of the data-parallel schedule."""
 
     BLOCK_M: int = 128  # output tile rows per program
@@ -88,16 +98,9 @@ class Config:
     def __post_init__(self):
         check_block_config(self)
 
-    def smem_bytes(self, dtype: torch.dtype) -> int:
-        elt = dtype.itemsize
-        return pipeline_smem_bytes(self.BLOCK_M, self.BLOCK_N, self.BLOCK_K, self.num_stages, elt)
-
     def describe(self) -> str:
         return (f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_M} "
                 f"w{self.num_warps} s{self.num_stages}")
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _pow2(x: int) -> bool:
@@ -396,13 +399,10 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     """C = a @ b with the data-parallel schedule. a: (M, K), b: (K, N), both fp16, bf16 or fp32
     (any strides). Returns `out` (filled) when given, else a new (M, N) tensor in a's dtype."""
     # input checks, fp32 layout (a strided B swapped into A's place), output, replay
-    call = begin("dp", matmul, a, b, config, out)
+    call = begin("dp", matmul, a, b, config, out, default_config=default_config, check_smem=check_smem)
     if call.done:
         return call.c
-    M, N, K, a, b, c = call.M, call.N, call.K, call.a, call.b, call.c
-    if config is None:
-        config = default_config(M, N, K, a.dtype, num_sms(a.device))
-    check_smem(config, a.dtype)
+    M, N, K, a, b, c, config = call.M, call.N, call.K, call.a, call.b, call.c, call.config
     grid = (cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N),)
     rec = Recorder(call.key, inputs_and_output, a, b, c)
     rec.launch(dp_gemm_kernel, grid,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .common import check_matmul_inputs, prepare_output
+from .common import check_matmul_inputs, num_sms, prepare_output
 from .runtime import call_key, replay
 from .tf32_layout import matmul_swapped, tf32_operands
 
@@ -44,17 +44,21 @@ class GemmCall:
     c: torch.Tensor
     key: tuple | None
     done: bool = False
+    config: object = None  # the config to launch: the caller's, or the schedule's default
 
 
 def begin(tag: str, matmul, a: torch.Tensor, b: torch.Tensor, config, out: torch.Tensor | None, *,
           registers: bool = True, tf32: bool = True, replayable: bool = True, key_extra: tuple = (),
-          sizes: tuple[int, int, int] | None = None, **swap_kwargs) -> GemmCall:
+          sizes: tuple[int, int, int] | None = None, default_config=None, check_smem=None,
+          **swap_kwargs) -> GemmCall:
     """The shared steps of `matmul(a, b, config, out=out, **swap_kwargs)` (module docstring).
     `registers`: the schedule's kernels feed a strided A through registers, so a strided B is
     swapped into A's place (else both are copied K-major where that pays). `tf32=False`
     leaves fp32 operands as they are. `replayable=False` (a diagnostic call) gives no key.
     `key_extra`: what else the call's launches depend on besides the config. `sizes`: (M, N, K)
-    from the caller's own check_matmul_inputs(a, b), which then is not repeated (host time)."""
+    from the caller's own check_matmul_inputs(a, b), which then is not repeated (host time).
+    A call that goes on to launch gets `config`, or `default_config(M, N, K, dtype, SMs)` where
+    it is None, checked by `check_smem(config, dtype)` (each when given)."""
     M, N, K = sizes if sizes is not None else check_matmul_inputs(a, b)
     if tf32:
         a, b = tf32_operands(a, b, registers=registers)
@@ -62,7 +66,13 @@ def begin(tag: str, matmul, a: torch.Tensor, b: torch.Tensor, config, out: torch
     if registers and matmul_swapped(matmul, a, b, c, config, **swap_kwargs):
         return GemmCall(M, N, K, a, b, c, None, done=True)
     key = call_key(tag, (a, b, c), config, *key_extra) if replayable else None
-    return GemmCall(M, N, K, a, b, c, key, done=replay(key, a, b, c))
+    if replay(key, a, b, c):
+        return GemmCall(M, N, K, a, b, c, key, done=True)
+    if config is None and default_config is not None:
+        config = default_config(M, N, K, a.dtype, num_sms(a.device))
+    if check_smem is not None:
+        check_smem(config, a.dtype)
+    return GemmCall(M, N, K, a, b, c, key, config=config)
 
 
 def inputs_and_output(a, b, c) -> tuple:

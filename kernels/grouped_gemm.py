@@ -103,6 +103,7 @@ from .common import (
     TOLERANCE,
     cdiv,
     check_matmul_inputs,
+    ensure_allocator,
     fix_interpreter_bf16_dot,
     poison_,
     prepare_output,
@@ -327,23 +328,6 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def _ensure_allocator() -> None:
-    """Device-side descriptors need a global scratch allocator; install a torch-backed one
-    unless the current context already has one."""
-    try:
-        from triton.runtime import _allocation
-
-        if not isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
-            return
-    except (ImportError, AttributeError):  # pragma: no cover - Triton internals moved
-        pass
-
-    def alloc(size: int, alignment: int, stream):
-        return torch.empty(size, device="cuda", dtype=torch.int8)
-
-    triton.set_allocator(alloc)
-
-
 def check_group(As: Sequence[torch.Tensor], Bs: Sequence[torch.Tensor]) -> list[tuple[int, int, int]]:
     """Validate every pair and return [(M, N, K)]. All pairs share dtype and device."""
     As, Bs = list(As), list(Bs)
@@ -517,7 +501,7 @@ class GroupedPlan:
         list (the same tensors every time)."""
         c = self.config
         if c.use_tma and not _interpreting():
-            _ensure_allocator()
+            ensure_allocator()
         if self.staging is not None:
             self.staging.launch()
         bm, bn = _kernel_tile(c, self.swapped)

@@ -62,7 +62,7 @@ Source of the idea
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -82,6 +82,7 @@ from .common import (
     stride_hints,
 )
 from .dp_gemm import (
+    TileConfig,
     check_block_config,
     fits_shape,
     for_dtype,
@@ -111,7 +112,7 @@ except ImportError:  # pragma: no cover - older Triton: the pointer path still w
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(TileConfig):
     """Every knob of the persistent schedule."""
 
     BLOCK_M: int = 128
@@ -171,9 +172,6 @@ class Config:
         flags += f" copy{self.copy_sms}x{self.copy_chunks}" if self.copy_sms else ""
         return (f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_M} w{self.num_warps} "
                 f"s{self.num_stages} pps{self.PROGRAMS_PER_SM}{flags}")
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _check_smem(cfg: Config, dtype: torch.dtype) -> None:
@@ -494,6 +492,25 @@ def on_pointer_loads(config, dtype: torch.dtype):
     return out
 
 
+def resolve_tma(config, default_config, check_smem, sms: int, a, b, c, key):
+    """The config a TMA-capable schedule (this one, Stream-K) runs, and its operands: with
+    config=None its default, on TMA where the tensors allow it, else its pointer-load twin
+    (`tma_or_pointer_loads`); checked by `check_smem`; a `staged` config then copies misfit
+    operands into aligned buffers and computes C in one (`stage_for_tma`), work a replay
+    would skip, so the replay key is dropped. Returns (config, layouts, a, b, c, staged_out,
+    key): copy C back into the caller's tensor when staged_out."""
+    layouts = None
+    if config is None:
+        M, K = a.shape
+        config, layouts = tma_or_pointer_loads(default_config(M, b.shape[1], K, a.dtype, sms), a, b, c)
+    check_smem(config, a.dtype)
+    staged_out = False
+    if config.staged:
+        a, b, c, staged_out = stage_for_tma(a, b, c)
+        layouts, key = None, None
+    return config, layouts, a, b, c, staged_out, key
+
+
 def tma_descriptors(a, b, c, M, N, K, cfg: Config, layouts: tuple | None = None):
     """Host tensor descriptors for A, B, C, plus the layout flags; raises ValueError naming
     the tensor that TMA cannot read. `layouts`: tma_layout of a, b and c when the caller has
@@ -662,15 +679,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         return result
     a, b, key = call.a, call.b, call.key
     sms = num_sms(a.device)
-    layouts = None
-    if config is None:
-        config, layouts = tma_or_pointer_loads(default_config(M, N, K, a.dtype, sms), a, b, c)
-    _check_smem(config, a.dtype)
-    staged_out = False
-    if config.staged:
-        a, b, c, staged_out = stage_for_tma(a, b, c)
-        layouts = None
-        key = None  # the staging copies are work a replay would skip
+    config, layouts, a, b, c, staged_out, key = resolve_tma(config, default_config, _check_smem, sms, a, b, c, key)
     rec = Recorder(key, inputs_and_output, a, b, c)
     tiles = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N)
     grid = (max(1, min(sms * config.PROGRAMS_PER_SM if programs is None else programs, tiles)),)

@@ -66,7 +66,7 @@ Source of the idea
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -79,11 +79,11 @@ from .common import (
     gemm_launch_metadata,
     needs_int64_offsets,
     num_sms,
-    pipeline_smem_bytes,
     self_check,
     stride_hints,
 )
 from .dp_gemm import (
+    TileConfig,
     _next_pow2,
     check_block_config,
     check_smem,
@@ -115,7 +115,7 @@ REDUCTIONS = ("atomic", "two_phase", "fixup")
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(TileConfig):
     """Every knob of the Split-K schedule."""
 
     BLOCK_M: int = 16  # output tile rows (small for skinny M: no wasted rows of B traffic)
@@ -137,16 +137,9 @@ class Config:
         if self.REDUCE_BLOCK < 16 or self.REDUCE_BLOCK & (self.REDUCE_BLOCK - 1):
             raise ValueError(f"REDUCE_BLOCK={self.REDUCE_BLOCK!r}: must be a power of two >= 16")
 
-    def smem_bytes(self, dtype: torch.dtype) -> int:
-        elt = dtype.itemsize
-        return pipeline_smem_bytes(self.BLOCK_M, self.BLOCK_N, self.BLOCK_K, self.num_stages, elt)
-
     def describe(self) -> str:
         return (f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_M} w{self.num_warps} "
                 f"s{self.num_stages} split{self.SPLIT_K} {self.reduction}")
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def effective_split(K: int, block_k: int, split_k: int) -> tuple[int, int]:
@@ -464,13 +457,10 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     (filled) when given, else a new (M, N) tensor in a's dtype. See the module docstring for
     which reductions are deterministic."""
     # input checks, fp32 layout (a strided B swapped into A's place), output, replay
-    call = begin("split_k", matmul, a, b, config, out)
+    call = begin("split_k", matmul, a, b, config, out, default_config=default_config, check_smem=check_smem)
     if call.done:
         return call.c
-    M, N, K, a, b, c = call.M, call.N, call.K, call.a, call.b, call.c
-    if config is None:
-        config = default_config(M, N, K, a.dtype, num_sms(a.device))
-    check_smem(config, a.dtype)
+    M, N, K, a, b, c, config = call.M, call.N, call.K, call.a, call.b, call.c, call.config
     BM, BN, BK = config.BLOCK_M, config.BLOCK_N, config.BLOCK_K
     tiles = cdiv(M, BM) * cdiv(N, BN)
     split, per_split = effective_split(K, BK, config.SPLIT_K)

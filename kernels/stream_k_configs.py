@@ -11,12 +11,12 @@ docs/schedules/stream_k.md.
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import torch
 
 from .common import SMEM_PER_BLOCK_SM90, cdiv, pipeline_smem_bytes
-from .dp_gemm import _next_pow2, check_block_config, fits_shape, for_dtype
+from .dp_gemm import TileConfig, _next_pow2, check_block_config, fits_shape, for_dtype
 from .persistent_gemm import check_staged, staging_pays, tma_shape_ok
 
 POLICIES = ("dp", "sk", "hybrid1", "hybrid2", "hybrid3", "hybrid4")
@@ -24,7 +24,7 @@ POLICIES = ("dp", "sk", "hybrid1", "hybrid2", "hybrid3", "hybrid4")
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(TileConfig):
     """Every knob of the Stream-K schedule."""
 
     BLOCK_M: int = 128
@@ -148,9 +148,6 @@ class Config:
     def sk_block_n(self) -> int:
         """Columns of a Stream-K piece: a tile's columns cut SK_SPLIT_N ways."""
         return self.BLOCK_N // self.SK_SPLIT_N
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

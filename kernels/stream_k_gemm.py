@@ -139,9 +139,8 @@ from .dp_gemm import (
 from .gemm_call import begin
 from .persistent_gemm import (
     TensorDescriptor,
-    stage_for_tma,
+    resolve_tma,
     tma_descriptors,
-    tma_or_pointer_loads,
     tma_step,
 )
 from .stream_k_configs import (  # the knobs and the host's decisions, re-exported: the schedule's API
@@ -556,15 +555,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         return result
     M, N, K, a, b, key = call.M, call.N, call.K, call.a, call.b, call.key
     sms = num_sms(a.device)
-    layouts = None
-    if config is None:
-        config, layouts = tma_or_pointer_loads(default_config(M, N, K, a.dtype, sms), a, b, c)
-    check_smem(config, a.dtype)
-    staged_out = False
-    if config.staged:
-        a, b, c, staged_out = stage_for_tma(a, b, c)
-        layouts = None
-        key = None  # the staging copies are work a replay would skip
+    config, layouts, a, b, c, staged_out, key = resolve_tma(config, default_config, check_smem, sms, a, b, c, key)
     plan = plan_schedule(M, N, K, config, sms)
     piece_elems = config.sk_block_m * config.sk_block_n  # the fixup's unit: a Stream-K piece
     fresh_ws = plan.split_tiles and config.deterministic

@@ -95,12 +95,14 @@ import triton
 import triton.language as tl
 
 from .common import (
+    ensure_allocator,
     aligned_empty,
     cdiv,
     gemm_launch_metadata,
     self_check,
 )
 from .common import num_sms as _num_sms
+from .dp_gemm import tile_coords
 from .gemm_call import begin, inputs_and_output
 from .runtime import Recorder
 from .persistent_gemm import aligned_copy
@@ -218,17 +220,6 @@ def _launch_metadata(grid, kernel, args):
 
 
 @triton.jit
-def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    """Grouped ("super-tile") order: GROUP_M tile rows advance across N together."""
-    tiles_per_group = GROUP_M * num_pid_n
-    group = tile_id // tiles_per_group
-    first_m = group * GROUP_M
-    rows = tl.minimum(num_pid_m - first_m, GROUP_M)
-    local = tile_id % tiles_per_group
-    return first_m + local % rows, local // rows
-
-
-@triton.jit
 def _store_tile_pointers(c_ptr, acc, off_m, off_n, M, N, stride_c,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Write one tile with masked pointer stores (no shared-memory staging)."""
@@ -319,7 +310,7 @@ def ws_gemm_kernel(
     # the two together.
     tile_id_c = pid - NUM_SMS
     for tile_id in tl.range(pid, num_tiles, NUM_SMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
-        pid_m, pid_n = _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
 
@@ -338,7 +329,7 @@ def ws_gemm_kernel(
             acc = tl.dot(a, b, acc)
 
         tile_id_c += NUM_SMS
-        pid_m_c, pid_n_c = _tile_coords(tile_id_c, num_pid_m, num_pid_n, GROUP_M)
+        pid_m_c, pid_n_c = tile_coords(tile_id_c, num_pid_m, num_pid_n, GROUP_M)
         if C_TMA:
             # TMA stores clip at the tensor edge: no masks either.
             _store_tile(c_desc, acc, pid_m_c * BLOCK_M, pid_n_c * BLOCK_N, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
@@ -411,25 +402,6 @@ def _as_tma_operand(x: torch.Tensor, name: str, allow_copy: bool) -> tuple[torch
         raise ValueError(f"{name} {tuple(x.shape)} with strides {tuple(x.stride())} cannot be read by TMA "
                          f"({why}); pass allow_copy=True to stage it through an aligned copy")
     return aligned_copy(x), False  # persistent_gemm's staging copy: a copy kernel where it pays
-
-
-def _ensure_allocator() -> None:
-    """Device-side descriptors need a global scratch allocator (Triton writes each CTA's
-    descriptors there). Install a torch-backed one unless the current context already has
-    one: we never replace somebody else's. Checked per call because Triton keeps the
-    allocator in a ContextVar (per thread / task)."""
-    try:
-        from triton.runtime import _allocation
-
-        if not isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
-            return
-    except (ImportError, AttributeError):  # pragma: no cover - Triton internals moved
-        pass
-
-    def alloc(size: int, alignment: int, stream):
-        return torch.empty(size, device="cuda", dtype=torch.int8)
-
-    triton.set_allocator(alloc)
 
 
 def default_config(M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16,
@@ -564,7 +536,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         c_arg = TensorDescriptor(c, [M, N], [_row_stride(c), 1], [BM, sub_n]) if config.tma_store else c
     else:
         if not _interpreting():
-            _ensure_allocator()
+            ensure_allocator()
         a_arg, b_arg, c_arg = a_st, b_st, c
 
     grid_size = min(_num_sms(a.device), cdiv(M, BM) * cdiv(N, BN))
