@@ -16,7 +16,13 @@ from dataclasses import dataclass, replace
 import torch
 
 from .common import SMEM_PER_BLOCK_SM90, cdiv, pipeline_smem_bytes
-from .dp_gemm import TileConfig, _next_pow2, check_block_config, fits_shape, for_dtype
+from .dp_configs import (
+    TileConfig,
+    _next_pow2,
+    check_block_config,
+    fits_shape,
+    for_dtype,
+)
 from .persistent_gemm import check_staged, staging_pays, tma_shape_ok
 
 POLICIES = ("dp", "sk", "hybrid1", "hybrid2", "hybrid3", "hybrid4")

@@ -130,12 +130,8 @@ from .common import (
     self_check,
     stride_hints,
 )
-from .dp_gemm import (
-    check_smem,
-    mac_loop,
-    store_tile,
-    tile_coords,
-)
+from .dp_configs import check_smem
+from .dp_gemm import mac_loop, store_tile, tile_coords
 from .gemm_call import begin
 from .persistent_gemm import (
     TensorDescriptor,
@@ -143,6 +139,7 @@ from .persistent_gemm import (
     tma_descriptors,
     tma_step,
 )
+from .runtime import Recorder
 from .stream_k_configs import (  # the knobs and the host's decisions, re-exported: the schedule's API
     HELPER_BYTES,
     MAX_ALIGNED_CHUNKS,
@@ -181,7 +178,6 @@ from .stream_k_fixup import (
     _write_partial,
     _write_partial_tma,
 )
-from .runtime import Recorder
 from .tf32_layout import a_through_registers
 
 PHASES = 5  # phase_times stamps a program: start, Stream-K MAC done, hand-in done, dp done, end

@@ -51,7 +51,7 @@ def test_parse_shape():
 
 def test_bundle_renames_colliding_names():
     order = dependency_order("dp")
-    assert order == ["common", "runtime", "tf32_layout", "gemm_call", "dp_gemm"]
+    assert order == ["common", "dp_configs", "runtime", "tf32_layout", "gemm_call", "dp_gemm"]
     src, renamed = bundle("dp")
     ast.parse(src)
     assert "from ." not in src and "__future__" not in src
