@@ -560,3 +560,21 @@ def test_comm_overlap_variant_stops_on_a_world_size_that_does_not_split_the_shap
         q = subprocess.run([sys.executable, str(path), "--check"], check=False, cwd=tmp_path, env=solo,
                            capture_output=True, text=True, timeout=120)
         assert q.returncode != 0 and q.stderr.count(msg) == 1, (rank, q.stderr[-3000:])
+
+
+def test_a_variant_s_replay_keys_are_its_own(monkeypatch):
+    # with advisor importable, runtime_plain uses runtime.py's replays, keyed apart from the
+    # library's (a variant and the library in one process must not replay each other's launches)
+    import types
+
+    from advisor.kernel_lib import load
+    from advisor.resources import kernels_dir
+
+    runtime = load("runtime")
+    seen = []
+    monkeypatch.setattr(runtime, "call_key", lambda tag, tensors, *extra: seen.append(tag) or ("key", tag))
+    plain = types.ModuleType("plain")
+    exec(compile((kernels_dir() / "runtime_plain.py").read_text(), "runtime_plain.py", "exec"), plain.__dict__)
+    assert plain.launch is runtime.launch and plain.Recorder is runtime.Recorder
+    key = plain.call_key("stream_k", (), "cfg")
+    assert seen[0][0] == "stream_k" and seen[0] != "stream_k" and key == ("key", seen[0])
