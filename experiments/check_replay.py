@@ -1,4 +1,4 @@
-"""GPU correctness of replayed calls (kernels/launch.py: Recorder, replay) for every schedule
+"""GPU correctness of replayed calls (kernels/runtime.py: Recorder, replay) for every schedule
 that records them: dp_gemm, split_k_gemm, persistent_gemm, stream_k_gemm and ws_gemm.
 
     python3 experiments/check_replay.py
@@ -99,7 +99,7 @@ def main() -> int:
         print("check_replay: needs a CUDA GPU", file=sys.stderr)
         return 2
     from kernels.common import TOLERANCE, poison_, random_inputs, rel_error
-    from kernels.launch import REPLAYS
+    from kernels.runtime import REPLAYS
 
     def ref_of(a, b):
         return (a.double() @ b.double()).cpu()

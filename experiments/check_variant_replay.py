@@ -1,12 +1,13 @@
-"""GPU check: generated variants (advisor.codegen.generate) carry kernels/launch.py inlined; do their
-replayed calls engage, and stay correct?
+"""GPU check: generated variants (advisor.codegen.generate) use advisor's kernels/runtime.py through
+their runtime_plain section when advisor is importable; do their replayed calls engage, and
+stay correct?
 
     python3 experiments/check_variant_replay.py
 
 Generates one variant per GEMM strategy into a temporary folder (the model's knobs, as
 `advisor generate` writes them), imports each, and calls its `variant_matmul` three times on
-fresh random inputs: the first call records, the other two must replay (the variant's own
-REPLAYS counts them) and match a float64 reference within the bf16 tolerance. Strategies
+fresh random inputs: the first call records, the other two must replay (advisor's
+runtime's REPLAYS counts them) and match a float64 reference within the bf16 tolerance. Strategies
 whose default kernel needs per-launch scratch (warp specialization with device-side
 descriptors) must record nothing. Prints one line a strategy; exits 1 on any failure.
 """
@@ -31,7 +32,10 @@ def main() -> int:
         print("check_variant_replay: needs a CUDA GPU", file=sys.stderr)
         return 2
     from advisor.codegen.generate import generate
+    from advisor.codegen.kernel_lib import load
     from kernels.common import TOLERANCE, rel_error
+
+    REPLAYS = load("runtime").REPLAYS  # a variant's runtime_plain uses advisor's runtime (its keys its own)
 
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -42,6 +46,7 @@ def main() -> int:
             m = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = m  # dataclasses look their module up there
             spec.loader.exec_module(m)
+            before = (REPLAYS.recorded, REPLAYS.replayed)
             errs = []
             for _ in range(3):
                 a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
@@ -49,7 +54,7 @@ def main() -> int:
                 errs.append(rel_error(m.variant_matmul(a, b), (a.double() @ b.double()).cpu()))
             needs_scratch = not getattr(m.CONFIG, "host_descriptors", True)
             want = (0, 0) if needs_scratch else (1, 2)
-            got = (m.REPLAYS.recorded, m.REPLAYS.replayed)
+            got = (REPLAYS.recorded - before[0], REPLAYS.replayed - before[1])
             ok = got == want and max(errs) <= TOLERANCE[torch.bfloat16]
             bad += not ok
             print(f"{'ok ' if ok else 'BAD'} {strategy:20s} {M}x{N}x{K}: recorded {got[0]}, replayed {got[1]} of the "

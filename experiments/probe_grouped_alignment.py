@@ -53,6 +53,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from advisor.run.bench.timing import l2_bytes, rotating, rotation_count, time_fn
 from kernels import grouped_gemm as gg
+from kernels import grouped_tools as ggt
 from kernels.common import poison_
 
 
@@ -165,7 +166,7 @@ def main() -> int:
             calls[pname], err, plan = checked_launches(inputs, cfg, old_promise=force_old)
             print(f"{gname:26} {pname:12} ok  rel_err {err:.2e}  {plan!r}", flush=True)
         if device == "cuda":
-            loops = [gg.torch_loop(As, Bs, [torch.empty(M, N, dtype=dtype, device=device) for M, N, _ in sizes])
+            loops = [ggt.torch_loop(As, Bs, [torch.empty(M, N, dtype=dtype, device=device) for M, N, _ in sizes])
                      for As, Bs in inputs]
             calls["torch.matmul loop"] = loops
             graphs = []
@@ -176,7 +177,7 @@ def main() -> int:
                     fn()
                 graphs.append(g.replay)
             calls["loop in a CUDA graph"] = graphs
-            gmm = [gg.torch_grouped_mm(As, Bs) for As, Bs in inputs]
+            gmm = [ggt.torch_grouped_mm(As, Bs) for As, Bs in inputs]
             if all(gmm):
                 calls["torch._grouped_mm padded (pad untimed)"] = gmm
         if device == "cpu":

@@ -1,5 +1,5 @@
 """Probe: the same kernels launched three ways, side by side on the GPU machine: replayed calls
-("replay": kernels/launch.py's Recorder/replay, the default), the fast launch path with each
+("replay": kernels/runtime.py's Recorder/replay, the default), the fast launch path with each
 call's own host work ("fast": `REPLAYS.enabled = False`) and Triton's own binding ("triton":
 `LAUNCHES.enabled = False` as well).
 
@@ -51,7 +51,7 @@ def main() -> int:
 
     from advisor.run.bench.timing import l2_bytes, rotating, rotation_count, time_fn
     from kernels.common import TOLERANCE, poison_, rel_error
-    from kernels.launch import LAUNCHES, REPLAYS
+    from kernels.runtime import LAUNCHES, REPLAYS
 
     modes = {"replay": (True, True), "fast": (False, True), "triton": (False, False)}
 

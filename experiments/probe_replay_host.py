@@ -39,7 +39,7 @@ def time_pieces(M: int, N: int, K: int, n: int, launch_pieces: bool) -> tuple[li
     """(piece, us per call) rows for one shape, the first launcher's argument count and the launches."""
     import torch
 
-    from kernels import launch as L
+    from kernels import runtime as L
     from kernels import split_k_gemm as skg
     from kernels.common import check_matmul_inputs, prepare_output
 

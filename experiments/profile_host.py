@@ -41,7 +41,7 @@ def main() -> int:
 
     import torch
 
-    from kernels.launch import LAUNCHES
+    from kernels.runtime import LAUNCHES
 
     for name, M, N, K, config in CASES:
         mod = importlib.import_module(f"kernels.{name}")

@@ -199,7 +199,7 @@ class Config:
 
 def default_config(rows: int) -> Config:
     """Two chunks (rows permitting), NCCL transport (it runs anywhere, gloo included): 2 chunks
-    were fastest in 11 of the 12 comm-heavy suite rows on 2 H200s (p2p, graphed), each chunk
+    were fastest in 11 of the 12 comm-heavy suite rows on two sm_90 GPUs (p2p, graphed), each chunk
     costing a signal and smaller GEMMs. On NVLink GPUs, transport="p2p" is the faster one."""
     return Config(chunks=max(1, min(2, rows)))
 
@@ -615,7 +615,7 @@ def _matmul_reduce_scatter_p2p(a3, w, y, config, g, world, rank):
     copies the peers' partials of this rank's block for chunk c (cudaMemcpy over NVLink: no
     SMs) while the next chunk computes. The own block's GEMM needs no communication and runs
     last, chunk by chunk, as `y = A_own @ W + (sum of the peers' partials)` (cuBLAS adds the
-    received partials in its epilogue, beta=1): it hides the last chunk's copy. On 2 H200s
+    received partials in its epilogue, beta=1): it hides the last chunk's copy. On two sm_90 GPUs
     the result was bit-identical to the NCCL reduce-scatter of the unoverlapped sequence.
     A closing barrier (every rank's copies done) guards the buffer's next use."""
     _, mo, K = a3.shape

@@ -34,26 +34,27 @@ TOLERANCE = {
 }
 
 
-def check_matmul_inputs(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int]:
-    """Validate a (M, K) @ b (K, N) and return (M, N, K). Raises ValueError/TypeError."""
+def check_matmul_inputs(a: torch.Tensor, b: torch.Tensor, where: str = "") -> tuple[int, int, int]:
+    """Validate a (M, K) @ b (K, N) and return (M, N, K). Raises ValueError/TypeError, the
+    message prefixed with `where` (grouped_gemm names the group: "group 3: ")."""
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
-        raise TypeError("a and b must be torch tensors")
+        raise TypeError(f"{where}a and b must be torch tensors")
     if a.dim() != 2 or b.dim() != 2:
-        raise ValueError(f"a and b must be 2-D, got {a.dim()}-D and {b.dim()}-D")
+        raise ValueError(f"{where}a and b must be 2-D, got {a.dim()}-D and {b.dim()}-D")
     if a.shape[1] != b.shape[0]:
-        raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
+        raise ValueError(f"{where}inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
     if a.dtype != b.dtype:
-        raise TypeError(f"a and b must share a dtype, got {a.dtype} and {b.dtype}")
+        raise TypeError(f"{where}a and b must share a dtype, got {a.dtype} and {b.dtype}")
     if a.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"dtype {a.dtype} not supported (fp16, bf16, fp32)")
+        raise TypeError(f"{where}dtype {a.dtype} not supported (fp16, bf16, fp32)")
     if a.device != b.device:
-        raise ValueError(f"a and b are on different devices ({a.device}, {b.device})")
+        raise ValueError(f"{where}a and b are on different devices ({a.device}, {b.device})")
     if not a.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
-        raise ValueError("tensors must be on a CUDA device (or set TRITON_INTERPRET=1 for the CPU interpreter)")
+        raise ValueError(f"{where}tensors must be on a CUDA device (or set TRITON_INTERPRET=1 for the CPU interpreter)")
     M, K = a.shape
     N = b.shape[1]
     if min(M, N, K) < 1:
-        raise ValueError(f"empty problem: M={M}, N={N}, K={K}")
+        raise ValueError(f"{where}empty problem: M={M}, N={N}, K={K}")
     return M, N, K
 
 
@@ -184,6 +185,27 @@ def fix_interpreter_descriptor_reduce() -> None:
     builder.create_descriptor_reduce = create_descriptor_reduce
 
 
+def ensure_allocator() -> None:
+    """Device-side tensor descriptors (`tl.make_tensor_descriptor`) need a global scratch
+    allocator: Triton writes each program's descriptors there. Install a torch-backed one
+    unless the current context already has one (never replace somebody else's); checked per
+    call because Triton keeps the allocator in a ContextVar (per thread or task)."""
+    import triton
+
+    try:
+        from triton.runtime import _allocation
+
+        if not isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+            return
+    except (ImportError, AttributeError):  # pragma: no cover - Triton internals moved
+        pass
+
+    def alloc(size: int, alignment: int, stream):
+        return torch.empty(size, device="cuda", dtype=torch.int8)
+
+    triton.set_allocator(alloc)
+
+
 def random_inputs(M: int, N: int, K: int, dtype: torch.dtype, device, *, transpose_a=False, transpose_b=False, seed=None):
     """Fresh normal inputs (never zeros), optionally as transposed views."""
     g = torch.Generator(device="cpu")
@@ -210,19 +232,20 @@ def self_check(matmul, shapes, dtypes=(torch.float16, torch.bfloat16, torch.floa
                 print(f"ok  M={M:<5} N={N:<5} K={K:<6} {dtype!s:<15} ta={ta:d} tb={tb:d}  rel_err={err:.2e}")
 
 
-def prepare_output(out: torch.Tensor | None, M: int, N: int, like: torch.Tensor) -> torch.Tensor:
+def prepare_output(out: torch.Tensor | None, M: int, N: int, like: torch.Tensor, name: str = "out") -> torch.Tensor:
     """The (M, N) result tensor: a fresh one in `like`'s dtype and device, or the caller's
-    `out` after checking it fits (any strides are fine: kernels take them as arguments)."""
+    `out` after checking it fits (any strides are fine: kernels take them as arguments).
+    `name` is what the messages call it (grouped_gemm: "out[3]")."""
     if out is None:
         return torch.empty((M, N), device=like.device, dtype=like.dtype)
     if not isinstance(out, torch.Tensor):
-        raise TypeError("out must be a torch tensor")
+        raise TypeError(f"{name} must be a torch tensor")
     if tuple(out.shape) != (M, N):
-        raise ValueError(f"out has shape {tuple(out.shape)}, expected {(M, N)}")
+        raise ValueError(f"{name} has shape {tuple(out.shape)}, expected {(M, N)}")
     if out.dtype != like.dtype:
-        raise TypeError(f"out has dtype {out.dtype}, expected {like.dtype} (the inputs' dtype)")
+        raise TypeError(f"{name} has dtype {out.dtype}, expected {like.dtype} (the inputs' dtype)")
     if out.device != like.device:
-        raise ValueError(f"out is on {out.device}, the inputs on {like.device}")
+        raise ValueError(f"{name} is on {out.device}, the inputs on {like.device}")
     return out
 
 
@@ -306,7 +329,7 @@ class ZeroedScratch:
 SCRATCH = ZeroedScratch()
 
 
-# Opt-in dynamic shared memory per block on sm_90 (H100/H200): 227 KB. Search spaces keep
+# Opt-in dynamic shared memory per block on sm_90: 227 KB. Search spaces keep
 # every config's estimate under it so that no config fails to launch on the target.
 SMEM_PER_BLOCK_SM90 = 227 * 1024
 

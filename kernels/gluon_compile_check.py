@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     from triton.runtime.jit import JITFunction
 
     from kernels import gluon_gemm as mod
-    from kernels.sm90_compile_check import SM90_SMEM, _resource_usage, _Sm90Driver
+    from tools.sm90_compile_check import SM90_SMEM, _resource_usage, _Sm90Driver
 
     why = mod.unavailable_reason()
     if why:

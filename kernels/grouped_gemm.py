@@ -92,8 +92,7 @@ entry for sm_90 without a GPU (shared memory, cp.async width, TMA).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -101,16 +100,26 @@ import triton
 import triton.language as tl
 
 from .common import (
-    SUPPORTED_DTYPES,
     TOLERANCE,
     cdiv,
+    check_matmul_inputs,
+    ensure_allocator,
     fix_interpreter_bf16_dot,
     poison_,
+    prepare_output,
     reference,
     rel_error,
 )
 from .common import num_sms as _num_sms
-from .launch import launch as launch_kernel
+from .grouped_configs import (  # the knobs and search space, re-exported: the schedule's API
+    ALIGN_BYTES,
+    SMEM_LIMIT_BYTES,
+    SMEM_PER_SM_BYTES,
+    Config,
+    default_config,
+    search_space,
+)
+from .runtime import launch as launch_kernel
 from .tf32_layout import enabled as tf32_layout_enabled
 
 # Per-group int64 table row: offsets of A, B, C (elements from the base pointer), M, N, K,
@@ -124,73 +133,8 @@ TILE_COLS = 4
 # Operand layouts shared by every group of a launch (compiled in as constexprs).
 ROW_MAJOR, COL_MAJOR, STRIDED = 0, 1, 2
 
-ALIGN_BYTES = 16
-SMEM_LIMIT_BYTES = 227 * 1024  # per block (opt-in maximum on sm_90)
-SMEM_PER_SM_BYTES = 228 * 1024  # per SM, shared by its resident blocks
 
 _TL_NAME = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
-
-
-# --------------------------------------------------------------------------------------
-# Knobs
-# --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Config:
-    """Every knob of the grouped schedule."""
-
-    block_m: int = 128  # tile rows
-    block_n: int = 128  # tile columns
-    block_k: int = 64  # k-step; block_k * element size >= 32 bytes
-    num_warps: int = 4  # warps per program
-    num_stages: int = 3  # software-pipeline depth of the k loop (cp.async ring)
-    use_tma: bool = False  # device-side TMA descriptors per tile instead of pointer loads
-    lpt_order: bool = True  # schedule tiles by decreasing K (else group order)
-    programs_per_sm: int = 2  # resident programs per SM (grid = this x #SMs): one's loads
-    # and epilogue overlap another's MMAs, which matters when each tile has only a few k-steps
-    stage: bool = False  # copy A_i and B_i into zero-padded, 16-byte aligned row-major buffers
-    # first (one extra launch a call), so groups with odd K or N get cp.async/TMA loads
-
-    def validate(self, dtype: torch.dtype | None = None) -> None:
-        for name in ("block_m", "block_n", "block_k"):
-            v = getattr(self, name)
-            if v < 16 or v & (v - 1) or v > 256:
-                raise ValueError(f"{name}={v} must be a power of two in 16..256")
-        if self.num_warps not in (1, 2, 4, 8):
-            raise ValueError("num_warps must be 1, 2, 4 or 8")
-        if self.num_stages < 1:
-            raise ValueError("num_stages must be >= 1")
-        if self.programs_per_sm not in (1, 2, 3, 4):
-            raise ValueError("programs_per_sm must be 1..4")
-        if dtype is not None and self.stage and dtype == torch.float32:
-            raise ValueError("stage is for 16-bit groups (fp32 rows need only 4 elements for 16 bytes)")
-        if dtype is not None:
-            elt = dtype.itemsize
-            if self.block_k * elt < 32:
-                raise ValueError(f"block_k={self.block_k} too small for {dtype} (needs >= 32 bytes)")
-            if self.smem_bytes(dtype) > SMEM_LIMIT_BYTES:
-                raise ValueError(f"config needs ~{self.smem_bytes(dtype)} B of shared memory")
-            per_sm = self.programs_per_sm * (self.smem_bytes(dtype) + 1024)  # + per-block reserve
-            if per_sm > SMEM_PER_SM_BYTES:
-                raise ValueError(f"{self.programs_per_sm} programs per SM need ~{per_sm} B of shared "
-                                 f"memory, over the SM's {SMEM_PER_SM_BYTES}")
-
-    def smem_bytes(self, dtype: torch.dtype) -> int:
-        """Operand ring (num_stages tiles of A and B) or, if larger, the epilogue's layout-
-        conversion scratch (the compiler reuses the ring for it), plus barriers. Checked to
-        be >= the compiler's number for every search-space entry (`--compile-sm90`)."""
-        elt = dtype.itemsize
-        ring = self.num_stages * (self.block_m + self.block_n) * self.block_k * elt
-        return max(ring, self.block_m * self.block_n * elt // 2) + 1024
-
-    def describe(self) -> str:  # the name kernels/sm90_compile_check.py prints
-        return self.label()
-
-    def label(self) -> str:
-        return (f"{self.block_m}x{self.block_n}x{self.block_k}_w{self.num_warps}_s{self.num_stages}"
-                f"_p{self.programs_per_sm}{'_tma' if self.use_tma else ''}{'' if self.lpt_order else '_grouporder'}"
-                f"{'_staged' if self.stage else ''}")
 
 
 # --------------------------------------------------------------------------------------
@@ -384,23 +328,6 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def _ensure_allocator() -> None:
-    """Device-side descriptors need a global scratch allocator; install a torch-backed one
-    unless the current context already has one."""
-    try:
-        from triton.runtime import _allocation
-
-        if not isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
-            return
-    except (ImportError, AttributeError):  # pragma: no cover - Triton internals moved
-        pass
-
-    def alloc(size: int, alignment: int, stream):
-        return torch.empty(size, device="cuda", dtype=torch.int8)
-
-    triton.set_allocator(alloc)
-
-
 def check_group(As: Sequence[torch.Tensor], Bs: Sequence[torch.Tensor]) -> list[tuple[int, int, int]]:
     """Validate every pair and return [(M, N, K)]. All pairs share dtype and device."""
     As, Bs = list(As), list(Bs)
@@ -409,28 +336,13 @@ def check_group(As: Sequence[torch.Tensor], Bs: Sequence[torch.Tensor]) -> list[
     if not As:
         raise ValueError("empty group: nothing to multiply")
     first = As[0]
-    if not isinstance(first, torch.Tensor):
-        raise TypeError("group 0: A must be a torch tensor")
-    if first.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"dtype {first.dtype} not supported (fp16, bf16, fp32)")
-    if not first.is_cuda and not _interpreting():
-        raise ValueError("tensors must be on a CUDA device (or set TRITON_INTERPRET=1 for the CPU interpreter)")
     sizes = []
     for i, (a, b) in enumerate(zip(As, Bs)):
-        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
-            raise TypeError(f"group {i}: A and B must be torch tensors")
-        if a.dim() != 2 or b.dim() != 2:
-            raise ValueError(f"group {i}: A and B must be 2-D, got {a.dim()}-D and {b.dim()}-D")
-        if a.shape[1] != b.shape[0]:
-            raise ValueError(f"group {i}: inner dimensions differ: A is {tuple(a.shape)}, B is {tuple(b.shape)}")
-        if a.dtype != first.dtype or b.dtype != first.dtype:
-            raise TypeError(f"group {i}: dtypes {a.dtype}/{b.dtype} differ from group 0's {first.dtype}")
-        if a.device != first.device or b.device != first.device:
-            raise ValueError(f"group {i}: on {a.device}/{b.device}, group 0 on {first.device}")
-        M, K = a.shape
-        N = b.shape[1]
-        if min(M, N, K) < 1:
-            raise ValueError(f"group {i}: empty problem M={M}, N={N}, K={K}")
+        M, N, K = check_matmul_inputs(a, b, where=f"group {i}: ")  # the checks every schedule makes
+        if a.dtype != first.dtype:
+            raise TypeError(f"group {i}: dtype {a.dtype} differs from group 0's {first.dtype}")
+        if a.device != first.device:
+            raise ValueError(f"group {i}: on {a.device}, group 0 on {first.device}")
         sizes.append((M, N, K))
     return sizes
 
@@ -536,7 +448,7 @@ class _Staging:
         self.sched_dev = blob[table.size:].view(torch.int32)
         self.num_tiles = int(tiles.shape[0])
         # one program a tile: many resident programs keep enough 2-byte loads of odd rows in
-        # flight (a persistent grid of 4 per SM copied at ~1.2 TB/s on the H200)
+        # flight (a persistent grid of 4 per SM copied at ~1.2 TB/s on sm_90)
         self.grid = max(1, self.num_tiles)
         self.src = As[0]
         self.align = per
@@ -589,7 +501,7 @@ class GroupedPlan:
         list (the same tensors every time)."""
         c = self.config
         if c.use_tma and not _interpreting():
-            _ensure_allocator()
+            ensure_allocator()
         if self.staging is not None:
             self.staging.launch()
         bm, bn = _kernel_tile(c, self.swapped)
@@ -649,8 +561,7 @@ def prepare(As: Sequence[torch.Tensor], Bs: Sequence[torch.Tensor], config: Conf
         if len(outs) != len(sizes):
             raise ValueError(f"out has {len(outs)} tensors for {len(sizes)} groups")
         for i, (c, (M, N, _)) in enumerate(zip(outs, sizes)):
-            if not isinstance(c, torch.Tensor) or tuple(c.shape) != (M, N) or c.dtype != dtype or c.device != device:
-                raise ValueError(f"out[{i}] must be ({M}, {N}) {dtype} on {device}")
+            prepare_output(c, M, N, As[0], name=f"out[{i}]")
             if N > 1 and c.stride(1) != 1:
                 raise ValueError(f"out[{i}] needs unit column stride, has strides {tuple(c.stride())}")
 
@@ -743,258 +654,6 @@ def grouped_matmul(As: Sequence[torch.Tensor], Bs: Sequence[torch.Tensor], confi
 
 
 # --------------------------------------------------------------------------------------
-# Search space
-# --------------------------------------------------------------------------------------
-
-# Candidates, best guess first for the 64 x (128..512) mix (about 500 tiles of 128x128, a
-# few k-steps each). Every entry compiles for sm_90 in every layout/alignment variant and
-# fits its programs_per_sm in the SM's shared memory (`--compile-sm90` prints the numbers).
-_C16 = [
-    Config(128, 128, 64, 4, 3, programs_per_sm=2),  # 96 KiB ring: two programs per SM
-    Config(128, 128, 64, 4, 3, programs_per_sm=1),  # one program: measures the overlap
-    Config(128, 128, 64, 8, 3, programs_per_sm=1),  # two warp groups share the tile
-    Config(64, 128, 64, 4, 3, programs_per_sm=2),  # twice the tiles: balance over latency
-    Config(128, 64, 64, 4, 3, programs_per_sm=2),
-    Config(64, 64, 64, 4, 4, programs_per_sm=3),  # many small tiles, three per SM
-    Config(128, 128, 32, 4, 4, programs_per_sm=2),  # shorter k-steps, deeper ring
-    Config(128, 256, 64, 8, 3, programs_per_sm=1),  # for groups of larger members
-    Config(128, 128, 64, 4, 3, programs_per_sm=2, lpt_order=False),  # what LPT order buys
-    Config(128, 128, 64, 4, 3, programs_per_sm=2, use_tma=True),  # TMA vs cp.async
-    Config(64, 128, 64, 4, 3, programs_per_sm=2, use_tma=True),
-    Config(64, 64, 64, 4, 4, programs_per_sm=3, use_tma=True),
-]
-_C32 = [
-    Config(128, 128, 32, 4, 3, programs_per_sm=2),
-    Config(128, 128, 32, 4, 3, programs_per_sm=1),
-    Config(128, 128, 32, 8, 3, programs_per_sm=1),
-    Config(64, 128, 32, 4, 3, programs_per_sm=2),
-    Config(128, 64, 32, 4, 3, programs_per_sm=2),
-    Config(64, 64, 32, 4, 4, programs_per_sm=3),
-    Config(64, 64, 16, 4, 4, programs_per_sm=3),
-    Config(128, 128, 32, 4, 3, programs_per_sm=2, lpt_order=False),
-    Config(128, 128, 32, 4, 3, programs_per_sm=2, use_tma=True),
-    Config(64, 64, 32, 4, 4, programs_per_sm=3, use_tma=True),
-]
-
-
-# staged (odd-size) 16-bit groups: the configs that led on the H200, in order (see search_space)
-_STAGED_LEADERS = [
-    Config(64, 128, 64, 4, 3, programs_per_sm=2),
-    Config(128, 128, 64, 8, 3, programs_per_sm=1),
-    Config(128, 64, 64, 4, 3, programs_per_sm=2),
-]
-
-
-def search_space(sizes: Sequence[tuple[int, int, int]], dtype: torch.dtype = torch.bfloat16,
-                 num_sms: int | None = None, *, tma_ok: bool = True) -> list[Config]:
-    """At most 12 configs for this group, best guess first. Tiles wider than twice the
-    group's largest dimension are dropped; so are TMA configs on operands unless `tma_ok`
-    (the caller knows every operand is row-major and 16-byte aligned; `prepare` re-checks).
-    By default TMA is assumed possible when every K and N is a multiple of 16 bytes' worth
-    of elements (the bench's aligned groups, and what `prepare` requires for use_tma).
-
-    A 16-bit group with an odd K or N (sizes read off a trace: 237x432x261) would load its
-    operands 2 bytes at a time, synchronously; its candidates are then mostly staged ones
-    (`stage`: one copy into padded, aligned buffers, then cp.async or TMA loads), best guess
-    first, with the unstaged best guess kept for comparison."""
-    sizes = [tuple(int(x) for x in s) for s in sizes]
-    elt = dtype.itemsize
-    per = ALIGN_BYTES // elt
-    aligned = all(N % per == 0 and K % per == 0 for M, N, K in sizes)
-    tma_ok = tma_ok and aligned
-    max_m = max(s[0] for s in sizes)
-    max_n = max(s[1] for s in sizes)
-    out = []
-    for c in (_C32 if dtype == torch.float32 else _C16):
-        if c.use_tma and not tma_ok:
-            continue
-        if c.block_m > 2 * max(max_m, 32) or c.block_n > 2 * max(max_n, 32):
-            continue
-        c.validate(dtype)
-        out.append(c)
-    if not out:
-        out = [(_C32 if dtype == torch.float32 else _C16)[4]]
-    # best guess first: the first (largest-tile) pointer-load config that still gives every
-    # program it launches at least one tile
-    sms = num_sms or _num_sms()
-    tiles = {c: sum(cdiv(M, c.block_m) * cdiv(N, c.block_n) for M, N, _ in sizes) for c in out}
-    enough = [c for c in out if not c.use_tma and c.lpt_order and tiles[c] >= c.programs_per_sm * sms]
-    if enough:
-        out.remove(enough[0])
-        out.insert(0, enough[0])
-    else:  # small group: the config with the most tiles goes first
-        best = max(out, key=lambda c: (tiles[c], not c.use_tma))
-        out.remove(best)
-        out.insert(0, best)
-    if aligned or dtype == torch.float32:
-        return out[:12]
-    # odd sizes: staged pointer configs, the measured leaders first, then two staged TMA ones
-    # (the slots are aligned row-major), then the unstaged best guess and the next one. On the
-    # H200 (experiments/probe_grouped_staged_configs.py: the example trace's 64 GEMMs and
-    # two seeded draws of 64 odd sizes in 128..512) 64x128 with two programs per SM, 128x128
-    # with 8 warps and 128x64 were the three fastest on every group, 1.21-1.31x the staged
-    # 128x128 with 4 warps, and the staged TMA 128x128 0.63-0.66x it.
-    staged = [replace(c, stage=True) for c in out if not c.use_tma][:8]
-    staged.sort(key=lambda c: _STAGED_LEADERS.index(replace(c, stage=False))
-                if replace(c, stage=False) in _STAGED_LEADERS else len(_STAGED_LEADERS))
-    staged_tma = [replace(c, stage=True) for c in _C16 if c.use_tma and c.block_m <= 2 * max(max_m, 32)
-                  and c.block_n <= 2 * max(max_n, 32)]
-    staged_tma.sort(key=lambda c: c.block_m)  # the 64-row TMA tiles ran 1.17-1.23x, the 128-row ones 0.63-0.66x
-    return (staged[:3] + staged_tma[:1] + staged[3:] + staged_tma[1:2] + out[:2])[:12]
-
-
-def default_config(sizes: Sequence[tuple[int, int, int]], dtype: torch.dtype = torch.bfloat16,
-                   num_sms: int | None = None) -> Config:
-    return search_space(sizes, dtype, num_sms)[0]
-
-
-# --------------------------------------------------------------------------------------
-# Baselines for the benchmark (zero-argument callables; setup stays out of the timed call)
-# --------------------------------------------------------------------------------------
-
-
-def torch_loop(As, Bs, outs) -> Callable[[], list[torch.Tensor]]:
-    """A Python loop of torch.matmul(a, b, out=c): what the trace symptom usually shows."""
-    def run():
-        for a, b, c in zip(As, Bs, outs):
-            torch.matmul(a, b, out=c)
-        return outs
-
-    return run
-
-
-def torch_grouped_mm(As, Bs) -> Callable[[], torch.Tensor] | None:
-    """`torch._grouped_mm` for this group, or None where it cannot run it.
-
-    Its constraints (PyTorch 2.8-2.11): bf16 only; the fast CUTLASS path needs sm_90 (since
-    2.9 other CUDA GPUs take a loop fallback, which is no comparison, so this helper returns
-    None there); one of the forms 2-D x 3-D (ragged M over `offs`, shared K and N), 3-D x 2-D,
-    2-D x 2-D (ragged K) or 3-D x 3-D (a plain batch); strides multiples of 16 bytes (TMA).
-    A group with mixed M, N and K
-    fits none of them, so this helper zero-pads every member to the group's largest K and N
-    (rounded up to 16 elements) and uses the 2-D x 3-D form over ragged M: one launch, more
-    arithmetic (the extra FLOPs are counted against it, not for it). The padding copies are
-    done here, outside the returned callable; the result is the stacked (sum M, N_pad)
-    output, `[res[offs_i:offs_i + M_i, :N_i]]` slices it."""
-    fn = getattr(torch, "_grouped_mm", None)
-    if fn is None or not As or not As[0].is_cuda or As[0].dtype != torch.bfloat16:
-        return None
-    if torch.cuda.get_device_capability(As[0].device)[0] < 9:
-        return None
-    pad = 16
-    kmax = cdiv(max(a.shape[1] for a in As), pad) * pad
-    nmax = cdiv(max(b.shape[1] for b in Bs), pad) * pad
-    dev = As[0].device
-    a_cat = torch.zeros((sum(a.shape[0] for a in As), kmax), dtype=torch.bfloat16, device=dev)
-    b_stack = torch.zeros((len(Bs), kmax, nmax), dtype=torch.bfloat16, device=dev)
-    row = 0
-    for i, (a, b) in enumerate(zip(As, Bs)):
-        a_cat[row:row + a.shape[0], : a.shape[1]] = a
-        b_stack[i, : b.shape[0], : b.shape[1]] = b
-        row += a.shape[0]
-    offs = torch.tensor([a.shape[0] for a in As], device=dev).cumsum(0).to(torch.int32)
-    return lambda: fn(a_cat, b_stack, offs=offs)
-
-
-# --------------------------------------------------------------------------------------
-# Compile check for sm_90 without a GPU
-# --------------------------------------------------------------------------------------
-
-
-def compile_for_sm90(config: Config, dtype: torch.dtype = torch.bfloat16, *, a_layout: int = ROW_MAJOR,
-                     b_layout: int = ROW_MAJOR, align: int | None = None, num_programs: int = 132,
-                     a_regs: bool = False, c_col: bool = False, align_c: int | None = None):
-    """Compile the kernel for sm_90 on any machine (Triton ships ptxas) and return the
-    CompiledKernel (`metadata.shared`, `asm["ptx"]`): used to check that every search-space
-    entry compiles and fits, and that the aligned path really issues 16-byte cp.async."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    if _interpreting():
-        raise RuntimeError("compile_for_sm90 needs TRITON_INTERPRET unset")
-    config.validate(dtype)
-    if align is None:
-        align = ALIGN_BYTES // dtype.itemsize
-    constexprs = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
-                      A_LAYOUT=a_layout, B_LAYOUT=b_layout, ALIGN=align, ALIGN_C=align if align_c is None else align_c,
-                      NUM_PROGRAMS=num_programs, USE_TMA=config.use_tma, GROUP_COLS=GROUP_COLS, TILE_COLS=TILE_COLS,
-                      A_REGS=a_regs, C_COL_MAJOR=c_col)
-    signature = {"base_ptr": "*" + _TL_NAME[dtype], "groups_ptr": "*i64", "tiles_ptr": "*i32", "num_tiles": "i32"}
-    signature.update({k: "constexpr" for k in constexprs})
-    attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2)}
-    src = ASTSource(grouped_gemm_kernel, signature, constexprs, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options=dict(num_warps=config.num_warps, num_stages=config.num_stages))
-
-
-def compile_stage_for_sm90(dtype: torch.dtype = torch.bfloat16, num_programs: int = 528, src_layout: int = ROW_MAJOR):
-    """The staged plans' copy kernel, compiled for sm_90 (see compile_for_sm90)."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    if _interpreting():
-        raise RuntimeError("compile_stage_for_sm90 needs TRITON_INTERPRET unset")
-    constexprs = dict(BLOCK_R=STAGE_BLOCK_R, BLOCK_C=STAGE_BLOCK_C, NUM_PROGRAMS=num_programs,
-                      ALIGN=ALIGN_BYTES // dtype.itemsize, SRC_LAYOUT=src_layout, STAGE_COLS=STAGE_COLS,
-                      TILE_COLS=TILE_COLS)
-    signature = {"src_ptr": "*" + _TL_NAME[dtype], "dst_ptr": "*" + _TL_NAME[dtype], "table_ptr": "*i64",
-                 "sched_ptr": "*i32", "num_tiles": "i32"}
-    signature.update({k: "constexpr" for k in constexprs})
-    attrs = {(i,): [["tt.divisibility", 16]] for i in (1, 2, 3)}  # the source may sit anywhere
-    src = ASTSource(stage_copy_kernel, signature, constexprs, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
-
-
-def compile_report(dtypes=(torch.bfloat16, torch.float16, torch.float32)) -> list[str]:
-    """Compile every candidate for sm_90 (row-major aligned, plus the transposed and
-    unaligned pointer paths for the pointer configs); return the problems found."""
-    problems = []
-    for dtype in dtypes:
-        for c in (_C32 if dtype == torch.float32 else _C16):
-            vec = ALIGN_BYTES // dtype.itemsize
-            variants = [(ROW_MAJOR, ROW_MAJOR, vec, False)]
-            if not c.use_tma:
-                variants += [(COL_MAJOR, COL_MAJOR, vec, False), (ROW_MAJOR, COL_MAJOR, 2, False),
-                             (ROW_MAJOR, ROW_MAJOR, 1, False), (STRIDED, STRIDED, 1, False)]
-                if dtype == torch.float32:  # a swapped row-major group (prepare): B^T in registers
-                    variants.append((COL_MAJOR, COL_MAJOR, vec, True))
-            for al, bl, align, swapped in variants:
-                where = f"{str(dtype)[6:]:9} {c.label():28} A={al} B={bl} align={align}{' swapped' if swapped else ''}"
-                try:
-                    k = compile_for_sm90(c, dtype, a_layout=al, b_layout=bl, align=align, a_regs=swapped,
-                                         c_col=swapped)
-                except Exception as e:  # noqa: BLE001 - report every failure, then fail
-                    problems.append(f"{where} does not compile: {type(e).__name__}: {str(e)[:200]}")
-                    print(problems[-1], flush=True)
-                    continue
-                ptx = k.asm["ptx"]
-                print(f"{where} shared={k.metadata.shared:6d} (est {c.smem_bytes(dtype):6d}) "
-                      f"wgmma={'wgmma' in ptx} cp.async16={'cp.async.cg.shared.global' in ptx} "
-                      f"tma={'cp.async.bulk.tensor' in ptx}", flush=True)
-                if k.metadata.shared > min(SMEM_LIMIT_BYTES, c.smem_bytes(dtype)):
-                    problems.append(f"{where}: shared {k.metadata.shared} over estimate/limit")
-                if align == vec and not c.use_tma and "cp.async.cg.shared.global" not in ptx:
-                    problems.append(f"{where}: aligned path without 16-byte cp.async")
-                if c.use_tma and "cp.async.bulk.tensor" not in ptx:
-                    problems.append(f"{where}: use_tma without TMA loads")
-        if dtype != torch.float32:
-            # a staged plan's copy kernel, and the GEMM on staged operands with odd-N stores
-            try:
-                k = compile_stage_for_sm90(dtype)
-                ptx = k.asm["ptx"]
-                vec = "st.global.v4.b32" in ptx or "st.global.v4.u32" in ptx
-                print(f"{str(dtype)[6:]:9} stage_copy shared={k.metadata.shared} 16-byte stores={vec}", flush=True)
-                if not vec:
-                    problems.append(f"{dtype}: stage_copy without 16-byte stores")
-                k = compile_for_sm90(Config(stage=True), dtype, align=ALIGN_BYTES // dtype.itemsize, align_c=1)
-                if "cp.async.cg.shared.global" not in k.asm["ptx"]:
-                    problems.append(f"{dtype}: staged GEMM without 16-byte cp.async")
-            except Exception as e:  # noqa: BLE001
-                problems.append(f"{dtype}: staged kernels do not compile: {type(e).__name__}: {str(e)[:200]}")
-    return problems
-
-
-# --------------------------------------------------------------------------------------
 # Self-check
 # --------------------------------------------------------------------------------------
 
@@ -1026,12 +685,6 @@ def check_outputs(As, Bs, outs) -> float:
 
 def _main() -> None:
     import random
-    import sys
-
-    if "--compile-sm90" in sys.argv:
-        problems = compile_report()
-        print("\n".join(["", f"{len(problems)} problem(s)"] + problems))
-        sys.exit(1 if problems else 0)
 
     fix_interpreter_bf16_dot()
     gpu = torch.cuda.is_available() and not _interpreting()
@@ -1056,4 +709,12 @@ def _main() -> None:
 
 
 if __name__ == "__main__":
+    import sys
+
+    if "--compile-sm90" in sys.argv:  # every search-space entry compiled for sm_90, no GPU needed
+        from .grouped_tools import compile_report
+
+        problems = compile_report()
+        print("\n".join(["", f"{len(problems)} problem(s)"] + problems))
+        sys.exit(1 if problems else 0)
     _main()

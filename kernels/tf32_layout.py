@@ -62,9 +62,9 @@ import triton
 import triton.language as tl
 
 from .common import aligned_empty, cdiv, needs_int64_offsets
-from .launch import launch
+from .runtime import launch
 
-# Rates of the rule (H200, experiments/results/probe_tf32_layout/): the relayout
+# Rates of the rule (sm_90, experiments/results/probe_tf32_layout/): the relayout
 # kernel's copy rate (bytes read + written per second: 3.76-4.08 TB/s on 46-268 MB, where
 # torch's transposing copy_ moved 1.05-1.16) and our schedules' sustained tf32 rate on a
 # K-major B (300-350 TFLOP/s on the tail and balanced shapes).

@@ -86,126 +86,45 @@ sm_90 without a GPU and prints shared memory, warps and whether WS engaged.
 
 from __future__ import annotations
 
-import functools
 import os
-from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
 from .common import (
+    ensure_allocator,
     aligned_empty,
     cdiv,
-    check_matmul_inputs,
     gemm_launch_metadata,
     self_check,
 )
 from .common import num_sms as _num_sms
-from .dp_gemm import inputs_and_output
-from .launch import Recorder, call_key, replay
+from .dp_gemm import tile_coords
+from .gemm_call import begin, inputs_and_output
 from .persistent_gemm import aligned_copy
-from .tf32_layout import tf32_operands
+from .runtime import Recorder
+from .ws_configs import (  # the knobs and the host's choice of them, re-exported: the schedule's API
+    Config,
+    SMEM_LIMIT_BYTES,
+    SMEM_SLACK_BYTES,
+    TMA_ALIGN_BYTES,
+    _C16,
+    _C32,
+    _first_candidate,
+    default_config,
+    search_space,
+)
 
 try:  # host-side TMA descriptors (Triton >= 3.3)
     from triton.tools.tensor_descriptor import TensorDescriptor
 except ImportError:  # pragma: no cover - older Triton
     TensorDescriptor = None
 
-# H100/H200 (sm_90) allow at most 227 KiB of dynamic shared memory per block.
-SMEM_LIMIT_BYTES = 227 * 1024
-# What we budget per config: operand ring + epilogue staging + ~1 KiB of mbarriers and
-# alignment slack, so that the estimate stays conservative against the compiler's number.
-SMEM_SLACK_BYTES = 1024
-TMA_ALIGN_BYTES = 16
-
 
 # --------------------------------------------------------------------------------------
 # Knobs
 # --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Config:
-    """Every knob of the schedule. The defaults are the 8192^3 bf16 flagship (see
-    `search_space` for why)."""
-
-    block_m: int = 128  # output tile rows; WS splits them over two consumer warp groups
-    block_n: int = 256  # output tile columns; <= 256 (TMA box and wgmma N limit)
-    block_k: int = 64  # k-step; block_k * element size >= 32 bytes (one wgmma k-chunk)
-    group_m: int = 8  # tile rows walked together (grouped order, L2 reuse)
-    num_warps: int = 4  # warps before WS adds its groups; Hopper WS needs exactly 4
-    num_stages: int = 4  # depth of the shared-memory ring for the A/B tiles
-    warp_specialize: bool = True  # producer/consumer warp groups on the tile loop
-    flatten: bool = False  # fuse tile and k loops (prefetch next tile during the epilogue)
-    epilogue_subtile: int = 1  # TMA store of C in 1, 2 or 4 column slices (less staging smem)
-    host_descriptors: bool = False  # TensorDescriptor on the host vs tl.make_tensor_descriptor (WS needs False)
-    tma_store: bool = False  # C through TMA (smem staging) vs masked pointer stores
-
-    def validate(self, dtype: torch.dtype | None = None) -> None:
-        """Raise ValueError for combinations that do not compile with Triton 3.6 on sm_90, or
-        that would silently run something other than what they say. Every rule below was
-        found by compiling for sm_90 (`compile_for_sm90`), not guessed."""
-        for name in ("block_m", "block_n", "block_k"):
-            v = getattr(self, name)
-            if v < 16 or v & (v - 1) or v > 256:
-                raise ValueError(f"{name}={v} must be a power of two in 16..256 (TMA box limit)")
-        if self.epilogue_subtile not in (1, 2, 4) or self.block_n // self.epilogue_subtile < 8:
-            raise ValueError(f"epilogue_subtile={self.epilogue_subtile} must be 1, 2 or 4 and leave >= 8 columns")
-        if self.epilogue_subtile != 1 and not self.tma_store:
-            raise ValueError("epilogue_subtile only applies to the TMA store (tma_store=True)")
-        if self.group_m < 1:
-            raise ValueError("group_m must be >= 1")
-        if self.num_warps not in (4, 8):
-            raise ValueError("num_warps must be 4 or 8 (one or two wgmma warp groups)")
-        if self.num_stages < 1:
-            raise ValueError("num_stages must be >= 1")
-        if self.warp_specialize:
-            if self.num_warps != 4:
-                raise ValueError("Hopper WS (Triton 3.6) only engages with num_warps=4; with 8 the "
-                                 "compiler silently drops the request")
-            if self.num_stages < 2:
-                raise ValueError("warp_specialize needs num_stages >= 2 (the ring the producer fills)")
-            if self.flatten:
-                raise ValueError("flatten=True adds runtime branches that make the Hopper pass drop WS")
-            if self.block_m < 128:
-                raise ValueError("WS splits block_m over two consumer warp groups: needs block_m >= 128")
-            if self.host_descriptors:
-                raise ValueError("WS with host-side TensorDescriptors hung on the H200 (Triton 3.6: every "
-                                 "such config timed out in compile-and-run, while the same configs with "
-                                 "device-side descriptors ran; docs/schedules/ws.md); use host_descriptors=False")
-            if self.tma_store and (self.host_descriptors or self.epilogue_subtile != 1):
-                raise ValueError("with WS the TMA store only compiles with device-side descriptors and "
-                                 "epilogue_subtile=1 (the pass halves the store but not a host descriptor)")
-        if dtype is not None:
-            elt = dtype.itemsize
-            if self.block_k * elt < 32:
-                raise ValueError(f"block_k={self.block_k} too small for {dtype} (needs >= 32 bytes)")
-            if self.warp_specialize and dtype == torch.float32:
-                raise ValueError("WS with tf32 operands does not compile for row-major B in Triton 3.6")
-            need = self.smem_bytes(dtype)
-            if need > SMEM_LIMIT_BYTES:
-                raise ValueError(f"config needs ~{need} B of shared memory, over {SMEM_LIMIT_BYTES}")
-
-    def smem_bytes(self, dtype: torch.dtype) -> int:
-        """Shared-memory estimate: operand ring + C staging + barriers. Checked against the
-        compiler's own number for every search-space entry (it is never below it there)."""
-        elt = dtype.itemsize
-        ring = self.num_stages * (self.block_m + self.block_n) * self.block_k * elt
-        if self.tma_store:  # the TMA store reads C from a shared-memory copy of the slice
-            staging = self.block_m * (self.block_n // self.epilogue_subtile) * elt
-        else:  # pointer stores still convert the wgmma layout through shared scratch
-            staging = self.block_m * self.block_n * elt // 2
-        return ring + staging + SMEM_SLACK_BYTES
-
-    def describe(self) -> str:  # the name kernels/sm90_compile_check.py prints
-        return self.label()
-
-    def label(self) -> str:
-        return (f"{self.block_m}x{self.block_n}x{self.block_k}_g{self.group_m}_w{self.num_warps}"
-                f"_s{self.num_stages}{'_ws' if self.warp_specialize else ''}{'_flat' if self.flatten else ''}"
-                f"_{'tma' + str(self.epilogue_subtile) if self.tma_store else 'ptrstore'}"
-                f"_{'host' if self.host_descriptors else 'dev'}")
 
 
 # --------------------------------------------------------------------------------------
@@ -217,17 +136,6 @@ def _launch_metadata(grid, kernel, args):
     """common.gemm_launch_metadata, with the WS flag in the name so traces tell both apart."""
     meta = gemm_launch_metadata("ws_gemm" if args.get("WARP_SPECIALIZE") else "ws_gemm_nows")(grid, kernel, args)
     return meta
-
-
-@triton.jit
-def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    """Grouped ("super-tile") order: GROUP_M tile rows advance across N together."""
-    tiles_per_group = GROUP_M * num_pid_n
-    group = tile_id // tiles_per_group
-    first_m = group * GROUP_M
-    rows = tl.minimum(num_pid_m - first_m, GROUP_M)
-    local = tile_id % tiles_per_group
-    return first_m + local % rows, local // rows
 
 
 @triton.jit
@@ -321,7 +229,7 @@ def ws_gemm_kernel(
     # the two together.
     tile_id_c = pid - NUM_SMS
     for tile_id in tl.range(pid, num_tiles, NUM_SMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
-        pid_m, pid_n = _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
 
@@ -340,7 +248,7 @@ def ws_gemm_kernel(
             acc = tl.dot(a, b, acc)
 
         tile_id_c += NUM_SMS
-        pid_m_c, pid_n_c = _tile_coords(tile_id_c, num_pid_m, num_pid_n, GROUP_M)
+        pid_m_c, pid_n_c = tile_coords(tile_id_c, num_pid_m, num_pid_n, GROUP_M)
         if C_TMA:
             # TMA stores clip at the tensor edge: no masks either.
             _store_tile(c_desc, acc, pid_m_c * BLOCK_M, pid_n_c * BLOCK_N, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
@@ -415,103 +323,6 @@ def _as_tma_operand(x: torch.Tensor, name: str, allow_copy: bool) -> tuple[torch
     return aligned_copy(x), False  # persistent_gemm's staging copy: a copy kernel where it pays
 
 
-def _ensure_allocator() -> None:
-    """Device-side descriptors need a global scratch allocator (Triton writes each CTA's
-    descriptors there). Install a torch-backed one unless the current context already has
-    one: we never replace somebody else's. Checked per call because Triton keeps the
-    allocator in a ContextVar (per thread / task)."""
-    try:
-        from triton.runtime import _allocation
-
-        if not isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
-            return
-    except (ImportError, AttributeError):  # pragma: no cover - Triton internals moved
-        pass
-
-    def alloc(size: int, alignment: int, stream):
-        return torch.empty(size, device="cuda", dtype=torch.int8)
-
-    triton.set_allocator(alloc)
-
-
-def default_config(M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16,
-                   num_sms: int | None = None) -> Config:
-    """One good config without autotuning: the first entry of `search_space`."""
-    return _first_candidate(M, N, K, dtype, num_sms or _num_sms())
-
-
-@functools.lru_cache(maxsize=512)  # pure in its arguments; saves host time per call
-def _first_candidate(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> Config:
-    return search_space(M, N, K, dtype, num_sms)[0]
-
-
-# Candidates, best guess first. Every entry compiles for sm_90 with Triton 3.6 in all four
-# operand layouts (checked by `python -m kernels.ws_gemm --compile-sm90`, which also prints
-# the compiler's shared-memory footprint and whether WS engaged: 12 warps).
-_C16 = [
-    # 1. Flagship: 128x256 tile, WS (producer + two 64x256 wgmma consumers), 4-deep ring
-    #    (192 KiB) and a pointer-store epilogue, which needs no C staging tile: 229,608 B of
-    #    shared memory, the only way a 4-deep 128x256 WS ring fits under 227 KiB. Device-side
-    #    descriptors: every WS config with host descriptors hung on the H200.
-    Config(128, 256, 64, 8, 4, 4, warp_specialize=True),
-    # 2. WS with a TMA-store epilogue: only compiles with device descriptors and C in one
-    #    piece, so the ring drops to 3 stages (213,464 B).
-    Config(128, 256, 64, 8, 4, 3, warp_specialize=True, host_descriptors=False, tma_store=True),
-    # 3. 256x128 WS: each consumer owns a 128x128 half (same smem as 1, other wgmma shape).
-    Config(256, 128, 64, 8, 4, 4, warp_specialize=True),
-    # 4. 128x256x128 WS, 2 stages: the same ring bytes as 1 in half as many k-steps (half
-    #    the producer/consumer barrier round trips), at the price of double buffering.
-    Config(128, 256, 128, 8, 4, 2, warp_specialize=True),
-    # 5. Flagship with a taller tile group (more A reuse per wave of 132 tiles).
-    Config(128, 256, 64, 16, 4, 4, warp_specialize=True),
-    # 6. Non-WS twin: two cooperating wgmma warp groups, software pipelined, TMA store in
-    #    halves (229,408 B). DESIGN.md measured this family at 548 TFLOP/s on 8192^3.
-    Config(128, 256, 64, 8, 8, 4, warp_specialize=False, host_descriptors=True, epilogue_subtile=2, tma_store=True),
-    # 7. Non-WS with flatten: the pipeliner fetches the next tile's first k-steps while the
-    #    epilogue of this one runs (quarters: 213,024 B).
-    Config(128, 256, 64, 8, 8, 4, warp_specialize=False, host_descriptors=True, flatten=True, epilogue_subtile=4, tma_store=True),
-    # (A 128x128 WS config with 5 stages was dropped: on the H200, it left output
-    # elements unwritten (NaN under the poisoned-output check) on all seven shapes tried. So
-    # did 128x64 WS with 6 or 8 stages and 128x128 WS with 6; with 4 stages they
-    # were right but slower than the non-WS twins: experiments/results/probe_configs/README.md.)
-    # 8. 128x128 non-WS, flatten, two warp groups.
-    Config(128, 128, 64, 8, 8, 4, warp_specialize=False, host_descriptors=True, flatten=True, tma_store=True),
-    # 9./10. Small problems: tiles that still give most SMs work.
-    Config(64, 128, 64, 8, 4, 4, warp_specialize=False, host_descriptors=True, tma_store=True),
-    Config(64, 64, 64, 8, 4, 4, warp_specialize=False, host_descriptors=True, tma_store=True),
-]
-# tf32: WS does not compile for row-major B, so these are the pipelined TMA variants.
-_C32 = [
-    Config(128, 128, 32, 8, 8, 4, warp_specialize=False, host_descriptors=True, tma_store=True),
-    Config(128, 128, 32, 8, 8, 4, warp_specialize=False, host_descriptors=True, flatten=True, tma_store=True),
-    Config(128, 256, 32, 8, 8, 3, warp_specialize=False, host_descriptors=True, epilogue_subtile=2, tma_store=True),
-    Config(128, 64, 32, 8, 4, 4, warp_specialize=False, host_descriptors=True, tma_store=True),
-    Config(64, 128, 32, 8, 4, 4, warp_specialize=False, host_descriptors=True, tma_store=True),
-    Config(64, 64, 32, 8, 4, 3, warp_specialize=False, host_descriptors=True, tma_store=True),
-]
-
-
-def search_space(M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16,
-                 num_sms: int | None = None) -> list[Config]:
-    """At most 12 configs for this shape, best guess first (see the comments on `_C16`).
-    Pruning: a tile more than twice the problem in a dimension is mostly padding, and a
-    tile larger than 128x128 must still give at least half the SMs (`num_sms`, default:
-    this device's) a tile."""
-    cands = _C32 if dtype == torch.float32 else _C16
-    sms = num_sms or _num_sms()
-
-    def useful(c: Config) -> bool:
-        if c.block_m > 2 * max(M, 64) or c.block_n > 2 * max(N, 64):
-            return False
-        tiles = cdiv(M, c.block_m) * cdiv(N, c.block_n)
-        return c.block_m * c.block_n <= 128 * 128 or tiles >= sms // 2
-
-    picked = [c for c in cands if useful(c)] or cands[-1:]
-    for c in picked:
-        c.validate(dtype)
-    return picked[:12]
-
-
 def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
            out: torch.Tensor | None = None, allow_copy: bool = True) -> torch.Tensor:
     """C = a @ b with the warp-specialized persistent TMA schedule.
@@ -521,22 +332,17 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
     `allow_copy=False` makes TMA-incompatible operands an error instead of a staged copy,
     and skips the K-major copy of fp32 operands strided in K (kernels/tf32_layout.py).
     """
-    M, N, K = check_matmul_inputs(a, b)
-    if allow_copy:  # fp32 with a strided K: a K-major copy where it pays
-        a, b = tf32_operands(a, b)
+    # input checks; fp32 with a strided K: a K-major copy where it pays (unless allow_copy is
+    # off); the tensor C goes to unless it must be staged (`out`, or a new one); a call like
+    # one before (same shapes, strides, alignment, config), which staged nothing: its launch again
+    call = begin("ws", matmul, a, b, config, out, registers=False, tf32=allow_copy, key_extra=(allow_copy,))
+    target = call.c
+    if call.done:
+        return target
+    M, N, K, a, b, key = call.M, call.N, call.K, call.a, call.b, call.key
     require_tma_device(a.device)
     if TensorDescriptor is None:  # pragma: no cover
         raise RuntimeError("ws_gemm needs triton.tools.tensor_descriptor (Triton >= 3.3)")
-    if out is not None and (out.shape != (M, N) or out.dtype != a.dtype or out.device != a.device):
-        raise ValueError(f"out must be ({M}, {N}) {a.dtype} on {a.device}, got "
-                         f"{tuple(out.shape)} {out.dtype} on {out.device}")
-    # the tensor C goes to unless it must be staged: `out`, or a new one
-    target = out if out is not None else torch.empty((M, N), dtype=a.dtype, device=a.device)
-    # a call like one before (same shapes, strides, alignment, config), which staged nothing:
-    # its launch again
-    key = call_key("ws", (a, b, target), config, allow_copy)
-    if replay(key, a, b, target):
-        return target
     config = config or default_config(M, N, K, a.dtype)
     config.validate(a.dtype)
 
@@ -571,7 +377,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: Config | None = None, *,
         c_arg = TensorDescriptor(c, [M, N], [_row_stride(c), 1], [BM, sub_n]) if config.tma_store else c
     else:
         if not _interpreting():
-            _ensure_allocator()
+            ensure_allocator()
         a_arg, b_arg, c_arg = a_st, b_st, c
 
     grid_size = min(_num_sms(a.device), cdiv(M, BM) * cdiv(N, BN))

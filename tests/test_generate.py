@@ -51,7 +51,7 @@ def test_parse_shape():
 
 def test_bundle_renames_colliding_names():
     order = dependency_order("dp")
-    assert order == ["common", "launch", "tf32_layout", "dp_gemm"]
+    assert order == ["common", "dp_configs", "runtime", "tf32_layout", "gemm_call", "dp_gemm"]
     src, renamed = bundle("dp")
     ast.parse(src)
     assert "from ." not in src and "__future__" not in src
@@ -262,6 +262,64 @@ def test_generated_variant_refuses_an_empty_or_negative_check_shape(tmp_path):
         assert r.returncode == 2, (shape, r.stderr[-2000:])
         assert "--shape must look like" in r.stderr and "at least 1" in r.stderr, r.stderr
         assert "Traceback" not in r.stderr, r.stderr
+
+
+_SCHEDULE_KERNELS = {"dp": "dp_gemm_kernel", "split_k": "split_k_gemm_kernel", "persistent": "persistent_gemm_kernel",
+                     "stream_k": "stream_k_gemm_kernel", "warp_specialization": "ws_gemm_kernel"}
+
+
+@pytest.mark.parametrize("strategy", sorted(_SCHEDULE_KERNELS))
+def test_a_variant_carries_its_schedule_not_the_library(tmp_path, strategy):
+    # the chosen schedule's kernel, config and launcher (and the dp baseline the bench times),
+    # not the other schedules, the search spaces or runtime.py's Triton internals
+    text = generate(strategy, 1664, 1408, 8192, path=tmp_path / "v.py").source
+    kernels = {name for name, k in _SCHEDULE_KERNELS.items() if f"def {k}(" in text}
+    assert kernels == {strategy, "dp"}
+    assert "inlined from kernels/runtime_plain.py" in text and "inlined from kernels/runtime.py" not in text
+    for library_only in ("class _Step", "def _build_step", "TMA_POINTS", "def plausible_policies", "def self_check",
+                         "def random_inputs", "class ZeroedScratch" if strategy in ("dp", "persistent") else "\x00"):
+        assert library_only not in text, library_only
+    if strategy != "warp_specialization":  # WS's default config is its search space's first entry
+        assert "def search_space" not in text
+
+
+def test_the_runtime_stand_in_launches_plainly_without_advisor(monkeypatch):
+    # a variant run where advisor is not installed: runtime_plain's fallback
+    import sys
+    import types
+
+    from advisor.resources import kernels_dir
+
+    monkeypatch.setitem(sys.modules, "advisor.codegen.kernel_lib", None)  # importing it raises ImportError
+    plain = types.ModuleType("plain")
+    exec(compile((kernels_dir() / "runtime_plain.py").read_text(), "runtime_plain.py", "exec"), plain.__dict__)
+    calls = []
+
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda *a, **k: calls.append((grid, a, k)) or "compiled"
+
+    assert plain.call_key("dp", ()) is None and plain.replay(None) is False
+    rec = plain.Recorder(None, lambda a, b: (a, b, "scratch"), "a", "b")
+    assert rec.live == ("a", "b", "scratch")
+    assert rec.launch(Kernel(), (3,), 1, X=2) == "compiled" and plain.launch(Kernel(), (4,), 5) == "compiled"
+    assert calls == [((3,), (1,), {"X": 2}), ((4,), (5,), {})]
+    rec.commit()
+
+
+@pytest.mark.interpreter
+def test_a_stream_k_variant_checks_without_advisor_installed(tmp_path):
+    # the variant on its own: an `advisor` package that cannot be imported first on the path
+    shadow = tmp_path / "shadow" / "advisor"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text('raise ImportError("advisor is not installed here")\n')
+    path = tmp_path / "v.py"
+    generate("stream_k", 1664, 1408, 8192, path=path)
+    env = dict(os.environ, TRITON_INTERPRET="1", ADVISOR_NUM_SMS="4", PYTHONPATH=str(shadow.parent))
+    r = subprocess.run([sys.executable, str(path), "--check", "--shape", "70x48x96", "--json"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["check"]["ok"]
 
 
 # ------------------------------------------------------------------------- grouped
@@ -502,3 +560,21 @@ def test_comm_overlap_variant_stops_on_a_world_size_that_does_not_split_the_shap
         q = subprocess.run([sys.executable, str(path), "--check"], check=False, cwd=tmp_path, env=solo,
                            capture_output=True, text=True, timeout=120)
         assert q.returncode != 0 and q.stderr.count(msg) == 1, (rank, q.stderr[-3000:])
+
+
+def test_a_variant_s_replay_keys_are_its_own(monkeypatch):
+    # with advisor importable, runtime_plain uses runtime.py's replays, keyed apart from the
+    # library's (a variant and the library in one process must not replay each other's launches)
+    import types
+
+    from advisor.codegen.kernel_lib import load
+    from advisor.resources import kernels_dir
+
+    runtime = load("runtime")
+    seen = []
+    monkeypatch.setattr(runtime, "call_key", lambda tag, tensors, *extra: seen.append(tag) or ("key", tag))
+    plain = types.ModuleType("plain")
+    exec(compile((kernels_dir() / "runtime_plain.py").read_text(), "runtime_plain.py", "exec"), plain.__dict__)
+    assert plain.launch is runtime.launch and plain.Recorder is runtime.Recorder
+    key = plain.call_key("stream_k", (), "cfg")
+    assert seen[0][0] == "stream_k" and seen[0] != "stream_k" and key == ("key", seen[0])

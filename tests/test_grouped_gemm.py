@@ -23,6 +23,7 @@ import torch
 from advisor.codegen.kernel_lib import load
 
 gg = load("grouped_gemm")
+ggt = load("grouped_tools")  # the bench baselines and the sm_90 compile check
 common = load("common")
 Config = gg.Config
 
@@ -336,9 +337,9 @@ def test_bad_groups_are_rejected():
         gg.prepare([], [])
     with pytest.raises(ValueError, match="group 1: inner dimensions"):
         gg.prepare(As, [Bs[0], Bs[1][:4]])
-    with pytest.raises(ValueError, match="group 1: A and B must be 2-D"):
+    with pytest.raises(ValueError, match="group 1: a and b must be 2-D"):
         gg.prepare(As, [Bs[0], Bs[1][None]])
-    with pytest.raises(TypeError, match="group 1: dtypes"):
+    with pytest.raises(TypeError, match="group 1: a and b must share a dtype"):
         gg.prepare(As, [Bs[0], Bs[1].to(torch.bfloat16)])
     with pytest.raises(TypeError, match="not supported"):
         gg.prepare([a.to(torch.int32) for a in As], [b.to(torch.int32) for b in Bs])
@@ -346,7 +347,7 @@ def test_bad_groups_are_rejected():
         gg.prepare([None], [Bs[0]])
     with pytest.raises(ValueError, match="group 1: empty problem"):
         gg.prepare(As, [Bs[0], torch.empty((8, 0), dtype=torch.float16, device=DEVICE)])
-    with pytest.raises(ValueError, match=r"out\[1\] must be"):
+    with pytest.raises(ValueError, match=r"out\[1\] has shape"):
         gg.prepare(As, Bs, out=[torch.empty((8, 8), dtype=torch.float16, device=DEVICE),
                                 torch.empty((8, 9), dtype=torch.float16, device=DEVICE)])
     with pytest.raises(ValueError, match=r"out\[0\] needs unit column stride"):
@@ -411,17 +412,18 @@ def test_baseline_helpers():
     sizes = odd_sizes(3, seed=15)
     As, Bs = gg.random_group(sizes, torch.float32, DEVICE, seed=15)
     outs = poisoned_outs(sizes, torch.float32)
-    gg.check_outputs(As, Bs, gg.torch_loop(As, Bs, outs)())
+    gg.check_outputs(As, Bs, ggt.torch_loop(As, Bs, outs)())
     if not torch.cuda.is_available():
-        assert gg.torch_grouped_mm(As, Bs) is None  # CPU tensors: not available
+        assert ggt.torch_grouped_mm(As, Bs) is None  # CPU tensors: not available
 
 
 _SM90_PROBE = r"""
 import torch
 from advisor.codegen.kernel_lib import load
 gg = load("grouped_gemm")
+ggt = load("grouped_tools")
 for cfg, align in ((gg.Config(), 8), (gg.Config(), 1), (gg.Config(128, 128, 64, 4, 3, use_tma=True), 8)):
-    k = gg.compile_for_sm90(cfg, torch.bfloat16, align=align)
+    k = ggt.compile_for_sm90(cfg, torch.bfloat16, align=align)
     ptx = k.asm["ptx"]
     print(cfg.use_tma, align, k.metadata.shared, "cp.async.cg.shared.global" in ptx, "cp.async.bulk.tensor" in ptx)
 """

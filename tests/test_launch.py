@@ -1,4 +1,4 @@
-"""kernels/launch.py: the fast launch path, on the CPU with a stand-in for Triton's compiled
+"""kernels/runtime.py: the fast launch path, on the CPU with a stand-in for Triton's compiled
 kernel (the real one needs a GPU; experiments/profile_host.py times it there)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import launch as launch_mod
-from kernels.launch import LAUNCHES, launch
+from kernels import runtime as launch_mod
+from kernels.runtime import LAUNCHES, launch
 
 
 def _body(x_ptr, n, flag, BLOCK: tl.constexpr, EXTRA: tl.constexpr = 7):
@@ -162,3 +162,32 @@ def test_an_unhashable_keyword_goes_through_triton_instead_of_failing(kernel):
     for _ in range(2):
         launch(kernel, (1,), x, 1, False, BLOCK=[4, 4])
     assert [e[0] for e in kernel.log] == ["slow", "slow"] and id(kernel) in LAUNCHES.refused
+
+
+@pytest.mark.parametrize("version, known", [
+    ("3.6.0", True), ("3.5.1", True), ("3.6.0+git1a2b3c", True),
+    ("3.4.0", False), ("3.7.0", False), ("4.0.0", False), ("nightly", False), ("", False),
+])
+def test_the_version_gate_knows_only_the_tritons_the_runtime_was_written_for(version, known):
+    reason = launch_mod.version_gate(version)
+    assert (reason is None) == known
+    if not known:
+        assert version in reason and "normal way" in reason and "\n" not in reason
+
+
+def test_outside_the_gate_every_launch_takes_the_normal_path_and_says_so_once(kernel, monkeypatch):
+    monkeypatch.setattr(launch_mod, "GATE", launch_mod.version_gate("3.9.0"))
+    monkeypatch.setattr(LAUNCHES, "warned", False)
+    x = torch.zeros(64)
+    with pytest.warns(RuntimeWarning, match="Triton 3.9.0") as caught:
+        for _ in range(3):
+            assert isinstance(launch(kernel, (5,), x, 10, True, BLOCK=32), FakeCompiled)
+        # no replay key either: a schedule's matmul runs its own path
+        assert launch_mod.call_key("dp", (x,)) is None
+    assert len(caught) == 1
+    assert [e[0] for e in kernel.log] == ["slow"] * 3 and not LAUNCHES.entries
+
+
+def test_the_installed_triton_is_inside_the_gate():
+    # the GPU machine runs 3.6: the fast path must stay on there (docs/host_overhead.md)
+    assert launch_mod.GATE is None, launch_mod.GATE

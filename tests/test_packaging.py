@@ -23,7 +23,8 @@ def test_wheel_contents(tmp_path):
     for k in (REPO / "kernels").glob("*.py"):
         assert f"advisor/_data/kernels/{k.name}" in names
     assert "advisor/examples/h200_planted_mixed.sqlite.gz" in names
-    assert not any(n.startswith(("tests/", "bench/", "workloads/")) for n in names)
+    assert not any(n.startswith(("tests/", "bench/", "workloads/", "tools/")) for n in names)
+    assert not any("sm90_compile_check" in n for n in names)  # a maintainer tool (tools/), not the library
     meta = next(n for n in names if n.endswith("METADATA"))
     text = zipfile.ZipFile(wheel).read(meta).decode()
     core = [line for line in text.splitlines() if line.startswith("Requires-Dist") and "extra ==" not in line]

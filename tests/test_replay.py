@@ -1,4 +1,4 @@
-"""kernels/launch.py's replayed calls, on the CPU with stand-ins for Triton's compiled kernel and
+"""kernels/runtime.py's replayed calls, on the CPU with stand-ins for Triton's compiled kernel and
 its C launcher (the real ones need a GPU; experiments/check_replay.py runs every schedule through
 replays on one and checks the results)."""
 
@@ -13,8 +13,8 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from kernels import launch as launch_mod
-from kernels.launch import LAUNCHES, REPLAYS, Recorder, call_key, replay
+from kernels import runtime as launch_mod
+from kernels.runtime import LAUNCHES, REPLAYS, Recorder, call_key, replay
 
 
 def _body(x_ptr, y_desc, n, flag, BLOCK: tl.constexpr, EXTRA: tl.constexpr = 7):
@@ -34,7 +34,7 @@ def _wrapped(launcher):
 
 
 class FakeLauncher(SimpleNamespace):
-    """CompiledKernel.run, with Triton 3.6's signature: kernels.launch.launch's fast path calls it."""
+    """CompiledKernel.run, with Triton 3.6's signature: kernels.runtime.launch's fast path calls it."""
 
     def __call__(self, gridX, gridY, gridZ, stream, function, *args):
         self.calls.append((gridX, gridY, gridZ, stream, function, *args))
@@ -221,7 +221,7 @@ def test_a_dropped_recording_is_not_kept(env):
     x, y = torch.randn(64), torch.randn(64)
     rec = Recorder(("k",), _gather, x, y)
     rec.drop()
-    rec.launch(k, (1,), x, 5, BLOCK=8)  # through kernels.launch.launch: Triton's path the first time
+    rec.launch(k, (1,), x, 5, BLOCK=8)  # through kernels.runtime.launch: Triton's path the first time
     rec.commit()
     assert not REPLAYS.calls and not replay(("k",), x, y)
 

@@ -7,7 +7,7 @@ tile was split, and `matmul(a, b)` failed to compile on the H200 for every shape
 fill whole waves (default policy "dp": no Stream-K program, so the fixup's branch is only
 skipped at run time). 1536x1408 is 132 tiles of 128x128, one full wave on 132 SMs. (One
 K-chunk a tile, 116-131 tiles, compiled even then: Triton specializes an argument equal to 1,
-so that branch folds away.) Compile-only (kernels/sm90_compile_check.py), in a child process
+so that branch folds away.) Compile-only (tools/sm90_compile_check.py), in a child process
 because the tests import the kernels under TRITON_INTERPRET=1.
 """
 
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_stream_k_defaults_compile_for_sm90(shape, plan):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(
-        [sys.executable, "-m", "kernels.sm90_compile_check", "stream_k_gemm", "--default-only",
+        [sys.executable, "-m", "tools.sm90_compile_check", "stream_k_gemm", "--default-only",
          "--shapes", shape, "--dtypes", "bfloat16"],
         check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -51,7 +51,7 @@ def test_variants_file_compiles_its_configs(tmp_path):
     path = tmp_path / "variants.json"
     path.write_text(json.dumps(spec))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-m", "kernels.sm90_compile_check", "--variants", str(path)],
+    proc = subprocess.run([sys.executable, "-m", "tools.sm90_compile_check", "--variants", str(path)],
                           check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "hybrid1 aligned tma m/2" in proc.stdout and "2304x2304x4096 bfloat16" in proc.stdout

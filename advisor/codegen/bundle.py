@@ -102,6 +102,11 @@ class _Renamer(ast.NodeTransformer):
     visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _def
 
 
+# Modules a trimmed bundle replaces (module -> its stand-in in kernels/): a variant gets
+# runtime.py's launch interface from an installed advisor, or Triton's plain launch
+STAND_INS = {"runtime": "runtime_plain"}
+
+
 def _is_main_block(node: ast.stmt) -> bool:
     return (
         isinstance(node, ast.If)
@@ -111,20 +116,109 @@ def _is_main_block(node: ast.stmt) -> bool:
     )
 
 
+def _first_line(node: ast.stmt) -> int:
+    """A statement's first line, its decorators included."""
+    return min([d.lineno for d in getattr(node, "decorator_list", [])] + [node.lineno])
+
+
 def _strip_lines(source: str, nodes: list[ast.stmt]) -> str:
+    """`source` without the lines of `nodes`, and without the comment block right above each
+    (its comment goes with it: a dropped table's measurements, say)."""
     lines = source.splitlines(keepends=True)
     drop: set[int] = set()
     for n in nodes:
-        drop.update(range(n.lineno - 1, n.end_lineno))
-    return "".join(line for i, line in enumerate(lines) if i not in drop)
+        first = _first_line(n) - 1
+        while first > 0 and lines[first - 1].lstrip().startswith("#"):
+            first -= 1
+        drop.update(range(first, n.end_lineno))
+    text = "".join(line for i, line in enumerate(lines) if i not in drop)
+    while "\n\n\n\n" in text:
+        text = text.replace("\n\n\n\n", "\n\n\n")
+    return text
 
 
-def bundle(schedule: str, extra: tuple[str, ...] = ()) -> tuple[str, dict[str, dict[str, str]]]:
+def _statement_defines(node: ast.stmt) -> set[str]:
+    """Top-level names a statement binds (a def, an assignment, an import, or any of these
+    inside a try block)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    if isinstance(node, ast.Try):
+        inner = node.body + node.orelse + node.finalbody + [s for h in node.handlers for s in h.body]
+        return set().union(*(_statement_defines(s) for s in inner))
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def _kept_statements(order: list[str], trees: dict[str, ast.Module], roots: dict[str, set[str]]) -> dict[str, list[ast.stmt]]:
+    """Per module, the top-level statements that `roots` ({module: names}) need, following
+    every name they mention to its definition: in the same module, or through a relative
+    import to another. A statement that binds no name (a module-level call) is kept."""
+    imports: dict[str, dict[str, tuple[str, str]]] = {}
+    for mod in order:
+        imports[mod] = {a.asname or a.name: (imp.module, a.name) for imp in _relative_imports(trees[mod]) for a in imp.names}
+    kept: dict[str, list[ast.stmt]] = {m: [] for m in order}
+    seen: set[tuple[str, str]] = set()
+    work = [(m, n) for m, names in roots.items() for n in names]
+    for mod in order:  # statements that bind nothing, and what they mention
+        for node in trees[mod].body:
+            if (not _statement_defines(node) and not _is_main_block(node)
+                    and not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))):
+                kept[mod].append(node)
+                work += [(mod, n.id) for n in ast.walk(node) if isinstance(n, ast.Name)]
+    while work:
+        mod, name = work.pop()
+        if (mod, name) in seen:
+            continue
+        seen.add((mod, name))
+        if name in imports[mod]:
+            work.append(imports[mod][name])
+            continue
+        for node in trees[mod].body:
+            if isinstance(node, ast.ImportFrom) and node.level:  # resolved through `imports` above
+                continue
+            if name in _statement_defines(node) and node not in kept[mod]:
+                kept[mod].append(node)
+                work += [(mod, n.id) for n in ast.walk(node) if isinstance(n, ast.Name)]
+    return kept
+
+
+def bundle(schedule: str, extra: tuple[str, ...] = (), roots: tuple[str, ...] | None = None,
+           extra_roots: tuple[str, ...] = ()) -> tuple[str, dict[str, dict[str, str]]]:
     """One source text holding the schedule and its kernel-folder dependencies (and `extra`
-    modules), plus the renames applied per module ({module: {name: new_name}})."""
+    modules), plus the renames applied per module ({module: {name: new_name}}).
+
+    With `roots` (the names the caller's code uses from the bundle, e.g. `matmul` and
+    `Config`) and `extra_roots` (names of the `extra` modules it uses), only what those
+    need is kept: the schedule's kernel, config, launcher and what they call, not the whole
+    library (search spaces, self-checks and other schedules' kernels stay out). The schedule
+    module is copied verbatim, comments and all; its dependencies are re-emitted by
+    `ast.unparse` (docstrings kept, comments not) with the renames applied."""
     order = dependency_order(schedule, extra)
-    trees = {m: ast.parse(_module_path(m).read_text(encoding="utf-8")) for m in order}
-    defined = {m: _defined_names(t) for m, t in trees.items()}
+    # a trimmed variant carries runtime.py's interface without its internals (runtime_plain.py)
+    stand_ins = STAND_INS if roots is not None else {}
+    sources = {m: _module_path(stand_ins.get(m, m)).read_text(encoding="utf-8") for m in order}
+    trees = {m: ast.parse(sources[m]) for m in order}
+    main = order[-1]
+    if roots is None:
+        kept = {m: [n for n in trees[m].body] for m in order}
+    else:
+        # a name the caller's code uses is the flat namespace's: the last module that binds it
+        wanted: dict[str, set[str]] = {}
+        for name in roots:
+            owner = next((m for m in reversed(order) if any(
+                name in _statement_defines(n) for n in trees[m].body
+                if not (isinstance(n, ast.ImportFrom) and n.level))), main)
+            wanted.setdefault(owner, set()).add(name)
+        for name in extra:
+            mod = SCHEDULES.get(name, name)
+            if mod != main:
+                wanted.setdefault(mod, set()).update(extra_roots)
+        kept = _kept_statements(order, trees, wanted)
+    defined = {m: set().union(set(), *(_statement_defines(n) for n in kept[m]
+                                        if not isinstance(n, (ast.Import, ast.ImportFrom, ast.Try))))
+               for m in order}
     renamed: dict[str, dict[str, str]] = {}
     chunks: list[str] = []
     for i, mod in enumerate(order):
@@ -136,50 +230,68 @@ def bundle(schedule: str, extra: tuple[str, ...] = ()) -> tuple[str, dict[str, d
         aliases = []
         for imp in _relative_imports(tree):
             for alias in imp.names:
-                target = renamed[imp.module].get(alias.name, alias.name)
                 local = alias.asname or alias.name
+                if roots is not None and not _mentioned(local, kept[mod]):
+                    continue
+                target = renamed[imp.module].get(alias.name, alias.name)
                 if local != target:
                     aliases.append(f"{local} = {target}")
         future = [n for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "__future__"]
         drop = _relative_imports(tree) + future + [n for n in tree.body if _is_main_block(n)]
-        header = f"# {'=' * 78}\n# inlined from kernels/{mod}.py\n# {'=' * 78}\n"
-        if mod == order[-1]:
-            body = _strip_lines(_module_path(mod).read_text(encoding="utf-8"), drop)
+        drop += [n for n in tree.body if n not in kept[mod] and n not in drop
+                 and not (n is tree.body[0] and isinstance(n, ast.Expr) and mod == main)]
+        is_docstring = bool(tree.body) and isinstance(tree.body[0], ast.Expr) and isinstance(
+            getattr(tree.body[0], "value", None), ast.Constant)
+        if mod != main and is_docstring and tree.body[0] not in drop:
+            # Drop the dependency's module docstring: the variant's header says where it came from.
+            drop.append(tree.body[0])
+        header = f"# {'=' * 78}\n# inlined from kernels/{stand_ins.get(mod, mod)}.py\n# {'=' * 78}\n"
+        if mod == main:
+            body = _strip_lines(sources[mod], drop)
             if aliases:
-                body = "\n".join(aliases) + "\n\n" + body
+                body = "\n".join(aliases) + "\n\n" + body.lstrip("\n")
         else:
             keep = [n for n in tree.body if n not in drop]
-            # Drop the dependency's module docstring: the variant's header says where it came from.
-            if keep and isinstance(keep[0], ast.Expr) and isinstance(getattr(keep[0], "value", None), ast.Constant):
-                keep = keep[1:]
             new = _Renamer(mapping).visit(ast.Module(body=keep, type_ignores=[]))
             body = "\n".join(aliases) + ("\n" if aliases else "") + ast.unparse(ast.fix_missing_locations(new)) + "\n"
+        if not body.strip():
+            continue
         chunks.append(header + body.strip("\n") + "\n")
     return "\n\n".join(chunks), renamed
 
 
-def config_fields(schedule: str) -> list[ConfigField]:
-    """The knobs of a schedule's `Config` dataclass, read from its source (no torch needed)."""
-    path = _module_path(SCHEDULES.get(schedule, schedule))
+def _mentioned(name: str, nodes: list[ast.stmt]) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == name for node in nodes for n in ast.walk(node))
+
+
+def _config_class(name: str, seen: tuple[str, ...] = ()) -> tuple[ast.ClassDef, list[str], Path]:
+    """The `Config` dataclass node of kernels/<name>.py, or of the module it imports Config
+    from (a schedule keeps its configs beside it: stream_k_gemm -> stream_k_configs)."""
+    path = _module_path(name)
     source = path.read_text(encoding="utf-8")
     tree = ast.parse(source)
-    lines = source.splitlines()
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == "Config":
-            fields = []
-            for stmt in node.body:
-                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-                    ann = ast.unparse(stmt.annotation)
-                    default = ast.literal_eval(stmt.value) if stmt.value is not None else None
-                    line = lines[stmt.lineno - 1]
-                    comment = line.split("#", 1)[1].strip() if "#" in line else ""
-                    fields.append(ConfigField(stmt.target.id, ann, default, comment))
-            return fields
-    # a schedule may keep its Config in a module beside it (gluon_gemm -> gluon_gemm_configs)
+            return node, source.splitlines(), path
     for imp in _relative_imports(tree):
-        if imp.module and any(a.name == "Config" and a.asname is None for a in imp.names):
-            return config_fields(imp.module)
+        if imp.module and imp.module not in seen and any(a.name == "Config" and a.asname in (None, "Config")
+                                                          for a in imp.names):
+            return _config_class(imp.module, seen + (name,))
     raise AdvisorError(f"{path.name}: no Config dataclass")
+
+
+def config_fields(schedule: str) -> list[ConfigField]:
+    """The knobs of a schedule's `Config` dataclass, read from its source (no torch needed)."""
+    node, lines, _ = _config_class(SCHEDULES.get(schedule, schedule))
+    fields = []
+    for stmt in node.body:
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            ann = ast.unparse(stmt.annotation)
+            default = ast.literal_eval(stmt.value) if stmt.value is not None else None
+            line = lines[stmt.lineno - 1]
+            comment = line.split("#", 1)[1].strip() if "#" in line else ""
+            fields.append(ConfigField(stmt.target.id, ann, default, comment))
+    return fields
 
 
 def coerce_knobs(schedule: str, knobs: dict[str, object]) -> dict[str, object]:

@@ -32,6 +32,9 @@ from .schedule_model import Device, rank, stream_k_policies, suggest_split_k
 MAX_GROUP = 65536  # GEMMs in one generated group (every size is written into the file)
 _GROUP_MULTIPLE = 8  # advisor.basics.group_sizes' default: rows stay 16-byte aligned in 16-bit types
 _IDENT = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+# The kernel-library names templates/variant.py.j2's own code calls: a GEMM variant carries
+# these and what they call (codegen.bundle), not the whole library
+VARIANT_ROOTS = ("Config", "matmul", "TOLERANCE", "fix_interpreter_bf16_dot", "torch", "tma_layout", "on_pointer_loads")
 
 
 @dataclass
@@ -228,7 +231,8 @@ def generate(
     final = coerce_knobs(strategy, final)
     _check_config(strategy, final, dtype)
     extra = ("dp",) if strategy != "dp" else ()
-    source, renamed = bundle(strategy, extra=extra)
+    # only what the template's code below the kernels calls, and what that calls in turn
+    source, renamed = bundle(strategy, extra=extra, roots=VARIANT_ROOTS, extra_roots=("matmul",))
     if strategy == "dp":
         baseline = "lambda a, b: matmul(a, b)  # the data-parallel schedule's default config"
     else:

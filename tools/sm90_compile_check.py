@@ -1,7 +1,7 @@
 """Compile every config of a schedule's search space (and its default) for sm_90, without a GPU.
 
 Why
-    Device time is scarce; a config that fails to compile or to launch on the H200 ("out of
+    Device time is scarce; a config that fails to compile or to launch on sm_90 ("out of
     resources: shared memory", a ptxas error) wastes a GPU batch. Triton's wheel carries
     ptxas, so the whole pipeline (Triton IR -> PTX -> cubin for sm_90a) runs on the CPU. This
     tool drives each schedule's real host `matmul` with CPU tensors while a stand-in driver
@@ -10,11 +10,11 @@ Why
     `cuobjdump --dump-resource-usage`.
 
 Usage (repository root, TRITON_INTERPRET unset)
-    python -m kernels.sm90_compile_check dp_gemm split_k_gemm --shapes 8192x8192x8192
-    python -m kernels.sm90_compile_check --all
-    python -m kernels.sm90_compile_check --all --default-only --shapes 1280x1280x4096
-    python -m kernels.sm90_compile_check --variants experiments/probes/tail_split_m.json
-    python -m kernels.sm90_compile_check --split-kv      (decode attention: the bench's shapes)
+    python -m tools.sm90_compile_check dp_gemm split_k_gemm --shapes 8192x8192x8192
+    python -m tools.sm90_compile_check --all
+    python -m tools.sm90_compile_check --all --default-only --shapes 1280x1280x4096
+    python -m tools.sm90_compile_check --variants experiments/probes/tail_split_m.json
+    python -m tools.sm90_compile_check --split-kv      (decode attention: the bench's shapes)
 
 Caveats
     Compile-only: it proves the configs build and fit in 227 KB of shared memory (a failure
@@ -135,10 +135,9 @@ def main(argv=None) -> int:
 
 
 def _load(name: str):
-    """A schedule module (main has put the repository root on sys.path)."""
-    from advisor.codegen.kernel_lib import load
-
-    return load(name)
+    """A schedule module of kernels/ by file name (main has put the repository root on
+    sys.path); no advisor import, so the tool runs wherever the kernels do."""
+    return importlib.import_module(f"kernels.{name}")
 
 
 def _check_variants(path: str, dtypes: list[str], transposed: bool) -> int:

@@ -1,4 +1,10 @@
-"""Launch a `@triton.jit` kernel with less host time than `kernel[grid](...)` takes.
+"""Triton's launch path, shortened: fast launches and replayed calls, behind a version gate.
+
+Everything in this folder that reaches into Triton's internals is here, and only here. It was
+written against Triton 3.5 and 3.6 (`SUPPORTED_TRITON`); under any other Triton both the fast
+path and replays are off, every launch is a plain `kernel[grid](...)`, and the first launch
+says so once (a `RuntimeWarning`). Nothing in a schedule changes with the gate: only the
+host time of a call.
 
 Why: every `kernel[grid](*args, **kwargs)` call makes Triton bind and specialize each
 argument again (one native call per argument, a generated Python binder, the cache key, a
@@ -19,7 +25,7 @@ itself at the end of `JITFunction.run`), with the arguments in parameter order.
 
 When it steps aside (the plain `kernel[grid](...)` path runs instead): without a CUDA device,
 under the CPU interpreter (the kernel is not a JITFunction), when `JITFunction.run` has been
-replaced (kernels.sm90_compile_check turns launches into compiles that way), when a launch
+replaced (tools.sm90_compile_check turns launches into compiles that way), when a launch
 hook is attached (a profiler such as proton wants the launch metadata), when a keyword
 argument is not a plain, hashable value (a tensor passed by keyword would make every key
 new), when a positional argument is of a kind it does not key, or when the grid is a
@@ -44,6 +50,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import warnings
 
 import torch
 import triton
@@ -58,10 +65,30 @@ try:
 except ImportError:  # Triton < 3.4: no knobs module, so no fast path
     _knobs = None
 
-# No GPU (the interpreter, kernels.sm90_compile_check's compile-only launches): nothing to
+# No GPU (the interpreter, tools.sm90_compile_check's compile-only launches): nothing to
 # launch fast. And whoever replaces Triton's launch (that check, a tracer) keeps seeing every
 # call: the fast path is taken only while JITFunction.run is the one this module found.
 _CUDA = torch.cuda.is_available()
+# The Triton releases whose internals this module was written and checked against: the
+# launcher objects, CompiledKernel.run, knobs.runtime, the descriptor metadata.
+SUPPORTED_TRITON = ((3, 5), (3, 6))
+
+
+def version_gate(version: str) -> str | None:
+    """None when Triton `version` is one this module knows, else the one-line reason it is
+    off there. Pure, so a test can ask about any version."""
+    try:
+        major_minor = tuple(int(x) for x in version.split("+")[0].split(".")[:2])
+    except ValueError:
+        major_minor = ()
+    if major_minor in SUPPORTED_TRITON:
+        return None
+    known = ", ".join(f"{a}.{b}" for a, b in SUPPORTED_TRITON)
+    return (f"kernels/runtime.py: Triton {version} is not one of the versions its fast launches and "
+            f"replayed calls were written for ({known}); they are off and kernels launch the normal way")
+
+
+GATE = version_gate(getattr(triton, "__version__", "unknown"))
 _TRITON_RUN = triton.runtime.JITFunction.run
 MAX_ENTRIES = 4096  # remembered (kernel, specialization) pairs; a sweep over shapes clears it
 _PLAIN = (int, float, bool, str, type(None), torch.dtype)
@@ -74,8 +101,10 @@ class _Launches:
         # are module-level objects that live as long as the process, so their ids stay theirs
         self.fast = 0  # launches that skipped Triton's binding, for tests and probes
         self.slow = 0
-        # ADVISOR_FAST_LAUNCH=0 (or enabled = False) sends every launch through Triton's path
-        self.enabled = os.environ.get("ADVISOR_FAST_LAUNCH", "1") != "0"
+        # ADVISOR_FAST_LAUNCH=0 (or enabled = False) sends every launch through Triton's path;
+        # so does a Triton this module was not written for (GATE)
+        self.enabled = os.environ.get("ADVISOR_FAST_LAUNCH", "1") != "0" and GATE is None
+        self.warned = False  # GATE's message is given once a process
 
     def clear(self) -> None:
         self.entries.clear()
@@ -123,11 +152,21 @@ def _arg_key(args: tuple):
     return tuple(out)
 
 
+def _gated() -> bool:
+    """True (after warning once) where the installed Triton is not one this module knows."""
+    if GATE is None:
+        return False
+    if not LAUNCHES.warned:
+        LAUNCHES.warned = True
+        warnings.warn(GATE, RuntimeWarning, stacklevel=3)
+    return True
+
+
 def launch(kernel, grid: tuple, *args, **kwargs):
     """`kernel[grid](*args, **kwargs)`, skipping Triton's per-call argument binding once the
     same specialization has been launched before. Returns what Triton's launch returns the
     first time (the compiled kernel), None on the fast path."""
-    if (not LAUNCHES.enabled or _knobs is None or not _CUDA or callable(grid)
+    if (_gated() or not LAUNCHES.enabled or _knobs is None or not _CUDA or callable(grid)
             or not isinstance(kernel, triton.runtime.JITFunction)
             or triton.runtime.JITFunction.run is not _TRITON_RUN or id(kernel) in LAUNCHES.refused
             or _hooks_attached()):
@@ -195,9 +234,9 @@ def _remember(kernel, key: tuple, compiled, n_args: int, kwargs: dict) -> None:
 #
 # The fast path above still leaves a schedule's host function doing all its own work on every
 # call (configs, plans, scratch sizes, tensor descriptors, a ~30-entry keyword dict) and Triton
-# expanding every descriptor in Python (`inner` in triton/backends/nvidia/driver.py). On the
-# H200 an eager Stream-K call cost ~110 us of host time for ~58 us of GPU work
-# (experiments/results/host_overhead/h200_2026-12-01_profile.txt). A replay keeps, per call key
+# expanding every descriptor in Python (`inner` in triton/backends/nvidia/driver.py). On
+# sm_90 an eager Stream-K call cost ~110 us of host time for ~58 us of GPU work
+# (experiments/results/host_overhead/). A replay keeps, per call key
 # (shapes, strides, dtypes, alignment, aliasing, config), the launches that call made: the raw
 # launcher, the grid, the constant arguments, and where each pointer and each TMA descriptor
 # came from among the call's "live" tensors (its inputs, output and scratch). A later call with
@@ -384,8 +423,9 @@ class _Replays:
         self.refused: set = set()  # call keys whose launches could not be replayed
         self.replayed = 0  # calls launched from a replay, for tests and probes
         self.recorded = 0
-        # ADVISOR_REPLAY=0 (or enabled = False) leaves every call to the schedule's own path
-        self.enabled = os.environ.get("ADVISOR_REPLAY", "1") != "0"
+        # ADVISOR_REPLAY=0 (or enabled = False) leaves every call to the schedule's own path;
+        # so does a Triton this module was not written for (GATE)
+        self.enabled = os.environ.get("ADVISOR_REPLAY", "1") != "0" and GATE is None
 
     def clear(self) -> None:
         self.calls.clear()
@@ -403,7 +443,7 @@ def call_key(tag: str, tensors: tuple, *extra):
     the current one, Triton's debug knob, ADVISOR_NUM_SMS (the schedules' SM count),
     ADVISOR_TF32_KMAJOR (how fp32 operands are laid out, kernels/tf32_layout.py) and `extra`
     (the config and whatever else the call's launches depend on)."""
-    if (not REPLAYS.enabled or not LAUNCHES.enabled or _knobs is None or not _CUDA
+    if (_gated() or not REPLAYS.enabled or not LAUNCHES.enabled or _knobs is None or not _CUDA
             or triton.runtime.JITFunction.run is not _TRITON_RUN or _hooks_attached()):
         return None
     ptrs = []
