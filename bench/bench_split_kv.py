@@ -531,7 +531,9 @@ def main(argv=None) -> int:
             w = csv.DictWriter(f, fieldnames=COLUMNS)
             w.writeheader()
             w.writerows(rows)
-        source = f"bench/bench_split_kv.py --sweep ({gpu}, {stamp}): the fastest config per shape"
+        # the table's provenance as kernels/ may carry it (no device name or date: those are in
+        # the sweep's rows and docs/split_kv.md)
+        source = f"bench/bench_split_kv.py --sweep on {sms} SMs: the fastest config per shape (rows: bench/results/split_kv/)"
         (out_dir / "split_kv_table.json").write_text(json.dumps({"source": source, "sms": sms, "table": points}, indent=1))
         md = sweep_markdown(rows, points, f"# Decode attention sweep, bf16, {gpu}, {stamp}\n\n{version}; {sms} SMs")
         (out_dir / "split_kv_sweep.md").write_text(md)

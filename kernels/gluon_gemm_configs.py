@@ -185,7 +185,7 @@ def contributors(t_local: int, s: int, iters: int, skp: int) -> list[int]:
 
 
 # ------------------------------------------------------------------ schedule model
-# Measured on the H200 (bench/results/cluster_gemm, 2026-12-02, Triton 3.9): microseconds one
+# Measured on sm_90 (bench/results/cluster_gemm, Triton 3.9; docs/schedules/cluster_gemm.md): microseconds one
 # 64-deep K step takes per tile when every SM is busy (8192^3 and 4096^2x8192, WS, whole
 # waves), and the fixup's costs (a launch in a graph; partial bytes at L2 speed).
 ITER_US = {(128, 128): 0.40, (128, 256): 0.75, (256, 128): 0.80, (64, 128): 0.30, (64, 256): 0.45}

@@ -364,7 +364,7 @@ def _combine_rows(opart_ptr, lse_ptr, o_ptr, bh, b, kvh, row0, R, D, LQ, GROUP, 
     """O for rows row0 .. row0 + ROWS of (batch, kv-head) bh from every split's partial, read
     through L2 (.cg: other SMs wrote them; L1 is not coherent) SPLITS splits at a time for all
     rows at once, so that a 32-split combine is two round trips, not 32 (the first version
-    walked the splits one by one: 4 us more than a second kernel at 8k keys on the H200).
+    walked the splits one by one: 4 us more than a second kernel at 8k keys; docs/split_kv.md).
     Splits are summed in a fixed order with an online rescale: deterministic."""
     rows = row0 + tl.arange(0, ROWS)
     row_ok = rows < R

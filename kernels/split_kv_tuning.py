@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 
 SPLIT_ALIGN = 16  # chunk boundaries fall on multiples of this many keys
-# Fewest keys a chunk keeps on average: two 64-key tiles. The 2026-12-02 runs capped chunks at
-# 256 keys, which held batch 1 at 8k keys to 256 programs; the sweep tries more, shorter ones.
+# Fewest keys a chunk keeps on average: two 64-key tiles. The first measured runs capped chunks
+# at 256 keys, which held batch 1 at 8k keys to 256 programs; the sweep tries more, shorter ones.
 MIN_CHUNK_KEYS = 128
 SMEM_PER_SM = 232448  # sm_90: 227 KB of shared memory a block may opt into
 
@@ -62,18 +62,18 @@ def fill_splits(units: int, sms: int, programs_per_sm: float, S: int, min_chunk:
 
 def pipeline_bytes(block_n: int, stages: int, head_dim: int, elt: int, tma: bool) -> int:
     """Shared memory of a program's K/V pipeline: num_stages - 1 tiles of K and of V in flight,
-    with pointer loads and TMA alike (the sm_90 compile check, 2026-12-02: 64 keys at D 128 in
-    bf16 took 38 / 70 / 102 KB at 2 / 3 / 4 stages either way)."""
+    with pointer loads and TMA alike (the sm_90 compile check: 64 keys at D 128 in bf16 took
+    38 / 70 / 102 KB at 2 / 3 / 4 stages either way)."""
     del tma  # same buffers either way (kept in the signature: the load path is a knob)
     return max(1, stages - 1) * 2 * block_n * pow2(head_dim) * elt
 
 
 # ---------------------------------------------------------------------------------------------
 # The measured table. Each point: the shape class it was measured on (units = B x Hkv x row
-# blocks, S keys, bf16, D 128 on the H200's 132 SMs) and the knobs that were fastest there;
+# blocks, S keys, bf16, D 128 on 132 SMs of sm_90; docs/split_kv.md) and the knobs that were fastest there;
 # programs_per_sm = units x splits / SMs of the winner.
 # BEGIN TABLE
-TABLE_SOURCE = 'bench/bench_split_kv.py --sweep (NVIDIA H200, 2026-12-02T22:28:53+00:00): the fastest config per shape'
+TABLE_SOURCE = 'bench/bench_split_kv.py --sweep on 132 SMs: the fastest config per shape (rows: bench/results/split_kv/)'
 TABLE = [
     {"units": 8, "S": 8192, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "programs_per_sm": 2},
     {"units": 8, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False, "pdl": True, "programs_per_sm": 2},
@@ -133,7 +133,7 @@ def structure_candidates(head_dim: int, elt: int) -> list[dict]:
     """Stage A: the load path and the pipeline (tile keys, stages, warps, TMA or pointers),
     with the two-kernel combine and 2 programs an SM held fixed; only pipelines that fit one
     program an SM (64-key tiles up to 5 stages: 128 KB in flight). Ordered by the prediction (docs/split_kv.md): pointer loads with 64-key
-    tiles first (the 2026-12-02 winners), then TMA, then the rest."""
+    tiles first (the first run's winners), then TMA, then the rest."""
     out = []
     for tma in (False, True):
         for block_n in (64, 128):
