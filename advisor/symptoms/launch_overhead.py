@@ -571,27 +571,37 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
     return _less_profiler_cost(out, rule, ctx)
 
 
-def recorded_ops(ctx: Context, rank: int, lo: int, hi: int) -> tuple[int, str | None]:
-    """How many operators the profiler recorded with their shapes on `rank` in [lo, hi), and
-    which recorder (Kineto's record_shapes cpu_ops, or emit_nvtx's one NVTX range per op)."""
+def recorded_op_starts(ctx: Context, rank: int) -> tuple[np.ndarray, str | None]:
+    """Sorted start times of the operators the profiler recorded with their shapes on `rank`,
+    and which recorder (Kineto's record_shapes cpu_ops, or emit_nvtx's one NVTX range per op)."""
     ops = ctx.trace.cpu_ops
     if len(ops) and ops["input_dims"].notna().any():
-        sel = ops[(ops["rank"] == rank) & (ops["start_ns"] >= lo) & (ops["start_ns"] < hi)]
-        return int(len(sel)), "kineto"
+        return np.sort(ops.loc[ops["rank"] == rank, "start_ns"].to_numpy(dtype=np.int64)), "kineto"
     nv = ctx.trace.nvtx
     if len(nv):
-        sel = nv[(nv["rank"] == rank) & (nv["start_ns"] >= lo) & (nv["start_ns"] < hi)]
-        n = int(sel["text"].astype(str).str.contains(r", op_id = |sizes = \[", regex=True).sum())
-        if n:
-            return n, "nvtx"
-    return 0, None
+        sel = nv[(nv["rank"] == rank).to_numpy() & nv["text"].astype(str).str.contains(r", op_id = |sizes = \[", regex=True).to_numpy()]
+        if len(sel):
+            return np.sort(sel["start_ns"].to_numpy(dtype=np.int64)), "nvtx"
+    return np.zeros(0, dtype=np.int64), None
+
+
+def _idle_ns(on: pd.DataFrame, max_gap: float) -> int:
+    """The device's idle time in gaps of up to `max_gap` ns between kernels (no kernel running
+    on any stream): the launch-bound kind of idle, where the host's own cost lands."""
+    st = on["start_ns"].to_numpy(dtype=np.int64)
+    en = on["end_ns"].to_numpy(dtype=np.int64)
+    order = np.argsort(st, kind="stable")
+    st, en = st[order], np.maximum.accumulate(en[order])
+    gap = np.clip(st[1:] - en[:-1], 0, None)
+    return int(gap[gap <= max_gap].sum())
 
 
 def _less_profiler_cost(found: list[Finding], rule: Rule, ctx: Context) -> list[Finding]:
-    """Wall-time estimates net of the profiler's own host cost. Recording each operator's shapes
-    slows the host by a few microseconds an operator, and in a host-bound window every one of
-    them is GPU idle time that the bare program does not have: the gaps of one device's wall
-    findings together shrink by (recorded ops in its span) x (the measured cost an op)."""
+    """Wall-time estimates net of the profiler's own host cost. Recording an operator's shapes
+    costs the host a few microseconds, and where the GPU waits on the host (the device's short
+    gaps, the launch-bound kind of idle) that is idle time the bare program does not have. The
+    bare program keeps 1 - (recorded ops in the device's span) x (the measured cost an op) /
+    (its short gaps) of them, and each wall finding that share of its gaps."""
     if not profiler_slows_host(ctx):
         return found
     wall = {}
@@ -600,24 +610,25 @@ def _less_profiler_cost(found: list[Finding], rule: Rule, ctx: Context) -> list[
             wall.setdefault((f.rank, f.device_id), []).append(i)
     k = ctx.trace.kernels
     for (rank, dev), idx in wall.items():
-        on = k[(k["rank"] == (rank or 0)) & (k["device_id"].fillna(-1) == (-1 if dev is None else dev))]
-        if not len(on):
+        on = k[(k["rank"] == (rank or 0)).to_numpy() & (k["device_id"].fillna(-1) == (-1 if dev is None else dev)).to_numpy()]
+        starts, recorder = recorded_op_starts(ctx, rank or 0)
+        if len(on) < 2 or recorder is None:
             continue
-        n, recorder = recorded_ops(ctx, rank or 0, int(on["start_ns"].min()), int(on["end_ns"].max()))
-        if not n:
-            continue
+        lo, hi = int(on["start_ns"].min()), int(on["end_ns"].max())
+        n = int(np.searchsorted(starts, hi) - np.searchsorted(starts, lo))
         per_op = float(rule[f"profiler_op_cost_{recorder}_ns"])
-        cost = n * per_op
+        idle = _idle_ns(on, float(rule["max_gap_in_run_ns"]))
         claimed = sum(found[i].est_savings_ns for i in idx)
-        keep = max(0.0, 1.0 - cost / claimed) if claimed else 0.0
+        if not n or not idle:
+            continue
+        keep = max(0.0, 1.0 - n * per_op / idle)  # the share of the short gaps the bare program keeps
+        bound = claimed * keep
         for i in idx:
             f = found[i]
-            net = int(f.est_savings_ns * keep)
             ev = dict(f.evidence)
             ev["gaps_as_recorded_ns"] = f.est_savings_ns
-            ev["profiler_cost_ns"] = int(cost * f.est_savings_ns / claimed)
-            ev["basis"] = (f"{ev.get('basis', '')}; less the profiler's own host cost: {n:,} operators recorded with "
-                           f"their shapes ({recorder}) x {per_op / 1e3:g} us each, shared over this device's "
-                           f"{len(idx)} wall-time finding(s)")
-            found[i] = replace(f, est_savings_ns=net, evidence=ev)
+            ev["basis"] = (f"{ev.get('basis', '')}; less the profiler's own host cost: the device's short gaps "
+                           f"({idle / 1e6:.2f} ms) minus {n:,} operators recorded with their shapes ({recorder}) x "
+                           f"{per_op / 1e3:g} us leave {100 * keep:.0f}% of them to the bare program")
+            found[i] = replace(f, est_savings_ns=int(f.est_savings_ns * keep), evidence=ev)
     return [f for f in found if f.savings_unit != "wall" or f.est_savings_ns >= rule["min_savings_ns"]]
