@@ -154,9 +154,14 @@ _ARG_DEFAULTS = {"grid": _ABSENT, "size": _ABSENT}
 # attribute -> (key, default): the defaults are what dict.get gave before (no "ph" is "X")
 _EVENT_KEYS = {"ph": "X", "cat": None, "name": None, "pid": None, "tid": None, "ts": None, "dur": 0}
 
+# kept as their JSON text (msgspec.Raw) until _json_text: decoding a shape list per cpu_op
+# into Python lists, then repr() to find it in a cache, cost ~5 us an op
+_RAW_ARGS = {"dims", "dims_old", "types"}
+
 if msgspec is not None:
     _Args = msgspec.defstruct(
-        "_Args", [(a, Any, msgspec.field(default=_ARG_DEFAULTS.get(a), name=k)) for a, k in _ARG_KEYS.items()],
+        "_Args", [(a, msgspec.Raw if a in _RAW_ARGS else Any, msgspec.field(default=_ARG_DEFAULTS.get(a), name=k))
+                  for a, k in _ARG_KEYS.items()],
         gc=False,  # decoded JSON has no cycles: keep millions of these out of the collector
     )
     _Event = msgspec.defstruct("_Event", [*((a, Any, d) for a, d in _EVENT_KEYS.items()), ("args", Optional[_Args], None)],
@@ -179,6 +184,8 @@ else:
         _defaults = {**_EVENT_KEYS, "args": None}
 
 _NO_ARGS = _Args()
+_Raw = msgspec.Raw if msgspec is not None else type(None)
+_RAW_NULL = _Raw(b"null") if msgspec is not None else None
 
 
 def _event(value: Any):
@@ -211,6 +218,12 @@ class _Notes(list):
         return [t.format(n=n) for t, n in self.counts.items()] + list(self)
 
 
+def _bucket(cat: Any) -> str | None:
+    if type(cat) is not str:
+        return None
+    return _CATS.get(cat) or _CATS.get(cat.lower())
+
+
 class _Frames:
     """Buckets events by category and turns each full bucket into frame rows."""
 
@@ -222,6 +235,26 @@ class _Frames:
         self.seen = False
 
     def add(self, events: list) -> None:
+        """Events of one decoded chunk into their buckets, in file order. The category of each
+        event is looked up once per distinct value, not once per event."""
+        cats = [e.cat for e in events]
+        try:
+            bucket_of = {c: _bucket(c) for c in set(cats)}
+        except TypeError:  # a list or object as a category (no dict key): event by event
+            return self._add_each(events)
+        if len(bucket_of) == 1 and None in bucket_of.values():
+            return
+        of = [bucket_of[c] for c in cats]
+        for b in set(bucket_of.values()) - {None}:
+            sel = [e for e, x in zip(events, of) if x == b and e.ph == "X"]
+            if sel:
+                self.seen = True
+                bucket = self.pending[b]
+                bucket.extend(sel)
+                if len(bucket) >= _BATCH:
+                    self.flush(b)
+
+    def _add_each(self, events: list) -> None:
         pending, cats = self.pending, _CATS
         for e in events:
             cat = e.cat
@@ -593,11 +626,20 @@ def _json_text(values: list) -> list:
     """JSON text of each value (None stays None). A trace repeats the same few shapes: each
     distinct value (keyed by its repr, computed in C) is encoded once; encoding 133k
     Input Dims lists one by one took a second."""
-    cache: dict[str, str] = {}
+    cache: dict[Any, str | None] = {}
     out = []
+    raw, miss = _Raw, cache  # `cache` itself is never a value: it marks a miss
     for v in values:
         if v is None:
             out.append(None)
+            continue
+        if type(v) is raw:  # JSON text as in the file: decoded (as the text path would) once per distinct text
+            k = bytes(v)
+            text = cache.get(k, miss)
+            if text is miss:
+                value = json.loads(k.decode("utf-8", "replace"))
+                text = cache[k] = None if value is None else _ENCODE(value)
+            out.append(text)
             continue
         r = repr(v)
         text = cache.get(r)
@@ -620,7 +662,7 @@ def _cpu_ops(events, rank, base_ns, notes):
             "dur_ns": dur,
             "name": _names(events),
             # PyTorch 1.8 spelled it "Input dims"
-            "input_dims": _json_text([a.dims if a.dims is not None else a.dims_old for a in args]),
+            "input_dims": _json_text([a.dims if a.dims is not None and a.dims != _RAW_NULL else a.dims_old for a in args]),
             "input_types": _json_text([a.types for a in args]),
         }
     )
