@@ -51,7 +51,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
-from ..model import Trace
+from ..model import STRING, Trace
 from ._jsonio import gc_paused, key, msgspec, stream_object, to_float, to_int, us_to_ns
 from ._names import short_names
 
@@ -490,7 +490,7 @@ def _runtime(events, rank, base_ns, notes):
             "start_ns": start,
             "end_ns": start + dur,
             "dur_ns": dur,
-            "name": names,
+            "name": _text(names),
         }
     )
     launches: dict[Any, tuple[str | None, dict]] = {}
@@ -500,6 +500,13 @@ def _runtime(events, rank, base_ns, notes):
             launches[c] = (n, {"grid": _present(a.grid), "block": a.block, "shared memory": a.smem,
                                "size": _present(a.size)})
     return df, launches
+
+
+def _text(values: list) -> pd.arrays.StringArray:
+    """A text column built as the schema's Python-backed strings directly: a list of str
+    given to a DataFrame became an Arrow string column under pandas 3, converted back to
+    Python strings by `conform` (~1 s per million names)."""
+    return pd.array(np.array(values, dtype=object), dtype=STRING)
 
 
 def _text_or_none(v):
@@ -549,8 +556,8 @@ def _kernels(events, rank, base_ns, launches, notes):
             "start_ns": start,
             "end_ns": start + dur,
             "dur_ns": dur,
-            "name": names,
-            "short_name": short_names(names),
+            "name": _text(names),
+            "short_name": _text(short_names(names)),
             "grid_x": gx,
             "grid_y": gy,
             "grid_z": gz,
@@ -563,10 +570,10 @@ def _kernels(events, rank, base_ns, launches, notes):
             "static_smem_bytes": to_int(smem),
             "graph_node_id": to_int([a.graph_node for a in args]),
             # NCCL kernels carry their collective's description (PyTorch >= 2.1 traces)
-            "comm_name": [_text_or_none(a.coll) for a in args],
+            "comm_name": _text([_text_or_none(a.coll) for a in args]),
             "comm_in_nelems": to_int([a.in_nelems for a in args]),
             "comm_out_nelems": to_int([a.out_nelems for a in args]),
-            "comm_dtype": [_text_or_none(a.dtype) for a in args],
+            "comm_dtype": _text([_text_or_none(a.dtype) for a in args]),
             "comm_group_size": to_int([a.group for a in args]),
             # whether the launching call was known when this row was made (_late_launches)
             "_launch_seen": np.array([c is not None and c in launches for c in corr], dtype=bool),
@@ -609,8 +616,8 @@ def _memcpy(copies, sets, rank, base_ns, launches, notes):
                     "start_ns": start,
                     "end_ns": start + dur,
                     "dur_ns": dur,
-                    "op": op,
-                    "kind": kinds,
+                    "op": _text([op] * len(events)),
+                    "kind": _text(kinds),
                     "bytes": to_int(nbytes),
                     "_launch_seen": np.array([key(a.correlation) in launches for a in args], dtype=bool),
                 }
@@ -660,10 +667,10 @@ def _cpu_ops(events, rank, base_ns, notes):
             "start_ns": start,
             "end_ns": start + dur,
             "dur_ns": dur,
-            "name": _names(events),
+            "name": _text(_names(events)),
             # PyTorch 1.8 spelled it "Input dims"
-            "input_dims": _json_text([a.dims if a.dims is not None and a.dims != _RAW_NULL else a.dims_old for a in args]),
-            "input_types": _json_text([a.types for a in args]),
+            "input_dims": _text(_json_text([a.dims if a.dims is not None and a.dims != _RAW_NULL else a.dims_old for a in args])),
+            "input_types": _text(_json_text([a.types for a in args])),
         }
     )
 
@@ -678,8 +685,8 @@ def _annotations(events, rank, base_ns, notes):
             "start_ns": start,
             "end_ns": start + dur,
             "dur_ns": dur,
-            "text": _names(events),
-            "domain": "torch.profiler",
+            "text": _text(_names(events)),
+            "domain": _text(["torch.profiler"] * len(events)),
         }
     )
 
