@@ -28,7 +28,15 @@ What it does:
     targets into bench/SCALE.md (between its markers; the text around them is kept).
 
 Targets (issue 9): the 1M-kernel export diagnosed in <= 10 s and <= 2 GiB peak; faster than
-HTA on the same Kineto file.
+HTA on the same Kineto file. Issue 33: 2,000,000 Kineto events in <= 15 s and <= 1 GiB; a
+2 GB Kineto JSON (plain and .gz) and a 10,000,000-kernel export in <= 3 GiB:
+
+    python bench/bench_scale.py --kineto-only --events 2000000 --runs 1 --no-hta --block 2m
+    python bench/bench_scale.py --kineto-only --events 6300000 --gz --runs 1 --no-hta --block big   # 2.0 GB
+    python bench/bench_scale.py --kernels 10000000 --nsys-only --runs 1 --no-hta --block big
+
+(--block keeps each table in its own generated block of the markdown file, and each its own
+rows in the CSV; the inputs stay in --work, several GB: delete them when done.)
 """
 
 from __future__ import annotations
@@ -52,10 +60,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "scale.csv"
-SCALE_MD = REPO / "bench" / "SCALE.md"
+SCALE_MD = REPO / "docs" / "scale.md"
 COLUMNS = ["bench", "tool", "input", "metric", "value", "unit", "runs", "machine", "date"]
 TARGET_WALL_S = 10.0
 TARGET_RSS_MIB = 2048.0
+# issue 33: 2M Kineto events in <= 15 s and <= 1 GiB; a 2 GB JSON and 10M kernels in <= 3 GiB
+TARGET_2M_WALL_S, TARGET_2M_RSS_MIB, TARGET_BIG_RSS_MIB = 15.0, 1024.0, 3072.0
 
 # ---------------------------------------------------------------------------------- inputs
 
@@ -243,7 +253,7 @@ def make_kineto(path: Path, n_events: int, seed: int = 2) -> None:
 INPUT_VERSION = 2
 
 
-def ensure_inputs(work: Path, kernels: int, events: int) -> tuple[Path, Path]:
+def ensure_inputs(work: Path, kernels: int, events: int) -> tuple[Path | None, Path | None]:
     work.mkdir(parents=True, exist_ok=True)
     nsys = work / f"nsys_{kernels}_kernels_v{INPUT_VERSION}.sqlite"
     kineto_dir = work / f"kineto_{events}_v{INPUT_VERSION}"  # HTA reads a directory of traces
@@ -254,7 +264,9 @@ def ensure_inputs(work: Path, kernels: int, events: int) -> tuple[Path, Path]:
         t0 = time.perf_counter()
         make_nsys(nsys, kernels)
         print(f"wrote {nsys} ({nsys.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t0:.0f} s", flush=True)
-    if not kineto.is_file():
+    if not events:
+        kineto = None
+    elif not kineto.is_file():
         kineto_dir.mkdir(exist_ok=True)
         t0 = time.perf_counter()
         make_kineto(kineto, events)
@@ -300,7 +312,9 @@ def measure(label: str, cmd: list[str], runs: int, src: Path = REPO) -> dict:
     walls, cpus, rss, loads = [], [], [], []
     for i in range(runs):
         loads.append(os.getloadavg()[0])
-        w, c, r, _ = run_measured(cmd, src, {"PYTHONPATH": str(src)})
+        # `src` first; the caller's path after it (where e.g. msgspec may live outside the venv)
+        path = os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH", "")) if p)
+        w, c, r, _ = run_measured(cmd, src, {"PYTHONPATH": path})
         walls.append(w)
         cpus.append(c)
         rss.append(r)
@@ -368,11 +382,13 @@ def _dist_version(mod: str) -> str:
 
 
 def write_rows(rows: list[dict], mach: str, results: Path = RESULTS) -> None:
+    """Rows into `results`, replacing this machine's earlier rows for the same inputs."""
     results.parent.mkdir(parents=True, exist_ok=True)
     old = []
+    inputs = {r["input"] for r in rows}
     if results.is_file():
         with open(results, newline="") as fh:
-            old = [r for r in csv.DictReader(fh) if r.get("machine") != mach]
+            old = [r for r in csv.DictReader(fh) if r.get("machine") != mach or r.get("input") not in inputs]
     with open(results, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=COLUMNS, lineterminator="\n")
         w.writeheader()
@@ -392,9 +408,9 @@ def _rel(path: Path) -> str:
 
 
 def write_markdown(results: dict, inputs: dict, mach: str, date: str, vers: dict, runs: int, target: Path = SCALE_MD,
-                   results_path: Path = RESULTS) -> None:
-    """The results table and targets, between the BEGIN/END markers of bench/SCALE.md (the
-    rest of the file, e.g. what profiling found, is kept as written)."""
+                   results_path: Path = RESULTS, block: str = "") -> None:
+    """The results table and targets, between the BEGIN/END markers (of `block`, when given)
+    of the markdown file (the rest of the file, e.g. what profiling found, is kept as written)."""
     nsys = results.get(("advisor", "nsys"))
     kin = results.get(("advisor", "kineto"))
     hta = results.get(("hta", "kineto"))
@@ -403,8 +419,8 @@ def write_markdown(results: dict, inputs: dict, mach: str, date: str, vers: dict
         return "n/a" if ok is None else ("met" if ok else "**missed**")
 
     lines = [
-        "# Scale: `advisor diagnose` on big traces, and HolisticTraceAnalysis on the same Kineto file",
-        "",
+        *(["# Scale: `advisor diagnose` on big traces, and HolisticTraceAnalysis on the same Kineto file", ""]
+          if not block else []),
         f"Machine: {mach}. Date: {date}. Python {vers['python']}, pandas {vers['pandas']}, numpy {vers['numpy']}, "
         f"HolisticTraceAnalysis {vers['hta']}.",
         f"Each number is the median of {runs} runs, each run a separate process (wall time from start to exit; "
@@ -417,9 +433,10 @@ def write_markdown(results: dict, inputs: dict, mach: str, date: str, vers: dict
         *([f"- `nsys`: Nsight Systems SQLite export, 2024+ schema, {inputs['nsys_kernels']:,} kernels "
            f"({inputs['nsys_mib']:.0f} MiB), as many runtime launches and {inputs['nsys_nvtx']:,} NVTX shape ranges, H100."]
           if "nsys_kernels" in inputs else []),
-        f"- `kineto`: PyTorch profiler JSON, {inputs['kineto_events']:,} events (kernels, cuda_runtime, cpu_op with Input "
-        f"Dims; {inputs['kineto_mib']:.0f} MiB)" + (f"; `kineto.gz`: the same file gzipped ({inputs['kineto_gz_mib']:.0f} MiB)."
-                                                     if "kineto_gz_mib" in inputs else "."),
+        *([f"- `kineto`: PyTorch profiler JSON, {inputs['kineto_events']:,} events (kernels, cuda_runtime, cpu_op with Input "
+           f"Dims; {inputs['kineto_mib']:.0f} MiB)" + (f"; `kineto.gz`: the same file gzipped ({inputs['kineto_gz_mib']:.0f} MiB)."
+                                                        if "kineto_gz_mib" in inputs else ".")]
+          if "kineto_events" in inputs else []),
         "",
         "| tool | input | what runs | wall (median) | min-max | CPU (median) | peak RSS | load avg before |",
         "|---|---|---|---|---|---|---|---|",
@@ -429,8 +446,20 @@ def write_markdown(results: dict, inputs: dict, mach: str, date: str, vers: dict
     for (tool, inp), r in results.items():
         lines.append(f"| {tool} | {inp} | {what.get(tool, what['advisor'])} | {r['wall_s']:.2f} s | {r['wall_s_min']:.2f}-{r['wall_s_max']:.2f} s | "
                      f"{r['cpu_s']:.2f} s | {r['peak_rss_mib']:.0f} MiB | {r['load_1min']:.2f} |")
-    lines += ["", "Targets (issue 9):", ""]
-    if nsys:
+    lines += ["", "Targets (issues 9 and 33):", ""]
+    for (tool, inp), r in results.items():
+        if tool != "advisor":
+            continue
+        if inp == "kineto" and inputs.get("kineto_events", 0) >= 2_000_000 and inputs.get("kineto_mib", 0) < 1800:
+            lines.append(f"- 2M Kineto events in <= {TARGET_2M_WALL_S:.0f} s: {r['wall_s']:.2f} s wall ({r['cpu_s']:.2f} s CPU, "
+                         f"load {r['load_1min']:.1f}), {verdict(r['wall_s'] <= TARGET_2M_WALL_S)}; <= 1 GiB: "
+                         f"{r['peak_rss_mib']:.0f} MiB, {verdict(r['peak_rss_mib'] <= TARGET_2M_RSS_MIB)}.")
+        big = (inp.startswith("kineto") and inputs.get("kineto_mib", 0) >= 1800) or (
+            inp == "nsys" and inputs.get("nsys_kernels", 0) >= 10_000_000)
+        if big:
+            lines.append(f"- `{inp}` in <= 3 GiB: {r['peak_rss_mib']:.0f} MiB, {verdict(r['peak_rss_mib'] <= TARGET_BIG_RSS_MIB)} "
+                         f"({r['wall_s']:.1f} s wall).")
+    if nsys and inputs.get("nsys_kernels") == 1_000_000:
         lines.append(f"- 1M-kernel export diagnosed in <= {TARGET_WALL_S:.0f} s: {nsys['wall_s']:.2f} s, "
                      f"{verdict(nsys['wall_s'] <= TARGET_WALL_S)}.")
         lines.append(f"- ... in <= 2 GiB peak memory: {nsys['peak_rss_mib']:.0f} MiB, "
@@ -439,15 +468,18 @@ def write_markdown(results: dict, inputs: dict, mach: str, date: str, vers: dict
         lines.append(f"- Faster than HTA on the same Kineto file: advisor {kin['wall_s']:.2f} s vs HTA {hta['wall_s']:.2f} s "
                      f"({hta['wall_s'] / kin['wall_s']:.1f}x), {verdict(kin['wall_s'] < hta['wall_s'])}; "
                      f"peak RSS {kin['peak_rss_mib']:.0f} vs {hta['peak_rss_mib']:.0f} MiB.")
-    elif kin:
-        lines.append("- Faster than HTA: not measured (HolisticTraceAnalysis not installed: `pip install HolisticTraceAnalysis`).")
-    block = "\n".join([BEGIN, *lines, END])
+    elif kin and not block:
+        lines.append("- Faster than HTA: not measured (not run, or HolisticTraceAnalysis not installed).")
+    begin, end = (BEGIN, END) if not block else (BEGIN.replace(" -->", f" ({block}) -->"), END.replace(" -->", f" ({block}) -->"))
+    text = "\n".join([begin, *lines, end])
     old = target.read_text() if target.is_file() else ""
-    if BEGIN in old and END in old:  # keep the hand-written text around the generated block
-        head, rest = old.split(BEGIN, 1)
-        new = head + block + rest.split(END, 1)[1]
+    if begin in old and end in old:  # keep the hand-written text around the generated block
+        head, rest = old.split(begin, 1)
+        new = head + text + rest.split(end, 1)[1]
+    elif block:
+        new = old.rstrip("\n") + "\n\n" + text + "\n"
     else:
-        new = block + "\n" + old
+        new = text + "\n" + old
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(new)
 
@@ -464,6 +496,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true", help="print a cProfile of one in-process advisor run per input")
     ap.add_argument("--no-write", action="store_true", help="print only; do not touch bench/results or bench/SCALE.md")
     ap.add_argument("--kineto-only", action="store_true", help="skip the nsys export (time the Kineto inputs only)")
+    ap.add_argument("--nsys-only", action="store_true", help="skip the Kineto trace (time the nsys export only)")
+    ap.add_argument("--block", default="", help="name of the generated markdown block to write (several tables in one file)")
     ap.add_argument("--gz", action="store_true", help="also time advisor on the Kineto trace gzipped")
     ap.add_argument("--results", type=Path, default=RESULTS, help="CSV of long-format rows (this machine's rows replaced)")
     ap.add_argument("--markdown", type=Path, default=SCALE_MD, help="markdown file whose generated block gets the table")
@@ -472,9 +506,9 @@ def main(argv: list[str] | None = None) -> int:
                          "on both inputs, reported as tool 'advisor LABEL' (repeatable)")
     args = ap.parse_args(argv)
 
-    nsys, kineto = ensure_inputs(args.work, 0 if args.kineto_only else args.kernels, args.events)
+    nsys, kineto = ensure_inputs(args.work, 0 if args.kineto_only else args.kernels, 0 if args.nsys_only else args.events)
     kineto_gz = None
-    if args.gz:
+    if args.gz and kineto is not None:
         import gzip
         import shutil
 
@@ -484,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
             with open(kineto, "rb") as src, gzip.open(kineto_gz.with_suffix(".partial"), "wb", compresslevel=6) as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
             os.replace(kineto_gz.with_suffix(".partial"), kineto_gz)
-    inputs_timed = [("kineto", kineto)] + ([("kineto.gz", kineto_gz)] if kineto_gz else [])
+    inputs_timed = ([("kineto", kineto)] if kineto else []) + ([("kineto.gz", kineto_gz)] if kineto_gz else [])
     if nsys is not None:
         inputs_timed.insert(0, ("nsys", nsys))
     if args.profile:
@@ -502,14 +536,14 @@ def main(argv: list[str] | None = None) -> int:
         for inp, path in inputs_timed:
             print(f"advisor {label} diagnose {path.name}", flush=True)
             results[(f"advisor {label}", inp)] = measure(f"advisor {label} {inp}", [*advisor, str(path)], args.runs, src_path)
-    hta_ok = not args.no_hta and subprocess.run([args.hta_python, "-c", "import hta"], capture_output=True).returncode == 0
+    hta_ok = kineto is not None and not args.no_hta and subprocess.run([args.hta_python, "-c", "import hta"], capture_output=True).returncode == 0
     if hta_ok:
         print(f"HTA on {kineto.parent}", flush=True)
         results[("hta", "kineto")] = measure("hta kineto", [args.hta_python, "-c", HTA_SNIPPET, str(kineto.parent)], args.runs)
     elif not args.no_hta:
         print("HolisticTraceAnalysis not importable: skipped (pip install HolisticTraceAnalysis)", flush=True)
 
-    inputs = {"kineto_events": args.events, "kineto_mib": kineto.stat().st_size / 2**20}
+    inputs = {"kineto_events": args.events, "kineto_mib": kineto.stat().st_size / 2**20} if kineto else {}
     if kineto_gz is not None:
         inputs["kineto_gz_mib"] = kineto_gz.stat().st_size / 2**20
     if nsys is not None:
@@ -536,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
         print(",".join(str(r[c]) for c in COLUMNS))
     if not args.no_write:
         write_rows(rows, mach, args.results)
-        write_markdown(results, inputs, mach, date, vers, args.runs, args.markdown, args.results)
+        write_markdown(results, inputs, mach, date, vers, args.runs, args.markdown, args.results, args.block)
         print(f"wrote {args.results} and {args.markdown}")
     return 0
 

@@ -25,6 +25,7 @@ import sqlite3
 import struct
 import tempfile
 import warnings
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Sequence
@@ -310,17 +311,50 @@ def _parse_ints(text: str | None, n: int) -> np.ndarray | None:
     return values if len(values) == n else None
 
 
-def _parse_chunks(rows) -> list[list[np.ndarray]] | None:
-    """Parsed columns of each chunk's result row; None if any cell was not an integer."""
-    parts = []
+def _parse_chunks(rows, width: int, total: int | None = None) -> list[np.ndarray] | None:
+    """The `width` columns parsed from each chunk's result row, joined in order; None if any
+    cell was not an integer. With `total` (the row count, when no filter applies) each chunk
+    is copied into columns allocated once and let go: the chunks are never all held beside
+    the joined columns (10M kernels x 17 columns: 1.3 GB less at the peak)."""
+    out = [np.empty(total, dtype=np.int64) for _ in range(width)] if total is not None else None
+    parts: list[list[np.ndarray]] = []
+    at = 0
     for row in rows:
         if row is None:
             return None
         arrays = [_parse_ints(text, row[0]) for text in row[1:]]
+        del row
         if any(a is None for a in arrays):
             return None
-        parts.append(arrays)
-    return parts
+        n = len(arrays[0]) if arrays else 0
+        if out is not None and at + n <= total:
+            for col, a in zip(out, arrays):
+                col[at : at + n] = a
+        else:  # more rows than counted (cannot happen read-only): join what came
+            if out is not None:
+                parts, out = [[col[:at] for col in out]], None
+            parts.append(arrays)
+        at += n
+    if out is not None:
+        return [col[:at] for col in out] if at < total else out
+    if not parts:
+        return [np.empty(0, dtype=np.int64) for _ in range(width)]
+    return [np.concatenate([p[i] for p in parts]) for i in range(width)]
+
+
+def _ordered_map(pool: ThreadPoolExecutor, fn, items, ahead: int):
+    """pool.map(fn, items) with at most `ahead` results waiting: pool.map submits every
+    item at once, and chunks read faster than they were parsed piled up as text (a 10M-row
+    table: ~2 GB of it)."""
+    items = list(items)
+    futures = deque(pool.submit(fn, x) for x in items[:ahead])
+    nxt = ahead
+    while futures:
+        result = futures.popleft().result()
+        if nxt < len(items):
+            futures.append(pool.submit(fn, items[nxt]))
+            nxt += 1
+        yield result
 
 
 def _fetch_chunk(conn, table, cols, not_null, where, params, lo, hi):
@@ -394,24 +428,28 @@ def read_int_columns(
         else:
             ranges = [(b, min(b + _CHUNK_ROWS - 1, hi)) for b in range(lo, hi + 1, _CHUNK_ROWS)]
         threads = min(_MAX_THREADS, os.cpu_count() or 1, len(ranges))
-        parts = None
+        total = None if where else count
         if threads <= 1:
-            parts = _parse_chunks(_fetch_chunk(conn, table, names, not_null, where, params, *r) for r in ranges)
+            columns = _parse_chunks((_fetch_chunk(conn, table, names, not_null, where, params, *r) for r in ranges),
+                                    len(names), total)
         else:
             with ThreadPoolExecutor(threads) as pool:
                 # Results arrive in order; each is parsed here while later chunks are read.
-                parts = _parse_chunks(
-                    pool.map(
+                columns = _parse_chunks(
+                    _ordered_map(
+                        pool,
                         lambda r: _fetch_chunk_own_connection(connect, table, names, not_null, where, params, *r),
                         ranges,
-                    )
+                        threads,
+                    ),
+                    len(names),
+                    total,
                 )
-        if parts is None:
+        if columns is None:
             slow = _slow_read(conn, table, ["rowid", *cols], where, params)
             return slow if rowid else slow.drop(columns="rowid")
     finally:
         conn.close()
-    columns = [np.concatenate([p[i] for p in parts]) for i in range(len(names))]
     order = None
     if names[0] == "rowid" and len(columns[0]) > 1 and not bool(np.all(columns[0][1:] > columns[0][:-1])):
         order = np.argsort(columns[0], kind="stable")

@@ -45,14 +45,14 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
-from ..model import Trace
-from ._jsonio import gc_paused, key, stream_object, to_float, to_int, us_to_ns
+from ..model import STRING, Trace
+from ._jsonio import gc_paused, key, msgspec, stream_object, to_float, to_int, us_to_ns
 from ._names import short_names
 
 FORMAT = "kineto"
@@ -101,7 +101,7 @@ def read(path: Path, *, rank: int, cache_dir: Path | None = None) -> Trace:
     notes = _Notes()
     acc = _Frames(rank, notes)
     with gc_paused():
-        doc = stream_object(path, "traceEvents", acc.add, "PyTorch profiler")
+        doc = stream_object(path, "traceEvents", acc.add, "PyTorch profiler", _Event, _event)
         if doc is None or doc.get("traceEvents") is not True:
             raise TraceError(f"{path.name}: JSON without a traceEvents list (not a PyTorch profiler trace)")
         base_ns = _base_ns(doc.get("baseTimeNanoseconds"))
@@ -135,6 +135,73 @@ def read(path: Path, *, rank: int, cache_dir: Path | None = None) -> Trace:
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# events: only the fields some frame reads, decoded straight into these (msgspec skips the
+# rest in C: Kineto's "External id", "queued", occupancy estimates, Python stacks...).
+
+# Where a field's presence matters, not only its value ("grid" in a launch call's args).
+_ABSENT = msgspec.UNSET if msgspec is not None else object()
+
+# attribute -> key in the event's args
+_ARG_KEYS = {
+    "correlation": "correlation", "grid": "grid", "block": "block", "smem": "shared memory",
+    "regs": "registers per thread", "device": "device", "stream": "stream", "graph_node": "graph node id",
+    "coll": "Collective name", "in_nelems": "In msg nelems", "out_nelems": "Out msg nelems", "dtype": "dtype",
+    "group": "Group size", "bytes": "bytes", "bw": "memory bandwidth (GB/s)", "kind": "kind", "size": "size",
+    "dims": "Input Dims", "dims_old": "Input dims", "types": "Input type",
+}
+_ARG_DEFAULTS = {"grid": _ABSENT, "size": _ABSENT}
+# attribute -> (key, default): the defaults are what dict.get gave before (no "ph" is "X")
+_EVENT_KEYS = {"ph": "X", "cat": None, "name": None, "pid": None, "tid": None, "ts": None, "dur": 0}
+
+# kept as their JSON text (msgspec.Raw) until _json_text: decoding a shape list per cpu_op
+# into Python lists, then repr() to find it in a cache, cost ~5 us an op
+_RAW_ARGS = {"dims", "dims_old", "types"}
+
+if msgspec is not None:
+    _Args = msgspec.defstruct(
+        "_Args", [(a, msgspec.Raw if a in _RAW_ARGS else Any, msgspec.field(default=_ARG_DEFAULTS.get(a), name=k))
+                  for a, k in _ARG_KEYS.items()],
+        gc=False,  # decoded JSON has no cycles: keep millions of these out of the collector
+    )
+    _Event = msgspec.defstruct("_Event", [*((a, Any, d) for a, d in _EVENT_KEYS.items()), ("args", Optional[_Args], None)],
+                               gc=False)
+else:
+    class _Plain:
+        __slots__ = ()
+        _defaults: dict = {}
+
+        def __init__(self, **kw):
+            for a, d in self._defaults.items():
+                setattr(self, a, kw.get(a, d))
+
+    class _Args(_Plain):
+        __slots__ = tuple(_ARG_KEYS)
+        _defaults = {a: _ARG_DEFAULTS.get(a) for a in _ARG_KEYS}
+
+    class _Event(_Plain):
+        __slots__ = (*_EVENT_KEYS, "args")
+        _defaults = {**_EVENT_KEYS, "args": None}
+
+_NO_ARGS = _Args()
+_Raw = msgspec.Raw if msgspec is not None else type(None)
+_RAW_NULL = _Raw(b"null") if msgspec is not None else None
+
+
+def _event(value: Any):
+    """An event decoded as plain JSON values (the standard library's path, or an element
+    msgspec could not type) as an `_Event`; None for an element that is not an object."""
+    if type(value) is not dict:
+        return None
+    a = value.get("args")
+    args = _Args(**{attr: a[k] for attr, k in _ARG_KEYS.items() if k in a}) if type(a) is dict else None
+    return _Event(**{attr: value.get(attr, d) for attr, d in _EVENT_KEYS.items()}, args=args)
+
+
+def _present(v: Any) -> Any:
+    return None if v is _ABSENT else v
+
+
 class _Notes(list):
     """Notes of a streamed read: counts said once per read, not once per batch."""
 
@@ -151,6 +218,12 @@ class _Notes(list):
         return [t.format(n=n) for t, n in self.counts.items()] + list(self)
 
 
+def _bucket(cat: Any) -> str | None:
+    if type(cat) is not str:
+        return None
+    return _CATS.get(cat) or _CATS.get(cat.lower())
+
+
 class _Frames:
     """Buckets events by category and turns each full bucket into frame rows."""
 
@@ -161,24 +234,44 @@ class _Frames:
         self.launches: dict[Any, tuple[str | None, dict]] = {}
         self.seen = False
 
-    def add(self, e: Any) -> None:
-        if type(e) is not dict:
+    def add(self, events: list) -> None:
+        """Events of one decoded chunk into their buckets, in file order. The category of each
+        event is looked up once per distinct value, not once per event."""
+        cats = [e.cat for e in events]
+        try:
+            bucket_of = {c: _bucket(c) for c in set(cats)}
+        except TypeError:  # a list or object as a category (no dict key): event by event
+            return self._add_each(events)
+        if len(bucket_of) == 1 and None in bucket_of.values():
             return
-        cat = e.get("cat")
-        if type(cat) is not str:  # a list or object there is no category (and no dict key)
-            return
-        b = _CATS.get(cat)
-        if b is None:
-            b = _CATS.get(cat.lower())
+        of = [bucket_of[c] for c in cats]
+        for b in set(bucket_of.values()) - {None}:
+            sel = [e for e, x in zip(events, of) if x == b and e.ph == "X"]
+            if sel:
+                self.seen = True
+                bucket = self.pending[b]
+                bucket.extend(sel)
+                if len(bucket) >= _BATCH:
+                    self.flush(b)
+
+    def _add_each(self, events: list) -> None:
+        pending, cats = self.pending, _CATS
+        for e in events:
+            cat = e.cat
+            if type(cat) is not str:  # a list or object there is no category (and no dict key)
+                continue
+            b = cats.get(cat)
             if b is None:
-                return
-        if e.get("ph", "X") != "X":
-            return
-        self.seen = True
-        bucket = self.pending[b]
-        bucket.append(e)
-        if len(bucket) >= _BATCH:
-            self.flush(b)
+                b = cats.get(cat.lower())
+                if b is None:
+                    continue
+            if e.ph != "X":
+                continue
+            self.seen = True
+            bucket = pending[b]
+            bucket.append(e)
+            if len(bucket) >= _BATCH:
+                self.flush(b)
 
     def flush(self, b: str) -> None:
         events, self.pending[b] = self.pending[b], []
@@ -324,19 +417,16 @@ def _rank(value: Any) -> int:
     return rank
 
 
-def _args(events: list[dict]) -> list[dict]:
-    out = []
-    for e in events:
-        a = e.get("args")
-        out.append(a if type(a) is dict else {})
-    return out
+def _args(events: list) -> list:
+    no = _NO_ARGS
+    return [e.args or no for e in events]
 
 
 def _times(events: list[dict], base_ns: int, what: str, notes: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(keep mask, start_ns, dur_ns) for `events`; events without a usable ts/dur are dropped
     with a note."""
-    ts = to_float([e.get("ts") for e in events])
-    dur = to_float([e.get("dur", 0) for e in events])
+    ts = to_float([e.ts for e in events])
+    dur = to_float([e.dur for e in events])
     with np.errstate(invalid="ignore", over="ignore"):
         # start and end in ns must fit int64 (a hostile 1e300 would wrap around silently)
         span_ns = np.abs(ts) * 1000.0 + dur * 1000.0 + float(base_ns)
@@ -366,20 +456,16 @@ def _names(events: list[dict]) -> list:
     """Each event's name; equal names share one string object (interned), so a million
     launches of a few kernels hold a few strings, and factorizing them is cheap."""
     intern = sys.intern
-    out = []
-    for e in events:
-        n = e.get("name")
-        out.append(intern(n) if type(n) is str else None)
-    return out
+    return [intern(n) if type(n) is str else None for n in (e.name for e in events)]
 
 
 def _device(events: list[dict], args: list[dict]) -> list:
     """args.device, else the GPU lane's pid (Kineto puts device N's activity in pid N)."""
     out = []
     for e, a in zip(events, args):
-        d = a.get("device")
+        d = a.device
         if d is None:
-            pid = e.get("pid")
+            pid = e.pid
             d = pid if isinstance(pid, int) and not isinstance(pid, bool) else None
         out.append(d)
     return out
@@ -395,23 +481,32 @@ def _runtime(events, rank, base_ns, notes):
     events = _pick(events, keep)
     args = _args(events)
     names = _names(events)
-    corr = [key(a.get("correlation")) for a in args]  # a list there would be no dict key
+    corr = [key(a.correlation) for a in args]  # a list there would be no dict key
     df = pd.DataFrame(
         {
             "rank": rank,
-            "thread_id": to_int([e.get("tid") for e in events]),
+            "thread_id": to_int([e.tid for e in events]),
             "correlation_id": to_int(corr),
             "start_ns": start,
             "end_ns": start + dur,
             "dur_ns": dur,
-            "name": names,
+            "name": _text(names),
         }
     )
     launches: dict[Any, tuple[str | None, dict]] = {}
     for c, n, a in zip(corr, names, args):
-        if c is not None and ("grid" in a or "size" in a or n in _WORKITEM_LAUNCHES):
-            launches[c] = (n, a)
+        if c is not None and (a.grid is not _ABSENT or a.size is not _ABSENT or n in _WORKITEM_LAUNCHES):
+            # what the kernel and copy rows take from their launching call, as a dict
+            launches[c] = (n, {"grid": _present(a.grid), "block": a.block, "shared memory": a.smem,
+                               "size": _present(a.size)})
     return df, launches
+
+
+def _text(values: list) -> pd.arrays.StringArray:
+    """A text column built as the schema's Python-backed strings directly: a list of str
+    given to a DataFrame became an Arrow string column under pandas 3, converted back to
+    Python strings by `conform` (~1 s per million names)."""
+    return pd.array(np.array(values, dtype=object), dtype=STRING)
 
 
 def _text_or_none(v):
@@ -422,10 +517,10 @@ def _kernels(events, rank, base_ns, launches, notes):
     keep, start, dur = _times(events, base_ns, "kernel", notes)
     events = _pick(events, keep)
     args = _args(events)
-    corr = [key(a.get("correlation")) for a in args]
-    grid = [a.get("grid") for a in args]
-    block = [a.get("block") for a in args]
-    smem = [a.get("shared memory") for a in args]
+    corr = [key(a.correlation) for a in args]
+    grid = [_present(a.grid) for a in args]
+    block = [a.block for a in args]
+    smem = [a.smem for a in args]
     workitem_api: list[bool] = []
     filled = 0
     for i, c in enumerate(corr):
@@ -456,13 +551,13 @@ def _kernels(events, rank, base_ns, launches, notes):
         {
             "rank": rank,
             "device_id": to_int(_device(events, args)),
-            "stream_id": to_int([a.get("stream") for a in args]),
+            "stream_id": to_int([a.stream for a in args]),
             "correlation_id": to_int(corr),
             "start_ns": start,
             "end_ns": start + dur,
             "dur_ns": dur,
-            "name": names,
-            "short_name": short_names(names),
+            "name": _text(names),
+            "short_name": _text(short_names(names)),
             "grid_x": gx,
             "grid_y": gy,
             "grid_z": gz,
@@ -471,15 +566,15 @@ def _kernels(events, rank, base_ns, launches, notes):
             "block_z": bz,
             "grid_blocks": gx * gy * gz,
             "block_threads": bx * by * bz,
-            "registers_per_thread": to_int([a.get("registers per thread") for a in args]),
+            "registers_per_thread": to_int([a.regs for a in args]),
             "static_smem_bytes": to_int(smem),
-            "graph_node_id": to_int([a.get("graph node id") for a in args]),
+            "graph_node_id": to_int([a.graph_node for a in args]),
             # NCCL kernels carry their collective's description (PyTorch >= 2.1 traces)
-            "comm_name": [_text_or_none(a.get("Collective name")) for a in args],
-            "comm_in_nelems": to_int([a.get("In msg nelems") for a in args]),
-            "comm_out_nelems": to_int([a.get("Out msg nelems") for a in args]),
-            "comm_dtype": [_text_or_none(a.get("dtype")) for a in args],
-            "comm_group_size": to_int([a.get("Group size") for a in args]),
+            "comm_name": _text([_text_or_none(a.coll) for a in args]),
+            "comm_in_nelems": to_int([a.in_nelems for a in args]),
+            "comm_out_nelems": to_int([a.out_nelems for a in args]),
+            "comm_dtype": _text([_text_or_none(a.dtype) for a in args]),
+            "comm_group_size": to_int([a.group for a in args]),
             # whether the launching call was known when this row was made (_late_launches)
             "_launch_seen": np.array([c is not None and c in launches for c in corr], dtype=bool),
         }
@@ -498,17 +593,17 @@ def _memcpy(copies, sets, rank, base_ns, launches, notes):
         else:
             kinds = []
             for n, a in zip(names, args):
-                m = _MEMCPY_KIND.search(n or "") or _MEMCPY_KIND.search(str(a.get("kind") or ""))
+                m = _MEMCPY_KIND.search(n or "") or _MEMCPY_KIND.search(str(a.kind or ""))
                 kinds.append(m.group(1) if m else "unknown")
-        nbytes = to_float([a.get("bytes") for a in args])
-        bw = to_float([a.get("memory bandwidth (GB/s)") for a in args])
+        nbytes = to_float([a.bytes for a in args])
+        bw = to_float([a.bw for a in args])
         # GB/s x us = 1e9 B/s x 1e-6 s = 1e3 B
         from_bw = np.rint(bw * dur.astype("float64") / 1000.0 * 1e3)
         nbytes = np.where(np.isnan(nbytes), from_bw, nbytes)
         if np.isnan(nbytes).any():
             size = []
             for a in args:
-                launch = launches.get(key(a.get("correlation")))
+                launch = launches.get(key(a.correlation))
                 size.append(launch[1].get("size") if launch else None)
             nbytes = np.where(np.isnan(nbytes), to_float(size), nbytes)
         parts.append(
@@ -516,15 +611,15 @@ def _memcpy(copies, sets, rank, base_ns, launches, notes):
                 {
                     "rank": rank,
                     "device_id": to_int(_device(events, args)),
-                    "stream_id": to_int([a.get("stream") for a in args]),
-                    "correlation_id": to_int([a.get("correlation") for a in args]),
+                    "stream_id": to_int([a.stream for a in args]),
+                    "correlation_id": to_int([a.correlation for a in args]),
                     "start_ns": start,
                     "end_ns": start + dur,
                     "dur_ns": dur,
-                    "op": op,
-                    "kind": kinds,
+                    "op": _text([op] * len(events)),
+                    "kind": _text(kinds),
                     "bytes": to_int(nbytes),
-                    "_launch_seen": np.array([key(a.get("correlation")) in launches for a in args], dtype=bool),
+                    "_launch_seen": np.array([key(a.correlation) in launches for a in args], dtype=bool),
                 }
             )
         )
@@ -538,11 +633,20 @@ def _json_text(values: list) -> list:
     """JSON text of each value (None stays None). A trace repeats the same few shapes: each
     distinct value (keyed by its repr, computed in C) is encoded once; encoding 133k
     Input Dims lists one by one took a second."""
-    cache: dict[str, str] = {}
+    cache: dict[Any, str | None] = {}
     out = []
+    raw, miss = _Raw, cache  # `cache` itself is never a value: it marks a miss
     for v in values:
         if v is None:
             out.append(None)
+            continue
+        if type(v) is raw:  # JSON text as in the file: decoded (as the text path would) once per distinct text
+            k = bytes(v)
+            text = cache.get(k, miss)
+            if text is miss:
+                value = json.loads(k.decode("utf-8", "replace"))
+                text = cache[k] = None if value is None else _ENCODE(value)
+            out.append(text)
             continue
         r = repr(v)
         text = cache.get(r)
@@ -552,15 +656,6 @@ def _json_text(values: list) -> list:
     return out
 
 
-def _first(a: dict, *keys: str) -> Any:
-    """a[k] for the first of `keys` that `a` holds with a value (None if none does)."""
-    for k in keys:
-        v = a.get(k)
-        if v is not None:
-            return v
-    return None
-
-
 def _cpu_ops(events, rank, base_ns, notes):
     keep, start, dur = _times(events, base_ns, "cpu_op", notes)
     events = _pick(events, keep)
@@ -568,14 +663,14 @@ def _cpu_ops(events, rank, base_ns, notes):
     return pd.DataFrame(
         {
             "rank": rank,
-            "thread_id": to_int([e.get("tid") for e in events]),
+            "thread_id": to_int([e.tid for e in events]),
             "start_ns": start,
             "end_ns": start + dur,
             "dur_ns": dur,
-            "name": _names(events),
+            "name": _text(_names(events)),
             # PyTorch 1.8 spelled it "Input dims"
-            "input_dims": _json_text([_first(a, "Input Dims", "Input dims") for a in args]),
-            "input_types": _json_text([a.get("Input type") for a in args]),
+            "input_dims": _text(_json_text([a.dims if a.dims is not None and a.dims != _RAW_NULL else a.dims_old for a in args])),
+            "input_types": _text(_json_text([a.types for a in args])),
         }
     )
 
@@ -586,12 +681,12 @@ def _annotations(events, rank, base_ns, notes):
     return pd.DataFrame(
         {
             "rank": rank,
-            "thread_id": to_int([e.get("tid") for e in events]),
+            "thread_id": to_int([e.tid for e in events]),
             "start_ns": start,
             "end_ns": start + dur,
             "dur_ns": dur,
-            "text": _names(events),
-            "domain": "torch.profiler",
+            "text": _text(_names(events)),
+            "domain": _text(["torch.profiler"] * len(events)),
         }
     )
 
