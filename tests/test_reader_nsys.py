@@ -835,7 +835,7 @@ def test_chunks_in_flight_are_bounded():
 
     got = []
     with ThreadPoolExecutor(4) as pool:
-        for r in _sqlite._sqlite._ordered_map(pool, fetch, range(20), 2):
+        for r in _sqlite._ordered_map(pool, fetch, range(20), 2):
             time.sleep(0.002)  # parsing is the slow side
             with lock:  # the chunk handed out plus at most 2 read ahead
                 assert len(started) - len(got) <= 3
