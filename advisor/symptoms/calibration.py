@@ -5,7 +5,9 @@ Every GEMM estimate is bounded twice:
   peak for its dtype) or its HBM floor (compulsory bytes / copy bandwidth), whichever is larger;
 * by measurement: no more than the recommended schedule reached over the kind of kernel that
   ran (cuBLAS, or a hand-written/Triton kernel, against which our data-parallel baseline
-  stands in) on the same or similar shapes in our committed results.
+  stands in) on the same or similar shapes in our committed results. A schedule that won on some
+  shape classes and lost on others (the Gluon cluster GEMM) is read per class: `shape_class`
+  says which class a trace's shape is, and only measured shapes of that class near it count.
 
 The measured data live in `rules/measured/<device>.toml` (derived from the bench rows by
 `bench/make_calibration.py`). For a GPU we have not measured, its datasheet peak and bandwidth

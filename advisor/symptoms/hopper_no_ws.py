@@ -212,9 +212,9 @@ def _library_finding(rule: Rule, ctx: Context, grp: pd.DataFrame, top: dict, nam
             "capped_by": est.capped_by,
             "basis": f"the kernel's time x (1 - 1/{r.ratio:.3f}); " + est.basis,
             "library": "cuBLAS" if "cutlass" not in name.lower() else "CUTLASS",
-            "library_change": (f"replace this GEMM call with our Gluon cluster GEMM (`advisor generate {CLUSTER}`; it "
+            "library_change": (f"replace this GEMM call with our Gluon cluster GEMM (advisor generate {CLUSTER}; it "
                                "needs Triton >= 3.9 on an sm_90 GPU), and keep it only where it times faster than "
                                "torch.matmul on your shape"),
         },
-        suggestion={"schedule": CLUSTER, "warp_specialize": True, "cluster": 2, "multicast": True, "requires": "triton>=3.9, sm_90"},
+        suggestion={"schedule": CLUSTER, "requires": "Triton >= 3.9 on sm_90"},
     )
