@@ -7,14 +7,22 @@ shape of the suites. Per (run, shape, dtype) the best final-phase time of each p
 compared with the same run's baselines (interleaved rounds, so one clock state); the TOML keeps
 the median of those per-run ratios (what a schedule typically reached) and their count.
 
-    python bench/make_calibration.py bench/results/h200.csv rules/measured/h200.toml
+The Gluon cluster GEMM (strategy `cluster_gemm`, Triton >= 3.9) has its own bench and rows
+(`--cluster-rows`, one file a run): per run and shape its best config that passed verification
+and is still in the schedule's search space, against torch.matmul in the same run; the TOML
+keeps the median over runs, the best run, the run count and the Triton version.
+
+    python bench/make_calibration.py bench/results/h200.csv rules/measured/h200.toml \
+        --cluster-rows bench/results/cluster_gemm/cluster_gemm.csv bench/results/cluster_gemm/round2/cluster_gemm.csv
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -63,10 +71,61 @@ def _ratios(rows: list[dict]) -> list[dict]:
     return out
 
 
+def _in_search_space(r: dict) -> bool:
+    """Whether the row's config is one the schedule would still try on its shape: a step that
+    was dropped (round 1's non-WS `pipe`) no longer speaks for the schedule."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from kernels.gluon_gemm_configs import Config, search_space
+
+    cfg = Config(**json.loads(r["config"]))
+    return cfg in search_space(int(r["M"]), int(r["N"]), int(r["K"]))
+
+
+def _verified(path: Path) -> set[str] | None:
+    """Configs (canonical JSON) the run's verification passed, or None without the file."""
+    v = path.with_name("cluster_gemm_verify.json")
+    if not v.is_file():
+        return None
+    data = json.loads(v.read_text(encoding="utf-8"))
+    return {json.dumps(json.loads(k), sort_keys=True) for k, d in data.items() if d.get("status") == "ok"}
+
+
+def _cluster_ratios(paths: list[Path]) -> list[dict]:
+    """cluster_gemm over cuBLAS per (suite, shape, dtype): per run the best verified config
+    against torch.matmul in that run, then the median over runs."""
+    per: dict[tuple, list[float]] = defaultdict(list)
+    triton: dict[tuple, set[str]] = defaultdict(set)
+    for path in paths:
+        ok = _verified(path)
+        best: dict[tuple, float] = {}
+        ref: dict[tuple, float] = {}
+        for r in csv.DictReader(path.open(encoding="utf-8")):
+            if r["status"] != "ok" or not r["median_us"]:
+                continue
+            key = (r["suite"], r["run_id"], r["shape"], r["dtype"])
+            if r["provider"] == "torch.matmul":
+                ref[key] = min(ref.get(key, float("inf")), float(r["median_us"]))
+            elif r["provider"] == "cluster_gemm" and _in_search_space(r) and (
+                    ok is None or json.dumps(json.loads(r["config"]), sort_keys=True) in ok):
+                best[key] = min(best.get(key, float("inf")), float(r["median_us"]))
+                triton[(r["suite"], r["shape"], r["dtype"])].add(r["triton"])
+        for (suite, _run, shape, dtype), us in best.items():
+            if (suite, _run, shape, dtype) in ref:
+                per[(suite, shape, dtype)].append(ref[(suite, _run, shape, dtype)] / us)
+    out = []
+    for (suite, shape, dtype), v in sorted(per.items()):
+        out.append({"suite": suite, "shape": shape, "dtype": dtype, "strategy": "cluster_gemm", "versus": "cublas",
+                    "ratio": round(statistics.median(v), 3), "best": round(max(v), 3), "runs": len(v),
+                    "triton": ",".join(sorted(triton[(suite, shape, dtype)]))})
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("rows", type=Path)
     p.add_argument("out", type=Path)
+    p.add_argument("--cluster-rows", type=Path, nargs="*", default=[],
+                   help="cluster_gemm bench rows (bench/bench_cluster_gemm.py), one file a run")
     a = p.parse_args(argv)
     rows = list(csv.DictReader(a.rows.open(encoding="utf-8")))
     device = rows[0]["device"]
@@ -91,7 +150,11 @@ def main(argv=None) -> int:
         *[f"{dt} = {v}" for dt, v in c["dense_tflops_median"].items()],
         "",
     ]
-    for r in _ratios(rows):
+    cluster = _cluster_ratios(a.cluster_rows)
+    if cluster:
+        lines[2:2] = [f"# cluster_gemm: {', '.join(p.as_posix() for p in a.cluster_rows)} "
+                      "(best verified config a run vs torch.matmul in that run; median over runs)"]
+    for r in _ratios(rows) + cluster:
         lines += ["[[schedule]]", *[f'{k} = "{v}"' if isinstance(v, str) else f"{k} = {v}" for k, v in r.items()], ""]
     a.out.write_text("\n".join(lines), encoding="utf-8")
     print(f"wrote {a.out}")

@@ -233,7 +233,10 @@ def test_misaligned_vocab_gemm_pads_to_64():
     rules = load_rules()
     rules["misaligned_gemm"] = dataclasses.replace(rules["misaligned_gemm"], enabled=False)
     off = diagnose(Builder().mm(ALIGN1, 8192, 50257, 768, 5_300_000, dtype="bf16", grid=(393, 64, 1), n=3).trace(), rules=rules)
-    assert by_symptom(off, "hopper_no_ws")  # what the skip keeps out (issue 32: warp specialization on align1)
+    # what the skip keeps out (issue 32: warp specialization on align1); on a library kernel
+    # hopper_no_ws is a note unless our cluster GEMM measured faster near the shape (issue 38)
+    assert [n for n in off.notes if n.startswith("hopper_no_ws") and "s1688gemm" in n]
+    assert not [n for n in d.notes if n.startswith("hopper_no_ws")]
 
 
 def test_odd_dimension_needs_a_slow_launch_without_a_tag():

@@ -5,7 +5,9 @@ Every GEMM estimate is bounded twice:
   peak for its dtype) or its HBM floor (compulsory bytes / copy bandwidth), whichever is larger;
 * by measurement: no more than the recommended schedule reached over the kind of kernel that
   ran (cuBLAS, or a hand-written/Triton kernel, against which our data-parallel baseline
-  stands in) on the same or similar shapes in our committed results.
+  stands in) on the same or similar shapes in our committed results. A schedule that won on some
+  shape classes and lost on others (the Gluon cluster GEMM) is read per class: `shape_class`
+  says which class a trace's shape is, and only measured shapes of that class near it count.
 
 Every peak is computed here: `ceiling` (the fastest run measured: what an estimate may never
 exceed) and, below, `peak_flops` and `measured_bandwidth` (the median run: the rate a GEMM
@@ -192,6 +194,7 @@ class Reached:
     versus: str  # "cublas" | "dp"
     exact: bool  # measured on this very shape
     basis: str
+    shape_class: str | None = None  # the class the shape was mapped onto (class-measured schedules)
 
 
 # Which suites of our results speak for which strategy (the shape classes they were built for).
@@ -202,15 +205,93 @@ _SUITES = {
     "warp_specialization": ("tail", "balanced"),
 }
 
+# Schedules measured on every suite and read per shape class: it won on some classes and lost
+# on others, so the best of all suites would say nothing about the shape at hand.
+_BY_CLASS = {"cluster_gemm": ("bf16", "fp16")}
 
-def reached(strategy: str, shape: dict | None, kernel: str | None, device: dict | None = None) -> Reached | None:
+# The tile our bench suites were chosen with (DESIGN.md: "128x128 tiles unless noted").
+CLASS_TILE = 128
+
+
+@dataclass(frozen=True)
+class ShapeClasses:
+    """How a trace's GEMM shape maps onto the shapes we measured (thresholds from a rule file)."""
+
+    balanced_tail_efficiency: float  # waves / ceil(waves) from which a shape of >= 1 wave is balanced
+    max_factor: float  # M, N and K each within this factor of one measured shape of the class
+
+
+def shape_class(shape: dict, sm_count: int, balanced_tail_efficiency: float) -> str:
+    """The suite a GEMM shape belongs to, as our bench suites were built (128x128 output tiles
+    on the device's SMs): `skinny` under one wave of tiles (Split-K territory), `balanced` when
+    the last wave is (nearly) full, `tail` otherwise. The one definition of a shape class."""
+    tiles = math.ceil(shape["M"] / CLASS_TILE) * math.ceil(shape["N"] / CLASS_TILE) * (shape.get("batch") or 1)
+    waves = tiles / sm_count
+    if waves < 1.0:
+        return "skinny"
+    return "balanced" if waves / math.ceil(waves) >= balanced_tail_efficiency else "tail"
+
+
+def _dims(key: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in key.split("x"))
+
+
+def _near(shape: dict, measured: str, factor: float) -> bool:
+    """M, N and K each within `factor` of the measured shape's (no extrapolation beyond)."""
+    return all(max(a, b) <= factor * min(a, b) for a, b in zip((shape["M"], shape["N"], shape["K"]), _dims(measured)))
+
+
+def _reached_by_class(strategy: str, shape: dict | None, versus: str, m: Measured, sm_count: int | None,
+                      classes: ShapeClasses | None) -> Reached | None:
+    """A class-measured schedule over `versus`: this very shape if measured; else the worst of
+    the measured shapes of the shape's class that lie near it (conservative); else None (a shape
+    far from every measured one, a batched or unknown shape, a dtype the schedule does not run)."""
+    if shape is None or (shape.get("batch") or 1) != 1:
+        return None
+    dtype = shape.get("dtype") or "bf16"
+    if dtype not in _BY_CLASS[strategy]:
+        return None
+    rows = [r for r in m.schedules if r["strategy"] == strategy and r["versus"] == versus]
+    rows = [r for r in rows if r["dtype"] == dtype] or [r for r in rows if r["dtype"] == "bf16"]
+    ref = "cuBLAS" if versus == "cublas" else "our data-parallel Triton kernel"
+    key = f"{shape['M']}x{shape['N']}x{shape['K']}"
+    cls = None if classes is None else shape_class(shape, sm_count or m.sm_count, classes.balanced_tail_efficiency)
+    triton = {str(r.get("triton")) for r in rows if r.get("triton")}
+    tail = f"Triton {', '.join(sorted(triton))}, {m.source}" if triton else m.source
+    exact = [r for r in rows if r["shape"] == key]
+    if exact:
+        r = exact[0]
+        return Reached(float(r["ratio"]), versus, True,
+                       f"our {strategy} reached {r['ratio']:.2f}x {ref} on {key} {r['dtype']} "
+                       f"(median of {r['runs']} runs, best {r['best']:.2f}x; {tail})", r["suite"])
+    if cls is None:
+        return None
+    near = [r for r in rows if r["suite"] == cls and _near(shape, r["shape"], classes.max_factor)]
+    if not near:
+        return None
+    r = min(near, key=lambda r: float(r["ratio"]))
+    others = ", ".join(f"{x['shape']} {float(x['ratio']):.2f}x" for x in sorted(near, key=lambda x: x["shape"]))
+    return Reached(float(r["ratio"]), versus, False,
+                   f"our {strategy} reached {r['ratio']:.2f}x {ref} on the {cls} shapes we measured near {key} "
+                   f"(the worst of {others}; median of runs, {r['dtype']}; {tail})", cls)
+
+
+def reached(strategy: str, shape: dict | None, kernel: str | None, device: dict | None = None,
+            classes: ShapeClasses | None = None) -> Reached | None:
     """What `strategy` reached over the kind of kernel that ran, on this shape if we measured
-    it, else the best of the shape class (an upper bound for similar shapes)."""
-    suites = _SUITES.get(strategy)
+    it, else the best of the shape class (an upper bound for similar shapes). A schedule read
+    per class (`_BY_CLASS`) takes the class from `shape_class` and, without `classes`, only
+    its exactly measured shapes."""
     m = measured_for(device) or _reference()
-    if not suites or m is None:
+    if m is None:
         return None
     versus = "cublas" if is_library_kernel(kernel) else "dp"
+    if strategy in _BY_CLASS:
+        sms = (device or {}).get("sm_count")
+        return _reached_by_class(strategy, shape, versus, m, int(sms) if sms else None, classes)
+    suites = _SUITES.get(strategy)
+    if not suites:
+        return None
     dtype = (shape or {}).get("dtype") or "bf16"
     rows = [r for r in m.schedules
             if r["strategy"] == strategy and r["versus"] == versus and r["suite"] in suites]
@@ -242,7 +323,8 @@ class Estimate:
 
 
 def bound_gemm_estimate(model_ns: float, total_ns: float, launches: int, shape: dict | None,
-                        device: dict | None, strategy: str, kernel: str | None) -> Estimate:
+                        device: dict | None, strategy: str, kernel: str | None,
+                        classes: ShapeClasses | None = None) -> Estimate:
     """`model_ns` (what the symptom's model says is recoverable) bounded by physics and by
     what `strategy` reached in our measurements."""
     est, capped, parts = float(model_ns), "model", []
@@ -255,7 +337,7 @@ def bound_gemm_estimate(model_ns: float, total_ns: float, launches: int, shape: 
             parts.append(f"{fl.basis}: {fl.ns / 1e3:.1f} us a launch")
             if room < est:
                 est, capped = room, "physics"
-    r = reached(strategy, shape, kernel, device)
+    r = reached(strategy, shape, kernel, device, classes)
     exact = False
     if r is not None:
         cap = total_ns * max(0.0, 1.0 - 1.0 / r.ratio)

@@ -14,13 +14,22 @@ Warp specialization is read from the launch as well as the name: a block of 3 or
 (one producer, two or four consumers: how cuBLAS's and CUTLASS's sm90 kernels launch) is
 warp-specialized whatever the name says, and a library kernel already near the device's peak
 is a note ("already near peak"), never advice to replace it.
+
+A library (cuBLAS/CUTLASS) kernel is not ours to warp-specialize: its one remedy is to call a
+faster kernel instead, and the one schedule of ours that measured faster than cuBLAS is the
+Gluon cluster GEMM (strategy `cluster_gemm`, Triton >= 3.9 on sm_90). So a library kernel gets
+a `cluster_gemm` finding only where that schedule's measured ratio over cuBLAS on the shape's
+class (advisor.symptoms.calibration.shape_class: this very shape if measured, else the worst
+measured shape of its class near it) exceeds 1 + `cluster_margin`; the estimate is the kernel's
+time x (1 - 1/ratio), capped by the roofline at the measured peak. Elsewhere it is a note that
+says what the cluster GEMM measured on that class (or that nothing was measured near it).
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from .calibration import bound_gemm_estimate, ceiling, is_library_kernel
+from .calibration import ShapeClasses, bound_gemm_estimate, ceiling, is_library_kernel, reached, shape_class
 from ..findings import Finding
 from ..rules import Rule
 from .context import Context, finding_for, gemm_bytes, gemm_flop, group_launches, launch_rows, shape_of
@@ -28,6 +37,7 @@ from .kernel_kinds import schedule_excluded
 from .tail_wave import work_units
 
 SYMPTOM = "hopper_no_ws"
+CLUSTER = "cluster_gemm"
 REQUIRES = (("devices", "arch", "Does the trace say which GPU architecture ran the kernels?"),)
 
 
@@ -110,17 +120,15 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
             continue
         top = grp.iloc[0].to_dict()
         peak_frac = _near_peak(top, ctx, rule["near_peak_fraction"])
-        if peak_frac is not None and peak_frac >= rule["near_peak_fraction"] and is_library_kernel(str(name)):
-            ctx.notes.append(f"hopper_no_ws: {str(name)[:60]} already runs at {peak_frac:.0%} of the measured "
-                             "dense peak: the library is near peak here, nothing for a schedule to gain")
+        if is_library_kernel(str(name)):
+            f = _library_finding(rule, ctx, grp, top, str(name), total, share, peak_frac)
+            if f is not None:
+                out.append(f)
             continue
         est = bound_gemm_estimate(model, total, int(grp["launches"].sum()), shape_of(top),
                                   ctx.device_row(rank, device_id), rule.strategy, str(name))
         savings = est.savings_ns
         if savings < rule["min_savings_ns"]:
-            if est.capped_by == "measured" and is_library_kernel(str(name)):
-                ctx.notes.append(f"hopper_no_ws: {str(name)[:60]} is not warp-specialized, but our warp-specialized "
-                                 f"schedule does not beat the library on such GEMMs ({est.basis.split('; ')[-1]})")
             continue
         out.append(
             finding_for(
@@ -145,3 +153,68 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
             )
         )
     return out
+
+
+def _classes(rule: Rule) -> ShapeClasses:
+    return ShapeClasses(float(rule["cluster_balanced_tail_efficiency"]), float(rule["cluster_max_shape_factor"]))
+
+
+def _library_finding(rule: Rule, ctx: Context, grp: pd.DataFrame, top: dict, name: str, total: int,
+                     share: float, peak_frac: float | None) -> Finding | None:
+    """A `cluster_gemm` finding where our cluster GEMM measurably beat cuBLAS on this shape's
+    class, else None with a note saying what it measured there."""
+    rank, device_id = top["rank"], top["device_id"]
+    shape, dev = shape_of(top), ctx.device_row(rank, device_id)
+    classes = _classes(rule)
+    r = reached(CLUSTER, shape, name, dev, classes)
+    need = 1.0 + float(rule["cluster_margin"])
+    head = f"hopper_no_ws: {name[:60]} is not warp-specialized"
+    if peak_frac is not None and peak_frac >= rule["near_peak_fraction"]:
+        head += f" and already runs at {peak_frac:.0%} of the measured dense peak"
+    if r is None or r.ratio <= need:
+        if r is not None:
+            why = f"{r.basis}: not over the {need:.2f}x a replacement needs"
+        elif shape is None:
+            why = "its shape is unknown, so no measurement of our cluster_gemm schedule speaks for it"
+        else:
+            sms = (dev or {}).get("sm_count")
+            cls = shape_class(shape, int(sms), classes.balanced_tail_efficiency) if sms else "unknown-class"
+            why = (f"our cluster_gemm schedule was not measured near {shape['M']}x{shape['N']}x{shape['K']} "
+                   f"{shape.get('dtype') or ''} ({cls} shape): no claim from an extrapolation").replace("  ", " ")
+        ctx.notes.append(f"{head}; no schedule of ours beats the library here: {why}")
+        return None
+    launches = int(grp["launches"].sum())
+    # the estimate is the measured ratio's: total x (1 - 1/ratio), capped by the roofline
+    est = bound_gemm_estimate(total, total, launches, shape, dev, CLUSTER, name, classes)
+    if est.savings_ns < rule["min_savings_ns"]:
+        ctx.notes.append(f"{head}; our cluster_gemm schedule beats the library on such shapes, but by "
+                         f"{est.savings_ns / 1e3:.1f} us in this trace, under the {rule['min_savings_ns'] / 1e3:.0f} us "
+                         f"worth a change ({est.basis})")
+        return None
+    return finding_for(
+        rule, top,
+        strategy=CLUSTER,
+        launches=launches,
+        total_ns=total,
+        est_savings_ns=int(est.savings_ns),
+        confidence="medium" if r.exact else "low",
+        evidence={
+            "share_of_gpu_time": round(share, 4),
+            "launch_shapes": int(len(grp)),
+            "arch": ctx.device_value(rank, device_id, "arch"),
+            "warp_specialized": False,
+            "threads_per_block": None if top.get("block_x") is None or pd.isna(top.get("block_x")) else int(top["block_x"]),
+            "fraction_of_peak": None if peak_frac is None else round(peak_frac, 3),
+            "shape_class": r.shape_class,
+            "measured_ratio": r.ratio,
+            "measured_exact": r.exact,
+            "bound_ns": est.bound_ns,
+            "capped_by": est.capped_by,
+            "basis": f"the kernel's time x (1 - 1/{r.ratio:.3f}); " + est.basis,
+            "library": "cuBLAS" if "cutlass" not in name.lower() else "CUTLASS",
+            "library_change": (f"replace this GEMM call with our Gluon cluster GEMM (advisor generate {CLUSTER}; it "
+                               "needs Triton >= 3.9 on an sm_90 GPU), and keep it only where it times faster than "
+                               "torch.matmul on your shape"),
+        },
+        suggestion={"schedule": CLUSTER, "requires": "Triton >= 3.9 on sm_90"},
+    )
