@@ -496,11 +496,13 @@ def test_kineto_is_streamed_in_bounded_memory(tmp_path, monkeypatch):
     """A Kineto file is decoded event by event and turned into frames in batches: the traced
     peak stays under 3x the file's size (json.loads of this whole 7 MB document alone peaks
     at 37 MB, over 5x; the frames of these small events take ~2x)."""
-    from advisor.traces import kineto
+    from advisor.traces import _jsonio, kineto
 
     events = T.kineto_gemm_events(10_000, annotation="step")  # 40k events
     path = T.write_kineto(tmp_path / "big.json", T.kineto_doc(events))
     monkeypatch.setattr(kineto, "_BATCH", 2000)
+    # the decoder's chunk in proportion too (4 MB by default, most of this small file at once)
+    monkeypatch.setattr(_jsonio, "_CHUNK", 1 << 20)
     tracemalloc.start()
     try:
         trace = load_trace(path)
