@@ -19,7 +19,7 @@ import click
 from . import __version__
 from .basics import COMM_OVERLAP, COMM_PATTERNS, DEFAULT_SM_COUNT, DTYPES, GEMM_STRATEGIES, GROUPED, SPLIT_KV, parse_shape
 from .errors import AdvisorError
-from .textutil import safe_text, shell_quote
+from .textutil import safe_text
 
 
 class _Group(click.Group):
@@ -394,14 +394,6 @@ def rules_command(rules_dir, as_json) -> None:
     click.echo(rules_text(table), nl=False)
 
 
-def _chosen_by(chosen: dict) -> str:
-    """How a generated variant's knobs were chosen, with the ones --config replaced."""
-    text = f"{chosen.get('how')} ({chosen.get('candidates_from', 'given')})"
-    if chosen.get("overridden"):
-        text += f"; set by --config: {', '.join(chosen['overridden'])}"
-    return text
-
-
 def _parse_knobs(pairs) -> dict:
     knobs = {}
     for item in pairs:
@@ -460,79 +452,14 @@ def generate_command(strategy, shape, attn, group, shapes, dtype, configs, sm_co
       advisor generate grouped --group 64:128:512:0 --dtype bf16 -o grouped.py
       advisor generate split_kv --attn 1:32:8:128:32768 --dtype bf16 -o decode.py
     """
-    from .codegen.generate import (
-        generate,
-        generate_comm_overlap,
-        generate_grouped,
-        generate_split_kv,
-        group_sizes,
-        parse_attn,
-        parse_group,
-        parse_shapes,
-    )
-    from .codegen.schedule_model import Device
+    from .codegen.generate import write_variant
 
-    knobs = _parse_knobs(configs)
-    if (attn is not None) != (strategy == SPLIT_KV):
-        raise AdvisorError("generate split_kv needs --attn B:HQ:HKV:D:S[:LQ], e.g. --attn 1:32:8:128:32768"
-                           if attn is None else f"--attn is for the split_kv strategy; {strategy} takes --shape MxNxK")
-    if strategy == SPLIT_KV:
-        if shape is not None or group is not None or shapes is not None:
-            raise AdvisorError("generate split_kv takes --attn B:HQ:HKV:D:S[:LQ], not --shape/--group/--shapes")
-        v = generate_split_kv(parse_attn(attn), dtype=dtype, knobs=knobs, device=Device(sm_count=sm_count), path=output)
-        a = v.attn
-        click.echo(f"wrote {output} (split_kv, B={a['B']} Hq={a['Hq']} Hkv={a['Hkv']} D={a['D']} S={a['S']} Lq={a['Lq']} {dtype})")
-        click.echo("knobs: " + ", ".join(f"{k}={val}" for k, val in v.knobs.items()))
-        click.echo(f"chosen by: {_chosen_by(v.chosen_by)}")
-        click.echo(f"next: python {output} --check   (then --bench on the GPU: vs torch SDPA's flash, cuDNN and math backends)")
-        return
-    if strategy == GROUPED:
-        if shape is not None:
-            raise AdvisorError("generate grouped takes --group COUNT:LO:HI[:SEED] and/or --shapes MxNxK,..., not --shape")
-        if group is None and shapes is None:
-            raise AdvisorError("generate grouped needs --group COUNT:LO:HI[:SEED] (e.g. 64:128:512:0) "
-                               "and/or --shapes MxNxK,MxNxK,...")
-        spec = parse_group(group) if group is not None else None
-        sizes = (group_sizes(spec) if spec else []) + (parse_shapes(shapes) if shapes is not None else [])
-        v = generate_grouped(sizes, dtype=dtype, knobs=knobs, group=spec, device=Device(sm_count=sm_count), path=output)
-        lo, hi = min(min(s) for s in sizes), max(max(s) for s in sizes)
-        click.echo(f"wrote {safe_text(output, 400)} (grouped, {len(sizes)} GEMMs, M/N/K in {lo}..{hi}, {dtype})")
-        click.echo("knobs: " + ", ".join(f"{k}={val}" for k, val in v.knobs.items()))
-        click.echo(f"chosen by: {_chosen_by(v.chosen_by)}")
-        click.echo(f"next: python {shell_quote(output)} --check   (then --bench on the GPU: vs a torch.matmul loop and its CUDA graph)")
-        return
-    if group is not None or shapes is not None:
-        raise AdvisorError(f"--group and --shapes are for the grouped strategy; {strategy} takes --shape MxNxK")
-    if shape is None:
-        raise AdvisorError(f"generate {strategy} needs --shape MxNxK, e.g. --shape 4096x4096x8192")
-    M, N, K = parse_shape(shape)
-    if strategy == COMM_OVERLAP:
-        v = generate_comm_overlap(pattern, M, N, K, dtype=dtype, knobs=knobs, path=output)
-        click.echo(f"wrote {safe_text(output, 400)} (comm_overlap {pattern}, {M}x{N}x{K} {dtype})")
-        for w in v.warnings:
-            _log(f"warning: {w}")
-        click.echo("knobs: " + ", ".join(f"{k}={val}" for k, val in v.knobs.items()))
-        if v.knobs.get("transport") == "nccl" and "transport" not in knobs:
-            click.echo("tip: transport=nccl runs anywhere; on GPUs with peer access (NVLink) --config transport=p2p "
-                       "(copy engines, no SMs taken from the GEMM) was 1.0-1.5x faster than NCCL chunks on 2 H200s, graph-replayed "
-                       "(docs/schedules/comm_overlap.md)")
-        click.echo(f"next: torchrun --nproc-per-node <GPUs> {shell_quote(output)} --check --bench --graph   (--graph: time CUDA-graph replays; eager chunks can wait on the host)")
-        return
-    v = generate(strategy, M, N, K, dtype=dtype, knobs=knobs, device=Device(sm_count=sm_count), path=output)
-    click.echo(f"wrote {safe_text(output, 400)} ({strategy}, {M}x{N}x{K} {dtype})")
-    click.echo("knobs: " + ", ".join(f"{k}={val}" for k, val in v.knobs.items()))
-    click.echo(f"chosen by: {_chosen_by(v.chosen_by)}")
-    if strategy == "warp_specialization" and v.knobs.get("warp_specialize") is False and "warp_specialize" not in knobs:
-        click.echo("note: this config runs the TMA pipeline without producer/consumer warp groups: the model ranked "
-                   "it first for this shape (Triton 3.6's warp specialization does not compile for fp32 with a "
-                   "row-major B, and was wrong at 6-8 stages on the H200); --config warp_specialize=true forces it")
-    if strategy == "cluster_gemm":
-        from .codegen.kernel_lib import load
-
-        why = load("cluster_gemm").unavailable_reason()
-        if why:
-            click.echo(f"note: {why}: the file runs where Triton >= 3.9 is installed, on an sm_90 GPU")
-    click.echo(f"next: python {shell_quote(output)} --check   (then --bench on the GPU)")
+    w = write_variant(strategy, output, shape=shape, attn=attn, group=group, shapes=shapes, dtype=dtype,
+                      knobs=_parse_knobs(configs), sm_count=sm_count, pattern=pattern)
+    for line in w.warnings:
+        _log(f"warning: {line}")
+    for line in w.lines:
+        click.echo(line)
 
 
 @cli.command("profile", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

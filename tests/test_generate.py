@@ -578,3 +578,19 @@ def test_a_variant_s_replay_keys_are_its_own(monkeypatch):
     assert plain.launch is runtime.launch and plain.Recorder is runtime.Recorder
     key = plain.call_key("stream_k", (), "cfg")
     assert seen[0][0] == "stream_k" and seen[0] != "stream_k" and key == ("key", seen[0])
+
+
+def test_write_variant_is_the_front_door_the_cli_prints(tmp_path):
+    # the checks and the messages live in the codegen layer; the CLI only prints them
+    from advisor.codegen.generate import write_variant
+
+    w = write_variant("split_k", tmp_path / "v $(x).py", shape="64x64x4096", dtype="bf16")
+    assert w.lines[0].startswith("wrote ") and "split_k, 64x64x4096 bf16" in w.lines[0]
+    assert w.lines[-1].startswith("next: python '") and "$(x)" in w.lines[-1]  # quoted for the shell
+    assert (tmp_path / "v $(x).py").exists()
+    with pytest.raises(AdvisorError, match="--attn is for the split_kv strategy"):
+        write_variant("split_k", tmp_path / "w.py", shape="64x64x64", attn="1:8:8:64:1024")
+    with pytest.raises(AdvisorError, match="needs --shape"):
+        write_variant("stream_k", tmp_path / "w.py")
+    out = CliRunner().invoke(cli, ["generate", "split_k", "--shape", "64x64x4096", "-o", str(tmp_path / "c.py")])
+    assert out.exit_code == 0 and out.output.splitlines()[0] == f"wrote {tmp_path / 'c.py'} (split_k, 64x64x4096 bf16)"

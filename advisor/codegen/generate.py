@@ -24,7 +24,7 @@ from typing import Any
 
 from .. import __version__
 from .bundle import bundle, coerce_knobs, config_fields
-from ..basics import COMM_PATTERNS, DTYPES, GEMM_STRATEGIES, GROUPED, SPLIT_KV, parse_shape, torch_dtype
+from ..basics import COMM_OVERLAP, COMM_PATTERNS, DTYPES, GEMM_STRATEGIES, GROUPED, SPLIT_KV, parse_shape, torch_dtype
 from ..errors import AdvisorError
 from ..report.render import PySafe, code_environment
 from .schedule_model import Device, rank, stream_k_policies, suggest_split_k
@@ -534,3 +534,98 @@ def generate_split_kv(
     variant = Variant(SPLIT_KV, shape["B"] * shape["Hq"] * shape["Lq"], shape["D"], shape["S"], dtype, final,
                       chosen_by, text, attn=shape)
     return _finish(variant, filename, target)
+
+
+# ------------------------------------------------------------------ the one front door (CLI, agents)
+
+
+@dataclass
+class Written:
+    """What `write_variant` wrote: the variant, the lines that tell a person what it is and what
+    to run next, and warnings (stderr)."""
+
+    variant: Any
+    lines: list[str]
+    warnings: list[str] = field(default_factory=list)
+
+
+def _chosen_by(chosen: dict) -> str:
+    """How a generated variant's knobs were chosen, with the ones --config replaced."""
+    text = f"{chosen.get('how')} ({chosen.get('candidates_from', 'given')})"
+    if chosen.get("overridden"):
+        text += f"; set by --config: {', '.join(chosen['overridden'])}"
+    return text
+
+
+def _knob_lines(v) -> list[str]:
+    return ["knobs: " + ", ".join(f"{k}={val}" for k, val in v.knobs.items())]
+
+
+def write_variant(strategy: str, path: Path, *, shape: str | None = None, attn: str | None = None,
+                  group: str | None = None, shapes: str | None = None, dtype: str = "bf16",
+                  knobs: dict[str, object] | None = None, sm_count: int | None = None,
+                  pattern: str = "all_gather_matmul") -> Written:
+    """Write the standalone variant of `strategy` to `path` from the problem as a person states
+    it (`shape` "MxNxK"; split_kv's `attn` "B:HQ:HKV:D:S[:LQ]"; grouped's `group`
+    "COUNT:LO:HI[:SEED]" and/or `shapes` "MxNxK,..."): checks that the arguments fit the
+    strategy, generates, and says what was written and what to run next."""
+    from ..textutil import safe_text, shell_quote
+
+    knobs = dict(knobs or {})
+    device = Device(sm_count=sm_count) if sm_count else Device()
+    shown, quoted = safe_text(path, 400), shell_quote(path)
+    if (attn is not None) != (strategy == SPLIT_KV):
+        raise AdvisorError("generate split_kv needs --attn B:HQ:HKV:D:S[:LQ], e.g. --attn 1:32:8:128:32768"
+                           if attn is None else f"--attn is for the split_kv strategy; {strategy} takes --shape MxNxK")
+    if strategy == SPLIT_KV:
+        if shape is not None or group is not None or shapes is not None:
+            raise AdvisorError("generate split_kv takes --attn B:HQ:HKV:D:S[:LQ], not --shape/--group/--shapes")
+        v = generate_split_kv(parse_attn(attn), dtype=dtype, knobs=knobs, device=device, path=path)
+        a = v.attn
+        return Written(v, [f"wrote {shown} (split_kv, B={a['B']} Hq={a['Hq']} Hkv={a['Hkv']} D={a['D']} S={a['S']} "
+                           f"Lq={a['Lq']} {dtype})", *_knob_lines(v), f"chosen by: {_chosen_by(v.chosen_by)}",
+                           f"next: python {quoted} --check   (then --bench on the GPU: vs torch SDPA's flash, cuDNN "
+                           "and math backends)"])
+    if strategy == GROUPED:
+        if shape is not None:
+            raise AdvisorError("generate grouped takes --group COUNT:LO:HI[:SEED] and/or --shapes MxNxK,..., not --shape")
+        if group is None and shapes is None:
+            raise AdvisorError("generate grouped needs --group COUNT:LO:HI[:SEED] (e.g. 64:128:512:0) "
+                               "and/or --shapes MxNxK,MxNxK,...")
+        spec = parse_group(group) if group is not None else None
+        sizes = (group_sizes(spec) if spec else []) + (parse_shapes(shapes) if shapes is not None else [])
+        v = generate_grouped(sizes, dtype=dtype, knobs=knobs, group=spec, device=device, path=path)
+        lo, hi = min(min(s) for s in sizes), max(max(s) for s in sizes)
+        return Written(v, [f"wrote {shown} (grouped, {len(sizes)} GEMMs, M/N/K in {lo}..{hi}, {dtype})",
+                           *_knob_lines(v), f"chosen by: {_chosen_by(v.chosen_by)}",
+                           f"next: python {quoted} --check   (then --bench on the GPU: vs a torch.matmul loop and its "
+                           "CUDA graph)"])
+    if group is not None or shapes is not None:
+        raise AdvisorError(f"--group and --shapes are for the grouped strategy; {strategy} takes --shape MxNxK")
+    if shape is None:
+        raise AdvisorError(f"generate {strategy} needs --shape MxNxK, e.g. --shape 4096x4096x8192")
+    M, N, K = parse_shape(shape)
+    if strategy == COMM_OVERLAP:
+        v = generate_comm_overlap(pattern, M, N, K, dtype=dtype, knobs=knobs, path=path)
+        lines = [f"wrote {shown} (comm_overlap {pattern}, {M}x{N}x{K} {dtype})", *_knob_lines(v)]
+        if v.knobs.get("transport") == "nccl" and "transport" not in knobs:
+            lines.append("tip: transport=nccl runs anywhere; on GPUs with peer access (NVLink) --config transport=p2p "
+                         "(copy engines, no SMs taken from the GEMM) was 1.0-1.5x faster than NCCL chunks on 2 H200s, "
+                         "graph-replayed (docs/schedules/comm_overlap.md)")
+        lines.append(f"next: torchrun --nproc-per-node <GPUs> {quoted} --check --bench --graph   (--graph: time "
+                     "CUDA-graph replays; eager chunks can wait on the host)")
+        return Written(v, lines, list(v.warnings))
+    v = generate(strategy, M, N, K, dtype=dtype, knobs=knobs, device=device, path=path)
+    lines = [f"wrote {shown} ({strategy}, {M}x{N}x{K} {dtype})", *_knob_lines(v), f"chosen by: {_chosen_by(v.chosen_by)}"]
+    if strategy == "warp_specialization" and v.knobs.get("warp_specialize") is False and "warp_specialize" not in knobs:
+        lines.append("note: this config runs the TMA pipeline without producer/consumer warp groups: the model ranked "
+                     "it first for this shape (Triton 3.6's warp specialization does not compile for fp32 with a "
+                     "row-major B, and was wrong at 6-8 stages on the H200); --config warp_specialize=true forces it")
+    if strategy == "cluster_gemm":
+        from .kernel_lib import load
+
+        why = load("cluster_gemm").unavailable_reason()
+        if why:
+            lines.append(f"note: {why}: the file runs where Triton >= 3.9 is installed, on an sm_90 GPU")
+    lines.append(f"next: python {quoted} --check   (then --bench on the GPU)")
+    return Written(v, lines)
