@@ -138,12 +138,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                 est_savings_ns=int(savings),
                 confidence="low",
                 evidence={
-                    "share_of_gpu_time": round(share, 4),
-                    "launch_shapes": int(len(grp)),
-                    "arch": ctx.device_value(rank, device_id, "arch"),
-                    "warp_specialized": False,
-                    "threads_per_block": None if top.get("block_x") is None or pd.isna(top.get("block_x")) else int(top["block_x"]),
-                    "fraction_of_peak": None if peak_frac is None else round(peak_frac, 3),
+                    **_kernel_facts(ctx, grp, top, share, peak_frac, rank, device_id),
                     "model_ns": int(model),
                     "bound_ns": est.bound_ns,
                     "capped_by": est.capped_by,
@@ -153,6 +148,19 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
             )
         )
     return out
+
+
+def _kernel_facts(ctx: Context, grp: pd.DataFrame, top: dict, share: float, peak_frac, rank, device_id) -> dict:
+    """The evidence every hopper_no_ws finding carries about the kernel itself."""
+    block_x = top.get("block_x")
+    return {
+        "share_of_gpu_time": round(share, 4),
+        "launch_shapes": int(len(grp)),
+        "arch": ctx.device_value(rank, device_id, "arch"),
+        "warp_specialized": False,
+        "threads_per_block": None if block_x is None or pd.isna(block_x) else int(block_x),
+        "fraction_of_peak": None if peak_frac is None else round(peak_frac, 3),
+    }
 
 
 def _classes(rule: Rule) -> ShapeClasses:
@@ -199,12 +207,7 @@ def _library_finding(rule: Rule, ctx: Context, grp: pd.DataFrame, top: dict, nam
         est_savings_ns=int(est.savings_ns),
         confidence="medium" if r.exact else "low",
         evidence={
-            "share_of_gpu_time": round(share, 4),
-            "launch_shapes": int(len(grp)),
-            "arch": ctx.device_value(rank, device_id, "arch"),
-            "warp_specialized": False,
-            "threads_per_block": None if top.get("block_x") is None or pd.isna(top.get("block_x")) else int(top["block_x"]),
-            "fraction_of_peak": None if peak_frac is None else round(peak_frac, 3),
+            **_kernel_facts(ctx, grp, top, share, peak_frac, rank, device_id),
             "shape_class": r.shape_class,
             "measured_ratio": r.ratio,
             "measured_exact": r.exact,
