@@ -116,3 +116,48 @@ def test_wall_claims_stay_near_the_bare_programs_idle_time():
         worst.append((claim_ms - 2 * idle_ms, Path(path).name, claim_ms, idle_ms))
     over = [w for w in worst if w[0] > 1.0]
     assert not over, over
+
+
+# ------------------------------------------------------------ the second set (2026-12-03)
+
+def _diag_file(name: str):
+    return diagnose(load_trace(HOLD / name))
+
+
+@pytest.mark.parametrize("name", ["holdout_resnet50_train.kineto.json.gz", "holdout_resnet50_train.sqlite.gz",
+                                  "holdout_mobilenet_b8.kineto.json.gz"])
+def test_align2_kernels_inside_convolutions_are_no_gemm_to_pad(name):
+    # cuDNN ran NCHW 1x1 convolutions as CUTLASS align1/align2 GEMMs over 14 x 14 = 196-element
+    # rows: padding a GEMM dimension is not the fix (and "no dimension is misaligned" was said
+    # of a shape nobody knew); the diagnosis says what they are instead
+    d = _diag_file(name)
+    assert not [f for f in d.findings if f.symptom == "misaligned_gemm"]
+    (note,) = [n for n in d.notes if "inside convolutions" in n]
+    assert "channels_last" in note and "launches" in note
+
+
+def test_an_unshaped_misaligned_gemm_does_not_claim_its_dimensions_are_aligned():
+    from advisor.symptoms.misaligned_gemm import _fix
+
+    assert "no dimension is misaligned" in _fix({}, 64, shape_known=True)
+    unknown = _fix({}, 64, shape_known=False)
+    assert "no dimension is misaligned" not in unknown and "shape is unknown" in unknown
+
+
+def test_kernel_time_findings_on_a_host_bound_device_say_the_host_may_be_the_floor():
+    # MoE forward: the GPU waits on launches for most of its span; the sort's kernel time is real,
+    # but it shortens the step only as far as the host keeps ahead (ResNet-50's channels_last
+    # lesson: GPU time -12.3 ms, step -0.9 ms)
+    d = _diag_file("holdout_mixtral_moe.kineto.json.gz")
+    (sort,) = [f for f in d.findings if f.symptom == "underfilled_long_kernel"]
+    assert "radixSortKVInPlace" in sort.kernel and "torch.sort" in sort.evidence["library"]
+    assert "host keeps ahead" in sort.evidence["step_time_caveat"]
+    assert "- Step time: " in render("diagnosis.md.j2", d=d)
+    # a GPU-bound step (BERT in fp32: 85.5 ms busy of an 88.6 ms span) carries no such caveat
+    bert = _diag_file("holdout_bert_train_fp32.kineto.json.gz")
+    assert bert.findings[0].symptom == "tensor_cores_unused"
+    assert not [f for f in bert.findings if "step_time_caveat" in f.evidence]
+
+
+def test_a_full_prefill_on_library_kernels_has_nothing_to_gain():
+    assert _diag_file("holdout_qwen2_prefill.kineto.json.gz").findings == []

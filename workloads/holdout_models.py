@@ -13,11 +13,24 @@ check every finding against the raw trace by hand (tests/eval_set.toml records t
     convnext_infer    timm convnext_tiny inference, fp16, batch 128 at 224, NCHW
     distilbert_b1     DistilBERT inference at batch 1, 128 tokens, fp32 (a serving loop's shape)
 
+A second set, captured after the rules were fixed on the first (2026-12-03):
+
+    bert_train_fp32   BERT (hidden 768, 6 layers) masked-LM training step, fp32 (PyTorch's default
+                      precision, TF32 off), AdamW, 16 x 256
+    mixtral_moe       Mixtral-style mixture of experts (hidden 1024, 4 layers, 8 experts, top 2)
+                      forward, bf16, 4 x 512 tokens
+    llama_generate    Llama (hidden 2048, 8 layers, 32 query / 8 KV heads) bf16: 512-token prompt,
+                      32 greedy tokens at batch 1 (eager, dynamic cache)
+    resnet50_train    timm resnet50 training step, bf16 autocast, batch 64 at 224, NCHW
+    qwen2_prefill     Qwen2 (hidden 1536, 4 layers, 12 / 2 heads) bf16 forward over 1 x 8192 tokens
+    mobilenet_b8      timm mobilenetv3_large_100 inference, fp16, batch 8 at 224
+
     python3 workloads/holdout_models.py all --out OUTDIR              # on the GPU machine
     python3 workloads/holdout_models.py t5_train --device cpu --tiny --out /tmp/h   # smoke run
 
 Writes OUTDIR/holdout_NAME.kineto.json.gz and one line per model to OUTDIR/holdout.jsonl (step
-time, versions). A model that fails is reported and skipped; the others still run.
+time, versions). `--nsys` profiles with NVTX ranges (emit_nvtx with shapes) for a run under
+`nsys profile -t cuda,nvtx -s none --capture-range=cudaProfilerApi` instead (capture_holdout2.sh). A model that fails is reported and skipped; the others still run.
 """
 
 from __future__ import annotations
@@ -139,8 +152,112 @@ def distilbert_b1(dev: str, tiny: bool):
     return step
 
 
+def bert_train_fp32(dev: str, tiny: bool):
+    from transformers import BertConfig, BertForMaskedLM
+
+    cfg = BertConfig(hidden_size=64 if tiny else 768, intermediate_size=128 if tiny else 3072,
+                     num_hidden_layers=1 if tiny else 6, num_attention_heads=2 if tiny else 12,
+                     vocab_size=1000 if tiny else 30522)
+    model = BertForMaskedLM(cfg).to(dev)  # fp32, as from_config gives it
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    b, s = (2, 16) if tiny else (16, 256)
+    ids = torch.randint(0, cfg.vocab_size, (b, s), device=dev)
+
+    def step():
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def mixtral_moe(dev: str, tiny: bool):
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    cfg = MixtralConfig(hidden_size=64 if tiny else 1024, intermediate_size=128 if tiny else 3584,
+                        num_hidden_layers=1 if tiny else 4, num_attention_heads=2 if tiny else 16,
+                        num_key_value_heads=1 if tiny else 4, num_local_experts=4 if tiny else 8,
+                        num_experts_per_tok=2, vocab_size=1000 if tiny else 32000)
+    dtype = torch.float32 if dev == "cpu" else torch.bfloat16
+    with torch.device(dev):
+        model = MixtralForCausalLM(cfg).to(dtype).eval()
+    b, s = (1, 16) if tiny else (4, 512)
+    ids = torch.randint(0, cfg.vocab_size, (b, s), device=dev)
+
+    @torch.no_grad()
+    def step():
+        model(input_ids=ids, logits_to_keep=1)
+    return step
+
+
+def llama_generate(dev: str, tiny: bool):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=64 if tiny else 2048, intermediate_size=128 if tiny else 5632,
+                      num_hidden_layers=1 if tiny else 8, num_attention_heads=2 if tiny else 32,
+                      num_key_value_heads=1 if tiny else 8, vocab_size=1000 if tiny else 32000)
+    dtype = torch.float32 if dev == "cpu" else torch.bfloat16
+    with torch.device(dev):
+        model = LlamaForCausalLM(cfg).to(dtype).eval()
+    ids = torch.randint(0, cfg.vocab_size, (1, 16 if tiny else 512), device=dev)
+    n = 4 if tiny else 32
+
+    @torch.no_grad()
+    def step():
+        model.generate(input_ids=ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+    return step
+
+
+def resnet50_train(dev: str, tiny: bool):
+    import timm
+
+    model = timm.create_model("resnet18" if tiny else "resnet50", pretrained=False).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(2 if tiny else 64, 3, 224, 224, device=dev)
+    y = torch.randint(0, 1000, (x.shape[0],), device=dev)
+
+    def step():
+        with _autocast(dev, torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def qwen2_prefill(dev: str, tiny: bool):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(hidden_size=64 if tiny else 1536, intermediate_size=128 if tiny else 8960,
+                      num_hidden_layers=1 if tiny else 4, num_attention_heads=2 if tiny else 12,
+                      num_key_value_heads=1 if tiny else 2, vocab_size=1000 if tiny else 151936)
+    dtype = torch.float32 if dev == "cpu" else torch.bfloat16
+    with torch.device(dev):
+        model = Qwen2ForCausalLM(cfg).to(dtype).eval()
+    ids = torch.randint(0, cfg.vocab_size, (1, 32 if tiny else 8192), device=dev)
+
+    @torch.no_grad()
+    def step():
+        model(input_ids=ids, logits_to_keep=1)
+    return step
+
+
+def mobilenet_b8(dev: str, tiny: bool):
+    import timm
+
+    dtype = torch.float32 if dev == "cpu" else torch.float16
+    model = timm.create_model("mobilenetv3_small_050" if tiny else "mobilenetv3_large_100",
+                              pretrained=False).to(dev, dtype).eval()
+    x = torch.randn(2 if tiny else 8, 3, 224, 224, device=dev, dtype=dtype)
+
+    @torch.no_grad()
+    def step():
+        model(x)
+    return step
+
+
 MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_prefill, convnext_infer,
-                                  distilbert_b1)}
+                                  distilbert_b1, bert_train_fp32, mixtral_moe, llama_generate, resnet50_train,
+                                  qwen2_prefill, mobilenet_b8)}
 
 
 def _sync(dev: str):
@@ -148,7 +265,7 @@ def _sync(dev: str):
         torch.cuda.synchronize()
 
 
-def run(name: str, dev: str, tiny: bool, out: Path, steps: int, warmup: int) -> dict:
+def run(name: str, dev: str, tiny: bool, out: Path, steps: int, warmup: int, nsys: bool = False) -> dict:
     from torch.profiler import ProfilerActivity, profile, record_function
 
     torch.manual_seed(0)
@@ -161,6 +278,15 @@ def run(name: str, dev: str, tiny: bool, out: Path, steps: int, warmup: int) -> 
         step()
     _sync(dev)
     step_ms = (time.perf_counter() - t0) * 1e3 / steps
+    if nsys:  # under `nsys profile --capture-range=cudaProfilerApi`: NVTX ranges carry the shapes
+        with torch.autograd.profiler.emit_nvtx(record_shapes=True):
+            torch.cuda.profiler.start()
+            with torch.cuda.nvtx.range(f"holdout {name}"):
+                for _ in range(steps):
+                    step()
+                _sync(dev)
+            torch.cuda.profiler.stop()
+        return {"model": name, "step_ms": round(step_ms, 3), "nsys": True}
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.startswith("cuda") else [])
     with profile(activities=acts, record_shapes=True) as prof:
         with record_function(f"holdout {name}"):
@@ -179,6 +305,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tiny", action="store_true", help="small configs, for a smoke run on the CPU")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--nsys", action="store_true",
+                    help="profile for Nsight Systems instead (run under nsys --capture-range=cudaProfilerApi)")
     args = ap.parse_args(argv)
     names = list(MODELS) if args.models == ["all"] else args.models
     unknown = [n for n in names if n not in MODELS]
@@ -195,7 +323,7 @@ def main(argv=None) -> int:
     failed = 0
     for n in names:
         try:
-            row = run(n, args.device, args.tiny, args.out, args.steps, args.warmup)
+            row = run(n, args.device, args.tiny, args.out, args.steps, args.warmup, args.nsys)
         except Exception:  # one model's failure must not cost the others' traces
             failed += 1
             traceback.print_exc()

@@ -15,6 +15,9 @@ model config's vocab size, or `model.resize_token_embeddings(n, pad_to_multiple_
 padded K needs zeros in both operands and no slice. Where the dimension cannot change, the
 fallback is a staged call: copy the operand into a zero-padded buffer before the GEMM (one read
 and write of it) and slice the output.
+Not this symptom: align1/align2 kernels launched inside a convolution (cuDNN runs an NCHW 1x1
+convolution as a GEMM over the spatial size, 14 x 14 = 196 elements, 392-byte rows): their fix is
+the layout (channels_last, layout_churn) or the channel count, so they become a note.
 Estimate: the launches' time minus the floor of the same GEMM at the padded size (roofline at
 the measured peak and bandwidth, at least a launch's latency); without a shape, the measured
 ratio `unshaped_speedup` (confidence low).
@@ -30,6 +33,7 @@ from ..findings import Finding
 from ..rules import Rule
 from .context import ELEMENT_BYTES, Context, finding_for, group_launches, launch_rows, shape_of
 from .kernel_kinds import _ALIGN, align_bytes, device_row, element_bytes_from_name, kinds, row_precision
+from .launch_ops import launched_inside
 from .roofline import gemm_estimate
 
 SYMPTOM = "misaligned_gemm"
@@ -57,7 +61,10 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     gemm = k["is_gemm"].to_numpy(dtype=bool) & (kk["precision"] != "fp32").to_numpy(dtype=bool)
     tagged = kk["misaligned"].to_numpy(dtype=bool)
     shaped = gemm & k["M"].notna().to_numpy(dtype=bool)
-    out = group_launches(launch_rows(k, tagged | shaped, []), [])
+    conv = launched_inside(ctx) & tagged & ~shaped
+    if conv.any():
+        _note_conv(ctx, k, conv)
+    out = group_launches(launch_rows(k, (tagged & ~conv) | shaped, []), [])
     if out.empty:
         return out
     out["align_bytes"] = [align_bytes(str(n)) for n in out["name"]]
@@ -68,7 +75,24 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     return out[keep.to_numpy()].reset_index(drop=True).assign(tagged=tag_hit[keep.to_numpy()].to_numpy())
 
 
-def _fix(odd: dict[str, int], multiple: int) -> str:
+def _note_conv(ctx: Context, k: pd.DataFrame, conv) -> None:
+    """Say what the misaligned kernels inside convolutions are, once per diagnosis."""
+    ns = int(k.loc[conv, "dur_ns"].sum())
+    total = int(k["dur_ns"].sum())
+    if not total or ns < 0.01 * total:
+        return
+    ctx.notes.append(
+        f"{int(conv.sum()):,} launches ({ns / 1e6:.2f} ms, {100 * ns / total:.1f}% of GPU time) of GEMM kernels for "
+        "misaligned operands (_align1/_align2) ran inside convolutions: cuDNN's GEMM over an NCHW tensor's spatial "
+        "size (e.g. 14 x 14 = 196) or an odd channel count; the fix is the layout (channels_last) or channel counts "
+        "that are multiples of 8, not a GEMM dimension to pad")
+
+
+def _fix(odd: dict[str, int], multiple: int, shape_known: bool = True) -> str:
+    if not odd and not shape_known:
+        return (f"the shape is unknown (emit_nvtx or Kineto record_shapes give it): pad the dimension that is not a "
+                f"multiple of 8 elements to a multiple of {multiple}; if none is, an operand's stride or start is "
+                "(a slice or view): make it contiguous or allocate it with 16-byte rows")
     if not odd:
         return ("no dimension is misaligned: an operand's stride or start is (a slice or view); "
                 "make it contiguous (x.contiguous()) or allocate it with 16-byte rows")
@@ -146,7 +170,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                     "covers_kernels": [str(top["name"])],
                 },
                 suggestion={
-                    "fix": _fix(odd, multiple),
+                    "fix": _fix(odd, multiple, shape is not None),
                     "pad_multiple": multiple,
                     "fallback": "staged: copy the operand into a zero-padded 16-byte-aligned buffer before the GEMM and slice the output",
                 },
