@@ -155,6 +155,8 @@ def test_tensor_cores_unused_without_tf32_says_autocast():
     (f,) = by_symptom(diagnose(Builder().mm("volta_sgemm_128x64_nn", M, N, K, 3_000_000, dtype="fp32", n=4).trace(devices=[v100])),
                       "tensor_cores_unused")
     assert f.evidence["target_precision"] == "fp16" and "autocast" in f.suggestion["fix"] and f.confidence == "high"
+    # the strategy id in the headline names the lever this GPU has (no TF32, no bf16 on Volta)
+    assert f.strategy == "fp16_autocast" and "GradScaler" in f.watch_for
     b = Builder()
     for _ in range(4):
         b.add("volta_sgemm_128x64_nn", 3_000_000, grid=(13, 11, 1))  # no cpu_op: no shape

@@ -115,6 +115,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                     # the hook for ranking: the kernels this lever covers (Tier-4 rules skip them)
                     "covers_kernels": sorted({str(r["name"]) for r, _, _ in rows}),
                 },
+                strategy=rule.strategy if tf32 else rule.strategy_for("no_tf32"),
                 suggestion={"fix": FIX_TF32 if tf32 else FIX_16BIT, "precision": target},
             )
         )
