@@ -25,6 +25,13 @@ A second set, captured after the rules were fixed on the first (2026-12-03):
     qwen2_prefill     Qwen2 (hidden 1536, 4 layers, 12 / 2 heads) bf16 forward over 1 x 8192 tokens
     mobilenet_b8      timm mobilenetv3_large_100 inference, fp16, batch 8 at 224
 
+and three of them with the fix advisor named (bert_train_fp32_tf32, resnet50_train_cl,
+mobilenet_b8_graph: a CUDA graph of the forward), timed against the originals with
+`--time-only --steps 20` (no profiler):
+
+    python3 workloads/holdout_models.py bert_train_fp32 bert_train_fp32_tf32 resnet50_train \
+        resnet50_train_cl mobilenet_b8 mobilenet_b8_graph --time-only --steps 20 --out OUTDIR
+
     python3 workloads/holdout_models.py all --out OUTDIR              # on the GPU machine
     python3 workloads/holdout_models.py t5_train --device cpu --tiny --out /tmp/h   # smoke run
 
@@ -255,9 +262,60 @@ def mobilenet_b8(dev: str, tiny: bool):
     return step
 
 
+# The second set's models with the fix advisor named applied (timed with --time-only, to check
+# each finding's estimate against what the fix gave).
+
+def bert_train_fp32_tf32(dev: str, tiny: bool):
+    inner = bert_train_fp32(dev, tiny)
+
+    def step():  # TF32 for this step only: the models timed after it keep PyTorch's default
+        before = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            inner()
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = before
+    return step
+
+
+def resnet50_train_cl(dev: str, tiny: bool):
+    import timm
+
+    model = timm.create_model("resnet18" if tiny else "resnet50", pretrained=False).to(dev)
+    model = model.to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(2 if tiny else 64, 3, 224, 224, device=dev).contiguous(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (x.shape[0],), device=dev)
+
+    def step():
+        with _autocast(dev, torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def mobilenet_b8_graph(dev: str, tiny: bool):
+    inner = mobilenet_b8(dev, tiny)
+    if not dev.startswith("cuda"):
+        return inner
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):  # warm-up outside the capture (cuDNN picks its algorithms)
+            inner()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        inner()
+    return graph.replay
+
+
 MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_prefill, convnext_infer,
                                   distilbert_b1, bert_train_fp32, mixtral_moe, llama_generate, resnet50_train,
-                                  qwen2_prefill, mobilenet_b8)}
+                                  qwen2_prefill, mobilenet_b8, bert_train_fp32_tf32, resnet50_train_cl,
+                                  mobilenet_b8_graph)}
 
 
 def _sync(dev: str):
@@ -265,7 +323,8 @@ def _sync(dev: str):
         torch.cuda.synchronize()
 
 
-def run(name: str, dev: str, tiny: bool, out: Path, steps: int, warmup: int, nsys: bool = False) -> dict:
+def run(name: str, dev: str, tiny: bool, out: Path, steps: int, warmup: int, nsys: bool = False,
+        time_only: bool = False) -> dict:
     from torch.profiler import ProfilerActivity, profile, record_function
 
     torch.manual_seed(0)
@@ -278,6 +337,8 @@ def run(name: str, dev: str, tiny: bool, out: Path, steps: int, warmup: int, nsy
         step()
     _sync(dev)
     step_ms = (time.perf_counter() - t0) * 1e3 / steps
+    if time_only:
+        return {"model": name, "step_ms": round(step_ms, 3), "steps": steps, "time_only": True}
     if nsys:  # under `nsys profile --capture-range=cudaProfilerApi`: NVTX ranges carry the shapes
         with torch.autograd.profiler.emit_nvtx(record_shapes=True):
             torch.cuda.profiler.start()
@@ -305,6 +366,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tiny", action="store_true", help="small configs, for a smoke run on the CPU")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--time-only", action="store_true", help="time --steps steps without a profiler, write no trace")
     ap.add_argument("--nsys", action="store_true",
                     help="profile for Nsight Systems instead (run under nsys --capture-range=cudaProfilerApi)")
     args = ap.parse_args(argv)
@@ -323,7 +385,7 @@ def main(argv=None) -> int:
     failed = 0
     for n in names:
         try:
-            row = run(n, args.device, args.tiny, args.out, args.steps, args.warmup, args.nsys)
+            row = run(n, args.device, args.tiny, args.out, args.steps, args.warmup, args.nsys, args.time_only)
         except Exception:  # one model's failure must not cost the others' traces
             failed += 1
             traceback.print_exc()
