@@ -175,8 +175,9 @@ def conform(df: pd.DataFrame | None, frame: str) -> pd.DataFrame:
         else:
             s = _text(s)
         out[col] = s
-    res = pd.DataFrame(out, index=df.index).reset_index(drop=True)
-    return res
+    # copy=False: the columns are the reader's own (or new), not copied again (a second copy
+    # of every frame at the peak of a read)
+    return pd.DataFrame(out, index=df.index, copy=False).reset_index(drop=True)
 
 
 def _missing(dtype: str, index: pd.Index) -> pd.Series:
