@@ -195,6 +195,8 @@ def conform(df: pd.DataFrame | None, frame: str) -> pd.DataFrame:
                 s = s.astype("int64")
         elif dtype == _I:
             s = _nullable_int(s)
+            if n and s.isna().all():  # e.g. a NULL column of the source: see _missing
+                s = _missing(dtype, df.index)
         elif dtype == _F:
             s = _numeric(s).astype(dtype)
         else:
@@ -209,10 +211,15 @@ def _missing(dtype: str, index: pd.Index) -> pd.Series:
     """An all-NA column of `dtype`, built directly (a column of a million pd.NA objects took
     0.3 s to convert, per column, on every frame without it)."""
     n = len(index)
+    # np.zeros is calloc: pages never written stay off the process's resident memory, so an
+    # all-NA number column costs its mask (1 byte a value) unless something writes it;
+    # copy=False, as pd.Series would otherwise copy (and write) them.
     if dtype == _I:
-        return pd.Series(pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)), index=index)
+        return pd.Series(pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)), index=index,
+                         copy=False)
     if dtype == _F:
-        return pd.Series(pd.arrays.FloatingArray(np.zeros(n, dtype=np.float64), np.ones(n, dtype=bool)), index=index)
+        return pd.Series(pd.arrays.FloatingArray(np.zeros(n, dtype=np.float64), np.ones(n, dtype=bool)), index=index,
+                         copy=False)
     return pd.Series(string_array(np.full(n, pd.NA, dtype=object)), index=index)
 
 
