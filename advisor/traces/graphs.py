@@ -48,7 +48,8 @@ def attribute(trace: Trace) -> None:
 
 def is_graph_replayed(kernels: pd.DataFrame) -> pd.Series:
     """True for kernels launched from a CUDA graph (launch call or node id known)."""
-    cols = [c for c in ("graph_launch_id", "graph_node_id") if c in kernels.columns]
-    if not cols:
-        return pd.Series(False, index=kernels.index)
-    return kernels[cols].notna().any(axis=1)
+    out = np.zeros(len(kernels), dtype=bool)
+    for c in ("graph_launch_id", "graph_node_id"):  # column by column: kernels[cols] was a copy
+        if c in kernels.columns:
+            out |= kernels[c].notna().to_numpy()
+    return pd.Series(out, index=kernels.index)
