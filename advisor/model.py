@@ -143,6 +143,28 @@ SCHEMAS: dict[str, dict[str, str]] = {
 
 FRAMES = tuple(SCHEMAS)
 
+# Columns `load_trace` stores as Int32 once it has made values no GPU can have unknown
+# (advisor.traces: every value left is within 0..2**31-1): 5 bytes a value instead of 9,
+# ~360 MB of a 10M-kernel trace, in the frames and in every copy the diagnosis makes.
+# Readers and Trace.build still produce Int64; code must work with either. Products of them
+# (grid_blocks, block_threads) stay Int64.
+NARROW: dict[str, dict[str, str]] = {
+    "kernels": {
+        c: "Int32"
+        for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+                  "registers_per_thread", "static_smem_bytes", "dynamic_smem_bytes")
+    },
+}
+
+
+def narrow(trace: "Trace") -> None:
+    """Cast the `NARROW` columns of `trace` in place; the caller guarantees they fit."""
+    for frame, cols in NARROW.items():
+        df = getattr(trace, frame)
+        for col, dtype in cols.items():
+            if col in df.columns and str(df[col].dtype) != dtype:
+                df[col] = df[col].astype(dtype)
+
 
 def conform(df: pd.DataFrame | None, frame: str) -> pd.DataFrame:
     """Return `df` with exactly the columns of `SCHEMAS[frame]`, in order and typed.
@@ -164,29 +186,40 @@ def conform(df: pd.DataFrame | None, frame: str) -> pd.DataFrame:
         else:
             s = pd.Series([pd.NA] * n, index=df.index, dtype="object")
         if dtype == "int64":
-            s = pd.to_numeric(s, errors="coerce")
-            if s.isna().any():
-                raise ValueError(f"{frame}.{col} has missing values")
-            s = s.astype("int64")
+            if s.dtype != "int64":
+                # Int64 (what the SQLite readers give) is cast without to_numeric's copy
+                if not isinstance(s.dtype, pd.Int64Dtype):
+                    s = pd.to_numeric(s, errors="coerce")
+                if s.isna().any():
+                    raise ValueError(f"{frame}.{col} has missing values")
+                s = s.astype("int64")
         elif dtype == _I:
             s = _nullable_int(s)
+            if n and s.isna().all():  # e.g. a NULL column of the source: see _missing
+                s = _missing(dtype, df.index)
         elif dtype == _F:
             s = _numeric(s).astype(dtype)
         else:
             s = _text(s)
         out[col] = s
-    res = pd.DataFrame(out, index=df.index).reset_index(drop=True)
-    return res
+    # copy=False: the columns are the reader's own (or new), not copied again (a second copy
+    # of every frame at the peak of a read)
+    return pd.DataFrame(out, index=df.index, copy=False).reset_index(drop=True)
 
 
 def _missing(dtype: str, index: pd.Index) -> pd.Series:
     """An all-NA column of `dtype`, built directly (a column of a million pd.NA objects took
     0.3 s to convert, per column, on every frame without it)."""
     n = len(index)
+    # np.zeros is calloc: pages never written stay off the process's resident memory, so an
+    # all-NA number column costs its mask (1 byte a value) unless something writes it;
+    # copy=False, as pd.Series would otherwise copy (and write) them.
     if dtype == _I:
-        return pd.Series(pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)), index=index)
+        return pd.Series(pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)), index=index,
+                         copy=False)
     if dtype == _F:
-        return pd.Series(pd.arrays.FloatingArray(np.zeros(n, dtype=np.float64), np.ones(n, dtype=bool)), index=index)
+        return pd.Series(pd.arrays.FloatingArray(np.zeros(n, dtype=np.float64), np.ones(n, dtype=bool)), index=index,
+                         copy=False)
     return pd.Series(string_array(np.full(n, pd.NA, dtype=object)), index=index)
 
 

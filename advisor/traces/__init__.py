@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..devices import complete_devices
 from ..errors import NoKernelsError, TraceError
-from ..model import FRAMES, Trace, conform
+from ..model import FRAMES, Trace, conform, narrow
 from . import graphs
 from .runs import file_digest, unrelated_reasons
 from . import (
@@ -349,6 +349,7 @@ def _load(paths, *, sm_count, cache_dir, require_kernels, allow_unrelated=False)
             "with no clock alignment, waits, slowest rank or critical path across them"
         )
     _mask_impossible(trace)
+    narrow(trace)  # after the masking: what is left fits in int32
     graphs.attribute(trace)
     complete_devices(trace, sm_count=sm_count)
     world = trace.meta.get("world_size")

@@ -511,11 +511,29 @@ def lookup_strings(
     return out[~out.index.duplicated()]
 
 
-def map_ids(ids: pd.Series, strings: pd.Series) -> np.ndarray:
-    """Object array: strings[id] for each id (None where the id is NA or unknown)."""
+def map_ids(ids: pd.Series, strings: pd.Series, missing: object = None) -> np.ndarray:
+    """Object array: strings[id] for each id (`missing` where the id is NA or unknown). Rows
+    of one id share one str object: a name column costs 8 bytes a row, not a string each."""
+    codes = id_codes(ids, strings)
+    return string_table(strings, missing)[codes]  # code -1 picks the trailing `missing`
+
+
+def id_codes(ids: pd.Series, strings: pd.Series) -> np.ndarray:
+    """Positions in `strings` of each id: -1 where the id is NA, unknown, or its string is
+    None (a NULL value), so that codes of several id columns can be coalesced."""
     ids = pd.Series(ids)
     if strings.empty or ids.empty:
-        return np.full(len(ids), None, dtype=object)
-    codes = strings.index.get_indexer(ids.fillna(-1).astype("int64"))
-    table = np.append(strings.to_numpy(dtype=object), None)
-    return table[codes]  # code -1 picks the trailing None
+        return np.full(len(ids), -1, dtype=np.intp)
+    if isinstance(ids.dtype, pd.Int64Dtype):  # no float round trip
+        codes = strings.index.get_indexer(ids.to_numpy(dtype="int64", na_value=-1))
+    else:
+        codes = strings.index.get_indexer(ids.fillna(-1).astype("int64"))
+    null = strings.isna().to_numpy()
+    if null.any():
+        codes[(codes >= 0) & null[np.maximum(codes, 0)]] = -1
+    return codes
+
+
+def string_table(strings: pd.Series, missing: object = None) -> np.ndarray:
+    """`strings` as an object array with `missing` appended (what code -1 picks)."""
+    return np.append(strings.to_numpy(dtype=object), np.array([missing], dtype=object))

@@ -54,7 +54,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
-from ..model import Trace
+from ..model import Trace, string_array
 from . import _sqlite
 from ._jsonio import to_int
 
@@ -222,6 +222,11 @@ def _thread_ids(global_tid: pd.Series) -> pd.Series:
     mask = global_tid.isna().to_numpy()
     values = global_tid.fillna(0).to_numpy(dtype=np.int64) & 0xFFFFFF
     return pd.Series(pd.arrays.IntegerArray(values, mask), index=global_tid.index)
+
+
+def _same_text(value: str, n: int) -> pd.arrays.StringArray:
+    """A string column holding one str object n times (8 bytes a row)."""
+    return string_array(np.full(n, value, dtype=object))
 
 
 def _na_if_zero(s: pd.Series) -> pd.Series:
@@ -415,7 +420,8 @@ class _Reader:
             return kernels
         df = pd.DataFrame({dst: raw[src] for src, dst in _ACTIVITY_INTS.items() if src in raw})
         graph = raw["graphId"] if "graphId" in raw else pd.Series(pd.NA, index=raw.index, dtype="Int64")
-        df["name"] = [f"CUDA graph {'?' if pd.isna(g) else int(g)} (whole replay)" for g in graph]
+        df["name"] = string_array(np.array([f"CUDA graph {'?' if pd.isna(g) else int(g)} (whole replay)" for g in graph],
+                                           dtype=object))
         if "globalPid" in raw:
             df[_PID] = _pids(raw["globalPid"])
         df = self._drop_bad_times(df, "CUDA graph replays")
@@ -463,14 +469,21 @@ class _Reader:
         df = pd.DataFrame({dst: raw[src] for src, dst in _KERNEL_INTS.items() if src in raw}, copy=False)
         if "globalPid" in raw:
             df[_PID] = _pids(raw["globalPid"])
+        # Names coalesced as codes into one table of the distinct strings, and built as the
+        # model's string arrays directly: object columns assigned to a frame became pandas 3
+        # Arrow strings (a copy of every name's bytes), then a new str per row in conform.
         strings = self.strings(*(raw[c] for c in name_cols))
-        names = {c: pd.Series(_sqlite.map_ids(raw[c], strings), dtype="object") for c in name_cols}
-        name = pd.Series([None] * len(raw), dtype="object")
+        table = _sqlite.string_table(strings, pd.NA)
+        code = np.full(len(raw), -1, dtype=np.intp)
         for c in name_cols:  # demangled first, then short, then mangled
-            name = name.where(name.notna(), names[c])
-        df["name"] = name.to_numpy()
-        if "shortName" in names:
-            df["short_name"] = names["shortName"].to_numpy()
+            codes = _sqlite.id_codes(raw[c], strings)
+            unset = code < 0
+            code[unset] = codes[unset]
+            if c == "shortName":
+                df["short_name"] = string_array(table[codes])
+            del codes, unset
+        df["name"] = string_array(table[code])
+        del code
         if len(df) and df["name"].isna().all():
             self.notes.append(f"kernel names not found ({STRINGS} or the name columns are missing)")
         df = self._drop_bad_times(df, "kernels")
@@ -485,14 +498,14 @@ class _Reader:
         if RUNTIME not in self.tables or not {"start", "end"} <= set(self.columns(RUNTIME)):
             return None
         raw = self.ints(RUNTIME, _RUNTIME_WANTED)
-        df = pd.DataFrame({dst: raw[src] for src, dst in _RUNTIME_INTS.items() if src in raw})
+        df = pd.DataFrame({dst: raw[src] for src, dst in _RUNTIME_INTS.items() if src in raw}, copy=False)
         if "globalTid" in raw:
             df["thread_id"] = _thread_ids(raw["globalTid"])
             df[_PID] = _pids(raw["globalTid"])
         if "nameId" in raw:
             strings = self.strings(raw["nameId"])
             strings = strings.str.replace(_RUNTIME_VERSION_SUFFIX, "", regex=True) if len(strings) else strings
-            df["name"] = _sqlite.map_ids(raw["nameId"], strings)
+            df["name"] = string_array(_sqlite.map_ids(raw["nameId"], strings, pd.NA))
         df = self._drop_bad_times(df, "runtime API calls")
         df["dur_ns"] = df["end_ns"] - df["start_ns"]
         return df
@@ -514,20 +527,21 @@ class _Reader:
             df = pd.DataFrame({dst: raw[src] for src, dst in _COPY_INTS.items() if src in raw})
             if "globalPid" in raw:
                 df[_PID] = _pids(raw["globalPid"])
-            df["op"] = "memcpy"
+            df["op"] = _same_text("memcpy", len(df))
             if "copyKind" in raw:
                 kinds = self._copy_kind_names()
-                df["kind"] = raw["copyKind"].map(kinds, na_action="ignore").fillna("unknown").to_numpy(dtype=object)
+                by_id = pd.Series(list(kinds.values()), index=pd.Index(list(kinds), dtype="int64"), dtype="object")
+                df["kind"] = string_array(_sqlite.map_ids(raw["copyKind"], by_id, "unknown"))
             else:
-                df["kind"] = "unknown"
+                df["kind"] = _same_text("unknown", len(df))
             parts.append(df)
         if MEMSET in self.tables and {"start", "end"} <= set(self.columns(MEMSET)):
             raw = self.ints(MEMSET, [*_COPY_INTS, "globalPid"])
             df = pd.DataFrame({dst: raw[src] for src, dst in _COPY_INTS.items() if src in raw})
             if "globalPid" in raw:
                 df[_PID] = _pids(raw["globalPid"])
-            df["op"] = "memset"
-            df["kind"] = "memset"
+            df["op"] = _same_text("memset", len(df))
+            df["kind"] = _same_text("memset", len(df))
             parts.append(df)
         if not parts:
             return None
@@ -558,7 +572,7 @@ class _Reader:
         kinds = self._nvtx_kinds(types)
         where = _NVTX_WHERE
         raw = self.ints(NVTX, _NVTX_WANTED, where=where, params=kinds, rowid=True)
-        df = pd.DataFrame({"start_ns": raw["start"]})
+        df = pd.DataFrame({"start_ns": raw["start"]}, copy=False)
         is_mark = (raw["eventType"] == types["NvtxMark"]).fillna(False).to_numpy()
         end = raw["end"] if "end" in raw else pd.Series(pd.NA, index=raw.index, dtype="Int64")
         end = end.mask(is_mark & end.isna().to_numpy(), raw["start"])
@@ -578,10 +592,12 @@ class _Reader:
         if "textId" in raw:
             strings = self.strings(raw["textId"][text.isna()])
             text = text.where(text.notna(), pd.Series(_sqlite.map_ids(raw["textId"], strings), index=raw.index))
-        df["text"] = text.to_numpy()
+        df["text"] = string_array(text.to_numpy(dtype=object, copy=True))
+        del text
         if "domainId" in raw:
             domains = self._nvtx_domains(types["NvtxDomainCreate"])
-            df["domain"] = raw["domainId"].map(domains, na_action="ignore").to_numpy(dtype=object) if domains else None
+            by_id = pd.Series(list(domains.values()), index=pd.Index(list(domains), dtype="int64"), dtype="object")
+            df["domain"] = string_array(_sqlite.map_ids(raw["domainId"], by_id, pd.NA))
         df = self._drop_bad_times(df, "NVTX events")
         df["dur_ns"] = df["end_ns"] - df["start_ns"]
         return df.reset_index(drop=True)

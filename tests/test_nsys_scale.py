@@ -1,0 +1,76 @@
+"""What keeps a 10M-kernel nsys export within memory (docs/scale.md): text columns holding one
+str object per distinct string, launch dimensions stored as Int32 once impossible values
+are masked, and Trace.build not copying the reader's frames."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import tracefiles as T
+
+from advisor.model import NARROW, STRING, Trace
+from advisor.traces import load_trace
+
+
+def _objects(s: pd.Series) -> np.ndarray:
+    return s.array.to_numpy(dtype=object)
+
+
+def test_text_columns_share_one_str_per_distinct_value(tmp_path):
+    tables = T.nsys_tables(40)
+    kernels = tables["CUPTI_ACTIVITY_KIND_KERNEL"][1]
+    for i, row in enumerate(kernels):  # two distinct names, alternating
+        row["demangledName"] = 1 + 3 * (i % 2)
+    tables["StringIds"][1].append((4, "void other_kernel(float*)"))
+    t = load_trace(T.write_nsys(tmp_path / "t.sqlite", tables))
+    for frame, col, distinct in (("kernels", "name", 2), ("kernels", "short_name", 1), ("runtime", "name", 1),
+                                 ("nvtx", "text", 1)):
+        s = getattr(t, frame)[col]
+        assert s.dtype == STRING, (frame, col, s.dtype)
+        values = _objects(s)
+        assert len(set(values)) == distinct and len(values) == 40
+        # pandas 3 turned object columns assigned to a frame into Arrow strings, and those
+        # back into a new str per row: 10M names cost GBs instead of 80 MB
+        assert len({id(v) for v in values}) == distinct, (frame, col)
+    assert t.runtime["name"].iloc[0] == "cudaLaunchKernel"  # version suffix still dropped
+
+
+def test_names_fall_back_per_row_and_null_strings_are_unknown(tmp_path):
+    tables = T.nsys_tables(4)
+    kernels = tables["CUPTI_ACTIVITY_KIND_KERNEL"][1]
+    kernels[1]["demangledName"] = 99  # points nowhere: the short name stands in
+    kernels[3]["demangledName"] = 5  # a NULL string
+    tables["StringIds"] = (["id INTEGER PRIMARY KEY", "value TEXT"], [*tables["StringIds"][1], (5, None)])
+    t = load_trace(T.write_nsys(tmp_path / "t.sqlite", tables))
+    names = t.kernels.sort_values("start_ns")["name"].tolist()
+    full = "void gemm_kernel<128, 128, 64>(Params)"
+    assert names == [full, "gemm_kernel", full, "gemm_kernel"]
+
+
+def test_launch_dimensions_are_int32_and_impossible_values_still_masked(tmp_path):
+    tables = T.nsys_tables(3)
+    kernels = tables["CUPTI_ACTIVITY_KIND_KERNEL"][1]
+    kernels[1]["gridX"] = 2**31  # beyond CUDA's limit (and int32): unknown, not wrapped
+    kernels[2]["dynamicSharedMemory"] = 2**40
+    t = load_trace(T.write_nsys(tmp_path / "t.sqlite", tables))
+    k = t.kernels.sort_values("start_ns").reset_index(drop=True)
+    for col, dtype in NARROW["kernels"].items():
+        assert str(k[col].dtype) == dtype, col
+    assert k["grid_x"].isna().tolist() == [False, True, False]
+    assert k["dynamic_smem_bytes"].isna().tolist() == [False, False, True]
+    assert pd.isna(k.loc[1, "grid_blocks"]) and k.loc[0, "grid_blocks"] == k.loc[0, "grid_x"] * k.loc[0, "grid_y"]
+    assert str(k["grid_blocks"].dtype) == "Int64"  # products stay wide
+    assert any("impossible" in n for n in t.meta["notes"])
+
+
+def test_build_does_not_copy_the_readers_columns():
+    start = np.arange(1_000, dtype=np.int64)
+    df = pd.DataFrame({"start_ns": start, "end_ns": start + 1, "dur_ns": 1, "rank": 0,
+                       "correlation_id": pd.array(np.arange(1_000), dtype="Int64"),
+                       "name": pd.array(["k"] * 1_000, dtype=STRING)})
+    t = Trace.build(kernels=df)
+    # nullable and text columns are each their own array: Trace.build keeps them (a second
+    # copy of every frame at the peak of a read, before)
+    for col in ("correlation_id", "name"):
+        assert np.shares_memory(t.kernels[col].array._data if col != "name" else t.kernels[col].array._ndarray,
+                                df[col].array._data if col != "name" else df[col].array._ndarray), col
