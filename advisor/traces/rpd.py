@@ -173,8 +173,8 @@ def _read(conn: sqlite3.Connection, path: Path, rank: int) -> Trace:
         notes.append(f"{bad} RPD op(s) without a valid start/end were skipped")
     other = op_type[~is_kernel & ~is_copy]
     if len(other):
-        counts = other.replace("", "(no type)").value_counts()
-        notes.append("RPD ops not read (neither kernels nor copies): " + ", ".join(f"{n} {k}" for k, n in counts.items()))
+        counts = sorted(other.replace("", "(no type)").value_counts().items(), key=lambda kv: (-kv[1], str(kv[0])))
+        notes.append("RPD ops not read (neither kernels nor copies): " + ", ".join(f"{n} {k}" for k, n in counts))
 
     kernels = _kernels(ops[is_kernel & timed], t, strings, desc, api_of, api_names, rank, notes)
     memcpy = _copies(ops[is_copy & timed], t, op_type, api_of, rank)
