@@ -254,3 +254,15 @@ def test_corpus_diagnose_renders(rpd_file):
                              "sm_count_source": "unknown", "compute_capability": None}]
     res = CliRunner().invoke(cli, ["diagnose", str(rpd_file), "--sm-count", "304"])
     assert res.exit_code == 0 and "304 SMs (user)" in res.output
+
+
+def test_cells_that_are_not_integers_are_skipped(tmp_path):
+    path = write_rpd(tmp_path / "t.rpd")
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE rocpd_op SET start = 'soon' WHERE id = 201")  # a text cell in an integer column
+    conn.execute("UPDATE rocpd_op SET \"end\" = start - 1 WHERE id = 202")  # ends before it starts
+    conn.commit()
+    conn.close()
+    t = load_trace(path)
+    assert sorted(t.kernels["start_ns"] - T0) == [110_000, 220_000, 230_000]
+    assert "2 RPD op(s) without a valid start/end were skipped" in t.meta["notes"]

@@ -1,6 +1,6 @@
 """rocmProfileData (RPD) SQLite traces (`runTracer.sh`, `rpd_tracer`, vLLM's ROCm profiling).
 
-Schema (ROCm/rocmProfileData `rocpd_python/rocpd/schema_data/tableSchema.cmd`): plain tables
+Schema (ROCm/rocmProfileData, as rpd_tracer creates it; schema_version 2): plain tables
 `rocpd_op` (GPU work), `rocpd_api` (host calls), `rocpd_api_ops` (api_id -> op_id),
 `rocpd_kernelapi` / `rocpd_copyapi` (launch arguments, keyed by the api row),
 `rocpd_string` (every text, by id), `rocpd_metadata`, and optional `ext_autogradapi`.
@@ -24,6 +24,8 @@ What becomes what:
 - runtime: api rows named hip*/hsa*; `UserMarker` rows (roctx ranges) are NVTX ranges, or
   CPU operators where `ext_autogradapi` marks them as PyTorch autograd ops; the tracer's own
   bookkeeping rows (`OpTable::writeRows`, `rpdflush`...) are left out.
+- one file is one rank: rows of several processes (pid) are read together, told apart
+  by thread id only.
 - devices: RPD records no GPU model, CU count or architecture: each gpuId becomes an AMD
   device with unknown limits (`--sm-count` fills the CU count), said in a note.
 
