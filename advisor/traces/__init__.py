@@ -32,6 +32,7 @@ from . import (
     nsys_rep,
     nsys_sqlite,
     rocpd,
+    rpd,
     rocprof_csv,
     rocprof_json,
     rocprof_v1_db,
@@ -40,7 +41,7 @@ from . import (
 
 # Order matters only where two sniffers could both accept: rocprof v1's results.json is a
 # Chrome trace too, which Kineto's sniffer (any traceEvents document) would take.
-READERS = (nsys_rep, nsys_sqlite, rocpd, rocprof_v1_db, rocprof_v1_json, kineto, rocprof_json, rocprof_csv)
+READERS = (nsys_rep, nsys_sqlite, rocpd, rpd, rocprof_v1_db, rocprof_v1_json, kineto, rocprof_json, rocprof_csv)
 FORMATS = {r.FORMAT: r for r in READERS}
 
 HEAD_BYTES = 64 << 10
