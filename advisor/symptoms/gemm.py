@@ -419,11 +419,13 @@ def assign_shapes(trace: Trace) -> pd.DataFrame:
         return pd.arrays.IntegerArray(values, ~has)
 
     def texts(col: str) -> pd.arrays.StringArray:
-        values = np.full(n, pd.NA, dtype=object)
-        if has.any():
-            picked = ranges[col].to_numpy(dtype=object)[hit[has]]
-            values[has] = np.where(pd.isna(picked), pd.NA, picked)
-        return string_array(values)
+        if not has.any():
+            return string_array(np.full(n, pd.NA, dtype=object))
+        # the ranges' few distinct texts, spread by code (an isna per kernel cost ~0.1 s a
+        # column at 2M events)
+        codes, uniques = pd.factorize(ranges[col].to_numpy(dtype=object), use_na_sentinel=True)
+        table = np.append(np.asarray(uniques, dtype=object), pd.NA)  # code -1 -> NA
+        return string_array(table[np.where(has, codes[take], -1)])
 
     return pd.DataFrame(
         {"M": ints("M"), "N": ints("N"), "K": ints("K"), "batch": ints("batch"),
