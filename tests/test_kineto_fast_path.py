@@ -124,6 +124,30 @@ def test_invalid_utf8_mid_file(tmp_path, monkeypatch):
     assert_same(fast, slow)
 
 
+def test_lone_surrogate_in_a_kernel_name(tmp_path, monkeypatch):
+    """A JSON escape of a lone surrogate ("\\ud800") in a kernel name: the standard library
+    decodes it into a str that is not UTF-8, which Arrow string columns (pandas 3 with pyarrow)
+    refuse. The name is read with U+FFFD there, by both decoders, and the diagnosis goes on."""
+    from advisor.diagnose.diagnosis import diagnose
+
+    path = write(tmp_path / "t.json", events(40))
+    data = path.read_bytes().replace(b"gemm_kernel_1\\u00e9", b"gemm_kernel_1\\ud800", 3)
+    data = data.replace(b'"traceName": "r0"', b'"traceName": "r\\udfff0"')
+    path.write_bytes(data)
+    fast, slow = read_both(path, monkeypatch)
+    assert (fast.kernels["name"] == "gemm_kernel_1\ufffd").sum() == 3
+    assert fast.meta["trace_name"] == "r\ufffd0"
+    assert_same(fast, slow)
+    for trace in (fast, slow):
+        out = diagnose(trace).to_dict()
+        json.dumps(out, ensure_ascii=False).encode("utf-8")  # a report that can be written out
+    # a valid surrogate pair is one character, not two replacements
+    path.write_bytes(data.replace(b"gemm_kernel_1\\ud800", b"gemm_kernel_1\\ud83d\\ude00"))
+    fast, slow = read_both(path, monkeypatch)
+    assert (fast.kernels["name"] == "gemm_kernel_1\U0001f600").sum() == 3
+    assert_same(fast, slow)
+
+
 @pytest.mark.parametrize("cut", [0.0, 0.3, 0.7, 0.99])
 def test_corrupt_files_give_the_same_error(tmp_path, monkeypatch, cut):
     path = write(tmp_path / "t.json", events(60))

@@ -9,7 +9,9 @@ several seconds faster (docs/scale.md).
 
 from __future__ import annotations
 
+import ctypes
 import re
+import sys
 
 import numpy as np
 import pandas as pd
@@ -30,15 +32,30 @@ def factorize(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     int64 hash) and only one representative per object is hashed as a string: 0.3 s ->
     under 0.1 s for a million kernel names. Equal strings held in different objects still
     get one code."""
-    values = s.to_numpy(dtype=object, na_value=None)
+    # missing values stay what the column holds (pd.NA, None, NaN): pd.factorize gives each
+    # of them -1 below; asking for na_value=None ran an isna over every row
+    values = s.to_numpy(dtype=object)
     n = len(values)
     if n == 0:
         return np.empty(0, dtype=np.intp), np.empty(0, dtype=object)
-    id_codes, _ = pd.factorize(np.fromiter(map(id, values), dtype=np.int64, count=n))
+    id_codes, _ = pd.factorize(object_ids(values))
     first = np.empty(id_codes.max() + 1, dtype=np.intp)
     first[id_codes[::-1]] = np.arange(n - 1, -1, -1)  # last write wins: the first occurrence
     rep_codes, uniques = pd.factorize(values[first], use_na_sentinel=True)
     return rep_codes[id_codes], np.asarray(uniques, dtype=object)
+
+
+_POINTERS_ARE_IDS = sys.implementation.name == "cpython" and np.dtype(object).itemsize == 8
+
+
+def object_ids(values: np.ndarray) -> np.ndarray:
+    """id() of each element of an object array, as int64. In CPython an object array holds
+    the objects' addresses, which are their ids: read as integers, a copy of that memory
+    (map(id, ...) took ~0.1 s per million rows, ~0.7 s of a diagnosis at 2M events)."""
+    n = len(values)
+    if _POINTERS_ARE_IDS and values.ndim == 1 and values.flags.c_contiguous and n:
+        return np.frombuffer((ctypes.c_int64 * n).from_address(values.ctypes.data), dtype=np.int64).copy()
+    return np.fromiter(map(id, values), dtype=np.int64, count=n)
 
 
 def contains(s: pd.Series, pattern: str | re.Pattern) -> pd.Series:

@@ -51,7 +51,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
-from ..model import STRING, Trace
+from ..model import STRING, Trace, string_array
 from ._jsonio import gc_paused, key, msgspec, stream_object, to_float, to_int, us_to_ns
 from ._names import short_names
 
@@ -446,10 +446,8 @@ def _pick(values: list, keep: np.ndarray) -> list:
 def _dim3(values: list) -> tuple[list, list, list]:
     none = (None, None, None)
     triples = [v if type(v) is list and len(v) == 3 else none for v in values]
-    if not triples:
-        return [], [], []
-    xs, ys, zs = zip(*triples)
-    return list(xs), list(ys), list(zs)
+    # three comprehensions: zip(*triples) over 50k lists took ~4x as long
+    return [t[0] for t in triples], [t[1] for t in triples], [t[2] for t in triples]
 
 
 def _names(events: list[dict]) -> list:
@@ -506,6 +504,8 @@ def _text(values: list) -> pd.arrays.StringArray:
     """A text column built as the schema's Python-backed strings directly: a list of str
     given to a DataFrame became an Arrow string column under pandas 3, converted back to
     Python strings by `conform` (~1 s per million names)."""
+    if values.count(None) == len(values):  # a field no event has (collective name, dtype): ~7x faster
+        return string_array(np.full(len(values), pd.NA, dtype=object))
     return pd.array(np.array(values, dtype=object), dtype=STRING)
 
 
