@@ -66,40 +66,63 @@ def attention_launches(ctx: Context) -> pd.DataFrame:
     k = ctx.kernels
     codes, uniques = factorize(k["name"])
     facts = [attention_backend(n) for n in np.asarray(uniques, dtype=object)]
-    backend = np.array([f[0] if f else None for f in facts] + [None], dtype=object)[codes]
     is_attn = np.array([f is not None for f in facts] + [False])[codes]
-    split = np.array([bool(f and f[1]) for f in facts] + [False])[codes]
-    combine = np.array([bool(f and f[2]) for f in facts] + [False])[codes]
-    out = pd.DataFrame({"backend": backend, "lib_split": split, "is_combine": combine}, index=k.index)
-    # the next kernel on the same stream: a combine step right after means the KV was split
-    order = k.sort_values(["rank", "device_id", "stream_id", "start_ns"], kind="stable").index
-    same = pd.Series(True, index=order)
+    combine = np.array([bool(f and f[2]) for f in facts] + [False])
+    pos = np.flatnonzero(is_attn)  # everything below only for the attention launches
+    c = codes[pos]
+    out = pd.DataFrame({"backend": np.array([f[0] if f else None for f in facts] + [None], dtype=object)[c],
+                        "lib_split": np.array([bool(f and f[1]) for f in facts] + [False])[c],
+                        "is_combine": combine[c]}, index=k.index[pos])
+    # the next kernel on the same stream: a combine step right after means the KV was split.
+    # Sorted on the four key columns only (sorting all of ctx.kernels copied every column).
+    keys = ["rank", "device_id", "stream_id", "start_ns"]
+    order = k[keys].sort_values(keys, kind="stable").index
+    order_pos = k.index.get_indexer(order)
+    same = np.ones(len(order), dtype=bool)
     for col in ("rank", "device_id", "stream_id"):
-        s = k.loc[order, col]
-        same &= (s.shift(-1) == s).fillna(False).to_numpy()
-    nxt = pd.Series(order, index=order).shift(-1)
-    nxt_idx = nxt.where(same).dropna().astype(k.index.dtype)
-    out["next_is_combine"] = False
-    out.loc[nxt_idx.index, "next_is_combine"] = combine[k.index.get_indexer(nxt_idx.to_numpy())]
-    out["next_ns"] = np.nan
-    out.loc[nxt_idx.index, "next_ns"] = k.loc[nxt_idx.to_numpy(), "dur_ns"].to_numpy(dtype=float)
-    out["next_grid"] = np.nan
-    out.loc[nxt_idx.index, "next_grid"] = k.loc[nxt_idx.to_numpy(), "grid_blocks"].to_numpy(dtype=float)
-    ranges, hit = innermost_ranges(ctx.trace, _attention_ranges(ctx.trace) if is_attn.any() else pd.DataFrame())
+        s = k[col].take(order_pos)
+        same &= (s.shift(-1) == s).fillna(False).to_numpy(dtype=bool)
+    nxt = np.full(len(k), -1, dtype=np.int64)  # position of the next kernel on the stream, -1: none
+    nxt[order_pos[:-1]] = np.where(same[:-1], order_pos[1:], -1)
+    nx = nxt[pos]
+    has_next = nx >= 0
+    at = nx[has_next]
+    next_is_combine = np.zeros(len(pos), dtype=bool)
+    next_is_combine[has_next] = combine[codes[at]]
+    out["next_is_combine"] = next_is_combine
+    next_ns = np.full(len(pos), np.nan)
+    next_ns[has_next] = k["dur_ns"].take(at).to_numpy(dtype=float)
+    out["next_ns"] = next_ns
+    next_grid = np.full(len(pos), np.nan)
+    next_grid[has_next] = k["grid_blocks"].take(at).to_numpy(dtype=float)
+    out["next_grid"] = next_grid
+    ranges, hit = innermost_ranges(ctx.trace, _attention_ranges(ctx.trace) if len(pos) else pd.DataFrame())
+    all_hit, hit = hit, hit[pos]
     has = hit >= 0
     for col in (*SHAPE_KEYS, "S"):
-        vals = np.full(len(k), np.nan)
+        vals = np.full(len(pos), np.nan)
         if has.any():
             vals[has] = ranges[col].to_numpy(dtype=float)[hit[has]]
         out[col] = vals
     for col in ("dtype", "op"):
-        vals = np.full(len(k), None, dtype=object)
+        vals = np.full(len(pos), None, dtype=object)
         if has.any():
             vals[has] = ranges[col].to_numpy(dtype=object)[hit[has]]
         out[col + "_attn"] = vals
-    out = out[is_attn]
+        # the column's dtype as pandas inferred it over all kernels before (str where any
+        # kernel, attention or not, sat in a range with a text here)
+        if (out[col + "_attn"].dtype == object and not pd.notna(vals).any() and len(ranges)
+                and _infers_text(ranges[col].to_numpy(dtype=object)[all_hit[all_hit >= 0]])):
+            out[col + "_attn"] = out[col + "_attn"].astype("str")
     ctx.cache["attention_launches"] = out
     return out
+
+
+def _infers_text(values: np.ndarray) -> bool:
+    """Whether pandas infers its `str` dtype for an object column of `values`: at least one
+    value, and every one that is not missing a str."""
+    known = [v for v in pd.unique(values) if not pd.isna(v)]
+    return bool(known) and all(isinstance(v, str) for v in known)
 
 
 _KEYS = ["rank", "device_id", "name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",

@@ -74,8 +74,9 @@ def gaps(ctx: Context) -> pd.DataFrame:
         # (rank, device) groups in order of first appearance, rows by start time within each
         # (stable: as groupby(sort=False) then sort_values(kind="stable") ordered them)
         group = pd.DataFrame({"r": rank[rows], "d": dev[rows]}).groupby(["r", "d"], sort=False).ngroup().to_numpy()
-        order = rows[np.lexsort((start[rows], group))]
-        bounds = np.flatnonzero(np.diff(group[np.lexsort((start[rows], group))])) + 1
+        by = np.lexsort((start[rows], group))
+        order, bounds = rows[by], np.flatnonzero(np.diff(group[by])) + 1
+        del by, group
         names = None
         for sel in np.split(order, bounds):
             s, e = start[sel], end[sel]
@@ -106,7 +107,7 @@ def gaps(ctx: Context) -> pd.DataFrame:
                 "next_pos": np.where(is_kernel, at, -1), "next_name": pd.Series(next_name, dtype=object), "launch_ns": launch,
                 "thread_id": thread[at], "host_bound": hb, "busy_before_ns": busy[idx - 1],
                 "trace_start_ns": starts.get(r, int(s[0])),
-            }))
+            }, copy=False))  # not consolidated: concat copies them once below
     res = pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=_COLS)
     ctx.cache["idle_gaps"] = res
     return res
@@ -116,10 +117,11 @@ def _rank_starts(ctx: Context) -> dict[int, int]:
     """Each rank's first timestamp over kernels, copies and runtime calls: where "t = 0" is
     for a person reading the timeline."""
     t = ctx.trace
-    frames = [f[["rank", "start_ns"]] for f in (t.kernels, t.memcpy, t.runtime) if len(f)]
-    if not frames:
+    # each frame's minimum, then theirs (a concat of the three frames' columns was a copy)
+    mins = [f.groupby("rank")["start_ns"].min() for f in (t.kernels, t.memcpy, t.runtime) if len(f)]
+    if not mins:
         return {}
-    return pd.concat(frames).groupby("rank")["start_ns"].min().astype("int64").to_dict()
+    return pd.concat(mins).groupby(level=0).min().astype("int64").to_dict()
 
 
 def _host_arrays(ctx: Context, frame: str, col: str | None) -> tuple:

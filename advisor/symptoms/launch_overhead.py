@@ -78,28 +78,45 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
     name_key = "_name_code" if "_name_code" in k.columns else "name"  # integers hash faster than names
     if name_key != "name":
         cols.append(name_key)
-    d = k.loc[~k["rank"].isin(ctx.serialized_ranks), cols].copy() if ctx.serialized_ranks else k[cols].copy()
-    d["device_id"] = d["device_id"].fillna(-1).astype("int64")
-    d["stream_id"] = d["stream_id"].fillna(-1).astype("int64")
-    d = d.sort_values(["rank", "device_id", "stream_id", "start_ns"], kind="stable")
-    if d.empty:
+    # sorted and linked over plain arrays, then only the tiny kernels' rows taken from k (a
+    # copy of these columns for every kernel, then its sorted copy, was this symptom's peak)
+    sel = np.flatnonzero(~k["rank"].isin(ctx.serialized_ranks).to_numpy(dtype=bool)) if ctx.serialized_ranks \
+        else np.arange(len(k))
+    if not len(sel):
         ctx.cache[key] = pd.DataFrame()
         return ctx.cache[key]
-    same = (
-        (d["rank"].to_numpy()[1:] == d["rank"].to_numpy()[:-1])
-        & (d["device_id"].to_numpy()[1:] == d["device_id"].to_numpy()[:-1])
-        & (d["stream_id"].to_numpy()[1:] == d["stream_id"].to_numpy()[:-1])
-    )
+    rank = k["rank"].to_numpy()[sel]
+    dev = k["device_id"].fillna(-1).astype("int64").to_numpy()[sel]
+    stream = k["stream_id"].fillna(-1).astype("int64").to_numpy()[sel]
+    start = k["start_ns"].to_numpy()[sel]
+    order = np.lexsort((start, stream, dev, rank))  # stable, as sort_values(kind="stable")
+    sel, rank, dev, stream, start = sel[order], rank[order], dev[order], stream[order], start[order]
+    del order
+    same = (rank[1:] == rank[:-1]) & (dev[1:] == dev[:-1]) & (stream[1:] == stream[:-1])
+    del rank
     # a kernel replayed from a CUDA graph was not launched on its own: the gaps around it are
     # not launch overhead, and a graph is what the advice would be
-    replayed = is_graph_replayed(k).reindex(d.index).to_numpy(dtype=bool)
-    tiny = (d["dur_ns"].to_numpy() < rule["tiny_kernel_ns"]) & ~replayed
-    gap = np.clip(d["start_ns"].to_numpy()[1:] - d["end_ns"].to_numpy()[:-1], 0, None)
+    replayed = is_graph_replayed(k).to_numpy(dtype=bool)[sel]
+    tiny = (k["dur_ns"].to_numpy()[sel] < rule["tiny_kernel_ns"]) & ~replayed
+    gap = np.clip(start[1:] - k["end_ns"].to_numpy()[sel[:-1]], 0, None)
     link = same & tiny[1:] & tiny[:-1] & (gap <= rule["max_gap_in_run_ns"])
     run_id = np.concatenate([[0], np.cumsum(~link)])
-    d["run_id"] = run_id
-    d["gap_before"] = np.concatenate([[0], np.where(link, gap, 0)])
-    d = d[tiny]
+    gap_before = np.concatenate([[0], np.where(link, gap, 0)])
+    del same, gap, link, start
+    rows, dev, stream, run_id, gap_before = sel[tiny], dev[tiny], stream[tiny], run_id[tiny], gap_before[tiny]
+    del sel, tiny, replayed
+
+    def frame(at: np.ndarray, names: list[str]) -> pd.DataFrame:
+        """The tiny kernels' rows `at` (positions in `rows`) as a frame, column by column (k[cols]
+        may copy k's blocks) and not consolidated (copy=False)."""
+        own = {"device_id": dev, "stream_id": stream, "run_id": run_id, "gap_before": gap_before}
+        return pd.DataFrame({c: own[c][at] if c in own else k[c].iloc[rows[at]] for c in names},
+                            index=k.index[rows[at]], copy=False)
+
+    # only the columns the runs' totals need for every tiny kernel; all of them for the
+    # kernels in runs, once these are known
+    d = frame(slice(None), ["rank", "device_id", "stream_id", "start_ns", "end_ns", "dur_ns", "is_gemm", "run_id",
+                            "gap_before"])
     g = d.groupby("run_id", sort=False)
     runs = g.agg(
         rank=("rank", "first"),
@@ -115,14 +132,17 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
     runs = runs[runs["kernels"] >= rule["min_run_kernels"]].copy()
     # the kernels whose gap before them a run counts (positions in ctx.kernels), so that the
     # host-bound windows do not count those gaps again where the run's finding fires
-    gapped = d[d["run_id"].isin(runs.index).to_numpy() & (d["gap_before"].to_numpy() > 0)]
-    ctx.cache[key + ("gapped",)] = pd.DataFrame({"run_id": gapped["run_id"].to_numpy(),
-                                                 "pos": k.index.get_indexer(gapped.index)})
+    del g, d
+    in_run = np.isin(run_id, runs.index.to_numpy())
+    gapped = in_run & (gap_before > 0)
+    ctx.cache[key + ("gapped",)] = pd.DataFrame({"run_id": run_id[gapped],
+                                                 "pos": k.index.get_indexer(k.index[rows[gapped]])})
+    del gapped
     # a loop of small GEMMs and a stream of elementwise kernels want different fixes (one
     # grouped launch, a persistent kernel or a CUDA graph), even on one stream
     runs["gemm_run"] = runs["gemm_fraction"] >= 0.5
     if len(runs):
-        in_runs = d[d["run_id"].isin(runs.index)]
+        in_runs = frame(in_run, [*cols, "run_id", "gap_before"])
         per_name = in_runs.groupby(["run_id", name_key], sort=False)["dur_ns"].agg(["sum", "size"]).reset_index()
         if name_key != "name":
             names = in_runs.drop_duplicates(name_key).set_index(name_key)["name"]
@@ -147,7 +167,7 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
             ctx.cache[key + ("shapes",)] = shapes
         top = per_name.sort_values("ns", ascending=False).drop_duplicates("run_id").set_index("run_id")
         runs["top_kernel"] = top["name"].reindex(runs.index)
-        corr = d[d["run_id"].isin(runs.index)][["run_id", "rank", "correlation_id"]].dropna()
+        corr = in_runs[["run_id", "rank", "correlation_id"]].dropna()
         rt = ctx.trace.runtime
         if len(rt) and len(corr):
             api = corr.merge(
@@ -220,10 +240,15 @@ def _big_grids(ctx: Context, rule: Rule) -> pd.DataFrame:
     cols = [c for c in ("rank", "device_id", "name", "_name_code", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
                         "block_z", "grid_blocks", "waves", "blocks_per_sm", "sm_count", "dur_ns", "M", "N", "K",
                         "batch", "dtype", "is_gemm") if c in k.columns]
-    d = k.loc[m.to_numpy(dtype=bool), cols].copy()
-    waves = d["waves"].astype("float64").to_numpy()
-    d["wave_ns"] = d["dur_ns"].to_numpy() / np.ceil(waves)
-    d = d[(waves >= rule["min_waves_big_grid"]) & (d["wave_ns"].to_numpy() <= rule["max_wave_ns"])]
+    # the launches that qualify found over arrays first, then only their rows taken (column by
+    # column: a copy of these columns for every kernel was a step of this symptom's peak)
+    pos = np.flatnonzero(m.to_numpy(dtype=bool))
+    waves = k["waves"].astype("float64").to_numpy()[pos]
+    wave_ns = k["dur_ns"].to_numpy()[pos] / np.ceil(waves)
+    keep = (waves >= rule["min_waves_big_grid"]) & (wave_ns <= rule["max_wave_ns"])
+    d = pd.DataFrame({c: k[c].iloc[pos[keep]] for c in cols}, copy=False)
+    d["wave_ns"] = wave_ns[keep]
+    del pos, waves, wave_ns, keep
     if d.empty:
         return pd.DataFrame()
     dur = d["dur_ns"].to_numpy("float64")
@@ -282,7 +307,8 @@ def _host_bound(ctx: Context, rule: Rule) -> pd.DataFrame:
         return pd.DataFrame()
     rows = []
     for (rank, dev), x in hb.groupby(["rank", "device_id"], sort=False):
-        on = k[(k["rank"] == rank) & (k["device_id"].astype("Float64").fillna(-1) == dev).to_numpy(dtype=bool)]
+        mask = ((k["rank"] == rank) & (k["device_id"].astype("Float64").fillna(-1) == dev)).to_numpy(dtype=bool)
+        on = pd.DataFrame({c: k[c][mask] for c in ("start_ns", "end_ns", "dur_ns")}, copy=False)  # not all of k's columns
         kern = x[x["next_pos"] >= 0]  # the kernels that waited (a copy is no kernel to name)
         names = (kern if len(kern) else x)["next_name"].value_counts()
         rows.append({
@@ -610,7 +636,8 @@ def _less_profiler_cost(found: list[Finding], rule: Rule, ctx: Context) -> list[
             wall.setdefault((f.rank, f.device_id), []).append(i)
     k = ctx.trace.kernels
     for (rank, dev), idx in wall.items():
-        on = k[(k["rank"] == (rank or 0)).to_numpy() & (k["device_id"].fillna(-1) == (-1 if dev is None else dev)).to_numpy()]
+        mask = (k["rank"] == (rank or 0)).to_numpy() & (k["device_id"].fillna(-1) == (-1 if dev is None else dev)).to_numpy()
+        on = pd.DataFrame({c: k[c][mask] for c in ("start_ns", "end_ns")}, copy=False)  # not all of k's columns
         starts, recorder = recorded_op_starts(ctx, rank or 0)
         if len(on) < 2 or recorder is None:
             continue
