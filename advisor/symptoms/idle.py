@@ -74,8 +74,8 @@ def gaps(ctx: Context) -> pd.DataFrame:
         # (rank, device) groups in order of first appearance, rows by start time within each
         # (stable: as groupby(sort=False) then sort_values(kind="stable") ordered them)
         group = pd.DataFrame({"r": rank[rows], "d": dev[rows]}).groupby(["r", "d"], sort=False).ngroup().to_numpy()
-        order = rows[np.lexsort((start[rows], group))]
-        bounds = np.flatnonzero(np.diff(group[np.lexsort((start[rows], group))])) + 1
+        by = np.lexsort((start[rows], group))
+        order, bounds = rows[by], np.flatnonzero(np.diff(group[by])) + 1
         names = None
         for sel in np.split(order, bounds):
             s, e = start[sel], end[sel]
