@@ -76,8 +76,6 @@ def gaps(ctx: Context) -> pd.DataFrame:
         group = pd.DataFrame({"r": rank[rows], "d": dev[rows]}).groupby(["r", "d"], sort=False).ngroup().to_numpy()
         by = np.lexsort((start[rows], group))
         order, bounds = rows[by], np.flatnonzero(np.diff(group[by])) + 1
-        by = np.lexsort((start[rows], group))
-        order, bounds = rows[by], np.flatnonzero(np.diff(group[by])) + 1
         del by, group
         names = None
         for sel in np.split(order, bounds):
