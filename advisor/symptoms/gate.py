@@ -58,11 +58,20 @@ def _idle(ctx: Context, rule: Rule) -> list[dict]:
     `startup_busy_share` of the busy time and is `startup_gap_factor` times longer than any
     later gap. Then `steady_busy_fraction` is the busy fraction after it."""
     t = ctx.trace
-    parts = [t.kernels[["rank", "device_id", "start_ns", "end_ns"]], t.memcpy[["rank", "device_id", "start_ns", "end_ns"]]]
-    acts = pd.concat(parts, ignore_index=True)
-    if acts.empty:
+    # kernels and copies as plain arrays, grouped by position (a frame of them and its
+    # group-by copies were this symptom's peak: +130 MiB at 1M kernels)
+    frames = [f for f in (t.kernels, t.memcpy) if len(f)]
+    if not frames:
         return []
-    acts["device_id"] = acts["device_id"].fillna(-1).astype("int64")
+    a_rank = np.concatenate([f["rank"].to_numpy() for f in frames])
+    a_dev = np.concatenate([f["device_id"].fillna(-1).astype("int64").to_numpy() for f in frames])
+    a_start = np.concatenate([f["start_ns"].to_numpy() for f in frames])
+    a_end = np.concatenate([f["end_ns"].to_numpy() for f in frames])
+    del frames
+    group = pd.DataFrame({"r": a_rank, "d": a_dev}, copy=False).groupby(["r", "d"], sort=False).ngroup().to_numpy()
+    by = np.argsort(group, kind="stable")  # each group's rows in frame order, as groupby gave them
+    members = np.split(by, np.flatnonzero(np.diff(group[by])) + 1)
+    del group, by
     lo_rule = ctx.rules.get("launch_overhead")
     runs = find_runs(ctx, lo_rule) if lo_rule is not None else pd.DataFrame()
     all_gaps = idle_gaps(ctx)
@@ -71,12 +80,15 @@ def _idle(ctx: Context, rule: Rule) -> list[dict]:
     g_rank, g_dev = all_gaps["rank"].to_numpy(), all_gaps["device_id"].to_numpy()
     g_ns, g_at = all_gaps["gap_ns"].to_numpy(), all_gaps["gap_start_ns"].to_numpy()
     rows = []
-    for (rank, dev), g in acts.groupby(["rank", "device_id"], sort=False):
+    for at in members:
+        rank, dev = a_rank[at[0]], a_dev[at[0]]
         if rank in ctx.serialized_ranks:
             continue  # the profiler's gaps, not the program's
-        first, last = int(g["start_ns"].min()), int(g["end_ns"].max())
+        g_start, g_end = a_start[at], a_end[at]
+        first, last = int(g_start.min()), int(g_end.max())
         span = last - first
-        busy = intervals.total(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
+        busy = intervals.total(g_start, g_end)
+        del g_start, g_end
         r = runs[(runs["rank"] == rank) & (runs["device_id"] == dev)] if len(runs) else runs
         run_gaps = int(r["gap_ns"].sum()) if len(r) else 0
         frac = (busy + run_gaps) / span if span > 0 else 1.0
@@ -159,13 +171,16 @@ def _sync(ctx: Context) -> list[dict]:
     if rt.empty:
         return []
     rows = []
-    for rank, g in rt.groupby("rank", sort=False):
+    # only the columns read below, grouped (a group of all runtime columns, then the kernels
+    # of the rank with all theirs, were copies: ~+190 MiB at 3M kernels)
+    for rank, g in rt[["rank", "thread_id", "name", "end_ns"]].groupby("rank", sort=False):
         if rank in ctx.serialized_ranks:
             continue
-        gpu = pd.concat([t.kernels[t.kernels["rank"] == rank][["start_ns", "end_ns"]], t.memcpy[t.memcpy["rank"] == rank][["start_ns", "end_ns"]]])
-        if gpu.empty:
+        gs, ge = _rank_times(t, rank)
+        if not len(gs):
             continue
-        ms, me = intervals.merge(gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy())
+        ms, me = intervals.merge(gs, ge)
+        del gs, ge
         span = int(me[-1] - ms[0])
         # The thread that launches most is the one whose stalls delay the GPU.
         tid = g["thread_id"].value_counts(dropna=False).index[0]
@@ -194,6 +209,14 @@ def _sync(ctx: Context) -> list[dict]:
     return rows
 
 
+def _rank_times(t, rank) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end times of the rank's kernels, then its copies (not the rows' other columns)."""
+    parts = [f for f in (t.kernels, t.memcpy) if len(f)]
+    at = [(f["rank"] == rank).to_numpy(dtype=bool) for f in parts]
+    return (np.concatenate([f["start_ns"].to_numpy()[m] for f, m in zip(parts, at)] or [np.zeros(0, np.int64)]),
+            np.concatenate([f["end_ns"].to_numpy()[m] for f, m in zip(parts, at)] or [np.zeros(0, np.int64)]))
+
+
 def _copies(ctx: Context) -> list[dict]:
     t = ctx.trace
     m = t.memcpy
@@ -202,11 +225,7 @@ def _copies(ctx: Context) -> list[dict]:
     rows = []
     for rank, g in m.groupby("rank", sort=False):
         host = g[g["kind"].isin(["HtoD", "DtoH"])]
-        k = t.kernels[t.kernels["rank"] == rank]
-        busy = intervals.total(
-            np.concatenate([k["start_ns"].to_numpy(), g["start_ns"].to_numpy()]),
-            np.concatenate([k["end_ns"].to_numpy(), g["end_ns"].to_numpy()]),
-        )
+        busy = intervals.total(*_rank_times(t, rank))  # the rank's kernels, then its copies
         ns = intervals.total(host["start_ns"].to_numpy(), host["end_ns"].to_numpy())
         rows.append({"rank": int(rank), "copy_ns": ns, "busy_ns": busy, "copy_fraction": ns / busy if busy else 0.0, "bytes": int(host["bytes"].fillna(0).sum())})
     return rows

@@ -40,28 +40,18 @@ def _tail_eff(waves: np.ndarray) -> np.ndarray:
         return np.where(ceil > 0, waves / ceil, np.nan)
 
 
-def occupancy(trace: Trace) -> pd.DataFrame:
-    """One row per kernel (same index as trace.kernels) with COLUMNS; NaN where unknown."""
-    k = trace.kernels
-    if k.empty:
-        return pd.DataFrame(columns=COLUMNS, index=k.index, dtype="float64")
-    dev = trace.devices.drop_duplicates(["rank", "device_id"]).reset_index(drop=True)
-    # Each kernel's device limits by position: one int64 key per (rank, device) looked up in
-    # the few device rows, then numpy takes of the columns needed (reindexing the whole
-    # device frame by a million-row MultiIndex took most of this function's time).
-    ranks, devs = k["rank"].to_numpy(np.int64), k["device_id"].fillna(-1).to_numpy(np.int64)
-    dev_keys = dev["rank"].to_numpy(np.int64) * (1 << 32) + dev["device_id"].to_numpy(np.int64) + 1
-    pos = pd.Index(dev_keys).get_indexer(ranks * (1 << 32) + devs + 1) if len(dev) else np.full(len(k), -1)
-    d = {}
-    for name in ("warp_size", "max_warps_per_sm", "regs_per_sm", "cc_major", "smem_per_sm_bytes", "max_blocks_per_sm", "sm_count"):
-        values = np.append(dev[name].astype("float64").to_numpy(na_value=np.nan), np.nan)  # last: unknown device
-        d[name] = values[np.where(pos >= 0, pos, len(dev))]
+_CHUNK = 1 << 18  # kernels per step of occupancy()
 
-    def col(frame, name):
-        if isinstance(frame, dict):
-            return frame[name]
-        return frame[name].astype("float64").to_numpy(na_value=np.nan)
 
+def col(frame, name) -> np.ndarray:
+    if isinstance(frame, dict):
+        return frame[name]
+    return frame[name].astype("float64").to_numpy(na_value=np.nan)
+
+
+def _blocks_per_sm(k: pd.DataFrame, d: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Blocks per SM and the limiting resource's name (object array) for the kernels `k`,
+    with their devices' limits `d` (arrays, same length)."""
     threads = col(k, "block_threads")
     warp_size = np.nan_to_num(col(d, "warp_size"), nan=32.0)
     warps_per_block = np.ceil(threads / warp_size)
@@ -93,15 +83,43 @@ def occupancy(trace: Trace) -> pd.DataFrame:
     # (usually a device table that is off for this part).
     blocks_per_sm = np.where(blocks_per_sm < 1, 1, blocks_per_sm)
     limiter[unknown] = names[-1]
+    return blocks_per_sm, limiter
+
+
+def occupancy(trace: Trace) -> pd.DataFrame:
+    """One row per kernel (same index as trace.kernels) with COLUMNS; NaN where unknown."""
+    k = trace.kernels
+    if k.empty:
+        return pd.DataFrame(columns=COLUMNS, index=k.index, dtype="float64")
+    dev = trace.devices.drop_duplicates(["rank", "device_id"]).reset_index(drop=True)
+    # Each kernel's device limits by position: one int64 key per (rank, device) looked up in
+    # the few device rows, then numpy takes of the columns needed (reindexing the whole
+    # device frame by a million-row MultiIndex took most of this function's time).
+    ranks, devs = k["rank"].to_numpy(np.int64), k["device_id"].fillna(-1).to_numpy(np.int64)
+    dev_keys = dev["rank"].to_numpy(np.int64) * (1 << 32) + dev["device_id"].to_numpy(np.int64) + 1
+    pos = pd.Index(dev_keys).get_indexer(ranks * (1 << 32) + devs + 1) if len(dev) else np.full(len(k), -1)
+    dev_values = {name: np.append(dev[name].astype("float64").to_numpy(na_value=np.nan), np.nan)  # last: unknown device
+                  for name in ("warp_size", "max_warps_per_sm", "regs_per_sm", "cc_major", "smem_per_sm_bytes",
+                               "max_blocks_per_sm", "sm_count")}
+    dev_at = np.where(pos >= 0, pos, len(dev))
+    del pos, ranks, devs
+    n = len(k)
+    blocks_per_sm, sms, waves, waves_sat = (np.empty(n) for _ in range(4))
+    limiter = np.empty(n, dtype=object)
+    # in chunks: each step's float64 temporaries for every kernel at once were ~1.5 GB at 10M
+    for lo in range(0, n, _CHUNK):
+        sl = slice(lo, min(lo + _CHUNK, n))
+        d = {name: values[dev_at[sl]] for name, values in dev_values.items()}
+        part = k.iloc[sl]  # a view
+        blocks_per_sm[sl], limiter[sl] = _blocks_per_sm(part, d)
+        sms[sl] = d["sm_count"]
+        grid = col(part, "grid_blocks")
+        with np.errstate(invalid="ignore", divide="ignore"):
+            waves[sl] = grid / (d["sm_count"] * blocks_per_sm[sl])
+            waves_sat[sl] = grid / d["sm_count"]
     # from the few shared str objects, in the dtype a numpy string column got before (pandas'
     # default "str"); converting a numpy unicode array row by row took 0.15 s per million
     limiter = pd.array(limiter, dtype=pd.StringDtype("python", na_value=np.nan))
-
-    sms = col(d, "sm_count")
-    grid = col(k, "grid_blocks")
-    with np.errstate(invalid="ignore", divide="ignore"):
-        waves = grid / (sms * blocks_per_sm)
-        waves_sat = grid / sms
     return pd.DataFrame(
         {
             "blocks_per_sm": blocks_per_sm,
@@ -113,4 +131,5 @@ def occupancy(trace: Trace) -> pd.DataFrame:
             "tail_efficiency_sat": _tail_eff(waves_sat),
         },
         index=k.index,
+        copy=False,  # not consolidated into one block: that was a copy of the six float columns
     )
