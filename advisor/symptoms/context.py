@@ -37,10 +37,10 @@ class Context:
         if "_name_code" not in out.columns:  # gemm_table factorized the names already
             out["_name_code"] = factorize(out["name"])[0]
         # strings grouped as integer codes (-1 for missing, as groupby(dropna=False) keeps NA)
-        coded = out[[c for c in GROUP_KEYS if c in out.columns and c not in ("name", "dtype")]].assign(
-            _name_code=out["_name_code"], _dtype_code=factorize(out["dtype"])[0] if "dtype" in out else 0
-        )
-        out["_launch_group"] = coded.groupby(list(coded.columns), dropna=False, sort=False).ngroup() if len(out) else 0
+        keys = [out[c] for c in GROUP_KEYS if c in out.columns and c not in ("name", "dtype")] + [out["_name_code"]]
+        if "dtype" in out:
+            keys.append(factorize(out["dtype"])[0])
+        out["_launch_group"] = group_ids(keys) if len(out) else 0
         return out
 
     @cached_property
@@ -82,6 +82,20 @@ class Context:
 
 
 GROUP_KEYS = ["rank", "device_id", "name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "M", "N", "K", "batch", "dtype"]
+
+
+def group_ids(columns: list) -> np.ndarray:
+    """groupby(columns, dropna=False, sort=False).ngroup(): one id per distinct combination
+    (missing values one value), in order of first appearance. Built a column at a time, each
+    step's pair of codes renumbered densely (factorize keeps first appearance), so that only a
+    few int64 arrays live at once (a frame of the 13 key columns and groupby's codes for each
+    were ~120 bytes a kernel)."""
+    ids = None
+    for col in columns:
+        codes, uniques = pd.factorize(col, use_na_sentinel=False)
+        codes = np.asarray(codes, dtype=np.int64)
+        ids = codes if ids is None else pd.factorize(ids * max(len(uniques), 1) + codes)[0].astype(np.int64)
+    return ids
 
 
 def launch_rows(k: pd.DataFrame, mask, extra: list[str]) -> pd.DataFrame:
