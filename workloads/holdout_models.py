@@ -214,12 +214,13 @@ def llama_generate(dev: str, tiny: bool):
     return step
 
 
-def resnet50_train(dev: str, tiny: bool):
+def resnet50_train(dev: str, tiny: bool, channels_last: bool = False):
     import timm
 
-    model = timm.create_model("resnet18" if tiny else "resnet50", pretrained=False).to(dev)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    model = timm.create_model("resnet18" if tiny else "resnet50", pretrained=False).to(dev).to(memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(2 if tiny else 64, 3, 224, 224, device=dev)
+    x = torch.randn(2 if tiny else 64, 3, 224, 224, device=dev).contiguous(memory_format=fmt)
     y = torch.randint(0, 1000, (x.shape[0],), device=dev)
 
     def step():
@@ -279,21 +280,7 @@ def bert_train_fp32_tf32(dev: str, tiny: bool):
 
 
 def resnet50_train_cl(dev: str, tiny: bool):
-    import timm
-
-    model = timm.create_model("resnet18" if tiny else "resnet50", pretrained=False).to(dev)
-    model = model.to(memory_format=torch.channels_last)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(2 if tiny else 64, 3, 224, 224, device=dev).contiguous(memory_format=torch.channels_last)
-    y = torch.randint(0, 1000, (x.shape[0],), device=dev)
-
-    def step():
-        with _autocast(dev, torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    return resnet50_train(dev, tiny, channels_last=True)
 
 
 def mobilenet_b8_graph(dev: str, tiny: bool):
