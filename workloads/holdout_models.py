@@ -25,7 +25,12 @@ A second set, captured after the rules were fixed on the first (2026-12-03):
     qwen2_prefill     Qwen2 (hidden 1536, 4 layers, 12 / 2 heads) bf16 forward over 1 x 8192 tokens
     mobilenet_b8      timm mobilenetv3_large_100 inference, fp16, batch 8 at 224
 
-and three of them with the fix advisor named (bert_train_fp32_tf32, resnet50_train_cl,
+A third set (second session of 2026-12-03): gpt2_compile_train (torch.compile, Inductor's
+Triton kernels), swin_infer (timm Swin-T, bf16), opt_generate_b16 (OPT fp16 batched greedy
+decode), efficientnet_train_cl (timm EfficientNet-B0 training, channels_last) and
+deberta_infer_fp16 (DeBERTa-v2 fp16 inference); see each builder's docstring.
+
+The second set's three models with the fix advisor named (bert_train_fp32_tf32, resnet50_train_cl,
 mobilenet_b8_graph: a CUDA graph of the forward), timed against the originals with
 `--time-only --steps 20` (no profiler):
 
@@ -299,10 +304,107 @@ def mobilenet_b8_graph(dev: str, tiny: bool):
     return graph.replay
 
 
+# A third set (2026-12-03, second session): compiled, windowed-attention, batched-decode and
+# depthwise-conv models, none of whose traces the rules have seen.
+
+def gpt2_compile_train(dev: str, tiny: bool):
+    """GPT-2 (768 wide, 6 layers) training step under torch.compile's default mode: Inductor's
+    Triton kernels for everything but the matmuls, bf16 autocast, AdamW, 8 x 512."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_embd=64 if tiny else 768, n_layer=1 if tiny else 6, n_head=2 if tiny else 12,
+                     vocab_size=1000 if tiny else 50257, n_positions=512)
+    model = GPT2LMHeadModel(cfg).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    b, s = (2, 16) if tiny else (8, 512)
+    ids = torch.randint(0, cfg.vocab_size, (b, s), device=dev)
+    fwd = torch.compile(lambda x: model(input_ids=x, labels=x).loss)
+
+    def step():
+        with _autocast(dev, torch.bfloat16):
+            loss = fwd(ids)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def swin_infer(dev: str, tiny: bool):
+    """timm swin_tiny inference, bf16 weights, batch 32 at 224 (windowed attention, odd shapes)."""
+    import timm
+
+    dtype = torch.float32 if dev == "cpu" else torch.bfloat16
+    model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False).to(dev, dtype).eval()
+    x = torch.randn(2 if tiny else 32, 3, 224, 224, device=dev, dtype=dtype)
+
+    @torch.no_grad()
+    def step():
+        model(x)
+    return step
+
+
+def opt_generate_b16(dev: str, tiny: bool):
+    """OPT (768 wide, 12 layers) fp16 greedy decode at batch 16: 128-token prompts, 48 new tokens."""
+    from transformers import OPTConfig, OPTForCausalLM
+
+    cfg = OPTConfig(hidden_size=64 if tiny else 768, ffn_dim=128 if tiny else 3072,
+                    num_hidden_layers=1 if tiny else 12, num_attention_heads=2 if tiny else 12,
+                    word_embed_proj_dim=64 if tiny else 768, vocab_size=1000 if tiny else 50272)
+    dtype = torch.float32 if dev == "cpu" else torch.float16
+    with torch.device(dev):
+        model = OPTForCausalLM(cfg).to(dtype).eval()
+    ids = torch.randint(4, cfg.vocab_size, (2 if tiny else 16, 16 if tiny else 128), device=dev)
+    n = 4 if tiny else 48
+
+    @torch.no_grad()
+    def step():
+        model.generate(input_ids=ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+    return step
+
+
+def efficientnet_train_cl(dev: str, tiny: bool):
+    """timm efficientnet_b0 training step, bf16 autocast, channels_last, batch 128 at 224
+    (depthwise convolutions, squeeze-excite: many small kernels)."""
+    import timm
+
+    model = timm.create_model("efficientnet_b0", pretrained=False).to(dev).to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(2 if tiny else 128, 3, 224, 224, device=dev).contiguous(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (x.shape[0],), device=dev)
+
+    def step():
+        with _autocast(dev, torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def deberta_infer_fp16(dev: str, tiny: bool):
+    """DeBERTa-v2 (768 wide, 6 layers) fp16 inference, 32 x 256 (disentangled attention)."""
+    from transformers import DebertaV2Config, DebertaV2Model
+
+    cfg = DebertaV2Config(hidden_size=64 if tiny else 768, intermediate_size=128 if tiny else 3072,
+                          num_hidden_layers=1 if tiny else 6, num_attention_heads=2 if tiny else 12,
+                          vocab_size=1000 if tiny else 128100, relative_attention=True,
+                          pos_att_type=["p2c", "c2p"], max_relative_positions=-1, position_buckets=256)
+    dtype = torch.float32 if dev == "cpu" else torch.float16
+    with torch.device(dev):
+        model = DebertaV2Model(cfg).to(dtype).eval()
+    ids = torch.randint(0, cfg.vocab_size, (2, 16) if tiny else (32, 256), device=dev)
+
+    @torch.no_grad()
+    def step():
+        model(input_ids=ids)
+    return step
+
+
 MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_prefill, convnext_infer,
                                   distilbert_b1, bert_train_fp32, mixtral_moe, llama_generate, resnet50_train,
                                   qwen2_prefill, mobilenet_b8, bert_train_fp32_tf32, resnet50_train_cl,
-                                  mobilenet_b8_graph)}
+                                  mobilenet_b8_graph, gpt2_compile_train, swin_infer, opt_generate_b16,
+                                  efficientnet_train_cl, deberta_infer_fp16)}
 
 
 def _sync(dev: str):
