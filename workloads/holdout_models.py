@@ -329,18 +329,29 @@ def gpt2_compile_train(dev: str, tiny: bool):
     return step
 
 
-def swin_infer(dev: str, tiny: bool):
-    """timm swin_tiny inference, bf16 weights, batch 32 at 224 (windowed attention, odd shapes)."""
+def swin_infer(dev: str, tiny: bool, fused: bool = False):
+    """timm swin_tiny inference, bf16 weights, batch 32 at 224 (windowed attention, odd shapes;
+    timm leaves Swin's fused attention off by default)."""
     import timm
 
     dtype = torch.float32 if dev == "cpu" else torch.bfloat16
     model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False).to(dev, dtype).eval()
+    if fused:
+        for m in model.modules():
+            if hasattr(m, "fused_attn"):
+                m.fused_attn = True
     x = torch.randn(2 if tiny else 32, 3, 224, 224, device=dev, dtype=dtype)
 
     @torch.no_grad()
     def step():
         model(x)
     return step
+
+
+def swin_infer_sdpa(dev: str, tiny: bool):
+    """swin_infer with timm's fused attention on (F.scaled_dot_product_attention): the fix the
+    unfused_attention rule names, timed against swin_infer."""
+    return swin_infer(dev, tiny, fused=True)
 
 
 def opt_generate_b16(dev: str, tiny: bool):
@@ -404,7 +415,7 @@ MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_p
                                   distilbert_b1, bert_train_fp32, mixtral_moe, llama_generate, resnet50_train,
                                   qwen2_prefill, mobilenet_b8, bert_train_fp32_tf32, resnet50_train_cl,
                                   mobilenet_b8_graph, gpt2_compile_train, swin_infer, opt_generate_b16,
-                                  efficientnet_train_cl, deberta_infer_fp16)}
+                                  efficientnet_train_cl, deberta_infer_fp16, swin_infer_sdpa)}
 
 
 def _sync(dev: str):

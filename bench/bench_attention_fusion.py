@@ -1,0 +1,215 @@
+"""Unfused attention against torch SDPA on one GPU: what the `unfused_attention` rule may claim.
+
+    python3 bench/bench_attention_fusion.py [--out DIR]
+    python3 bench/bench_attention_fusion.py --device cpu --tiny      (smoke test, no timing)
+
+Per shape (batch x heads, query length L, key length S, head dim D, dtype, with or without an
+additive bias): the attention a model computes op by op (`q @ k^T * scale`, `+ bias`,
+`softmax`, `@ v`, as Hugging Face's eager attention, timm's non-fused attention and Swin's
+window attention do) against `torch.nn.functional.scaled_dot_product_attention` on the same
+tensors with the backend PyTorch picks. Forward only, no dropout. Each provider is checked
+against a float64 reference into a NaN-poisoned output, then timed by CUDA-graph replays (one
+graph holds one call on each of several input sets, >= 3x the L2 in all, replayed 30 times;
+p20/p50/p80 per call): GPU time, the unit of the rule's estimate.
+
+The shapes are those of real traces the rule fires on (Swin-T windows, BERT/DeBERTa, T5,
+ViT-B, GPT-2, TimeSformer's temporal attention) plus a long causal one.
+
+Writes into --out (default $OUT, else bench/results/attention_fusion): attention_fusion.csv
+(long format: provider, shape, p50, p20, p80, unit, gpu, timestamp, versions) and
+attention_fusion.md (per shape: eager, SDPA, eager / SDPA, and the backend SDPA ran).
+The rule reads the ratios from rules/measured/<gpu>.toml ([[attention_fusion]]); copy them
+there with the device and date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+REPLAYS = 30
+
+# (name, batch x heads as (B, H), L, S, D, dtype, bias, causal)
+SHAPES = [
+    ("swin_stage1", (2048, 3), 49, 49, 32, torch.bfloat16, True, False),
+    ("swin_stage2", (512, 6), 49, 49, 32, torch.bfloat16, True, False),
+    ("bert_fp32", (16, 12), 256, 256, 64, torch.float32, True, False),
+    ("bert_bf16", (16, 12), 256, 256, 64, torch.bfloat16, True, False),
+    ("deberta_fp16", (32, 12), 256, 256, 64, torch.float16, True, False),
+    ("t5_bias", (8, 12), 512, 512, 64, torch.bfloat16, True, False),
+    ("vit_b", (64, 12), 197, 197, 64, torch.bfloat16, False, False),
+    ("gpt2_causal", (8, 12), 1024, 1024, 64, torch.bfloat16, False, True),
+    ("timesformer_time", (1568, 12), 8, 8, 64, torch.float32, False, False),
+    ("long_causal", (4, 16), 4096, 4096, 128, torch.bfloat16, False, True),
+]
+TINY = [
+    ("tiny_bias", (2, 3), 7, 9, 16, torch.float32, True, False),
+    ("tiny_causal", (1, 2), 5, 5, 8, torch.float32, False, True),
+]
+TOL = {torch.float32: 2e-3, torch.bfloat16: 2e-2, torch.float16: 5e-3}  # tf32 / 8-bit / 11-bit mantissas
+
+
+def inputs(shape, device, sets, seed=0):
+    _, (B, H), L, S, D, dtype, bias, causal = shape
+    g = torch.Generator(device=device).manual_seed(seed)
+    out = []
+    for _ in range(sets):
+        q, k, v = (torch.randn(B, H, n, D, generator=g, device=device).to(dtype) for n in (L, S, S))
+        b = None
+        if bias:  # a relative-position bias per head, broadcast over the batch (Swin, T5)
+            b = (0.5 * torch.randn(1, H, L, S, generator=g, device=device)).to(dtype)
+        if causal:
+            b = torch.full((L, S), float("-inf"), device=device).triu(S - L + 1).to(dtype)
+        out.append((q, k, v, b))
+    return out
+
+
+def eager(q, k, v, b, out):
+    s = torch.matmul(q, k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
+    if b is not None:
+        s = s + b
+    out.copy_(torch.matmul(torch.softmax(s, dim=-1), v))
+
+
+def sdpa(q, k, v, b, out):
+    if b is not None and b.dim() == 2:  # the causal mask: what a model passes as is_causal
+        out.copy_(F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    else:
+        out.copy_(F.scaled_dot_product_attention(q, k, v, attn_mask=b))
+
+
+def reference(q, k, v, b):
+    q, k, v = q.double(), k.double(), v.double()
+    s = q @ k.transpose(-1, -2) * (q.shape[-1] ** -0.5)
+    if b is not None:
+        s = s + b.double()
+    return torch.softmax(s, dim=-1) @ v
+
+
+def backend_of(q, k, v, b) -> str:
+    """The SDPA backend PyTorch picks for these inputs, by trying each alone (first that runs,
+    in PyTorch's own priority order)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if q.device.type != "cuda":
+        return "math"
+    causal = b is not None and b.dim() == 2
+    kw = {"is_causal": True} if causal else {"attn_mask": b}
+    for name in ("CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH"):
+        be = getattr(SDPBackend, name, None)
+        if be is None:
+            continue
+        try:
+            with sdpa_kernel(be):
+                F.scaled_dot_product_attention(q, k, v, **kw)
+            return name.lower()
+        except RuntimeError:
+            continue
+    return "none"
+
+
+def check(fn, sets, shape) -> float:
+    q, k, v, b = sets[0]
+    out = torch.full_like(q, float("nan"))
+    fn(q, k, v, b, out)
+    ref = reference(q, k, v, b)
+    err = float((out.double() - ref).norm() / ref.norm())
+    if not math.isfinite(err) or err > TOL[shape[5]]:
+        raise AssertionError(f"{shape[0]}: relative error {err:.2e} over {TOL[shape[5]]:g}")
+    return err
+
+
+def time_graph(fn, sets):
+    outs = [torch.empty_like(s[0]) for s in sets]
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for s, o in zip(sets, outs):
+            fn(*s, o)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for s, o in zip(sets, outs):
+            fn(*s, o)
+    graph.replay()
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(REPLAYS)]
+    for start, end in events:
+        start.record()
+        graph.replay()
+        end.record()
+    torch.cuda.synchronize()
+    return sorted(s.elapsed_time(e) * 1e3 / len(sets) for s, e in events)
+
+
+def n_sets(shape, device) -> int:
+    if device != "cuda":
+        return 1
+    _, (B, H), L, S, D, dtype, bias, _ = shape
+    elt = torch.finfo(dtype).bits // 8
+    per = elt * B * H * (2 * L * D + 2 * S * D + L * S) + (elt * H * L * S if bias else 0)
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    return max(2, min(16, math.ceil(3 * l2 / per)))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "bench/results/attention_fusion"))
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--tiny", action="store_true", help="small shapes, check only (CPU smoke test)")
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    shapes = TINY if args.tiny else SHAPES
+    gpu = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    versions = f"torch {torch.__version__}"
+    rows, table = [], []
+    for shape in shapes:
+        name, (B, H), L, S, D, dtype, bias, causal = shape
+        sets = inputs(shape, args.device, n_sets(shape, args.device))
+        errs = {p: check(fn, sets, shape) for p, fn in (("eager", eager), ("sdpa", sdpa))}
+        be = backend_of(*sets[0])
+        res = {}
+        if args.device == "cuda":
+            for p, fn in (("eager", eager), ("sdpa", sdpa)):
+                t = time_graph(fn, sets)
+                res[p] = t
+                q = lambda f: t[min(len(t) - 1, int(f * len(t)))]  # noqa: E731
+                rows.append({"provider": p, "shape": name, "BH": B * H, "L": L, "S": S, "D": D,
+                             "dtype": str(dtype).removeprefix("torch."), "bias": bias, "causal": causal,
+                             "backend": be if p == "sdpa" else "eager", "p50": round(q(0.5), 3),
+                             "p20": round(q(0.2), 3), "p80": round(q(0.8), 3), "unit": "us",
+                             "rel_err": f"{errs[p]:.2e}", "gpu": gpu, "timestamp": stamp, "versions": versions})
+        e50 = res["eager"][len(res["eager"]) // 2] if res else float("nan")
+        s50 = res["sdpa"][len(res["sdpa"]) // 2] if res else float("nan")
+        table.append((name, B * H, L, S, D, str(dtype).removeprefix("torch."), bias, causal, be, e50, s50))
+        print(json.dumps({"shape": name, "backend": be, "eager_us": round(e50, 2), "sdpa_us": round(s50, 2),
+                          "errors": {p: f"{e:.1e}" for p, e in errs.items()}}), flush=True)
+    if rows:
+        with open(args.out / "attention_fusion.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    lines = [f"# Unfused attention vs SDPA ({gpu}, {stamp}, {versions})", "",
+             "Forward, CUDA-graph timed, median us per call; SDPA with the backend PyTorch picked.", "",
+             "| shape | B x H | L | S | D | dtype | bias | causal | SDPA backend | eager us | SDPA us | eager / SDPA |",
+             "|---|---:|---:|---:|---:|---|---|---|---|---:|---:|---:|"]
+    for name, bh, L, S, D, dt, bias, causal, be, e, s in table:
+        lines.append(f"| {name} | {bh} | {L} | {S} | {D} | {dt} | {bias} | {causal} | {be} | {e:.1f} | {s:.1f} | {e / s:.2f}x |")
+    (args.out / "attention_fusion.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
