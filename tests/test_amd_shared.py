@@ -1,5 +1,5 @@
-"""advisor.traces._amd's frame and database helpers, which the rpd, rocpd and rocprofv3 JSON
-readers share (their output is checked in the readers' own tests)."""
+"""advisor.traces._amd's frame and database helpers, which the rpd, rocpd, rocprofv3 JSON and
+rocprof v1 results.db readers share (their output is checked in the readers' own tests)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from tracefiles import write_db
 
 from advisor.errors import TraceError
-from advisor.traces import _amd, rocpd, rpd
+from advisor.traces import _amd, rocpd, rocprof_v1_db, rpd
 
 
 def ints(values, index):
@@ -59,7 +59,7 @@ def test_readonly_db_closes_and_names_the_error(tmp_path):
 # A writer that takes its lock after the reader opened the file: the first query of the
 # reader's check fails with SQLite's "database is locked". Each SQLite reader says so, in
 # sniff (format detection) and in read, instead of calling the file corrupt.
-@pytest.mark.parametrize("module, check", [(rpd, "_is_rpd"), (rocpd, "_is_rocpd")])
+@pytest.mark.parametrize("module, check", [(rpd, "_is_rpd"), (rocpd, "_is_rocpd"), (rocprof_v1_db, "_is_v1")])
 def test_lock_met_after_open_is_said_to_be_one(tmp_path, monkeypatch, module, check):
     path = Path(write_db(tmp_path / "l.db", {"t": (["a INTEGER"], [(1,)])}))
 
