@@ -3,6 +3,8 @@
 ROCm reports a dispatch's grid in work-items (HSA's AQL packet `grid_size`), not in
 workgroups; the trace model wants workgroups (blocks), so each dimension becomes
 ceil(grid / workgroup). A CU plays the SM's role; a wavefront (64 lanes on CDNA) the warp's.
+Also the code the readers would otherwise repeat: a kernels/memcpy frame's common columns
+(`gpu_frame`) and opening a SQLite file with their error wording (`readonly_db`).
 """
 
 from __future__ import annotations
