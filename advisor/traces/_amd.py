@@ -3,13 +3,20 @@
 ROCm reports a dispatch's grid in work-items (HSA's AQL packet `grid_size`), not in
 workgroups; the trace model wants workgroups (blocks), so each dimension becomes
 ceil(grid / workgroup). A CU plays the SM's role; a wavefront (64 lanes on CDNA) the warp's.
+Also the code the readers would otherwise repeat: a kernels/memcpy frame's common columns
+(`gpu_frame`) and opening a SQLite file with their error wording (`readonly_db`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import sqlite3
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
 
 import pandas as pd
+
+from . import _sqlite
 
 
 def workgroups(grid_items: pd.Series, wg_size: pd.Series) -> pd.Series:
@@ -19,6 +26,55 @@ def workgroups(grid_items: pd.Series, wg_size: pd.Series) -> pd.Series:
     w = pd.to_numeric(wg_size, errors="coerce").astype("Int64")
     w = w.where(w > 0)
     return (-((-g) // w)).astype("Int64")
+
+
+def gpu_frame(
+    rank: int,
+    device_id: Any,
+    stream_id: Any,
+    correlation_id: Any,
+    start: pd.Series,
+    end: pd.Series,
+    *,
+    grid: Sequence[pd.Series] | None = None,
+    block: Sequence[pd.Series] | None = None,
+    **columns: Any,
+) -> pd.DataFrame:
+    """A kernels or memcpy frame: the columns every GPU record has (dur_ns = end - start), the
+    launch geometry when `grid` (workgroups, x/y/z) and `block` (work-items per workgroup) are
+    given, then `columns` as they are. Rows stay on the inputs' index."""
+    data: dict[str, Any] = {
+        "rank": rank,
+        "device_id": device_id,
+        "stream_id": stream_id,
+        "correlation_id": correlation_id,
+        "start_ns": start,
+        "end_ns": end,
+        "dur_ns": end - start,
+    }
+    if grid is not None and block is not None:
+        gx, gy, gz = grid
+        bx, by, bz = block
+        data.update(
+            grid_x=gx, grid_y=gy, grid_z=gz, block_x=bx, block_y=by, block_z=bz,
+            grid_blocks=gx * gy * gz, block_threads=bx * by * bz,
+        )
+    data.update(columns)
+    return pd.DataFrame(data)
+
+
+@contextmanager
+def readonly_db(path: Path, what: str = "corrupt SQLite file") -> Iterator[sqlite3.Connection]:
+    """A read-only connection to the SQLite file at `path`, closed on leaving; a SQLite error
+    (or an undecodable one: sqlite3 decodes its message, which may quote damaged schema text)
+    inside the block becomes the one-line `_sqlite.db_error` saying `what`."""
+    conn = _sqlite.open_readonly(path)
+    try:
+        yield conn
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        raise _sqlite.db_error(path, exc, what) from None
+    finally:
+        conn.close()
 
 
 def copy_kind(kind: str, src_device: Any, dst_device: Any) -> str:

@@ -49,7 +49,7 @@ import pandas as pd
 from ..errors import TraceError
 from ..model import Trace
 from . import _sqlite
-from ._amd import agent_device_row, copy_kind, workgroups
+from ._amd import agent_device_row, copy_kind, gpu_frame, readonly_db, workgroups
 from ._jsonio import to_int
 from ._names import short_name, strip_kd
 
@@ -117,23 +117,13 @@ def _is_rocpd(names: set[str]) -> bool:
 def sniff(path: Path, head: bytes) -> bool:
     if not _sqlite.is_sqlite(head):
         return False
-    conn = _sqlite.open_readonly(path)
-    try:
+    with readonly_db(path) as conn:
         return _is_rocpd(_object_names(conn))
-    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # the latter: an undecodable error message
-        raise _sqlite.db_error(path, exc) from None
-    finally:
-        conn.close()
 
 
 def read(path: Path, *, rank: int, cache_dir: Path | None = None) -> Trace:
-    conn = _sqlite.open_readonly(path)
-    try:
+    with readonly_db(path, "corrupt or unreadable rocpd database") as conn:
         return _read(conn, path, rank)
-    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # the latter: an undecodable error message
-        raise _sqlite.db_error(path, exc, "corrupt or unreadable rocpd database") from None
-    finally:
-        conn.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -326,29 +316,20 @@ def _kernels(t: dict, gpu_ids: dict, rank: int, notes: list[str]) -> pd.DataFram
     grid = [workgroups(_col(kd, f"grid_size_{a}"), w) for a, w in zip("xyz", wg)]
     stream = _col(kd, "stream_id")
     stream = stream.where(stream.notna(), _col(kd, "queue_id"))
-    df = pd.DataFrame(
-        {
-            "rank": rank,
-            "device_id": to_int(_device_ids(kd, "agent_id", gpu_ids)),
-            "stream_id": stream,
-            "correlation_id": to_int(_lookup(kd, "event_id", t["event"], "stack_id")),
-            "start_ns": start,
-            "end_ns": end,
-            "dur_ns": end - start,
-            "name": names,
-            "short_name": shorts,
-            "grid_x": grid[0],
-            "grid_y": grid[1],
-            "grid_z": grid[2],
-            "block_x": wg[0],
-            "block_y": wg[1],
-            "block_z": wg[2],
-            "grid_blocks": grid[0] * grid[1] * grid[2],
-            "block_threads": wg[0] * wg[1] * wg[2],
-            "registers_per_thread": to_int(_lookup(kd, "kernel_id", syms, "arch_vgpr_count")),
-            "static_smem_bytes": static,
-            "dynamic_smem_bytes": (total - static).where(total >= static),
-        }
+    df = gpu_frame(
+        rank,
+        to_int(_device_ids(kd, "agent_id", gpu_ids)),
+        stream,
+        to_int(_lookup(kd, "event_id", t["event"], "stack_id")),
+        start,
+        end,
+        grid=grid,
+        block=wg,
+        name=names,
+        short_name=shorts,
+        registers_per_thread=to_int(_lookup(kd, "kernel_id", syms, "arch_vgpr_count")),
+        static_smem_bytes=static,
+        dynamic_smem_bytes=(total - static).where(total >= static),
     )
     return df[ok].reset_index(drop=True)
 
@@ -363,19 +344,16 @@ def _copies(t: dict, gpu_ids: dict, rank: int) -> pd.DataFrame:
     op_names = _lookup(mc, "name_id", t["string"], "string")
     dst = _device_ids(mc, "dst_agent_id", gpu_ids)
     src = _device_ids(mc, "src_agent_id", gpu_ids)
-    df = pd.DataFrame(
-        {
-            "rank": rank,
-            "device_id": to_int([d if d is not None else s for d, s in zip(dst, src)]),
-            "stream_id": _col(mc, "stream_id"),
-            "correlation_id": to_int(_lookup(mc, "event_id", t["event"], "stack_id")),
-            "start_ns": start,
-            "end_ns": end,
-            "dur_ns": end - start,
-            "op": "memcpy",
-            "kind": [copy_kind(_COPY_KINDS.get(str(n), "unknown"), s, d) for n, s, d in zip(op_names.tolist(), src, dst)],
-            "bytes": _col(mc, "size"),
-        }
+    df = gpu_frame(
+        rank,
+        to_int([d if d is not None else s for d, s in zip(dst, src)]),
+        _col(mc, "stream_id"),
+        to_int(_lookup(mc, "event_id", t["event"], "stack_id")),
+        start,
+        end,
+        op="memcpy",
+        kind=[copy_kind(_COPY_KINDS.get(str(n), "unknown"), s, d) for n, s, d in zip(op_names.tolist(), src, dst)],
+        bytes=_col(mc, "size"),
     )
     return df[ok].reset_index(drop=True)
 

@@ -35,7 +35,7 @@ import pandas as pd
 
 from ..errors import TraceError
 from ..model import Trace
-from ._amd import agent_device_row, copy_kind, workgroups
+from ._amd import agent_device_row, copy_kind, gpu_frame, workgroups
 from ._jsonio import as_dict, as_list, handle, key, load_json, to_int
 from ._names import short_name, strip_kd
 
@@ -176,29 +176,20 @@ def _kernels(proc: dict, records: list, gpu_ids: dict, rank: int, notes: list[st
     total = to_int([i.get("group_segment_size") for i in info])
     dynamic = (total - static).where(total >= static)
     streams = [handle(r.get("stream_id")) if "stream_id" in r else handle(i.get("queue_id")) for r, i in zip(recs, info)]
-    df = pd.DataFrame(
-        {
-            "rank": rank,
-            "device_id": to_int([gpu_ids.get(handle(i.get("agent_id"))) for i in info]),
-            "stream_id": to_int(streams),
-            "correlation_id": to_int([_internal(r.get("correlation_id")) for r in recs]),
-            "start_ns": start,
-            "end_ns": end,
-            "dur_ns": end - start,
-            "name": names,
-            "short_name": short,
-            "grid_x": grid[0],
-            "grid_y": grid[1],
-            "grid_z": grid[2],
-            "block_x": wg[0],
-            "block_y": wg[1],
-            "block_z": wg[2],
-            "grid_blocks": grid[0] * grid[1] * grid[2],
-            "block_threads": wg[0] * wg[1] * wg[2],
-            "registers_per_thread": to_int([s.get("arch_vgpr_count") if s else None for s in sym]),
-            "static_smem_bytes": static,
-            "dynamic_smem_bytes": dynamic,
-        }
+    df = gpu_frame(
+        rank,
+        to_int([gpu_ids.get(handle(i.get("agent_id"))) for i in info]),
+        to_int(streams),
+        to_int([_internal(r.get("correlation_id")) for r in recs]),
+        start,
+        end,
+        grid=grid,
+        block=wg,
+        name=names,
+        short_name=short,
+        registers_per_thread=to_int([s.get("arch_vgpr_count") if s else None for s in sym]),
+        static_smem_bytes=static,
+        dynamic_smem_bytes=dynamic,
     )
     return df[~bad].reset_index(drop=True)
 
@@ -238,19 +229,16 @@ def _copies(records: list, ops: list[list[str]], agents: dict, gpu_ids: dict, ra
         dst, src = handle(r.get("dst_agent_id")), handle(r.get("src_agent_id"))
         kinds.append(copy_kind(_COPY_KINDS.get(op, "unknown"), gpu_ids.get(src), gpu_ids.get(dst)))
         devices.append(gpu_ids.get(dst, gpu_ids.get(src)))
-    df = pd.DataFrame(
-        {
-            "rank": rank,
-            "device_id": to_int(devices),
-            "stream_id": to_int([handle(r.get("stream_id")) for r in recs]),
-            "correlation_id": to_int([_internal(r.get("correlation_id")) for r in recs]),
-            "start_ns": start,
-            "end_ns": end,
-            "dur_ns": end - start,
-            "op": "memcpy",
-            "kind": kinds,
-            "bytes": to_int([r.get("bytes") for r in recs]),
-        }
+    df = gpu_frame(
+        rank,
+        to_int(devices),
+        to_int([handle(r.get("stream_id")) for r in recs]),
+        to_int([_internal(r.get("correlation_id")) for r in recs]),
+        start,
+        end,
+        op="memcpy",
+        kind=kinds,
+        bytes=to_int([r.get("bytes") for r in recs]),
     )
     return df[(start.notna() & end.notna()).to_numpy(dtype=bool)].reset_index(drop=True)
 

@@ -28,6 +28,7 @@ import pandas as pd
 from ..errors import TraceError
 from ..model import Trace
 from . import _sqlite, rocprof_csv, rocprof_v1_json
+from ._amd import readonly_db
 
 FORMAT = "rocprof-v1-db"
 DESCRIPTION = "rocprof v1 results.db (SQLite, KERN table)"
@@ -43,23 +44,13 @@ def _is_v1(conn: sqlite3.Connection) -> bool:
 def sniff(path: Path, head: bytes) -> bool:
     if not _sqlite.is_sqlite(head):
         return False
-    conn = _sqlite.open_readonly(path)
-    try:
+    with readonly_db(path) as conn:
         return _is_v1(conn)
-    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{path.name}: corrupt SQLite file ({exc})") from None
-    finally:
-        conn.close()
 
 
 def read(path: Path, *, rank: int, cache_dir: Path | None = None) -> Trace:
-    conn = _sqlite.open_readonly(path)
-    try:
+    with readonly_db(path, "corrupt or unreadable rocprof results.db") as conn:
         return _read(conn, path, rank)
-    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{path.name}: corrupt or unreadable rocprof results.db ({exc})") from None
-    finally:
-        conn.close()
 
 
 def _rows(conn: sqlite3.Connection, table: str) -> list[dict[str, Any]]:

@@ -46,7 +46,7 @@ import pandas as pd
 from ..errors import TraceError
 from ..model import Trace
 from . import _sqlite
-from ._amd import workgroups
+from ._amd import gpu_frame, readonly_db, workgroups
 from ._jsonio import to_int
 from ._names import short_names, strip_kd
 
@@ -85,23 +85,13 @@ def _is_rpd(names: set[str]) -> bool:
 def sniff(path: Path, head: bytes) -> bool:
     if not _sqlite.is_sqlite(head):
         return False
-    conn = _sqlite.open_readonly(path)
-    try:
+    with readonly_db(path) as conn:
         return _is_rpd(_sqlite.tables(conn))
-    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
-        raise _sqlite.db_error(path, exc) from None
-    finally:
-        conn.close()
 
 
 def read(path: Path, *, rank: int, cache_dir: Path | None = None) -> Trace:
-    conn = _sqlite.open_readonly(path)
-    try:
+    with readonly_db(path, "corrupt or unreadable RPD database") as conn:
         return _Reader(conn, partial(_sqlite.open_readonly, path), path).read(rank)
-    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
-        raise _sqlite.db_error(path, exc, "corrupt or unreadable RPD database") from None
-    finally:
-        conn.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,46 +209,20 @@ class _Reader:
         raw = [launch(f"grid{a}") for a in "XYZ"]
         items = call_name[ops.index].isin(_WORK_ITEM_GRIDS).to_numpy(dtype=bool)
         grid = [g.where(~items, workgroups(g, w)) for g, w in zip(raw, wg)]
-        return pd.DataFrame(
-            {
-                "rank": rank,
-                "device_id": _col(ops, "gpuId"),
-                "stream_id": _col(ops, "queueId"),
-                "correlation_id": corr,
-                "start_ns": ops["start"],
-                "end_ns": ops["end"],
-                "dur_ns": ops["end"] - ops["start"],
-                "name": name,
-                "short_name": short_names(name.tolist()),
-                "grid_x": grid[0],
-                "grid_y": grid[1],
-                "grid_z": grid[2],
-                "block_x": wg[0],
-                "block_y": wg[1],
-                "block_z": wg[2],
-                "grid_blocks": grid[0] * grid[1] * grid[2],
-                "block_threads": wg[0] * wg[1] * wg[2],
-                "dynamic_smem_bytes": launch("groupSegmentSize"),
-            }
+        return gpu_frame(
+            rank, _col(ops, "gpuId"), _col(ops, "queueId"), corr, ops["start"], ops["end"], grid=grid, block=wg,
+            name=name, short_name=short_names(name.tolist()), dynamic_smem_bytes=launch("groupSegmentSize"),
         ).reset_index(drop=True)
 
     def copies(self, ops, op_type, api_of, rank) -> pd.DataFrame:
         if ops.empty:
             return pd.DataFrame(columns=["rank", "device_id", "start_ns", "end_ns", "dur_ns"])
         corr = api_of[ops.index]
-        return pd.DataFrame(
-            {
-                "rank": rank,
-                "device_id": _col(ops, "gpuId"),
-                "stream_id": _col(ops, "queueId"),
-                "correlation_id": corr,
-                "start_ns": ops["start"],
-                "end_ns": ops["end"],
-                "dur_ns": ops["end"] - ops["start"],
-                "op": "memcpy",
-                "kind": op_type[ops.index].map(lambda k: _COPY_KINDS.get(k, "unknown")),
-                "bytes": _by_key(self.ints("rocpd_copyapi"), "api_ptr_id", "size", corr),
-            }
+        return gpu_frame(
+            rank, _col(ops, "gpuId"), _col(ops, "queueId"), corr, ops["start"], ops["end"],
+            op="memcpy",
+            kind=op_type[ops.index].map(lambda k: _COPY_KINDS.get(k, "unknown")),
+            bytes=_by_key(self.ints("rocpd_copyapi"), "api_ptr_id", "size", corr),
         ).reset_index(drop=True)
 
     def api_frames(self, api, name, rank):
