@@ -51,6 +51,17 @@ SHAPES = [
     ("gpt2_causal", (8, 12), 1024, 1024, 64, torch.bfloat16, False, True),
     ("timesformer_time", (1568, 12), 8, 8, 64, torch.float32, False, False),
     ("long_causal", (4, 16), 4096, 4096, 128, torch.bfloat16, False, True),
+    # non-causal twins and the lengths between (the rule reads non-causal rows only: a causal
+    # fused kernel skips half the scores, which an op-by-op chain in a trace may not)
+    ("seq16_bf16", (1024, 12), 16, 16, 64, torch.bfloat16, False, False),
+    ("seq64_bf16", (512, 12), 64, 64, 64, torch.bfloat16, False, False),
+    ("seq128_bias", (256, 12), 128, 128, 64, torch.bfloat16, True, False),
+    ("timesformer_time_bf16", (3136, 12), 8, 8, 64, torch.bfloat16, False, False),
+    ("gpt2_full", (8, 12), 1024, 1024, 64, torch.bfloat16, False, False),
+    ("timesformer_joint", (8, 12), 3137, 3137, 64, torch.bfloat16, False, False),
+    ("long_d128", (4, 16), 4096, 4096, 128, torch.bfloat16, False, False),
+    ("bert_fp32_512", (8, 12), 512, 512, 64, torch.float32, True, False),
+    ("vit_fp32", (32, 12), 197, 197, 64, torch.float32, False, False),
 ]
 TINY = [
     ("tiny_bias", (2, 3), 7, 9, 16, torch.float32, True, False),

@@ -12,8 +12,13 @@ The Gluon cluster GEMM (strategy `cluster_gemm`, Triton >= 3.9) has its own benc
 and is still in the schedule's search space, against torch.matmul in the same run; the TOML
 keeps the median over runs, the best run, the run count and the Triton version.
 
+Op-by-op attention against SDPA (`--attention-rows`, bench/bench_attention_fusion.py) becomes
+one `[[attention_fusion]]` entry per shape: eager and SDPA median us and their ratio, which
+bounds what the `unfused_attention` rule may claim.
+
     python bench/make_calibration.py bench/results/h200.csv rules/measured/h200.toml \
-        --cluster-rows bench/results/cluster_gemm/cluster_gemm.csv bench/results/cluster_gemm/round2/cluster_gemm.csv
+        --cluster-rows bench/results/cluster_gemm/cluster_gemm.csv bench/results/cluster_gemm/round2/cluster_gemm.csv \
+        --attention-rows bench/results/attention_fusion/attention_fusion.csv
 """
 
 from __future__ import annotations
@@ -120,12 +125,40 @@ def _cluster_ratios(paths: list[Path]) -> list[dict]:
     return out
 
 
+def _attention_fusion(paths: list[Path]) -> list[dict]:
+    """Per shape: op-by-op attention over SDPA in the same run (median us), the SDPA backend."""
+    out = []
+    for path in paths:
+        rows = list(csv.DictReader(path.open(encoding="utf-8")))
+        by = defaultdict(dict)
+        for r in rows:
+            by[r["shape"]][r["provider"]] = r
+        for shape, pr in by.items():
+            if "eager" not in pr or "sdpa" not in pr:
+                continue
+            e, s = pr["eager"], pr["sdpa"]
+            out.append({"shape": shape, "BH": int(e["BH"]), "L": int(e["L"]), "S": int(e["S"]), "D": int(e["D"]),
+                        "dtype": {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(e["dtype"], e["dtype"]),
+                        "bias": e["bias"] == "True", "causal": e["causal"] == "True", "backend": s["backend"],
+                        "eager_us": float(e["p50"]), "sdpa_us": float(s["p50"]),
+                        "ratio": round(float(e["p50"]) / float(s["p50"]), 3), "date": e["timestamp"][:10]})
+    return out
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return f'"{v}"' if isinstance(v, str) else f"{v}"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("rows", type=Path)
     p.add_argument("out", type=Path)
     p.add_argument("--cluster-rows", type=Path, nargs="*", default=[],
                    help="cluster_gemm bench rows (bench/bench_cluster_gemm.py), one file a run")
+    p.add_argument("--attention-rows", type=Path, nargs="*", default=[],
+                   help="op-by-op attention vs SDPA rows (bench/bench_attention_fusion.py)")
     a = p.parse_args(argv)
     rows = list(csv.DictReader(a.rows.open(encoding="utf-8")))
     device = rows[0]["device"]
@@ -156,6 +189,12 @@ def main(argv=None) -> int:
                       "(best verified config a run vs torch.matmul in that run; median over runs)"]
     for r in _ratios(rows) + cluster:
         lines += ["[[schedule]]", *[f'{k} = "{v}"' if isinstance(v, str) else f"{k} = {v}" for k, v in r.items()], ""]
+    fusion = _attention_fusion(a.attention_rows)
+    if fusion:
+        lines += [f"# attention_fusion: {', '.join(p.as_posix() for p in a.attention_rows)} (op-by-op attention "
+                  "over SDPA, forward, CUDA-graph timed, median us)"]
+    for r in fusion:
+        lines += ["[[attention_fusion]]", *[f"{k} = {_toml_value(v)}" for k, v in r.items()], ""]
     a.out.write_text("\n".join(lines), encoding="utf-8")
     print(f"wrote {a.out}")
     return 0

@@ -161,3 +161,14 @@ def test_kernel_time_findings_on_a_host_bound_device_say_the_host_may_be_the_flo
 
 def test_a_full_prefill_on_library_kernels_has_nothing_to_gain():
     assert _diag_file("holdout_qwen2_prefill.kineto.json.gz").findings == []
+
+
+def test_runs_of_inductor_kernels_are_graphed_not_fused_again():
+    # GPT-2 under torch.compile: the tiny-kernel runs are Inductor's triton_* kernels already;
+    # advising torch.compile to a compiled model would be wrong: the launches are what is left
+    d = _diag("gpt2_compile_train")
+    runs = [f for f in d.findings if f.symptom == "launch_overhead" and f.evidence.get("run_kind")]
+    assert runs and all(f.strategy == "cuda_graph" for f in runs)
+    (f,) = [f for f in runs if f.evidence["run_kind"] == "compiled_run"]
+    assert f.evidence["compiled_share"] > 0.5 and f.tier == 1
+    assert "Compiled already" in render("diagnosis.md.j2", d=d)

@@ -348,6 +348,33 @@ def swin_infer(dev: str, tiny: bool, fused: bool = False):
     return step
 
 
+def gpt2_eager_train(dev: str, tiny: bool, attn: str = "eager"):
+    """GPT-2 (768 wide, 6 layers) training step with transformers' eager attention (what a model
+    that returns attention weights, or an older checkpoint's code, runs), bf16 autocast, AdamW,
+    8 x 1024."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_embd=64 if tiny else 768, n_layer=1 if tiny else 6, n_head=2 if tiny else 12,
+                     vocab_size=1000 if tiny else 50304, n_positions=1024)
+    model = GPT2LMHeadModel._from_config(cfg, attn_implementation=attn).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    b, s = (2, 16) if tiny else (8, 1024)
+    ids = torch.randint(0, cfg.vocab_size, (b, s), device=dev)
+
+    def step():
+        with _autocast(dev, torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def gpt2_sdpa_train(dev: str, tiny: bool):
+    """gpt2_eager_train with attn_implementation="sdpa": the fix unfused_attention names."""
+    return gpt2_eager_train(dev, tiny, attn="sdpa")
+
+
 def swin_infer_sdpa(dev: str, tiny: bool):
     """swin_infer with timm's fused attention on (F.scaled_dot_product_attention): the fix the
     unfused_attention rule names, timed against swin_infer."""
@@ -415,7 +442,8 @@ MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_p
                                   distilbert_b1, bert_train_fp32, mixtral_moe, llama_generate, resnet50_train,
                                   qwen2_prefill, mobilenet_b8, bert_train_fp32_tf32, resnet50_train_cl,
                                   mobilenet_b8_graph, gpt2_compile_train, swin_infer, opt_generate_b16,
-                                  efficientnet_train_cl, deberta_infer_fp16, swin_infer_sdpa)}
+                                  efficientnet_train_cl, deberta_infer_fp16, swin_infer_sdpa,
+                                  gpt2_eager_train, gpt2_sdpa_train)}
 
 
 def _sync(dev: str):

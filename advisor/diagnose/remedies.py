@@ -22,7 +22,7 @@ PAD_TO = 64
 
 @dataclass(frozen=True)
 class CodeChange:
-    kind: str  # pad_dimension | cuda_graph | grouped | comm_overlap | fusion | channels_last | cast_dtype
+    kind: str  # pad_dimension | cuda_graph | grouped | comm_overlap | fusion | channels_last | cast_dtype | fused_attention
     why: str  # one line: what it fixes, from which finding
     code: str  # the change, as Python (ints and our own text only)
     finding: str  # symptom of the finding it answers
@@ -123,8 +123,19 @@ def _cast_change(f: Finding) -> CodeChange:
     return CodeChange("cast_dtype", "fp32 GEMMs off the tensor cores", code, f.symptom, int(f.est_savings_ns))
 
 
+def _attention_change(f: Finding) -> CodeChange:
+    code = ("# one fused kernel in place of matmul -> (+ bias) -> softmax -> matmul
+"
+            "out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias,
+"
+            "                                                        dropout_p=p if training else 0.0)
+"
+            "# transformers: from_pretrained(..., attn_implementation=\"sdpa\"); timm: layer.fused_attn = True")
+    return CodeChange("fused_attention", "attention computed op by op", code, f.symptom, int(f.est_savings_ns))
+
+
 _BY_STRATEGY = {"comm_overlap": _comm_change, "fusion": _fusion_change, "channels_last": _channels_last_change,
-                "cast_dtype": _cast_change, "cuda_graph": _graph_change}
+                "cast_dtype": _cast_change, "cuda_graph": _graph_change, "fused_attention": _attention_change}
 
 
 def code_change(f: Finding) -> CodeChange | None:

@@ -19,6 +19,7 @@ from . import (
     tail_wave,
     tensor_cores_unused,
     underfilled_kernel,
+    unfused_attention,
 )
 from .context import Context
 
@@ -28,6 +29,7 @@ PATTERNS = (
     dtype_churn,
     misaligned_gemm,
     tensor_cores_unused,
+    unfused_attention,
     small_grid_long_k,
     tail_wave,
     launch_overhead,

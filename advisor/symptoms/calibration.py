@@ -62,6 +62,7 @@ class Measured:
     schedules: tuple[dict[str, Any], ...]
     source: str
     dense_tflops_median: dict[str, float]  # the median runs (the fastest ones where not recorded)
+    attention_fusion: tuple[dict[str, Any], ...] = ()  # op-by-op attention over SDPA, per shape
 
 
 @lru_cache(maxsize=None)
@@ -79,6 +80,7 @@ def _load(directory: str) -> tuple[Measured, ...]:
             source=f"rules/measured/{path.name}",
             dense_tflops_median={str(k): float(v) for k, v in
                                  (c.get("dense_tflops_median") or c.get("dense_tflops") or {}).items()},
+            attention_fusion=tuple(data.get("attention_fusion", [])),
         ))
     return tuple(out)
 
@@ -461,3 +463,60 @@ def measured_bandwidth(device: Mapping[str, Any]) -> float | None:
         return m.copy_bytes_per_s
     bw = _get(device, "mem_bandwidth_bytes_per_s")
     return float(bw) * derating(typical=True)[1] if bw else None
+
+
+def _dtype_class(dtype: str | None) -> str:
+    return "32" if dtype in ("fp32", "tf32") else "16"
+
+
+def attention_fusion_ratio(device: dict | None, shape: dict, near_factor: float) -> tuple[float, str, str] | None:
+    """What SDPA measured over op-by-op attention (matmul, softmax, matmul) for `shape` ({L, S,
+    D, dtype}), among measured shapes of the same dtype width: (speedup, source, how).
+
+    how = "exact" (this very shape and dtype on this GPU: its ratio), "near" (the smallest speedup among
+    shapes whose L, S and D are each within `near_factor`), or "below" (none near: the shape
+    with the largest score matrix L x S not larger than this one's; fused attention gains more
+    as the scores grow, measured 0.6x at 49 x 49 to 18x at 4096 x 4096, so this errs low).
+    Causal rows are not read (a causal fused kernel skips half the scores: a larger ratio than
+    the same chain without a mask). None where nothing measured is near or below. A GPU we have not measured reads the H200's
+    ratios (a ratio of two kernels' times on one GPU transfers better than either time) and
+    the source says so."""
+    m = measured_for(device)
+    own = m is not None and bool(m.attention_fusion)
+    if not own:
+        m = _reference()
+    if m is None or not m.attention_fusion:
+        return None
+    want = _dtype_class(shape.get("dtype"))
+    lim = math.log(max(near_factor, 1.0)) + 1e-9
+    near, exact, below = [], [], None
+    try:
+        L, S, D = (int(shape[k]) for k in ("L", "S", "D"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    for e in m.attention_fusion:
+        # causal rows skip half the scores fused; a chain in a trace may be causal or not, so
+        # only the full (non-causal) ratios are read: the lower of the two
+        if _dtype_class(str(e.get("dtype"))) != want or e.get("causal") is True:
+            continue
+        try:
+            eL, eS, eD, ratio = int(e["L"]), int(e["S"]), int(e["D"]), float(e["ratio"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if min(L, S, D, eL, eS, eD) <= 0:
+            continue
+        dist = max(abs(math.log(L / eL)), abs(math.log(S / eS)), abs(math.log(D / eD)))
+        if dist <= lim:
+            near.append(ratio)
+            if dist == 0 and str(e.get("dtype")) == str(shape.get("dtype")):
+                exact.append(ratio)
+        elif eL * eS <= L * S and (below is None or eL * eS > below[0]):
+            below = (eL * eS, ratio)
+    src = f"{m.source}, measured on the {m.device}" + ("" if own else " (not this GPU)")
+    if exact and own:
+        return min(exact), src, "exact"
+    if near:
+        return min(near), src, "near"
+    if below is not None:
+        return below[1], src, "below"
+    return None

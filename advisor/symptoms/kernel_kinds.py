@@ -155,8 +155,9 @@ def _enabled(ctx: Context, symptom: str) -> bool:
 def schedule_excluded(ctx: Context) -> np.ndarray:
     """Kernels no kernel schedule (Tier 4) should be prescribed for, because their lever is a
     basic one a Tier 1-3 rule names: GEMMs in full fp32 (tensor_cores_unused / dtype_churn:
-    Split-K of a SIMT GEMM is not the fix), GEMMs on misaligned kernels (misaligned_gemm), and
-    layout transposes and NCHW batch norm (layout_churn). Only where that rule is enabled."""
+    Split-K of a SIMT GEMM is not the fix), GEMMs on misaligned kernels (misaligned_gemm),
+    layout transposes and NCHW batch norm (layout_churn), and every kernel of an op-by-op
+    attention (unfused_attention). Only where that rule is enabled."""
     if "schedule_excluded" in ctx.cache:
         return ctx.cache["schedule_excluded"]
     kk = kinds(ctx)
@@ -168,6 +169,9 @@ def schedule_excluded(ctx: Context) -> np.ndarray:
     if _enabled(ctx, "layout_churn"):
         # on devices that convolve, as layout_churn requires
         out |= (kk["is_transpose"] | kk["is_bn_nchw"]).to_numpy(dtype=bool) & on_conv_devices(ctx)
+    if _enabled(ctx, "unfused_attention"):
+        from .unfused_attention import chain_kernels  # noqa: PLC0415 (it imports this module's users)
+        out |= chain_kernels(ctx) >= 0
     ctx.cache["schedule_excluded"] = out
     return out
 

@@ -44,6 +44,8 @@ SYMPTOM = "launch_overhead"
 REQUIRES = ()  # runs need only kernel times; the big-grid half also needs grids and SM counts
 
 # Kernels whose work is elementwise or a reduction (ATen's elementwise/reduce templates,
+# torch.compile's (Inductor's) generated kernels: a run of these is fused already
+_INDUCTOR = re.compile(r"^triton_(?:poi|red|per)_")
 # Inductor's pointwise/reduction/persistent-reduction kernels, multi-tensor optimizers, copies,
 # fills, norms, softmax, index/scatter/gather): what fusion (torch.compile) or foreach ops merge.
 _ELEMENTWISE = re.compile(
@@ -212,6 +214,8 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
         per_stream["kernel_names"] = distinct.reindex(stream_keys).to_numpy()
         ew = names[names["name"].astype(str).str.contains(_ELEMENTWISE).to_numpy()]
         per_stream["elementwise_ns"] = ew.groupby(_KEY, sort=False)["ns"].sum().reindex(stream_keys).fillna(0).to_numpy()
+        ind = names[names["name"].astype(str).str.contains(_INDUCTOR).to_numpy()]
+        per_stream["compiled_ns"] = ind.groupby(_KEY, sort=False)["ns"].sum().reindex(stream_keys).fillna(0).to_numpy()
         shapes, dtypes = _gemm_shapes(ctx.cache.get(key + ("shapes",)), ids)
         per_stream["gemm_shapes"] = [shapes.get(k, []) for k in stream_keys]
         per_stream["gemm_dtype"] = [dtypes.get(k) for k in stream_keys]
@@ -374,6 +378,9 @@ def _run_pattern(row, rule: Rule) -> str:
     if row["gemm_fraction"] >= 0.5:
         return "gemm_loop"
     if row["kernel_ns"] and row.get("elementwise_ns", 0) / row["kernel_ns"] >= rule["fusion_min_share"]:
+        # torch.compile's own kernels: fusing is done, the launches are left
+        if row.get("compiled_ns", 0) >= 0.5 * row["elementwise_ns"]:
+            return "compiled_run"
         return "elementwise_run"
     top_share = row["top_kernel_ns"] / row["kernel_ns"] if row["kernel_ns"] else 1.0
     return "mixed_run" if top_share < rule["mixed_top_share"] else "kernel_run"
@@ -381,7 +388,7 @@ def _run_pattern(row, rule: Rule) -> str:
 
 # tier of each pattern's remedy: fusing, graphing or feeding the GPU is a basic (1); one
 # grouped or persistent launch is a kernel schedule (4)
-_TIER = {"gemm_loop": 4, "elementwise_run": 1, "mixed_run": 1, "kernel_run": 4, "host_bound": 1, "big_grid": 4}
+_TIER = {"gemm_loop": 4, "elementwise_run": 1, "compiled_run": 1, "mixed_run": 1, "kernel_run": 4, "host_bound": 1, "big_grid": 4}
 
 
 def profiler_slows_host(ctx: Context) -> bool:
@@ -442,6 +449,7 @@ def _run_finding(row, rule: Rule, ctx: Context) -> Finding | None:
             "launch_api_ns": None if pd.isna(row["launch_api_ns"]) else int(row["launch_api_ns"]),
             "gemm_fraction": round(float(row["gemm_fraction"]), 3),
             "elementwise_share": round(float(row.get("elementwise_ns", 0) / row["kernel_ns"]), 3) if row["kernel_ns"] else 0.0,
+            "compiled_share": round(float(row.get("compiled_ns", 0) / row["kernel_ns"]), 3) if row["kernel_ns"] else 0.0,
             # `kernel` is only the runs' biggest part: its own launches and time
             "kernel_names": int(row["kernel_names"]),
             "top_kernel_launches": int(row["top_kernel_launches"]),

@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from ..findings import Finding
 from ..rules import Rule
 from .context import ELEMENT_BYTES, Context, finding_for, group_launches, launch_rows, shape_of
-from .kernel_kinds import _ALIGN, align_bytes, device_row, element_bytes_from_name, kinds, row_precision
+from .kernel_kinds import _ALIGN, _enabled, align_bytes, device_row, element_bytes_from_name, kinds, row_precision
 from .launch_ops import launched_inside
+from .unfused_attention import chain_kernels
 from .roofline import gemm_estimate
 
 SYMPTOM = "misaligned_gemm"
@@ -64,7 +66,12 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     conv = launched_inside(ctx) & tagged & ~shaped
     if conv.any():
         _note_conv(ctx, k, conv)
-    out = group_launches(launch_rows(k, (tagged & ~conv) | shaped, []), [])
+    # the score and output GEMMs of op-by-op attention: fused attention removes them
+    # (unfused_attention), padding a sequence length is not the lever
+    attn = (chain_kernels(ctx) >= 0) & (tagged | shaped) if _enabled(ctx, "unfused_attention") else np.zeros(len(k), dtype=bool)
+    if (attn & tagged).any():
+        _note_attention(ctx, k, attn & tagged)
+    out = group_launches(launch_rows(k, ((tagged & ~conv) | shaped) & ~attn, []), [])
     if out.empty:
         return out
     out["align_bytes"] = [align_bytes(str(n)) for n in out["name"]]
@@ -86,6 +93,14 @@ def _note_conv(ctx: Context, k: pd.DataFrame, conv) -> None:
         "misaligned operands (_align1/_align2) ran inside convolutions: cuDNN's GEMM over an NCHW tensor's spatial "
         "size (e.g. 14 x 14 = 196) or an odd channel count; the fix is the layout (channels_last) or channel counts "
         "that are multiples of 8, not a GEMM dimension to pad")
+
+
+def _note_attention(ctx: Context, k: pd.DataFrame, attn) -> None:
+    ns = int(k.loc[attn, "dur_ns"].sum())
+    ctx.notes.append(
+        f"{int(attn.sum()):,} launches ({ns / 1e6:.2f} ms) of GEMM kernels for misaligned operands are the score "
+        "and output matmuls of attention computed op by op: fused attention replaces them, not a padded sequence "
+        "length (unfused_attention says whether it gains here)")
 
 
 def _fix(odd: dict[str, int], multiple: int, shape_known: bool = True) -> str:
