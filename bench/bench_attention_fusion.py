@@ -30,7 +30,6 @@ import json
 import math
 import os
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 

@@ -153,6 +153,9 @@ def test_code_changes_are_concrete():
     comm = code_change(_finding("exposed_comm", "comm_overlap", shape={"M": 8192, "N": 4096, "K": 4096}))
     assert "--pattern all_gather_matmul --shape 8192x4096x4096" in comm.code
     assert len(code_changes([pad, None] and [_finding(shape={"M": 8, "N": 50257, "K": 64})] * 2)) == 1
+    attn = code_change(_finding("unfused_attention", "fused_attention", shape={"M": 1024, "N": 1024, "K": 64}))
+    assert attn.kind == "fused_attention" and "scaled_dot_product_attention(q, k, v" in attn.code
+    assert 'attn_implementation="sdpa"' in attn.code
 
 
 def test_an_odd_gemm_gets_its_padding_change(tmp_path):

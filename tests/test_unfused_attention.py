@@ -156,3 +156,13 @@ def test_swin_windows_are_no_gpu_time_finding_and_no_padding_advice():
     assert not by(d, "unfused_attention") and not by(d, "misaligned_gemm")
     assert any("op by op" in n and "no GPU time" in n for n in d.notes)
     assert any("score and output matmuls" in n for n in d.notes)
+
+
+@pytest.mark.parametrize("bad", [[[10**30, 4, 8, 8], [1, 4, 8, 8]], [[True, 4, 8], [1, 8, 8]], "[[", [["a"]], [[2**31, 2**31, 2**31, 64]]])
+def test_hostile_input_dims_are_no_chain_and_no_crash(bad):
+    t = chain_trace(chains=1)
+    ops = t.cpu_ops.copy()
+    ops.loc[ops["name"] == "aten::softmax", "input_dims"] = bad if isinstance(bad, str) else json.dumps(bad)
+    t2 = make_trace(t.kernels.to_dict("records"), devices=(H200,), runtime=t.runtime.to_dict("records"),
+                    cpu_ops=ops.to_dict("records"))
+    assert not by(diagnose(t2), "unfused_attention")

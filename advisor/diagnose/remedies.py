@@ -124,12 +124,9 @@ def _cast_change(f: Finding) -> CodeChange:
 
 
 def _attention_change(f: Finding) -> CodeChange:
-    code = ("# one fused kernel in place of matmul -> (+ bias) -> softmax -> matmul
-"
-            "out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias,
-"
-            "                                                        dropout_p=p if training else 0.0)
-"
+    code = ("# one fused kernel in place of matmul -> (+ bias) -> softmax -> matmul\n"
+            "out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias,\n"
+            "                                                        dropout_p=p if training else 0.0)\n"
             "# transformers: from_pretrained(..., attn_implementation=\"sdpa\"); timm: layer.fused_attn = True")
     return CodeChange("fused_attention", "attention computed op by op", code, f.symptom, int(f.est_savings_ns))
 

@@ -24,6 +24,8 @@ measurement near the shape, the roofline alone at low confidence.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -31,7 +33,7 @@ from ..basics import DTYPE_ALIASES, input_dims, input_dtypes, op_base
 from ..findings import Finding
 from ..rules import Rule
 from .calibration import attention_fusion_ratio, measured_bandwidth, peak_flops
-from .context import ELEMENT_BYTES, Context, as_int
+from .context import ELEMENT_BYTES, Context, as_int, finding_for
 from .gemm import _extract_sizes, _launch_points
 from .strings import contains, factorize
 
@@ -42,7 +44,11 @@ _MATMUL = {"matmul", "bmm", "baddbmm"}
 _SOFTMAX = {"softmax", "_softmax", "_safe_softmax"}
 # host ranges worth parsing: the three ops above and SDPA (whose own math path is not ours)
 _OPS = r"^(?:aten::)?(?:matmul|bmm|baddbmm|_?softmax|_safe_softmax|_softmax_backward_data|scaled_dot_product_attention|_scaled_dot_product)\b"
+_SOFTMAX_OP = r"^(?:aten::)?(?:_?softmax|_safe_softmax)\b"
 _SDPA = "scaled_dot_product"
+# extents beyond these are not a real attention (hostile or corrupt Input Dims)
+_MAX_EXTENT = 2**31 - 1
+_MAX_SCORES = 2**48
 _COLS = ["rank", "thread_id", "start_ns", "end_ns", "op", "dims", "dtype"]
 
 
@@ -51,7 +57,11 @@ def _host_ops(ctx: Context) -> pd.DataFrame:
     (Input Dims, Input type) and emit_nvtx ranges (`sizes = [...]`, no dtype)."""
     parts = []
     ops = ctx.trace.cpu_ops
-    if len(ops) and "input_dims" in ops.columns:
+    nv = ctx.trace.nvtx
+    # nothing to parse without a softmax: most traces (and the huge ones) stop here
+    has_ops = len(ops) > 0 and "input_dims" in ops.columns and bool(contains(ops["name"], _SOFTMAX_OP).any())
+    has_nv = len(nv) > 0 and "thread_id" in nv.columns and bool(contains(nv["text"], _SOFTMAX_OP).any())
+    if has_ops:
         sub = ops[contains(ops["name"], _OPS).to_numpy()]
         if len(sub):
             types = sub["input_types"] if "input_types" in sub.columns else pd.Series([None] * len(sub), index=sub.index)
@@ -62,8 +72,7 @@ def _host_ops(ctx: Context) -> pd.DataFrame:
                 "dims": [input_dims(d) for d in sub["input_dims"]],
                 "dtype": [next((d for d in input_dtypes(t) if d), None) for t in types],
             }))
-    nv = ctx.trace.nvtx
-    if len(nv) and "thread_id" in nv.columns:
+    if has_nv:
         sub = nv[contains(nv["text"], _OPS).to_numpy()]
         if len(sub):
             texts = sub["text"].astype(str)
@@ -82,11 +91,13 @@ def _host_ops(ctx: Context) -> pd.DataFrame:
 
 
 def _tensor(d) -> list[int] | None:
-    return d if isinstance(d, list) and len(d) >= 2 and all(isinstance(x, int) and x > 0 for x in d) else None
+    ok = isinstance(d, list) and 2 <= len(d) <= 8 and all(
+        isinstance(x, int) and not isinstance(x, bool) and 0 < x <= _MAX_EXTENT for x in d)
+    return d if ok and math.prod(d) <= _MAX_SCORES else None
 
 
 def _batch(d: list[int]) -> int:
-    return int(np.prod(d[:-2], dtype=np.int64)) if len(d) > 2 else 1
+    return math.prod(d[:-2])
 
 
 def _qk(op: str, dims) -> tuple[int, int, int, int] | None:
@@ -133,12 +144,17 @@ def find_chains(ctx: Context) -> pd.DataFrame:
             opn = g["op"].to_numpy(dtype=object)
             dims, dts = g["dims"].to_numpy(dtype=object), g["dtype"].to_numpy(dtype=object)
             is_mm = np.array([o in _MATMUL for o in opn], dtype=bool)
-            sdpa = [(a, b) for a, b, o in zip(st, en, opn) if _SDPA in o]
+            # SDPA ranges by start, with the running maximum of their ends: a softmax lies
+            # inside one iff some range starting at or before it ends at or after it
+            sd = np.flatnonzero([_SDPA in o for o in opn])
+            sd_start = st[sd]
+            sd_end_max = np.maximum.accumulate(en[sd]) if len(sd) else en[sd]
             mm_idx = np.flatnonzero(is_mm)
             mm_end_order = mm_idx[np.argsort(en[mm_idx], kind="stable")]
             mm_start_order = mm_idx[np.argsort(st[mm_idx], kind="stable")]
             for i in np.flatnonzero([o in _SOFTMAX for o in opn]):
-                if any(a <= st[i] and en[i] <= b for a, b in sdpa):
+                h = np.searchsorted(sd_start, st[i], side="right") - 1
+                if h >= 0 and sd_end_max[h] >= en[i]:
                     continue  # SDPA's own math path: dtype_churn's sdpa_backend, not this
                 sm = _tensor((dims[i] or [None])[0]) if isinstance(dims[i], list) and dims[i] else None
                 if sm is None or len(sm) < 3:
@@ -329,13 +345,12 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         top = grp.iloc[0]
         dtype = DTYPE_ALIASES.get(str(top["dtype"]).lower()) if top["dtype"] else None
         L, S, D = int(top["L"]), int(top["S"]), int(top["D"])
-        out.append(Finding(
-            symptom=rule.symptom, strategy=rule.strategy, title=rule.title,
+        out.append(finding_for(
+            rule, {"rank": rank, "device_id": dev, "launches": launches, "total_ns": int(total)},
             kernel=f"{chains} attention chains of ~{launches / max(chains, 1):.0f} kernels (L={L} S={S} D={D}), "
                    f"most time in {top['name']}",
             rank=rank, device_id=dev, shape={"M": L, "N": S, "K": D, "batch": int(top["BH"]), "dtype": dtype},
-            grid=None, block=None, launches=launches, total_ns=int(total), est_savings_ns=int(max(savings, 0)),
-            confidence=confidence, watch_for=rule.watch_for,
+            grid=None, block=None, est_savings_ns=int(max(savings, 0)), confidence=confidence,
             evidence={
                 "chains": chains,
                 "kernels_per_chain": round(launches / max(chains, 1), 1),
