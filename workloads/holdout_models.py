@@ -28,7 +28,9 @@ A second set, captured after the rules were fixed on the first (2026-12-03):
 A third set (second session of 2026-12-03): gpt2_compile_train (torch.compile, Inductor's
 Triton kernels), swin_infer (timm Swin-T, bf16), opt_generate_b16 (OPT fp16 batched greedy
 decode), efficientnet_train_cl (timm EfficientNet-B0 training, channels_last) and
-deberta_infer_fp16 (DeBERTa-v2 fp16 inference); see each builder's docstring.
+deberta_infer_fp16 (DeBERTa-v2 fp16 inference); gpt2_eager_train / gpt2_sdpa_train and
+swin_infer_sdpa time the fused-attention fix. A fourth: wav2vec2_train_fp32, bart_beam_generate,
+clip_infer_fp16, mamba_prefill, llama_train_bf16_ckpt. See each builder's docstring.
 
 The second set's three models with the fix advisor named (bert_train_fp32_tf32, resnet50_train_cl,
 mobilenet_b8_graph: a CUDA graph of the forward), timed against the originals with
@@ -438,12 +440,121 @@ def deberta_infer_fp16(dev: str, tiny: bool):
     return step
 
 
+# A fourth set (2026-12-03, second session): audio in fp32, beam search, a dual encoder, a
+# state-space model on its slow path, bf16 training with activation checkpointing.
+
+def wav2vec2_train_fp32(dev: str, tiny: bool):
+    """Wav2Vec2 (768 wide, 6 layers) CTC training step in fp32 (the dtype from_config gives):
+    a 7-layer conv1d feature encoder with group norm, then a transformer; 4 x 5 s of 16 kHz."""
+    from transformers import Wav2Vec2Config, Wav2Vec2ForCTC
+
+    cfg = Wav2Vec2Config(hidden_size=64 if tiny else 768, intermediate_size=128 if tiny else 3072,
+                         num_hidden_layers=1 if tiny else 6, num_attention_heads=2 if tiny else 12,
+                         vocab_size=32, conv_dim=(32,) * 7 if tiny else (512,) * 7)
+    model = Wav2Vec2ForCTC(cfg).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(2 if tiny else 4, 4000 if tiny else 80000, device=dev)
+    labels = torch.randint(1, 32, (x.shape[0], 4 if tiny else 60), device=dev)
+
+    def step():
+        model(input_values=x, labels=labels).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def bart_beam_generate(dev: str, tiny: bool):
+    """BART (768 wide, 6+6 layers) fp16 beam search: 4 sequences of 256 tokens, 4 beams, 32 new."""
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    cfg = BartConfig(d_model=64 if tiny else 768, encoder_layers=1 if tiny else 6, decoder_layers=1 if tiny else 6,
+                     encoder_attention_heads=2 if tiny else 12, decoder_attention_heads=2 if tiny else 12,
+                     encoder_ffn_dim=128 if tiny else 3072, decoder_ffn_dim=128 if tiny else 3072,
+                     vocab_size=1000 if tiny else 50265)
+    dtype = torch.float32 if dev == "cpu" else torch.float16
+    with torch.device(dev):
+        model = BartForConditionalGeneration(cfg).to(dtype).eval()
+    ids = torch.randint(4, cfg.vocab_size, (2 if tiny else 4, 16 if tiny else 256), device=dev)
+    n = 4 if tiny else 32
+
+    @torch.no_grad()
+    def step():
+        model.generate(input_ids=ids, num_beams=4, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+    return step
+
+
+def clip_infer_fp16(dev: str, tiny: bool):
+    """CLIP (ViT-B/32 vision, 12-layer text) fp16 inference: 64 images against 64 captions."""
+    from transformers import CLIPConfig, CLIPModel
+
+    if tiny:
+        cfg = CLIPConfig(text_config={"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+                                      "num_attention_heads": 2},
+                         vision_config={"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+                                        "num_attention_heads": 2, "image_size": 64, "patch_size": 32})
+    else:
+        cfg = CLIPConfig()
+    dtype = torch.float32 if dev == "cpu" else torch.float16
+    with torch.device(dev):
+        model = CLIPModel(cfg).to(dtype).eval()
+    b = 2 if tiny else 64
+    img = torch.randn(b, 3, cfg.vision_config.image_size, cfg.vision_config.image_size, device=dev, dtype=dtype)
+    ids = torch.randint(0, cfg.text_config.vocab_size, (b, 77), device=dev)
+
+    @torch.no_grad()
+    def step():
+        model(input_ids=ids, pixel_values=img)
+    return step
+
+
+def mamba_prefill(dev: str, tiny: bool):
+    """Mamba (768 wide, 8 layers) bf16 forward over 2 x 512 tokens without the mamba-ssm CUDA
+    kernels: transformers' slow path (a sequential selective scan, one step a token)."""
+    from transformers import MambaConfig, MambaForCausalLM
+
+    cfg = MambaConfig(hidden_size=64 if tiny else 768, num_hidden_layers=1 if tiny else 8,
+                      vocab_size=1000 if tiny else 50280, state_size=16)
+    dtype = torch.float32 if dev == "cpu" else torch.bfloat16
+    with torch.device(dev):
+        model = MambaForCausalLM(cfg).to(dtype).eval()
+    ids = torch.randint(0, cfg.vocab_size, (2, 16 if tiny else 512), device=dev)
+
+    @torch.no_grad()
+    def step():
+        model(input_ids=ids, logits_to_keep=1)
+    return step
+
+
+def llama_train_bf16_ckpt(dev: str, tiny: bool):
+    """Llama (1024 wide, 8 layers, 16 / 4 heads) training in pure bf16 weights with activation
+    checkpointing and AdamW, 4 x 2048 tokens."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=64 if tiny else 1024, intermediate_size=128 if tiny else 2816,
+                      num_hidden_layers=1 if tiny else 8, num_attention_heads=2 if tiny else 16,
+                      num_key_value_heads=1 if tiny else 4, vocab_size=1000 if tiny else 32000)
+    dtype = torch.float32 if dev == "cpu" else torch.bfloat16
+    with torch.device(dev):
+        model = LlamaForCausalLM(cfg).to(dtype)
+    model.gradient_checkpointing_enable()
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    ids = torch.randint(0, cfg.vocab_size, (2, 32) if tiny else (4, 2048), device=dev)
+
+    def step():
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
 MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_prefill, convnext_infer,
                                   distilbert_b1, bert_train_fp32, mixtral_moe, llama_generate, resnet50_train,
                                   qwen2_prefill, mobilenet_b8, bert_train_fp32_tf32, resnet50_train_cl,
                                   mobilenet_b8_graph, gpt2_compile_train, swin_infer, opt_generate_b16,
                                   efficientnet_train_cl, deberta_infer_fp16, swin_infer_sdpa,
-                                  gpt2_eager_train, gpt2_sdpa_train)}
+                                  gpt2_eager_train, gpt2_sdpa_train, wav2vec2_train_fp32, bart_beam_generate,
+                                  clip_infer_fp16, mamba_prefill, llama_train_bf16_ckpt)}
 
 
 def _sync(dev: str):
