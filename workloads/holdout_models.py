@@ -463,6 +463,35 @@ def wav2vec2_train_fp32(dev: str, tiny: bool):
     return step
 
 
+def _with_backend_flags(inner, **flags):
+    """A step run with torch.backends flags set for its duration (the models timed after it
+    keep PyTorch's defaults): matmul_tf32 -> cuda.matmul.allow_tf32, cudnn_benchmark ->
+    cudnn.benchmark."""
+    names = {"matmul_tf32": (torch.backends.cuda.matmul, "allow_tf32"),
+             "cudnn_benchmark": (torch.backends.cudnn, "benchmark")}
+
+    def step():
+        saved = {k: getattr(*names[k]) for k in flags}
+        for k, v in flags.items():
+            setattr(*names[k], v)
+        try:
+            inner()
+        finally:
+            for k, v in saved.items():
+                setattr(*names[k], v)
+    return step
+
+
+def wav2vec2_train_tf32(dev: str, tiny: bool):
+    """wav2vec2_train_fp32 with TF32 matmuls (the fix tensor_cores_unused names)."""
+    return _with_backend_flags(wav2vec2_train_fp32(dev, tiny), matmul_tf32=True)
+
+
+def wav2vec2_train_cudnn_bench(dev: str, tiny: bool):
+    """wav2vec2_train_fp32 with cudnn.benchmark (cuDNN times its algorithms per shape)."""
+    return _with_backend_flags(wav2vec2_train_fp32(dev, tiny), cudnn_benchmark=True)
+
+
 def bart_beam_generate(dev: str, tiny: bool):
     """BART (768 wide, 6+6 layers) fp16 beam search: 4 sequences of 256 tokens, 4 beams, 32 new."""
     from transformers import BartConfig, BartForConditionalGeneration
@@ -483,7 +512,7 @@ def bart_beam_generate(dev: str, tiny: bool):
     return step
 
 
-def clip_infer_fp16(dev: str, tiny: bool):
+def clip_infer_fp16(dev: str, tiny: bool, channels_last: bool = False):
     """CLIP (ViT-B/32 vision, 12-layer text) fp16 inference: 64 images against 64 captions."""
     from transformers import CLIPConfig, CLIPModel
 
@@ -499,12 +528,20 @@ def clip_infer_fp16(dev: str, tiny: bool):
         model = CLIPModel(cfg).to(dtype).eval()
     b = 2 if tiny else 64
     img = torch.randn(b, 3, cfg.vision_config.image_size, cfg.vision_config.image_size, device=dev, dtype=dtype)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        img = img.contiguous(memory_format=torch.channels_last)
     ids = torch.randint(0, cfg.text_config.vocab_size, (b, 77), device=dev)
 
     @torch.no_grad()
     def step():
         model(input_ids=ids, pixel_values=img)
     return step
+
+
+def clip_infer_fp16_cl(dev: str, tiny: bool):
+    """clip_infer_fp16 with model and images in channels_last (what layout_churn names)."""
+    return clip_infer_fp16(dev, tiny, channels_last=True)
 
 
 def mamba_prefill(dev: str, tiny: bool):
@@ -554,7 +591,8 @@ MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_p
                                   mobilenet_b8_graph, gpt2_compile_train, swin_infer, opt_generate_b16,
                                   efficientnet_train_cl, deberta_infer_fp16, swin_infer_sdpa,
                                   gpt2_eager_train, gpt2_sdpa_train, wav2vec2_train_fp32, bart_beam_generate,
-                                  clip_infer_fp16, mamba_prefill, llama_train_bf16_ckpt)}
+                                  clip_infer_fp16, mamba_prefill, llama_train_bf16_ckpt, wav2vec2_train_tf32,
+                                  wav2vec2_train_cudnn_bench, clip_infer_fp16_cl)}
 
 
 def _sync(dev: str):

@@ -49,6 +49,13 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     out["device_fp32_gemm_ns"] = [int(by.loc[x, "fp32"]) for x in key]
     out["device_tf32_ns"] = [int(by.loc[x, "tf32"]) for x in key]
     out["device_16bit_ns"] = [int(by.loc[x, "16bit"]) for x in key]
+    # TF32 outside convolutions: cuBLAS GEMMs on TF32 mean the matmul switch is on already
+    tf32_mm = k["is_gemm"].to_numpy(dtype=bool) & (kk["precision"] == "tf32").to_numpy(dtype=bool) & \
+        ~kk["is_conv"].to_numpy(dtype=bool)
+    mm = pd.DataFrame({"rank": k["rank"].to_numpy()[tf32_mm].astype("int64"),
+                       "dev": k["device_id"].fillna(-1).astype("int64").to_numpy()[tf32_mm],
+                       "ns": k["dur_ns"].to_numpy()[tf32_mm]}).groupby(["rank", "dev"])["ns"].sum()
+    out["device_tf32_matmul_ns"] = [int(mm.get(x, 0)) for x in key]
     return out
 
 
@@ -64,7 +71,13 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         w32, wt, w16 = gemm_work(fp32_ns, int(grp["device_tf32_ns"].iloc[0]), int(grp["device_16bit_ns"].iloc[0]) + max(0, other),
                                  device_row(ctx, rank, dev))
         fp32_share = w32 / (w32 + wt + w16) if (w32 + wt + w16) else 0.0
-        if fp32_share < rule["min_fp32_gemm_share"]:
+        # PyTorch's defaults let cuDNN convolutions use TF32 but not matmuls: an fp32 model
+        # whose only TF32 work is convolutions runs its matmuls in full fp32 (the matmul switch
+        # is off), so that TF32 work is the fp32 model's side of the split, not a majority
+        # that has the fix already
+        tf32_convs_only = int(grp["device_tf32_matmul_ns"].iloc[0]) == 0 and wt > 0
+        model_share = (w32 + wt) / (w32 + wt + w16) if tf32_convs_only and (w32 + wt + w16) else fp32_share
+        if model_share < rule["min_fp32_gemm_share"]:
             continue  # a 16-bit or TF32 majority of the work: dtype_churn's case
         share = ctx.share(rank, dev, fp32_ns)
         if share < rule["min_share"]:
@@ -105,6 +118,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                     "fp32_gemm_ns": fp32_ns,
                     "gemm_ns": gemm_ns,
                     "fp32_gemm_share": round(fp32_share, 3),
+                    "tf32_convolutions_only": tf32_convs_only,
                     "share_of_gpu_time": round(share, 4),
                     "kernel_kinds": int(grp["name"].nunique()),
                     "target_precision": target,
