@@ -172,3 +172,24 @@ def test_runs_of_inductor_kernels_are_graphed_not_fused_again():
     (f,) = [f for f in runs if f.evidence["run_kind"] == "compiled_run"]
     assert f.evidence["compiled_share"] > 0.5 and f.tier == 1
     assert "Compiled already" in render("diagnosis.md.j2", d=d)
+
+
+def test_fp32_model_with_tf32_convolutions_is_told_to_enable_tf32_matmuls():
+    # Wav2Vec2 in fp32 (from_config's dtype): cuDNN ran its convolutions on TF32 (PyTorch's
+    # default) and cuBLAS its matmuls in full fp32 (13.1 of 39.3 ms); by work the TF32 convs
+    # dominate, which once hid the finding. allow_tf32 took the GPU time to 29.8 ms (H200)
+    d = _diag("wav2vec2_train_fp32")
+    top = d.findings[0]
+    assert top.symptom == "tensor_cores_unused" and top.evidence["tf32_convolutions_only"] is True
+    assert 9.5e6 < top.est_savings_ns < 13.1e6  # the fix measured 9.5 ms; the claim is the roofline bound
+    assert not [f for f in d.findings if f.symptom in ("layout_churn", "small_grid_long_k")]
+    assert any("1-D convolutions" in n and "channels_last" in n for n in d.notes)
+    assert not [f for f in _diag("wav2vec2_train_tf32").findings if f.symptom == "tensor_cores_unused"]
+
+
+def test_clip_patch_embedding_transposes_go_with_channels_last():
+    # CLIP's one NCHW patch-embedding convolution: 6 transposes, 0.36 ms over two steps;
+    # channels_last removed them (GPU time 8.88 -> 8.58 ms)
+    (f,) = [f for f in _diag("clip_infer_fp16").findings if f.symptom == "layout_churn"]
+    assert f.strategy == "channels_last" and f.evidence["transpose_launches"] == 6
+    assert not [f for f in _diag("clip_infer_fp16_cl").findings if f.symptom == "layout_churn"]

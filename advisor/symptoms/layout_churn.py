@@ -32,7 +32,11 @@ from ..findings import Finding
 from ..rules import Rule
 from .context import Context, as_int, by_device, finding_for, group_launches, launch_rows
 from .gemm import _launch_points
+from .gemm import _extract_sizes, innermost_ranges
 from .kernel_kinds import device_row, kinds, on_conv_devices
+from .launch_ops import CONV_OPS
+from .strings import contains
+from ..basics import input_dims
 from .calibration import measured_bandwidth
 
 SYMPTOM = "layout_churn"
@@ -106,6 +110,62 @@ def bn_input_bytes(ctx: Context, mask: np.ndarray) -> np.ndarray:
     return out
 
 
+def _first_dims(dims_text) -> list | None:
+    d = input_dims(dims_text)
+    first = d[0] if d else None
+    return first if isinstance(first, list) and all(isinstance(x, int) for x in first) else None
+
+
+def conv1d_kernels(ctx: Context) -> np.ndarray:
+    """Per kernel: launched inside a 1-D convolution (the innermost enclosing convolution op's
+    input is [N, C, L], or [N, C, 1, L] as cuDNN's 2-D view of it). channels_last is a 4-D
+    memory format: it does not apply to these tensors. Cached."""
+    key = "layout_churn.conv1d"
+    if key in ctx.cache:
+        return ctx.cache[key]
+    parts = []
+    ops = ctx.trace.cpu_ops
+    if len(ops) and "input_dims" in ops.columns:
+        c = ops[contains(ops["name"], CONV_OPS).to_numpy() & ops["input_dims"].notna().to_numpy()]
+        if len(c):
+            parts.append(pd.DataFrame({"rank": c["rank"].to_numpy(), "thread_id": c["thread_id"].array,
+                                       "start_ns": c["start_ns"].to_numpy(), "end_ns": c["end_ns"].to_numpy(),
+                                       "first": [_first_dims(d) for d in c["input_dims"]]}))
+    nv = ctx.trace.nvtx
+    if len(nv) and "thread_id" in nv.columns:
+        c = nv[contains(nv["text"], CONV_OPS).to_numpy()]
+        if len(c):
+            firsts = []
+            for t in c["text"].astype(str):
+                sz = _extract_sizes(t)
+                firsts.append(sz[0] if sz and isinstance(sz[0], list) and all(isinstance(x, int) for x in sz[0]) else None)
+            parts.append(pd.DataFrame({"rank": c["rank"].to_numpy(), "thread_id": c["thread_id"].array,
+                                       "start_ns": c["start_ns"].to_numpy(), "end_ns": c["end_ns"].to_numpy(),
+                                       "first": firsts}))
+    out = np.zeros(len(ctx.trace.kernels), dtype=bool)
+    parts = [x for x in parts if len(x)]
+    if parts:
+        rg = pd.concat(parts, ignore_index=True)
+        rg["one_d"] = [f is not None and (len(f) == 3 or (len(f) == 4 and f[2] == 1)) for f in rg["first"]]
+        rg = rg.drop(columns=["first"])
+        ranges, hit = innermost_ranges(ctx.trace, rg)
+        if len(ranges):
+            out = (hit >= 0) & ranges["one_d"].to_numpy(dtype=bool)[np.maximum(hit, 0)]
+    ctx.cache[key] = out
+    return out
+
+
+def _note_conv1d(ctx: Context, k: pd.DataFrame, mask: np.ndarray) -> None:
+    ns = int(k.loc[mask, "dur_ns"].sum())
+    total = int(k["dur_ns"].sum())
+    if not total or ns < 0.01 * total:
+        return
+    ctx.notes.append(
+        f"{int(mask.sum()):,} layout transposes ({ns / 1e6:.2f} ms, {100 * ns / total:.1f}% of GPU time) ran inside 1-D "
+        "convolutions (conv1d: cuDNN moves [N, C, L] to NLC for its tensor-core kernels); channels_last is a 4-D "
+        "memory format and does not apply to them, so they are no layout_churn finding")
+
+
 def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     """Launch groups of layout transposes (kind="transpose") and of NCHW batch norm with
     under-filled grids (kind="bn"; input_bytes the mean over launches, NaN when unknown), on
@@ -118,6 +178,10 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     dev_key = k["rank"].astype("int64") * 1_000_003 + k["device_id"].fillna(-1).astype("int64")
     on = on_conv_devices(ctx)
     trans = on & kk["is_transpose"].to_numpy(dtype=bool)
+    one_d = conv1d_kernels(ctx) if trans.any() else np.zeros(len(k), dtype=bool)
+    if (trans & one_d).any():
+        _note_conv1d(ctx, k, trans & one_d)
+    trans = trans & ~one_d
     blocks, sms = k["grid_blocks"].astype("Float64"), k["sm_count"].astype("Float64")
     underfilled = (blocks < sms * float(rule["max_bn_waves"])).fillna(True).to_numpy(dtype=bool)
     bn = on & kk["is_bn_nchw"].to_numpy(dtype=bool) & underfilled

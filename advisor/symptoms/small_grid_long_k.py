@@ -21,7 +21,7 @@ from .calibration import bound_gemm_estimate
 from ..findings import Finding
 from ..rules import Rule
 from .context import Context, finding_for, gemm_bytes, group_launches, launch_rows, shape_of
-from .kernel_kinds import schedule_excluded
+from .kernel_kinds import kinds, schedule_excluded
 from .tail_wave import work_units
 
 SYMPTOM = "small_grid_long_k"
@@ -33,8 +33,12 @@ REQUIRES = (
 
 def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     k = ctx.kernels
-    # kernels whose lever is a Tier 1-3 one (fp32 SIMT, misaligned) get no schedule
-    g = launch_rows(k, k["is_gemm"] & ~k["is_split_k"] & k["sm_count"].notna() & k["grid_blocks"].notna() & ~schedule_excluded(ctx),
+    # kernels whose lever is a Tier 1-3 one (fp32 SIMT, misaligned) get no schedule; nor do
+    # convolutions without a GEMM shape: our split-K is a GEMM, and cuDNN's kernel choice is
+    # not the user's (cudnn.benchmark left a grouped conv1d's 8-block kernel as it was, H200)
+    conv = kinds(ctx)["is_conv"].to_numpy(dtype=bool) & k["M"].isna().to_numpy(dtype=bool)
+    g = launch_rows(k, (k["is_gemm"] & ~k["is_split_k"] & k["sm_count"].notna() & k["grid_blocks"].notna()).to_numpy(dtype=bool)
+                    & ~schedule_excluded(ctx) & ~conv,
                     ["tiles", "grid_blocks", "sm_count", "tile_k"])
     if g.empty:
         return group_launches(g, [])
