@@ -4,11 +4,12 @@
     python3 bench/bench_attention_fusion.py --device cpu --tiny      (smoke test, no timing)
 
 Per shape (batch x heads, query length L, key length S, head dim D, dtype, with or without an
-additive bias): the attention a model computes op by op (`q @ k^T * scale`, `+ bias`,
+additive bias), forward and forward + backward (gradients of q, k and v against a fixed random
+output gradient): the attention a model computes op by op (`q @ k^T * scale`, `+ bias`,
 `softmax`, `@ v`, as Hugging Face's eager attention, timm's non-fused attention and Swin's
 window attention do) against `torch.nn.functional.scaled_dot_product_attention` on the same
-tensors with the backend PyTorch picks. Forward only, no dropout. Each provider is checked
-against a float64 reference into a NaN-poisoned output, then timed by CUDA-graph replays (one
+tensors with the backend PyTorch picks. No dropout. Each provider is checked against a float64
+reference (forward output into a NaN-poisoned buffer; dq, dk, dv against float64 autograd), then timed by CUDA-graph replays (one
 graph holds one call on each of several input sets, >= 3x the L2 in all, replayed 30 times;
 p20/p50/p80 per call): GPU time, the unit of the rule's estimate.
 
@@ -17,7 +18,8 @@ ViT-B, GPT-2, TimeSformer's temporal attention) plus a long causal one.
 
 Writes into --out (default $OUT, else bench/results/attention_fusion): attention_fusion.csv
 (long format: provider, shape, p50, p20, p80, unit, gpu, timestamp, versions) and
-attention_fusion.md (per shape: eager, SDPA, eager / SDPA, and the backend SDPA ran).
+attention_fusion.md (per shape: eager, SDPA, eager / SDPA forward and backward, the backend SDPA
+ran). Providers eager_train and sdpa_train are forward + backward.
 The rule reads the ratios from rules/measured/<gpu>.toml ([[attention_fusion]]); copy them
 there with the device and date.
 """
@@ -98,6 +100,29 @@ def sdpa(q, k, v, b, out):
         out.copy_(F.scaled_dot_product_attention(q, k, v, attn_mask=b))
 
 
+def _train(fn):
+    """Forward and backward of `fn` (eager or sdpa) with a fixed output gradient: writes dq, the
+    gradients of k and v go to scratch (they are checked in check_train)."""
+    def step(q, k, v, b, out):
+        q_, k_, v_ = (x.detach().requires_grad_(True) for x in (q, k, v))
+        o = torch.empty_like(q_)
+        # the forward as the model runs it, without the copy into a preallocated output
+        if fn is eager:
+            s = torch.matmul(q_, k_.transpose(-1, -2)) * (q_.shape[-1] ** -0.5)
+            o = torch.matmul(torch.softmax(s if b is None else s + b, dim=-1), v_)
+        elif b is not None and b.dim() == 2:
+            o = F.scaled_dot_product_attention(q_, k_, v_, is_causal=True)
+        else:
+            o = F.scaled_dot_product_attention(q_, k_, v_, attn_mask=b)
+        dq, dk, dv = torch.autograd.grad(o, (q_, k_, v_), _GRAD[q.shape, q.dtype])
+        out.copy_(dq)
+        step.last = (dq, dk, dv)
+    return step
+
+
+_GRAD: dict = {}  # a fixed output gradient per (shape, dtype): random, not ones
+
+
 def reference(q, k, v, b):
     q, k, v = q.double(), k.double(), v.double()
     s = q @ k.transpose(-1, -2) * (q.shape[-1] ** -0.5)
@@ -139,6 +164,20 @@ def check(fn, sets, shape) -> float:
     return err
 
 
+def check_train(fn, sets, shape) -> float:
+    """The worst relative error of dq, dk, dv against float64 autograd."""
+    q, k, v, b = sets[0]
+    step = _train(fn)
+    step(q, k, v, b, torch.full_like(q, float("nan")))
+    qd, kd, vd = (x.double().detach().requires_grad_(True) for x in (q, k, v))
+    ref = torch.autograd.grad(reference(qd, kd, vd, b), (qd, kd, vd), _GRAD[q.shape, q.dtype].double())
+    errs = [float((g.double() - r).norm() / r.norm()) for g, r in zip(step.last, ref)]
+    worst = max(errs)
+    if not math.isfinite(worst) or worst > 2 * TOL[shape[5]]:  # two products more than the forward
+        raise AssertionError(f"{shape[0]}: backward relative error {worst:.2e} over {2 * TOL[shape[5]]:g}")
+    return worst
+
+
 def time_graph(fn, sets):
     outs = [torch.empty_like(s[0]) for s in sets]
     stream = torch.cuda.Stream()
@@ -160,6 +199,21 @@ def time_graph(fn, sets):
         end.record()
     torch.cuda.synchronize()
     return sorted(s.elapsed_time(e) * 1e3 / len(sets) for s, e in events)
+
+
+def time_events(fn, sets):
+    """Per-call microseconds from CUDA events around eager calls (includes host gaps)."""
+    outs = [torch.empty_like(x[0]) for x in sets]
+    for x, o in zip(sets, outs):
+        fn(*x, o)
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(REPLAYS)]
+    for j, (start, end) in enumerate(events):
+        start.record()
+        fn(*sets[j % len(sets)], outs[j % len(sets)])
+        end.record()
+    torch.cuda.synchronize()
+    return sorted(a.elapsed_time(b) * 1e3 for a, b in events)
 
 
 def n_sets(shape, device) -> int:
@@ -187,23 +241,34 @@ def main(argv=None) -> int:
     for shape in shapes:
         name, (B, H), L, S, D, dtype, bias, causal = shape
         sets = inputs(shape, args.device, n_sets(shape, args.device))
+        g = torch.Generator(device=args.device).manual_seed(1)
+        _GRAD[sets[0][0].shape, dtype] = torch.randn(sets[0][0].shape, generator=g, device=args.device).to(dtype)
         errs = {p: check(fn, sets, shape) for p, fn in (("eager", eager), ("sdpa", sdpa))}
+        errs.update({f"{p}_train": check_train(fn, sets, shape) for p, fn in (("eager", eager), ("sdpa", sdpa))})
         be = backend_of(*sets[0])
         res = {}
         if args.device == "cuda":
-            for p, fn in (("eager", eager), ("sdpa", sdpa)):
-                t = time_graph(fn, sets)
+            for p, fn in (("eager", eager), ("sdpa", sdpa), ("eager_train", _train(eager)), ("sdpa_train", _train(sdpa))):
+                try:
+                    t = time_graph(fn, sets)
+                except RuntimeError as exc:  # a backward that cannot be captured: events around eager calls
+                    print(f"{name} {p}: graph capture failed ({str(exc)[:120]}); timing eager calls", flush=True)
+                    torch.cuda.synchronize()
+                    t = time_events(fn, sets)
                 res[p] = t
                 q = lambda f: t[min(len(t) - 1, int(f * len(t)))]  # noqa: E731
                 rows.append({"provider": p, "shape": name, "BH": B * H, "L": L, "S": S, "D": D,
                              "dtype": str(dtype).removeprefix("torch."), "bias": bias, "causal": causal,
-                             "backend": be if p == "sdpa" else "eager", "p50": round(q(0.5), 3),
+                             "backend": be if p.startswith("sdpa") else "eager", "p50": round(q(0.5), 3),
                              "p20": round(q(0.2), 3), "p80": round(q(0.8), 3), "unit": "us",
                              "rel_err": f"{errs[p]:.2e}", "gpu": gpu, "timestamp": stamp, "versions": versions})
-        e50 = res["eager"][len(res["eager"]) // 2] if res else float("nan")
-        s50 = res["sdpa"][len(res["sdpa"]) // 2] if res else float("nan")
-        table.append((name, B * H, L, S, D, str(dtype).removeprefix("torch."), bias, causal, be, e50, s50))
+        med = {p: (t[len(t) // 2] if t else float("nan")) for p, t in res.items()} or \
+            dict.fromkeys(("eager", "sdpa", "eager_train", "sdpa_train"), float("nan"))
+        e50, s50 = med["eager"], med["sdpa"]
+        eb, sb = med["eager_train"] - e50, med["sdpa_train"] - s50  # the backward alone
+        table.append((name, B * H, L, S, D, str(dtype).removeprefix("torch."), bias, causal, be, e50, s50, eb, sb))
         print(json.dumps({"shape": name, "backend": be, "eager_us": round(e50, 2), "sdpa_us": round(s50, 2),
+                          "eager_bwd_us": round(eb, 2), "sdpa_bwd_us": round(sb, 2),
                           "errors": {p: f"{e:.1e}" for p, e in errs.items()}}), flush=True)
     if rows:
         with open(args.out / "attention_fusion.csv", "w", newline="") as f:
@@ -211,11 +276,14 @@ def main(argv=None) -> int:
             w.writeheader()
             w.writerows(rows)
     lines = [f"# Unfused attention vs SDPA ({gpu}, {stamp}, {versions})", "",
-             "Forward, CUDA-graph timed, median us per call; SDPA with the backend PyTorch picked.", "",
-             "| shape | B x H | L | S | D | dtype | bias | causal | SDPA backend | eager us | SDPA us | eager / SDPA |",
-             "|---|---:|---:|---:|---:|---|---|---|---|---:|---:|---:|"]
-    for name, bh, L, S, D, dt, bias, causal, be, e, s in table:
-        lines.append(f"| {name} | {bh} | {L} | {S} | {D} | {dt} | {bias} | {causal} | {be} | {e:.1f} | {s:.1f} | {e / s:.2f}x |")
+             "CUDA-graph timed, median us per call; SDPA with the backend PyTorch picked. Backward = "
+             "(forward + backward) - forward of the same provider.", "",
+             "| shape | B x H | L | S | D | dtype | bias | causal | SDPA backend | eager fwd us | SDPA fwd us | fwd ratio "
+             "| eager bwd us | SDPA bwd us | bwd ratio |",
+             "|---|---:|---:|---:|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for name, bh, L, S, D, dt, bias, causal, be, e, s, eb, sb in table:
+        lines.append(f"| {name} | {bh} | {L} | {S} | {D} | {dt} | {bias} | {causal} | {be} | {e:.1f} | {s:.1f} | "
+                     f"{e / s:.2f}x | {eb:.1f} | {sb:.1f} | {eb / sb:.2f}x |")
     (args.out / "attention_fusion.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
