@@ -137,11 +137,18 @@ def _attention_fusion(paths: list[Path]) -> list[dict]:
             if "eager" not in pr or "sdpa" not in pr:
                 continue
             e, s = pr["eager"], pr["sdpa"]
-            out.append({"shape": shape, "BH": int(e["BH"]), "L": int(e["L"]), "S": int(e["S"]), "D": int(e["D"]),
-                        "dtype": {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(e["dtype"], e["dtype"]),
-                        "bias": e["bias"] == "True", "causal": e["causal"] == "True", "backend": s["backend"],
-                        "eager_us": float(e["p50"]), "sdpa_us": float(s["p50"]),
-                        "ratio": round(float(e["p50"]) / float(s["p50"]), 3), "date": e["timestamp"][:10]})
+            row = {"shape": shape, "BH": int(e["BH"]), "L": int(e["L"]), "S": int(e["S"]), "D": int(e["D"]),
+                   "dtype": {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(e["dtype"], e["dtype"]),
+                   "bias": e["bias"] == "True", "causal": e["causal"] == "True", "backend": s["backend"],
+                   "eager_us": float(e["p50"]), "sdpa_us": float(s["p50"]),
+                   "ratio": round(float(e["p50"]) / float(s["p50"]), 3)}
+            if "eager_train" in pr and "sdpa_train" in pr:  # the backward alone: (forward + backward) - forward
+                eb = float(pr["eager_train"]["p50"]) - float(e["p50"])
+                sb = float(pr["sdpa_train"]["p50"]) - float(s["p50"])
+                if eb > 0 and sb > 0:
+                    row.update(eager_bwd_us=round(eb, 3), sdpa_bwd_us=round(sb, 3), ratio_bwd=round(eb / sb, 3))
+            row["date"] = e["timestamp"][:10]
+            out.append(row)
     return out
 
 

@@ -144,7 +144,7 @@ def test_gpt2_eager_training_step_on_the_h200():
     assert top.symptom == "unfused_attention" and top.confidence == "high"
     assert top.evidence["chains"] == 12 and top.evidence["backward_chains"] == 12
     assert 10e6 < top.est_savings_ns < 85.42e6 - 54.79e6
-    assert "backward pass gains too" in top.evidence["basis"]
+    assert top.evidence["backward_ns"] > 15e6  # the 12 backward chains (softmax backward and 4 GEMMs each)
     fixed = diagnose(load_trace(HOLD / "holdout_gpt2_sdpa_train.kineto.json.gz"))
     assert not by(fixed, "unfused_attention")
 

@@ -469,9 +469,11 @@ def _dtype_class(dtype: str | None) -> str:
     return "32" if dtype in ("fp32", "tf32") else "16"
 
 
-def attention_fusion_ratio(device: dict | None, shape: dict, near_factor: float) -> tuple[float, str, str] | None:
+def attention_fusion_ratio(device: dict | None, shape: dict, near_factor: float,
+                           key: str = "ratio") -> tuple[float, str, str] | None:
     """What SDPA measured over op-by-op attention (matmul, softmax, matmul) for `shape` ({L, S,
-    D, dtype}), among measured shapes of the same dtype width: (speedup, source, how).
+    D, dtype}), among measured shapes of the same dtype width: (speedup, source, how). `key`:
+    "ratio" (the forward) or "ratio_bwd" (the backward alone).
 
     how = "exact" (this very shape and dtype on this GPU: its ratio), "near" (the smallest speedup among
     shapes whose L, S and D are each within `near_factor`), or "below" (none near: the shape
@@ -500,9 +502,9 @@ def attention_fusion_ratio(device: dict | None, shape: dict, near_factor: float)
         if _dtype_class(str(e.get("dtype"))) != want or e.get("causal") is True:
             continue
         try:
-            eL, eS, eD, ratio = int(e["L"]), int(e["S"]), int(e["D"]), float(e["ratio"])
+            eL, eS, eD, ratio = int(e["L"]), int(e["S"]), int(e["D"]), float(e[key])
         except (KeyError, TypeError, ValueError):
-            continue
+            continue  # (rows measured before the backward was: no ratio_bwd)
         if min(L, S, D, eL, eS, eD) <= 0:
             continue
         dist = max(abs(math.log(L / eL)), abs(math.log(S / eS)), abs(math.log(D / eD)))

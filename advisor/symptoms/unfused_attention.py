@@ -132,7 +132,7 @@ def find_chains(ctx: Context) -> pd.DataFrame:
     key = "unfused_attention.chains"
     if key in ctx.cache:
         return ctx.cache[key]
-    cols = ["rank", "thread_id", "start_ns", "end_ns", "BH", "L", "S", "D", "Dv", "dtype"]
+    cols = ["rank", "thread_id", "start_ns", "end_ns", "BH", "L", "S", "D", "Dv", "dtype", "kind"]
     ops = _host_ops(ctx)
     rows = []
     if len(ops):
@@ -174,24 +174,49 @@ def find_chains(ctx: Context) -> pd.DataFrame:
                 if (pv[0], pv[1], pv[2]) != (bh, L, S) or (_batch(sm), sm[-2], sm[-1]) != (bh, L, S) or S < 2:
                     continue
                 dtype = dts[q] or dts[i] or dts[p]
-                rows.append((int(rank), g["thread_id"].iloc[0], int(st[q]), int(en[p]), bh, L, S, D, pv[3], dtype))
+                rows.append((int(rank), g["thread_id"].iloc[0], int(st[q]), int(en[p]), bh, L, S, D, pv[3], dtype, "fwd"))
+            rows += _backward_chains(int(rank), g["thread_id"].iloc[0], st, en, opn, dims, dts,
+                                     mm_end_order, mm_start_order)
     out = pd.DataFrame(rows, columns=cols).drop_duplicates(["rank", "thread_id", "start_ns"], keep="first")
     ctx.cache[key] = out
-    ctx.cache["unfused_attention.backward"] = _backward_shapes(ops)
     return out
 
 
-def _backward_shapes(ops: pd.DataFrame) -> dict:
-    """{(rank, BH, L, S): count} of softmax backward ops (`_softmax_backward_data` over
-    [..., L, S]) outside SDPA: the backward of op-by-op attention in a training step."""
-    out: dict = {}
-    if ops.empty:
-        return out
-    for r in ops[ops["op"] == "_softmax_backward_data"].itertuples():
-        d = _tensor((r.dims or [None])[0]) if isinstance(r.dims, list) and r.dims else None
-        if d is not None and len(d) >= 3:
-            k = (int(r.rank), _batch(d), d[-2], d[-1])
-            out[k] = out.get(k, 0) + 1
+def _touches(dims, bh: int, L: int, S: int) -> bool:
+    """Whether a matmul's operands or product include a [bh, L, S] or [bh, S, L] tensor."""
+    ts = [t for t in (_tensor(d) for d in dims or []) if t is not None] if isinstance(dims, list) else []
+    if len(ts) == 3:  # baddbmm: the added term first
+        ts = ts[1:]
+    if len(ts) != 2 or ts[0][-1] != ts[1][-2]:
+        return False
+    prod = [*ts[0][:-1], ts[1][-1]]
+    return any(_batch(t) == bh and tuple(t[-2:]) in ((L, S), (S, L)) for t in (*ts, prod))
+
+
+def _backward_chains(rank, thread, st, en, opn, dims, dts, mm_end_order, mm_start_order) -> list[tuple]:
+    """The backward of op-by-op attention on one thread: around each `_softmax_backward_data`
+    over [..., L, S], the two matmuls before it (the output GEMM's gradients: dP = dO V^T and
+    dV = P^T dO) and the two after it (the score GEMM's: dQ = dS K, dK = dS^T Q), each touching
+    an [L, S] tensor. Rows as find_chains', kind "bwd", D and Dv from those matmuls (0 unknown)."""
+    out = []
+    for i in np.flatnonzero([o == "_softmax_backward_data" for o in opn]):
+        d = _tensor((dims[i] or [None])[0]) if isinstance(dims[i], list) and dims[i] else None
+        if d is None or len(d) < 3:
+            continue
+        bh, L, S = _batch(d), d[-2], d[-1]
+        j = np.searchsorted(en[mm_end_order], st[i], side="right")
+        k = np.searchsorted(st[mm_start_order], en[i], side="left")
+        before, after = mm_end_order[max(0, j - 2):j], mm_start_order[k:k + 2]
+        if len(before) < 2 or len(after) < 2:
+            continue
+        if not all(_touches(dims[m], bh, L, S) for m in (*before, *after)):
+            continue
+        # dQ = dS @ K: K's last dim is D; dP = dO @ V^T: dO's last dim is Dv
+        D = next((t[-1] for m in after for t in [_tensor((dims[m] or [None, None])[-1])] if t and t[-2] == S), 0)
+        Dv = next((t[-1] for m in before for t in [_tensor((dims[m] or [None])[0])] if t and t[-2] == L and t[-1] != S), 0)
+        dtype = next((dts[m] for m in (*before, *after) if dts[m]), None) or dts[i]
+        lo, hi = min(int(st[m]) for m in (*before, *after)), max(int(en[m]) for m in (*before, *after))
+        out.append((rank, thread, lo, hi, bh, L, S, D, Dv, dtype, "bwd"))
     return out
 
 
@@ -226,7 +251,7 @@ def chain_kernels(ctx: Context) -> np.ndarray:
 def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     """Per (rank, device, BH, L, S, D, Dv, dtype): chains, their kernels' launches and time,
     and the kernel that took the most of it."""
-    cols = ["rank", "device_id", "BH", "L", "S", "D", "Dv", "dtype", "chains", "launches", "total_ns",
+    cols = ["rank", "device_id", "BH", "L", "S", "D", "Dv", "dtype", "kind", "chains", "launches", "total_ns",
             "name", "top_ns", "kernel_names"]
     chains = find_chains(ctx)
     if chains.empty:
@@ -241,11 +266,11 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
         "name": k["name"].to_numpy(dtype=object)[at],
     })
     c = chains.loc[sub["chain"].to_numpy()].reset_index(drop=True)
-    sub = pd.concat([sub, c[["rank", "BH", "L", "S", "D", "Dv", "dtype"]]], axis=1)
+    sub = pd.concat([sub, c[["rank", "BH", "L", "S", "D", "Dv", "dtype", "kind"]]], axis=1)
     sub["dtype"] = sub["dtype"].fillna("")
     sub["device_id"] = sub["device_id"].fillna(-1)
     out = []
-    keys = ["rank", "device_id", "BH", "L", "S", "D", "Dv", "dtype"]
+    keys = ["rank", "device_id", "BH", "L", "S", "D", "Dv", "dtype", "kind"]
     for key, g in sub.groupby(keys, sort=False):
         per_name = g.groupby("name", sort=False)["dur_ns"].sum().sort_values(ascending=False, kind="stable")
         out.append({**dict(zip(keys, key)), "chains": int(g["chain"].nunique()), "launches": len(g),
@@ -273,25 +298,37 @@ def fused_floor_ns(BH: int, L: int, S: int, D: int, Dv: int, dtype: str | None, 
     return floor, basis
 
 
-def _group_estimate(row: dict, rule: Rule, device: dict | None, dtype: str | None) -> tuple[float, str, str, float | None]:
+# a fused backward recomputes the scores and makes dQ, dK, dV and dP: 5 GEMMs against the
+# forward's 2, and reads q, k, v, o, dO and writes dq, dk, dv: about twice the forward's bytes
+_BWD_FLOP, _BWD_BYTES = 2.5, 2.0
+
+
+def _group_estimate(row: dict, rule: Rule, device: dict | None, dtype: str | None,
+                    backward: bool = False) -> tuple[float, str, str, float | None]:
     """(what the group's chains would take fused, confidence, basis, measured speedup or None)
-    for one shape group: never under the fused kernel's roofline, never more gain than SDPA
-    measured over op-by-op attention near the shape."""
+    for one shape group, forward or backward: never under the fused kernel's roofline, never
+    more gain than SDPA measured over op-by-op attention near the shape (its backward alone,
+    for the backward)."""
     chains = int(row["chains"])
     total = float(row["total_ns"])
     BH, L, S, D, Dv = (int(row[c]) for c in ("BH", "L", "S", "D", "Dv"))
     floor1, floor_basis = fused_floor_ns(BH, L, S, D, Dv, dtype, device, float(rule["latency_floor_ns"]))
+    if backward:
+        floor1 *= max(_BWD_FLOP, _BWD_BYTES)
     floor = floor1 * chains
-    measured = attention_fusion_ratio(device, {"L": L, "S": S, "D": D, "dtype": dtype}, float(rule["near_factor"]))
+    measured = attention_fusion_ratio(device, {"L": L, "S": S, "D": D, "dtype": dtype}, float(rule["near_factor"]),
+                                      key="ratio_bwd" if backward else "ratio")
     if measured is None:
         return total, "low", "SDPA was not measured on a shape this small or near it: no gain claimed", None
     ratio, src, how = measured
     where = {"exact": "on this shape", "near": "on the nearest measured shapes (the smallest ratio)",
              "below": "on the largest measured shape with fewer scores (L x S)"}[how]
     confidence = {"exact": "high", "near": "medium", "below": "low"}[how]
+    part = "backward" if backward else "forward"
     return max(floor, total / ratio), confidence, (
-        f"the chains' kernel time over the {ratio:.2f}x SDPA measured over the same op-by-op attention {where} "
-        f"({src}); never under one fused kernel's roofline a chain: {floor_basis}"), ratio
+        f"the {part} chains' kernel time over the {ratio:.2f}x SDPA's {part} measured over the same op-by-op attention "
+        f"{where} ({src}); never under one fused kernel's roofline a chain: {floor_basis}"
+        + (f" x {max(_BWD_FLOP, _BWD_BYTES):g} for the backward" if backward else "")), ratio
 
 
 def _note_no_gain(ctx: Context, rank, dev, groups: list[dict], launches: int, chains: int) -> None:
@@ -310,7 +347,8 @@ def _note_no_gain(ctx: Context, rank, dev, groups: list[dict], launches: int, ch
 
 def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
     """One finding per (rank, device): one code change (the attention layer) serves every shape
-    group; each group's estimate is bounded on its own and the confidence is the weakest."""
+    group and its backward; each group's estimate is bounded on its own, and the group that
+    claims the most gives the confidence and the basis."""
     out = []
     if ev.empty:
         return out
@@ -318,23 +356,41 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         rank, dev = as_int(rank), as_int(dev)
         dev = None if dev == -1 else dev
         device = ctx.device_row(rank, dev)
-        groups, total, bound, launches, chains = [], 0.0, 0.0, 0, 0
+        fwd, bwd = grp[grp["kind"] == "fwd"], grp[grp["kind"] == "bwd"]
+        if fwd.empty:
+            continue  # a backward without its forward chain in the trace is not known to be attention
+        groups, total, bound, launches, chains, bchains, bwd_ns = [], 0.0, 0.0, 0, 0, 0, 0
         confidence, basis, best = "low", "", -1.0
-        for row in grp.to_dict("records"):
+        for row in fwd.to_dict("records"):
             dtype = DTYPE_ALIASES.get(str(row["dtype"]).lower()) if row["dtype"] else None
             b, conf, why, ratio = _group_estimate(row, rule, device, dtype)
-            total += float(row["total_ns"])
-            bound += b
+            g_total, g_bound = float(row["total_ns"]), b
+            back = bwd[(bwd["BH"] == row["BH"]) & (bwd["L"] == row["L"]) & (bwd["S"] == row["S"])]
+            b_ratio = None
+            if len(back):
+                brow = dict(row, chains=int(back["chains"].sum()), total_ns=int(back["total_ns"].sum()),
+                            launches=int(back["launches"].sum()))
+                bb, bconf, bwhy, b_ratio = _group_estimate(brow, rule, device, dtype, backward=True)
+                g_total += brow["total_ns"]
+                g_bound += bb
+                launches += brow["launches"]
+                bchains += brow["chains"]
+                bwd_ns += brow["total_ns"]
+                if b_ratio is not None:
+                    why = f"{why}; and {bwhy}"
+            total += g_total
+            bound += g_bound
             launches += int(row["launches"])
             chains += int(row["chains"])
-            if float(row["total_ns"]) - b > best:  # the group that claims the most speaks for the finding
-                best, confidence, basis = float(row["total_ns"]) - b, conf, why
+            if g_total - g_bound > best:  # the group that claims the most speaks for the finding
+                best, confidence, basis = g_total - g_bound, conf, why
             groups.append({"batch_heads": int(row["BH"]), "query_len": int(row["L"]), "key_len": int(row["S"]),
                            "head_dim": int(row["D"]), "value_dim": int(row["Dv"]), "dtype": dtype or "unknown",
-                           "chains": int(row["chains"]), "kernel_ns": int(row["total_ns"]), "bound_ns": int(b),
-                           "confidence": conf, "measured_speedup": ratio})
-        bwd = ctx.cache.get("unfused_attention.backward", {})
-        backward = sum(bwd.get((rank, g["batch_heads"], g["query_len"], g["key_len"]), 0) for g in groups)
+                           "chains": int(row["chains"]), "kernel_ns": int(row["total_ns"]),
+                           "backward_chains": int(back["chains"].sum()) if len(back) else 0,
+                           "backward_ns": int(back["total_ns"].sum()) if len(back) else 0,
+                           "bound_ns": int(g_bound), "confidence": conf, "measured_speedup": ratio,
+                           "measured_backward_speedup": b_ratio})
         savings = total - bound
         share = ctx.share(rank, dev, total)
         if share < rule["min_share"]:
@@ -342,28 +398,36 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         if savings < rule["min_savings_ns"]:
             _note_no_gain(ctx, rank, dev, groups, launches, chains)
             continue
-        top = grp.iloc[0]
+        top = fwd.iloc[0]
         dtype = DTYPE_ALIASES.get(str(top["dtype"]).lower()) if top["dtype"] else None
         L, S, D = int(top["L"]), int(top["S"]), int(top["D"])
+        claimed_bwd = any(g["measured_backward_speedup"] is not None for g in groups)
+        if not bchains:
+            scope = "forward chains (no backward in the trace)"
+        elif claimed_bwd:
+            scope = f"forward and backward ({bchains} backward chains, {bwd_ns / 1e6:.2f} ms)"
+        else:
+            scope = (f"forward chains only: the {bchains} backward chains ({bwd_ns / 1e6:.2f} ms) gain too, but SDPA's "
+                     "backward was not measured near these shapes, so none of it is claimed")
         out.append(finding_for(
             rule, {"rank": rank, "device_id": dev, "launches": launches, "total_ns": int(total)},
-            kernel=f"{chains} attention chains of ~{launches / max(chains, 1):.0f} kernels (L={L} S={S} D={D}), "
-                   f"most time in {top['name']}",
+            kernel=f"{chains} attention chains of ~{int(fwd['launches'].sum()) / max(chains, 1):.0f} kernels "
+                   f"(L={L} S={S} D={D}), most time in {top['name']}",
             rank=rank, device_id=dev, shape={"M": L, "N": S, "K": D, "batch": int(top["BH"]), "dtype": dtype},
             grid=None, block=None, est_savings_ns=int(max(savings, 0)), confidence=confidence,
             evidence={
                 "chains": chains,
-                "kernels_per_chain": round(launches / max(chains, 1), 1),
+                "kernels_per_chain": round(int(fwd["launches"].sum()) / max(chains, 1), 1),
+                "backward_chains": bchains,
+                "backward_ns": bwd_ns,
                 "shape_groups": len(groups),
                 "groups": groups[:8],
                 "top_kernel": str(top["name"]),
                 "top_kernel_ns": int(top["top_ns"]),
                 "share_of_gpu_time": round(share, 4),
-                "backward_chains": backward,
                 "bound_ns": int(bound),
-                "basis": ("forward chains only" + (f" ({backward} softmax backward ops of these shapes: the "
-                          "backward pass gains too, not counted)" if backward else "") + ": ") + basis + (f" (the largest claim of {len(groups)} shape groups, each bounded so)"
-                                  if len(groups) > 1 else ""),
+                "basis": f"{scope}: {basis}" + (f" (the largest claim of {len(groups)} shape groups, each bounded so)"
+                                                if len(groups) > 1 else ""),
             },
             suggestion={"fix": "torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias, "
                                "dropout_p=p if training else 0.0)"},
