@@ -166,3 +166,34 @@ def test_hostile_input_dims_are_no_chain_and_no_crash(bad):
     t2 = make_trace(t.kernels.to_dict("records"), devices=(H200,), runtime=t.runtime.to_dict("records"),
                     cpu_ops=ops.to_dict("records"))
     assert not by(diagnose(t2), "unfused_attention")
+
+
+def test_fp32_chain_is_claimed_once_and_read_against_fp32_ratios_without_a_dtype():
+    # fp32 SIMT GEMMs inside op-by-op attention: unfused_attention owns them (tensor_cores_unused
+    # leaves them, or the two claims could exceed the chains' time), and with no dtype in the
+    # ops (emit_nvtx) the kernels' fp32 names pick the fp32 ratios (1.1-1.6x), not the 16-bit ones
+    sg = "ampere_sgemm_128x64_nn"
+    t = chain_trace(durs=(600_000, 100_000, 200_000, 600_000))
+    k = t.kernels.copy()
+    k.loc[k["name"] == GEMM, "name"] = sg
+    ops = t.cpu_ops.copy()
+    ops["input_types"] = None
+    d = diagnose(make_trace(k.to_dict("records"), devices=(H200,), runtime=t.runtime.to_dict("records"),
+                            cpu_ops=ops.to_dict("records")))
+    (f,) = by(d, "unfused_attention")
+    assert not by(d, "tensor_cores_unused")
+    assert f.evidence["groups"][0]["dtype"] == "fp32" and f.evidence["groups"][0]["measured_speedup"] < 2
+    assert f.est_savings_ns < f.total_ns
+
+
+def test_a_squeeze_excite_conv_is_not_a_1d_conv():
+    from advisor.symptoms.context import Context
+    from advisor.symptoms.layout_churn import conv1d_kernels
+    from advisor.rules import load_rules
+
+    ops = [op("aten::cudnn_convolution", 0, 50_000, [[8, 64, 1, 1], [16, 64, 1, 1]]),
+           op("aten::cudnn_convolution", 100_000, 150_000, [[8, 64, 1, 999], [64, 64, 1, 3]])]
+    runtime = [launch(1, 10_000), launch(2, 110_000)]
+    kernels = [kernel(60_000, 5_000, name="nchwToNhwcKernel", corr=1), kernel(160_000, 5_000, name="nchwToNhwcKernel", corr=2)]
+    t = make_trace(kernels, devices=(H200,), runtime=runtime, cpu_ops=ops)
+    assert list(conv1d_kernels(Context(t, load_rules()))) == [False, True]

@@ -47,6 +47,8 @@ def strategies_for(rules=None) -> dict[str, list[str]]:
 NOT_RUNNABLE = {
     "fusion": "fuse the elementwise kernels (torch.compile) or batch them (torch._foreach_* ops) in the program",
     "cuda_graph": "capture the loop in a CUDA graph (torch.cuda.graph, torch.compile(mode=\"reduce-overhead\")) in the program",
+    "fused_attention": "call torch.nn.functional.scaled_dot_product_attention in the attention layer "
+                       "(attn_implementation=\"sdpa\", nn.MultiheadAttention(need_weights=False))",
 }
 BASELINES = ("torch.matmul", "dp")
 # The Gluon cluster GEMM (kernels/gluon_gemm.py) joins these strategies' runs where it can run.

@@ -43,9 +43,9 @@ from .kernel_kinds import schedule_excluded
 SYMPTOM = "launch_overhead"
 REQUIRES = ()  # runs need only kernel times; the big-grid half also needs grids and SM counts
 
-# Kernels whose work is elementwise or a reduction (ATen's elementwise/reduce templates,
 # torch.compile's (Inductor's) generated kernels: a run of these is fused already
 _INDUCTOR = re.compile(r"^triton_(?:poi|red|per)_")
+# Kernels whose work is elementwise or a reduction (ATen's elementwise/reduce templates,
 # Inductor's pointwise/reduction/persistent-reduction kernels, multi-tensor optimizers, copies,
 # fills, norms, softmax, index/scatter/gather): what fusion (torch.compile) or foreach ops merge.
 _ELEMENTWISE = re.compile(

@@ -146,7 +146,8 @@ def conv1d_kernels(ctx: Context) -> np.ndarray:
     parts = [x for x in parts if len(x)]
     if parts:
         rg = pd.concat(parts, ignore_index=True)
-        rg["one_d"] = [f is not None and (len(f) == 3 or (len(f) == 4 and f[2] == 1)) for f in rg["first"]]
+        # [N, C, 1, 1] is a 2-D squeeze-excite convolution, not a 1-D one
+        rg["one_d"] = [f is not None and (len(f) == 3 or (len(f) == 4 and f[2] == 1 and f[3] > 1)) for f in rg["first"]]
         rg = rg.drop(columns=["first"])
         ranges, hit = innermost_ranges(ctx.trace, rg)
         if len(ranges):

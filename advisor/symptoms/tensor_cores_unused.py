@@ -24,7 +24,7 @@ import pandas as pd
 from ..findings import Finding
 from ..rules import Rule
 from .context import Context, as_int, by_device, finding_for, group_launches, launch_rows, shape_of
-from .kernel_kinds import device_row, gemm_time_by_precision, gemm_work, kinds, row_precision
+from .kernel_kinds import _enabled, device_row, gemm_time_by_precision, gemm_work, kinds
 from .calibration import has_tf32
 from .roofline import gemm_estimate
 
@@ -39,7 +39,13 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     """Launch groups of full-fp32 GEMMs, with the device's GEMM time and its fp32 share."""
     k = ctx.kernels
     kk = kinds(ctx)
-    g = launch_rows(k, (kk["precision"] == "fp32").to_numpy(dtype=bool), [])
+    fp32 = (kk["precision"] == "fp32").to_numpy(dtype=bool).copy()
+    if _enabled(ctx, "unfused_attention"):
+        # an op-by-op attention's GEMMs are unfused_attention's: fused attention replaces them
+        # (two rules claiming the same kernels could add up to more than their time)
+        from .unfused_attention import chain_kernels  # noqa: PLC0415 (import cycle via kernel_kinds)
+        fp32 &= chain_kernels(ctx) < 0
+    g = launch_rows(k, fp32, [])
     out = group_launches(g, [])
     if out.empty:
         return out

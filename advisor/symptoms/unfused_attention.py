@@ -34,6 +34,7 @@ from ..findings import Finding
 from ..rules import Rule
 from .calibration import attention_fusion_ratio, measured_bandwidth, peak_flops
 from .context import ELEMENT_BYTES, Context, as_int, finding_for
+from .kernel_kinds import kinds
 from .gemm import _extract_sizes, _launch_points
 from .strings import contains, factorize
 
@@ -152,6 +153,7 @@ def find_chains(ctx: Context) -> pd.DataFrame:
             mm_idx = np.flatnonzero(is_mm)
             mm_end_order = mm_idx[np.argsort(en[mm_idx], kind="stable")]
             mm_start_order = mm_idx[np.argsort(st[mm_idx], kind="stable")]
+            mm_ends, mm_starts = en[mm_end_order], st[mm_start_order]  # sorted once a thread
             for i in np.flatnonzero([o in _SOFTMAX for o in opn]):
                 h = np.searchsorted(sd_start, st[i], side="right") - 1
                 if h >= 0 and sd_end_max[h] >= en[i]:
@@ -161,9 +163,9 @@ def find_chains(ctx: Context) -> pd.DataFrame:
                     continue
                 # the score GEMM: the matmul that ended last before the softmax began (an outer
                 # aten::matmul ends after the bmm inside it, so it is the one taken)
-                j = np.searchsorted(en[mm_end_order], st[i], side="right") - 1
+                j = np.searchsorted(mm_ends, st[i], side="right") - 1
                 # the output GEMM: the matmul that began first after the softmax ended
-                k = np.searchsorted(st[mm_start_order], en[i], side="left")
+                k = np.searchsorted(mm_starts, en[i], side="left")
                 if j < 0 or k >= len(mm_start_order):
                     continue
                 q, p = mm_end_order[j], mm_start_order[k]
@@ -176,8 +178,15 @@ def find_chains(ctx: Context) -> pd.DataFrame:
                 dtype = dts[q] or dts[i] or dts[p]
                 rows.append((int(rank), g["thread_id"].iloc[0], int(st[q]), int(en[p]), bh, L, S, D, pv[3], dtype, "fwd"))
             rows += _backward_chains(int(rank), g["thread_id"].iloc[0], st, en, opn, dims, dts,
-                                     mm_end_order, mm_start_order)
+                                     mm_end_order, mm_start_order, mm_ends, mm_starts)
     out = pd.DataFrame(rows, columns=cols).drop_duplicates(["rank", "thread_id", "start_ns"], keep="first")
+    # a backward is attention's only where the same rank ran a forward chain of its shape (SDPA's
+    # own math backward has the same ops: its forward ran inside scaled_dot_product_attention)
+    fwd = out[out["kind"] == "fwd"]
+    known = set(zip(fwd["rank"], fwd["BH"], fwd["L"], fwd["S"]))
+    keep = [k == "fwd" or (r, b, l_, s_) in known for k, r, b, l_, s_ in
+            zip(out["kind"], out["rank"], out["BH"], out["L"], out["S"])]
+    out = out[np.asarray(keep, dtype=bool)].reset_index(drop=True)
     ctx.cache[key] = out
     return out
 
@@ -193,30 +202,28 @@ def _touches(dims, bh: int, L: int, S: int) -> bool:
     return any(_batch(t) == bh and tuple(t[-2:]) in ((L, S), (S, L)) for t in (*ts, prod))
 
 
-def _backward_chains(rank, thread, st, en, opn, dims, dts, mm_end_order, mm_start_order) -> list[tuple]:
+def _backward_chains(rank, thread, st, en, opn, dims, dts, mm_end_order, mm_start_order,
+                     mm_ends, mm_starts) -> list[tuple]:
     """The backward of op-by-op attention on one thread: around each `_softmax_backward_data`
     over [..., L, S], the two matmuls before it (the output GEMM's gradients: dP = dO V^T and
     dV = P^T dO) and the two after it (the score GEMM's: dQ = dS K, dK = dS^T Q), each touching
-    an [L, S] tensor. Rows as find_chains', kind "bwd", D and Dv from those matmuls (0 unknown)."""
+    an [L, S] tensor. Rows as find_chains', kind "bwd", D and Dv 0 (the forward group's are used)."""
     out = []
     for i in np.flatnonzero([o == "_softmax_backward_data" for o in opn]):
         d = _tensor((dims[i] or [None])[0]) if isinstance(dims[i], list) and dims[i] else None
         if d is None or len(d) < 3:
             continue
         bh, L, S = _batch(d), d[-2], d[-1]
-        j = np.searchsorted(en[mm_end_order], st[i], side="right")
-        k = np.searchsorted(st[mm_start_order], en[i], side="left")
+        j = np.searchsorted(mm_ends, st[i], side="right")
+        k = np.searchsorted(mm_starts, en[i], side="left")
         before, after = mm_end_order[max(0, j - 2):j], mm_start_order[k:k + 2]
         if len(before) < 2 or len(after) < 2:
             continue
         if not all(_touches(dims[m], bh, L, S) for m in (*before, *after)):
             continue
-        # dQ = dS @ K: K's last dim is D; dP = dO @ V^T: dO's last dim is Dv
-        D = next((t[-1] for m in after for t in [_tensor((dims[m] or [None, None])[-1])] if t and t[-2] == S), 0)
-        Dv = next((t[-1] for m in before for t in [_tensor((dims[m] or [None])[0])] if t and t[-2] == L and t[-1] != S), 0)
         dtype = next((dts[m] for m in (*before, *after) if dts[m]), None) or dts[i]
         lo, hi = min(int(st[m]) for m in (*before, *after)), max(int(en[m]) for m in (*before, *after))
-        out.append((rank, thread, lo, hi, bh, L, S, D, Dv, dtype, "bwd"))
+        out.append((rank, thread, lo, hi, bh, L, S, 0, 0, dtype, "bwd"))
     return out
 
 
@@ -267,6 +274,13 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     })
     c = chains.loc[sub["chain"].to_numpy()].reset_index(drop=True)
     sub = pd.concat([sub, c[["rank", "BH", "L", "S", "D", "Dv", "dtype", "kind"]]], axis=1)
+    # no dtype from the ops (emit_nvtx ranges, Kineto without Input type): a chain whose GEMM
+    # kernels are full fp32 or TF32 (by name) is an fp32 one; the 16-bit rows are read otherwise
+    prec = kinds(ctx)["precision"].astype(object).to_numpy()[at]
+    gemm = ctx.kernels["is_gemm"].to_numpy(dtype=bool)[at]
+    fp32_chain = pd.Series(gemm & np.isin(prec, ["fp32", "tf32"])).groupby(sub["chain"].to_numpy()).any()
+    unknown = sub["dtype"].isna().to_numpy() & sub["chain"].map(fp32_chain).fillna(False).to_numpy(dtype=bool)
+    sub.loc[unknown, "dtype"] = "fp32"
     sub["dtype"] = sub["dtype"].fillna("")
     sub["device_id"] = sub["device_id"].fillna(-1)
     out = []
@@ -359,24 +373,29 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         fwd, bwd = grp[grp["kind"] == "fwd"], grp[grp["kind"] == "bwd"]
         if fwd.empty:
             continue  # a backward without its forward chain in the trace is not known to be attention
+        # each backward (BH, L, S) goes to one forward group: the one with the most chains
+        owner = {}
+        for row in fwd.sort_values("chains", ascending=False, kind="stable").to_dict("records"):
+            owner.setdefault((row["BH"], row["L"], row["S"]), (row["D"], row["Dv"], row["dtype"]))
         groups, total, bound, launches, chains, bchains, bwd_ns = [], 0.0, 0.0, 0, 0, 0, 0
         confidence, basis, best = "low", "", -1.0
         for row in fwd.to_dict("records"):
             dtype = DTYPE_ALIASES.get(str(row["dtype"]).lower()) if row["dtype"] else None
             b, conf, why, ratio = _group_estimate(row, rule, device, dtype)
             g_total, g_bound = float(row["total_ns"]), b
-            back = bwd[(bwd["BH"] == row["BH"]) & (bwd["L"] == row["L"]) & (bwd["S"] == row["S"])]
+            mine = owner.get((row["BH"], row["L"], row["S"])) == (row["D"], row["Dv"], row["dtype"])
+            back = bwd[(bwd["BH"] == row["BH"]) & (bwd["L"] == row["L"]) & (bwd["S"] == row["S"])] if mine else bwd.iloc[:0]
             b_ratio = None
             if len(back):
                 brow = dict(row, chains=int(back["chains"].sum()), total_ns=int(back["total_ns"].sum()),
                             launches=int(back["launches"].sum()))
                 bb, bconf, bwhy, b_ratio = _group_estimate(brow, rule, device, dtype, backward=True)
-                g_total += brow["total_ns"]
-                g_bound += bb
-                launches += brow["launches"]
                 bchains += brow["chains"]
                 bwd_ns += brow["total_ns"]
-                if b_ratio is not None:
+                if b_ratio is not None:  # claimed: its kernels and bound join the finding's
+                    g_total += brow["total_ns"]
+                    g_bound += bb
+                    launches += brow["launches"]
                     why = f"{why}; and {bwhy}"
             total += g_total
             bound += g_bound
@@ -396,7 +415,8 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         if share < rule["min_share"]:
             continue
         if savings < rule["min_savings_ns"]:
-            _note_no_gain(ctx, rank, dev, groups, launches, chains)
+            if all(g["measured_speedup"] is None or g["measured_speedup"] <= 1.0 for g in groups):
+                _note_no_gain(ctx, rank, dev, groups, int(fwd["launches"].sum()), chains)
             continue
         top = fwd.iloc[0]
         dtype = DTYPE_ALIASES.get(str(top["dtype"]).lower()) if top["dtype"] else None
