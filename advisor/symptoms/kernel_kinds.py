@@ -26,6 +26,7 @@ import pandas as pd
 
 from .context import Context
 from .strings import factorize
+from .attention_chains import chain_kernels
 
 _FP32_SIMT = re.compile(
     r"sgemm|scudnn|_ffma|ffma_|simt_s|gemmSN\w*<float|gemv2?T?_kernel\w*<float", re.I
@@ -170,7 +171,6 @@ def schedule_excluded(ctx: Context) -> np.ndarray:
         # on devices that convolve, as layout_churn requires
         out |= (kk["is_transpose"] | kk["is_bn_nchw"]).to_numpy(dtype=bool) & on_conv_devices(ctx)
     if _enabled(ctx, "unfused_attention"):
-        from .unfused_attention import chain_kernels  # noqa: PLC0415 (it imports this module's users)
         out |= chain_kernels(ctx) >= 0
     ctx.cache["schedule_excluded"] = out
     return out

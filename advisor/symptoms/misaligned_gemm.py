@@ -35,7 +35,7 @@ from ..rules import Rule
 from .context import ELEMENT_BYTES, Context, finding_for, group_launches, launch_rows, shape_of
 from .kernel_kinds import _ALIGN, _enabled, align_bytes, device_row, element_bytes_from_name, kinds, row_precision
 from .launch_ops import launched_inside
-from .unfused_attention import chain_kernels
+from .attention_chains import chain_kernels
 from .roofline import gemm_estimate
 
 SYMPTOM = "misaligned_gemm"

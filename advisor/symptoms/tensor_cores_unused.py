@@ -25,6 +25,7 @@ from ..findings import Finding
 from ..rules import Rule
 from .context import Context, as_int, by_device, finding_for, group_launches, launch_rows, shape_of
 from .kernel_kinds import _enabled, device_row, gemm_time_by_precision, gemm_work, kinds
+from .attention_chains import chain_kernels
 from .calibration import has_tf32
 from .roofline import gemm_estimate
 
@@ -43,7 +44,6 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     if _enabled(ctx, "unfused_attention"):
         # an op-by-op attention's GEMMs are unfused_attention's: fused attention replaces them
         # (two rules claiming the same kernels could add up to more than their time)
-        from .unfused_attention import chain_kernels  # noqa: PLC0415 (import cycle via kernel_kinds)
         fp32 &= chain_kernels(ctx) < 0
     g = launch_rows(k, fp32, [])
     out = group_launches(g, [])
