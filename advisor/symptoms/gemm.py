@@ -424,8 +424,10 @@ def assign_shapes(trace: Trace) -> pd.DataFrame:
     take = np.where(has, hit, 0)
 
     def ints(col: str) -> pd.arrays.IntegerArray:
-        values = ranges[col].to_numpy(dtype=np.int64)[take] if has.any() else np.zeros(n, dtype=np.int64)
-        return pd.arrays.IntegerArray(values, ~has)
+        # extents are 1..2**31-1 (_plausible): Int32, 5 bytes a kernel instead of 9
+        values = ranges[col].to_numpy(dtype=np.int64) if has.any() else np.zeros(1, dtype=np.int64)
+        dtype = np.int32 if int(values.min(initial=0)) >= -(2**31) and int(values.max(initial=0)) < 2**31 else np.int64
+        return pd.arrays.IntegerArray(values.astype(dtype)[take], ~has)
 
     def texts(col: str) -> pd.arrays.StringArray:
         if not has.any():
@@ -480,9 +482,11 @@ def gemm_table(trace: Trace, overrides: list[tuple[str, dict]] | None = None) ->
         }
     )
     tiles = uniq.map(tile_from_name)
-    flags["tile_m"] = pd.array([t[0] if t else pd.NA for t in tiles], dtype="Int64")
-    flags["tile_n"] = pd.array([t[1] if t else pd.NA for t in tiles], dtype="Int64")
-    flags["tile_k"] = pd.array([t[2] if t and t[2] else pd.NA for t in tiles], dtype="Int64")
+    # Int32 where the values fit (tile_m/n are 8..1024; tile_k is whatever the name says):
+    # 5 bytes a kernel instead of 9 (docs/scale.md)
+    flags["tile_m"] = narrow_ints(pd.array([t[0] if t else pd.NA for t in tiles], dtype="Int64"))
+    flags["tile_n"] = narrow_ints(pd.array([t[1] if t else pd.NA for t in tiles], dtype="Int64"))
+    flags["tile_k"] = narrow_ints(pd.array([t[2] if t and t[2] else pd.NA for t in tiles], dtype="Int64"))
     per = flags.iloc[codes].set_axis(k.index)
     shapes = assign_shapes(trace)
     out = pd.concat([per, shapes], axis=1)
@@ -498,7 +502,7 @@ def gemm_table(trace: Trace, overrides: list[tuple[str, dict]] | None = None) ->
     # so is one the user gave a shape with --shape.
     named_helper = pd.Series(helper.to_numpy(dtype=bool)[codes], index=k.index)
     out["is_gemm"] = ((out["is_gemm_name"] | (out["M"].notna() & ~named_helper)) & ~out["is_comm"]) | user
-    out["_name_code"] = name_codes
+    out["_name_code"] = small_ints(name_codes)
     column_major = pd.Series(uniq.str.contains(_COLUMN_MAJOR).to_numpy(dtype=bool)[codes], index=k.index)
     out["tile_m"], out["tile_n"] = orient_tiles(out, k["grid_blocks"], column_major)
     out["tiles"] = _tile_count(out, out["tile_m"], out["tile_n"])
@@ -515,10 +519,28 @@ _COLUMN_MAJOR = re.compile(
 )
 
 
+def small_ints(values: np.ndarray) -> np.ndarray:
+    """Codes and ids as int32 where they fit (4 bytes a kernel instead of 8)."""
+    values = np.asarray(values)
+    fits = not len(values) or (int(values.min()) >= -(2**31) and int(values.max()) < 2**31)
+    return values.astype(np.int32) if fits else values.astype(np.int64)
+
+
+def narrow_ints(values) -> pd.arrays.IntegerArray:
+    """An Int64 array as Int32 when every value fits."""
+    values = pd.array(values, dtype="Int64")
+    ok = values.dropna()
+    if not len(ok) or (int(ok.min()) >= -(2**31) and int(ok.max()) < 2**31):
+        return values.astype("Int32")
+    return values
+
+
 def _tile_count(out: pd.DataFrame, tm: pd.Series, tn: pd.Series) -> pd.Series:
     """Output tiles of tm x tn over M x N (x batch); NA where unknown or past int64."""
-    b = out["batch"].fillna(1)
-    count = -(-out["M"] // tm) * -(-out["N"] // tn) * b
+    # in Int64: the extents and tiles may be Int32, whose products wrap
+    tm, tn = tm.astype("Int64"), tn.astype("Int64")
+    b = out["batch"].fillna(1).astype("Int64")
+    count = -(-out["M"].astype("Int64") // tm) * -(-out["N"].astype("Int64") // tn) * b
     # extents up to 2**31 can multiply past int64 (which wraps silently): unknown instead
     approx = (out["M"].astype("Float64") / tm) * (out["N"].astype("Float64") / tn) * b.astype("Float64")
     return count.astype("Int64").mask((approx >= 2.0**62).fillna(False))
