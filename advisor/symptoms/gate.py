@@ -33,6 +33,7 @@ from . import intervals
 from .context import Context, as_int, gemm_bytes, gemm_flop, launch_rows, shape_of
 from .idle import gaps as idle_gaps
 from .idle import host_context
+from .idle import named as idle_named
 from .launch_overhead import find_runs
 from .strings import contains
 from .tail_wave import work_units
@@ -98,7 +99,7 @@ def _idle(ctx: Context, rule: Rule) -> list[dict]:
         if len(gp):
             # largest first, ties in gap order (as sort_values(ascending=False, kind="stable"))
             top = gp[np.argsort(-g_ns[gp], kind="stable")]
-            big = all_gaps.iloc[top[0]]
+            big = idle_named(ctx, all_gaps.iloc[top[:1]]).iloc[0]
             later = g_ns[gp[g_at[gp] > big["gap_start_ns"]]]
             if (big["busy_before_ns"] <= rule["startup_busy_share"] * busy
                     and big["gap_ns"] >= rule["startup_gap_factor"] * (later.max() if len(later) else 0)):
@@ -111,7 +112,7 @@ def _idle(ctx: Context, rule: Rule) -> list[dict]:
                 top = top[1:]
             # loading and JIT compilation (a kernel's first launch) are one-off too, wherever
             # they fall: the largest gaps whose host was loading modules or compiling
-            described = [_describe(ctx, x) for _, x in all_gaps.iloc[top[:_JIT_LOOKED_AT]].iterrows()]
+            described = [_describe(ctx, x) for _, x in idle_named(ctx, all_gaps.iloc[top[:_JIT_LOOKED_AT]]).iterrows()]
             jit = [x for x in described if _is_jit(x)]
             if jit:
                 s0 = int(row["startup"]["gap_ns"]) if row["startup"] else 0

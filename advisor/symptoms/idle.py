@@ -20,16 +20,17 @@ import pandas as pd
 from .context import Context
 from .gemm import _launch_points
 
-_COLS = ["rank", "device_id", "gap_start_ns", "gap_ns", "next_pos", "next_name", "launch_ns", "thread_id",
-         "host_bound", "busy_before_ns", "trace_start_ns"]
+_COLS = ["rank", "device_id", "gap_start_ns", "gap_ns", "next_pos", "thread_id", "host_bound", "busy_before_ns"]
 
 
 def gaps(ctx: Context) -> pd.DataFrame:
-    """One row per idle gap on each (rank, device): when it starts (`gap_start_ns`, absolute;
-    `trace_start_ns` is the rank's first timestamp), how long (`gap_ns`), the activity that ends
-    it (`next_pos`: position in ctx.kernels, -1 for a copy; `next_name`), that activity's launch
-    call (`launch_ns`, `thread_id`), `host_bound` (the call came after the GPU went idle) and the
-    device's busy time before the gap. Ranks the profiler serialized are left out. Cached."""
+    """One row per idle gap on each (rank, device): when it starts (`gap_start_ns`, absolute),
+    how long (`gap_ns`), the activity that ends it (`next_pos`: position in ctx.kernels, -1
+    for a copy), that activity's launch thread (`thread_id`), `host_bound` (the launch call
+    came after the GPU went idle) and the device's busy time before the gap. Ranks the
+    profiler serialized are left out. Cached, with only these columns (one row per gap is
+    nearly one per kernel, so each column costs as much as one of the kernels'); `named`
+    adds the next activity's name and the rank's first timestamp to the rows that need them."""
     if "idle_gaps" in ctx.cache:
         return ctx.cache["idle_gaps"]
     t = ctx.trace
@@ -45,7 +46,6 @@ def gaps(ctx: Context) -> pd.DataFrame:
     thread = [lp["thread_id"].astype("Float64").to_numpy("float64", na_value=np.nan)]
     del lp
     m = t.memcpy
-    copy_names = None
     if len(m):
         launch = np.full(len(m), np.nan)
         tid = np.full(len(m), np.nan)
@@ -62,14 +62,12 @@ def gaps(ctx: Context) -> pd.DataFrame:
         end.append(m["end_ns"].to_numpy(np.int64))
         launch_ns.append(launch)
         thread.append(tid)
-        copy_names = ("memcpy " + m["kind"].astype(object).fillna("?").astype(str)).to_numpy()
     rank, dev, start, end = (np.concatenate(x) for x in (rank, dev, start, end))
     launch_ns, thread = np.concatenate(launch_ns), np.concatenate(thread)
     nk = len(k)
     keep = ~np.isin(rank, np.fromiter(ctx.serialized_ranks, dtype=np.int64)) if ctx.serialized_ranks else None
     rows = np.flatnonzero(keep) if keep is not None else np.arange(len(rank))
     out = []
-    starts = _rank_starts(ctx)
     if len(rows):
         # (rank, device) groups in order of first appearance, rows by start time within each
         # (stable: as groupby(sort=False) then sort_values(kind="stable") ordered them)
@@ -77,7 +75,6 @@ def gaps(ctx: Context) -> pd.DataFrame:
         by = np.lexsort((start[rows], group))
         order, bounds = rows[by], np.flatnonzero(np.diff(group[by])) + 1
         del by, group
-        names = None
         for sel in np.split(order, bounds):
             s, e = start[sel], end[sel]
             frontier = np.maximum.accumulate(e)  # the device's last end so far
@@ -92,31 +89,55 @@ def gaps(ctx: Context) -> pd.DataFrame:
             gstart = frontier[idx - 1]
             hb = pd.array(np.where(np.isnan(launch), False, launch >= gstart), dtype="boolean")
             hb[np.isnan(launch)] = pd.NA
-            if names is None:
-                # object pointers into the kernels' own strings (NaN where missing, as a str
-                # column has it): a str column copied every name into Arrow (72 MiB at 2M events)
-                names = k["name"].to_numpy(dtype=object, na_value=np.nan)
-            is_kernel = at < nk
-            next_name = np.empty(len(at), dtype=object)
-            next_name[is_kernel] = names[at[is_kernel]]
-            if copy_names is not None:
-                next_name[~is_kernel] = copy_names[at[~is_kernel] - nk]
-            r = int(rank[sel[0]])
+            r, d = int(rank[sel[0]]), int(dev[sel[0]])
             out.append(pd.DataFrame({
-                "rank": r, "device_id": int(dev[sel[0]]), "gap_start_ns": gstart, "gap_ns": gap[idx - 1],
-                "next_pos": np.where(is_kernel, at, -1), "next_name": pd.Series(next_name, dtype=object), "launch_ns": launch,
-                "thread_id": thread[at], "host_bound": hb, "busy_before_ns": busy[idx - 1],
-                "trace_start_ns": starts.get(r, int(s[0])),
+                "rank": np.full(len(idx), r, dtype=_small(r)), "device_id": np.full(len(idx), d, dtype=_small(d)),
+                "gap_start_ns": gstart, "gap_ns": gap[idx - 1],
+                "next_pos": np.where(at < nk, at, -1).astype(_small(nk)), "thread_id": thread[at], "host_bound": hb,
+                "busy_before_ns": busy[idx - 1],
             }, copy=False))  # not consolidated: concat copies them once below
     res = pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=_COLS)
     ctx.cache["idle_gaps"] = res
     return res
 
 
+def _small(v: int):
+    """int32 for ids and positions that fit (4 bytes a gap instead of 8)."""
+    return np.int32 if -(2**31) <= v < 2**31 else np.int64
+
+
+def named(ctx: Context, rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows of gaps(ctx) with `next_name` (the kernel's name, NaN where missing, or "memcpy
+    <kind>" for a copy) and `trace_start_ns` (the rank's first timestamp) added."""
+    k, m = ctx.trace.kernels, ctx.trace.memcpy
+    pos = rows["next_pos"].to_numpy()
+    next_name = np.empty(len(rows), dtype=object)
+    is_kernel = pos >= 0
+    next_name[is_kernel] = k["name"].array.take(pos[is_kernel]).to_numpy(dtype=object, na_value=np.nan)
+    if not is_kernel.all():
+        # the copy that ends the gap: its device's first copy (in frame order) starting then,
+        # as gaps() ordered kernels, then copies, by start time (stable)
+        copy_rank, copy_start = m["rank"].to_numpy(), m["start_ns"].to_numpy()
+        copy_dev = m["device_id"].astype("Float64").fillna(-1).to_numpy("int64")
+        r_rank, r_dev = rows["rank"].to_numpy(), rows["device_id"].to_numpy()
+        r_end = rows["gap_start_ns"].to_numpy() + rows["gap_ns"].to_numpy()
+        for i in np.flatnonzero(~is_kernel):
+            at = np.flatnonzero((copy_rank == r_rank[i]) & (copy_dev == r_dev[i]) & (copy_start == r_end[i]))[0]
+            kind = m["kind"].iloc[at]
+            next_name[i] = "memcpy " + ("?" if pd.isna(kind) else str(kind))
+    starts = _rank_starts(ctx)
+    return rows.assign(next_name=next_name, trace_start_ns=np.array([starts[int(r)] for r in rows["rank"]], dtype=np.int64))
+
+
 def _rank_starts(ctx: Context) -> dict[int, int]:
     """Each rank's first timestamp over kernels, copies and runtime calls: where "t = 0" is
-    for a person reading the timeline."""
-    t = ctx.trace
+    for a person reading the timeline. Cached."""
+    if "rank_starts" not in ctx.cache:
+        ctx.cache["rank_starts"] = _first_times(ctx.trace)
+    return ctx.cache["rank_starts"]
+
+
+def _first_times(t) -> dict[int, int]:
     # each frame's minimum, then theirs (a concat of the three frames' columns was a copy)
     mins = [f.groupby("rank")["start_ns"].min() for f in (t.kernels, t.memcpy, t.runtime) if len(f)]
     if not mins:

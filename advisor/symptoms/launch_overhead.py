@@ -38,6 +38,7 @@ from ..traces.graphs import is_graph_replayed
 from .context import Context, finding_for, gemm_bytes
 from .idle import gaps as idle_gaps
 from .idle import host_context
+from .idle import named as idle_named
 from .kernel_kinds import schedule_excluded
 
 SYMPTOM = "launch_overhead"
@@ -310,12 +311,12 @@ def _host_bound(ctx: Context, rule: Rule) -> pd.DataFrame:
         mask = ((k["rank"] == rank) & (k["device_id"].astype("Float64").fillna(-1) == dev)).to_numpy(dtype=bool)
         on = pd.DataFrame({c: k[c][mask] for c in ("start_ns", "end_ns", "dur_ns")}, copy=False)  # not all of k's columns
         kern = x[x["next_pos"] >= 0]  # the kernels that waited (a copy is no kernel to name)
-        names = (kern if len(kern) else x)["next_name"].value_counts()
+        names = idle_named(ctx, kern if len(kern) else x)["next_name"].value_counts()
         rows.append({
             "kind": "host_bound", "rank": int(rank), "device_id": int(dev), "name": str(names.index[0]),
             "host_gaps": int(len(x)), "host_gap_ns": int(x["gap_ns"].sum()),
             "first_ns": int(x["gap_start_ns"].min()), "last_ns": int(x["gap_start_ns"].max()),
-            "trace_start_ns": int(x["trace_start_ns"].iloc[0]),
+            "trace_start_ns": int(idle_named(ctx, x.iloc[:1])["trace_start_ns"].iloc[0]),
             "span_ns": int(on["end_ns"].max() - on["start_ns"].min()) if len(on) else 0,
             "kernels": int(len(on)), "kernel_ns": int(on["dur_ns"].sum()),
             "tiny_kernels": int((on["dur_ns"] < rule["tiny_kernel_ns"]).sum()),
