@@ -333,33 +333,77 @@ def _shape_ranges(trace: Trace) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)[_RANGE_COLUMNS]
 
 
+def _launch_arrays(trace: Trace) -> tuple[np.ndarray, pd.api.extensions.ExtensionArray]:
+    """Per kernel (by position in trace.kernels): the start of its launch call (float64, NaN
+    where no launch call matched) and the calling thread (Int64, NA there), via correlation
+    ids. The first runtime row of a (rank, correlation id) is the launch call."""
+    k = trace.kernels
+    rt = trace.runtime
+    n = len(k)
+    none = (np.full(n, np.nan), pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)))
+    if rt.empty or k["correlation_id"].isna().all():
+        return none
+    kc, rc = k["correlation_id"], rt["correlation_id"]
+    r_ok = rc.notna().to_numpy()
+    if not r_ok.any():
+        return none
+    k_ok = kc.notna().to_numpy()
+    rc_v, kc_v = rc.to_numpy(np.int64, na_value=0), kc.to_numpy(np.int64, na_value=0)
+    r_rank, k_rank = rt["rank"].to_numpy(np.int64), k["rank"].to_numpy(np.int64)
+    if _fits_one_key(trace):
+        # one int64 key per (rank, correlation id), looked up in the runtime's keys sorted
+        # (stable, so a key's first row comes first; nsys writes them in order already): a hash
+        # index and two copies of the runtime frame (dropna, drop_duplicates) were ~60 bytes a
+        # call at the peak of a 10M-kernel diagnosis
+        r_key = np.where(r_ok, r_rank << 40 | rc_v, -1)
+        del rc_v, r_rank
+        order = None if len(r_key) < 2 or bool(np.all(r_key[1:] > r_key[:-1])) else np.argsort(r_key, kind="stable")
+        if order is not None:
+            r_key = r_key[order]
+        k_key = k_rank << 40 | kc_v
+        del kc_v, k_rank
+        at = np.minimum(np.searchsorted(r_key, k_key, side="left"), len(r_key) - 1)
+        found = (r_key[at] == k_key) & k_ok
+        del r_key, k_key, k_ok
+        pos = np.where(found, order[at] if order is not None else at, 0)
+        del at, order
+        tid = rt["thread_id"].array.take(pos)
+        tid[~found] = pd.NA
+        launch = np.where(found, rt["start_ns"].to_numpy(np.int64)[pos].astype(np.float64), np.nan)
+        return launch, tid
+    merged = _launch_merge(trace)
+    return merged["launch_ns"].to_numpy(np.float64, na_value=np.nan), merged["thread_id"].astype("Int64").array
+
+
+def _launch_merge(trace: Trace) -> pd.DataFrame:
+    """_launch_points by a two-column merge (keys that do not fit one int64)."""
+    k, rt = trace.kernels, trace.runtime
+    r = rt.dropna(subset=["correlation_id"]).drop_duplicates(["rank", "correlation_id"])
+    r = r[["rank", "correlation_id", "thread_id", "start_ns"]].rename(columns={"start_ns": "launch_ns"})
+    base = pd.DataFrame({"rank": k["rank"], "correlation_id": k["correlation_id"]}, index=k.index)
+    return base.reset_index().merge(r, on=["rank", "correlation_id"], how="left").set_index("index").reindex(k.index)
+
+
+def _fits_one_key(trace: Trace) -> bool:
+    """Whether _launch_arrays joins by one int64 key (else by _launch_merge)."""
+    k, rt = trace.kernels, trace.runtime
+    kc, rc = k["correlation_id"].dropna(), rt["correlation_id"].dropna()
+    if rt.empty or not len(kc) or not len(rc):
+        return True
+    return (int(kc.min()) >= 0 and int(rc.min()) >= 0 and max(int(kc.max()), int(rc.max())) < 2**40
+            and 0 <= int(k["rank"].min()) and int(k["rank"].max()) < 2**22
+            and 0 <= int(rt["rank"].min()) and int(rt["rank"].max()) < 2**22)
+
+
 def _launch_points(trace: Trace) -> pd.DataFrame:
     """Host thread and time of each kernel's launch call (via correlation ids); same index
     as trace.kernels, launch_ns NaN where no launch call matched."""
     k = trace.kernels
-    rt = trace.runtime
-    base = pd.DataFrame({"rank": k["rank"], "correlation_id": k["correlation_id"]}, index=k.index)
-    if rt.empty or k["correlation_id"].isna().all():
-        return base.assign(thread_id=pd.NA, launch_ns=np.nan)
-    r = rt.dropna(subset=["correlation_id"]).drop_duplicates(["rank", "correlation_id"])
-    if r.empty:
-        return base.assign(thread_id=pd.NA, launch_ns=np.nan)
-    kc, rc = k["correlation_id"], r["correlation_id"]
-    if int(kc.min()) >= 0 and int(rc.min()) >= 0 and max(int(kc.max()), int(rc.max())) < 2**40 and int(k["rank"].max()) < 2**22:
-        # one int64 key per (rank, correlation id): a hash lookup instead of a two-column merge
-        pos = pd.Index(r["rank"].to_numpy(np.int64) << 40 | rc.to_numpy(np.int64)).get_indexer(
-            k["rank"].to_numpy(np.int64) << 40 | kc.fillna(-1).to_numpy(np.int64)
-        )
-        pos = np.where(kc.isna().to_numpy(), -1, pos)
-        found = pos >= 0
-        take = np.where(found, pos, 0)
-        tid = r["thread_id"].array.take(take)
-        tid[~found] = pd.NA
-        launch = np.where(found, r["start_ns"].to_numpy(np.int64)[take].astype(np.float64), np.nan)
-        return base.assign(thread_id=pd.Series(tid, index=k.index), launch_ns=launch)
-    r = r[["rank", "correlation_id", "thread_id", "start_ns"]].rename(columns={"start_ns": "launch_ns"})
-    merged = base.reset_index().merge(r, on=["rank", "correlation_id"], how="left").set_index("index")
-    return merged.reindex(k.index)
+    if not _fits_one_key(trace):
+        return _launch_merge(trace)
+    launch, tid = _launch_arrays(trace)
+    return pd.DataFrame({"rank": k["rank"], "correlation_id": k["correlation_id"],
+                         "thread_id": pd.Series(tid, index=k.index), "launch_ns": launch}, index=k.index)
 
 
 def _sorted_search(haystack: np.ndarray, needles: np.ndarray, side: str) -> np.ndarray:
@@ -389,15 +433,27 @@ def innermost_ranges(trace: Trace, ranges: pd.DataFrame) -> tuple[pd.DataFrame, 
     # Longest ranges first so that inner (shorter) ranges win: the highest row number.
     ranges = ranges.assign(_dur=ranges["end_ns"] - ranges["start_ns"]).sort_values("_dur", ascending=False, kind="stable")
     ranges = ranges.reset_index(drop=True)
-    launches = _launch_points(trace)
-    launches = launches.assign(_pos=np.arange(n)).dropna(subset=["launch_ns"])
-    for (rank, tid), lg in launches.groupby(["rank", "thread_id"], sort=False):
-        rg = ranges[((ranges["rank"] == rank) & (ranges["thread_id"] == tid)).fillna(False).to_numpy(dtype=bool)]
+    # the launches with a call and a thread, grouped by (rank, thread) and ordered by launch
+    # time within each (stable), over arrays: a frame of them, its copies and group-by held
+    # ~4x these at the peak of Context.kernels. (The groups' order does not matter: each
+    # writes the maximum of the rows it finds.)
+    launch, tid = _launch_arrays(trace)
+    pos = np.flatnonzero(~np.isnan(launch) & ~tid.isna())
+    t_all, tid = launch[pos], tid.to_numpy(np.int64, na_value=0)[pos]
+    del launch
+    rank = k["rank"].to_numpy(np.int64)[pos]
+    order = np.lexsort((t_all, tid, rank))
+    pos, t_all, tid, rank = pos[order], t_all[order], tid[order], rank[order]
+    del order
+    bounds = np.flatnonzero((rank[1:] != rank[:-1]) | (tid[1:] != tid[:-1])) + 1
+    for lo_at, hi_at in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [len(pos)]])):
+        if hi_at <= lo_at:
+            continue
+        rg = ranges[((ranges["rank"] == rank[lo_at]) & (ranges["thread_id"] == tid[lo_at])).fillna(False).to_numpy(dtype=bool)]
         if rg.empty:
             continue
-        lg = lg.sort_values("launch_ns", kind="stable")
-        t = lg["launch_ns"].to_numpy(dtype=np.float64)
-        idx = lg["_pos"].to_numpy()
+        t = t_all[lo_at:hi_at]
+        idx = pos[lo_at:hi_at]
         lo = _sorted_search(t, rg["start_ns"].to_numpy(dtype=np.float64), "left")
         hi = _sorted_search(t, rg["end_ns"].to_numpy(dtype=np.float64), "right")
         rows = rg.index.to_numpy()
