@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from .context import Context
-from .gemm import _launch_points
+from .gemm import _launch_arrays
 
 _COLS = ["rank", "device_id", "gap_start_ns", "gap_ns", "next_pos", "thread_id", "host_bound", "busy_before_ns"]
 
@@ -35,16 +35,17 @@ def gaps(ctx: Context) -> pd.DataFrame:
         return ctx.cache["idle_gaps"]
     t = ctx.trace
     k = t.kernels
-    lp = _launch_points(t)
+    launch_k, thread_k = _launch_arrays(t)
     # plain arrays, kernels then copies (a frame of them, its group-by and per-device sorted
-    # copies held ~3x the result's memory at 2M events: docs/scale.md)
+    # copies held ~3x the result's memory at 2M events: docs/scale.md); the kernels' own
+    # columns where there are no copies (np.concatenate of one array is a copy)
     rank = [k["rank"].to_numpy(np.int64)]
-    dev = [k["device_id"].astype("Float64").fillna(-1).to_numpy("int64")]
+    dev = [_device_ids(k)]
     start = [k["start_ns"].to_numpy(np.int64)]
     end = [k["end_ns"].to_numpy(np.int64)]
-    launch_ns = [lp["launch_ns"].to_numpy("float64")]
-    thread = [lp["thread_id"].astype("Float64").to_numpy("float64", na_value=np.nan)]
-    del lp
+    launch_ns = [launch_k]
+    thread = [thread_k.to_numpy("float64", na_value=np.nan)]
+    del launch_k, thread_k
     m = t.memcpy
     if len(m):
         launch = np.full(len(m), np.nan)
@@ -57,26 +58,39 @@ def gaps(ctx: Context) -> pd.DataFrame:
             launch[at] = j["start_ns"].to_numpy("float64")
             tid[at] = j["thread_id"].astype("Float64").to_numpy("float64", na_value=np.nan)
         rank.append(m["rank"].to_numpy(np.int64))
-        dev.append(m["device_id"].astype("Float64").fillna(-1).to_numpy("int64"))
+        dev.append(_device_ids(m))
         start.append(m["start_ns"].to_numpy(np.int64))
         end.append(m["end_ns"].to_numpy(np.int64))
         launch_ns.append(launch)
         thread.append(tid)
-    rank, dev, start, end = (np.concatenate(x) for x in (rank, dev, start, end))
-    launch_ns, thread = np.concatenate(launch_ns), np.concatenate(thread)
+    rank, dev, start, end, launch_ns, thread = (x[0] if len(x) == 1 else np.concatenate(x)
+                                                for x in (rank, dev, start, end, launch_ns, thread))
     nk = len(k)
     keep = ~np.isin(rank, np.fromiter(ctx.serialized_ranks, dtype=np.int64)) if ctx.serialized_ranks else None
-    rows = np.flatnonzero(keep) if keep is not None else np.arange(len(rank))
+    rows = np.flatnonzero(keep) if keep is not None else None  # None: all rows
     out = []
-    if len(rows):
-        # (rank, device) groups in order of first appearance, rows by start time within each
-        # (stable: as groupby(sort=False) then sort_values(kind="stable") ordered them)
-        group = pd.DataFrame({"r": rank[rows], "d": dev[rows]}).groupby(["r", "d"], sort=False).ngroup().to_numpy()
-        by = np.lexsort((start[rows], group))
-        order, bounds = rows[by], np.flatnonzero(np.diff(group[by])) + 1
-        del by, group
-        for sel in np.split(order, bounds):
-            s, e = start[sel], end[sel]
+    n_rows = len(rank) if rows is None else len(rows)
+    if n_rows:
+        r_sel = rank if rows is None else rank[rows]
+        d_sel = dev if rows is None else dev[rows]
+        s_sel = start if rows is None else start[rows]
+        if bool((r_sel == r_sel[0]).all() and (d_sel == d_sel[0]).all()):
+            # one device: no grouping; rows by start time (stable), and the columns themselves
+            # when they come sorted (a trace's kernels usually do)
+            if n_rows > 1 and not bool(np.all(s_sel[1:] >= s_sel[:-1])):
+                rows = (np.arange(n_rows) if rows is None else rows)[np.argsort(s_sel, kind="stable")]
+            groups = [rows]
+        else:
+            # (rank, device) groups in order of first appearance, rows by start time within each
+            # (stable: as groupby(sort=False) then sort_values(kind="stable") ordered them)
+            group = pd.DataFrame({"r": r_sel, "d": d_sel}).groupby(["r", "d"], sort=False).ngroup().to_numpy()
+            by = np.lexsort((s_sel, group))
+            order = by if rows is None else rows[by]
+            groups = np.split(order, np.flatnonzero(np.diff(group[by])) + 1)
+            del by, group, order
+        del r_sel, d_sel, s_sel
+        for sel in groups:
+            s, e = (start, end) if sel is None else (start[sel], end[sel])
             frontier = np.maximum.accumulate(e)  # the device's last end so far
             gap = s[1:] - frontier[:-1]
             idx = np.flatnonzero(gap > 0) + 1
@@ -84,21 +98,28 @@ def gaps(ctx: Context) -> pd.DataFrame:
                 continue
             # busy time before each gap: merged length of everything that ended by then
             busy = np.cumsum(np.maximum(0, e - np.concatenate([[s[0]], np.maximum(s[1:], frontier[:-1])])))
-            at = sel[idx]
+            at = idx if sel is None else sel[idx]
             launch = launch_ns[at]
             gstart = frontier[idx - 1]
             hb = pd.array(np.where(np.isnan(launch), False, launch >= gstart), dtype="boolean")
             hb[np.isnan(launch)] = pd.NA
-            r, d = int(rank[sel[0]]), int(dev[sel[0]])
+            first = 0 if sel is None else sel[0]
+            r, d = int(rank[first]), int(dev[first])
             out.append(pd.DataFrame({
                 "rank": np.full(len(idx), r, dtype=_small(r)), "device_id": np.full(len(idx), d, dtype=_small(d)),
                 "gap_start_ns": gstart, "gap_ns": gap[idx - 1],
                 "next_pos": np.where(at < nk, at, -1).astype(_small(nk)), "thread_id": thread[at], "host_bound": hb,
                 "busy_before_ns": busy[idx - 1],
             }, copy=False))  # not consolidated: concat copies them once below
-    res = pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=_COLS)
+            del s, e, frontier, gap, busy, at, launch, gstart, hb
+    res = (out[0] if len(out) == 1 else pd.concat(out, ignore_index=True)) if out else pd.DataFrame(columns=_COLS)
     ctx.cache["idle_gaps"] = res
     return res
+
+
+def _device_ids(f: pd.DataFrame) -> np.ndarray:
+    """device_id as int64, -1 where missing."""
+    return f["device_id"].astype("Float64").fillna(-1).to_numpy("int64")
 
 
 def _small(v: int):
