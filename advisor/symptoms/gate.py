@@ -172,31 +172,40 @@ def _sync(ctx: Context) -> list[dict]:
     if rt.empty:
         return []
     rows = []
-    # only the columns read below, grouped (a group of all runtime columns, then the kernels
-    # of the rank with all theirs, were copies: ~+190 MiB at 3M kernels)
-    for rank, g in rt[["rank", "thread_id", "name", "end_ns"]].groupby("rank", sort=False):
+    # a rank's calls by position, and its launching thread's synchronising calls found before
+    # the rank's GPU activity is merged (copies of the runtime columns per rank, and then per
+    # thread, were this step's peak with the merge's sort)
+    rk = rt["rank"].to_numpy()
+    ranks = pd.unique(rk)  # as groupby(sort=False) orders them
+    for rank in ranks:
         if rank in ctx.serialized_ranks:
             continue
+        at = np.flatnonzero(rk == rank) if len(ranks) > 1 else slice(None)
+        thread = rt["thread_id"].iloc[at]
+        # The thread that launches most is the one whose stalls delay the GPU.
+        tid = thread.value_counts(dropna=False).index[0]
+        on = np.flatnonzero((thread == tid).fillna(False).to_numpy(dtype=bool)) if not pd.isna(tid) else np.arange(len(thread))
+        del thread
+        names = rt["name"].iloc[at].iloc[on]
+        is_sync = contains(names, _SYNC).to_numpy()
+        sync_names = names.to_numpy()[is_sync]
+        ends = rt["end_ns"].to_numpy()[at][on][is_sync].astype(np.int64)
+        del on, names, is_sync
         gs, ge = _rank_times(t, rank)
         if not len(gs):
             continue
         ms, me = intervals.merge(gs, ge)
         del gs, ge
         span = int(me[-1] - ms[0])
-        # The thread that launches most is the one whose stalls delay the GPU.
-        tid = g["thread_id"].value_counts(dropna=False).index[0]
-        th = g[g["thread_id"] == tid] if not pd.isna(tid) else g
-        sync = th[contains(th["name"], _SYNC).to_numpy()]
-        if sync.empty:
+        if not len(ends):
             rows.append({"rank": int(rank), "span_ns": span, "stall_ns": 0, "sync_calls": 0, "stall_fraction": 0.0, "top_call": None})
             continue
-        ends = sync["end_ns"].to_numpy(dtype=np.int64)
         nxt = np.searchsorted(ms, ends, side="left")  # first busy interval starting at/after the return
         covered = intervals.covered_before(ms, me, ends + 1) - intervals.covered_before(ms, me, ends)
         has_next = nxt < len(ms)
         idle = np.where(has_next & (covered == 0), ms[np.clip(nxt, 0, len(ms) - 1)] - ends, 0)
         stall = int(idle.clip(min=0).sum())
-        by_call = pd.Series(idle, index=sync["name"].to_numpy()).groupby(level=0).sum().sort_values(ascending=False)
+        by_call = pd.Series(idle, index=sync_names).groupby(level=0).sum().sort_values(ascending=False)
         rows.append(
             {
                 "rank": int(rank),
@@ -214,6 +223,8 @@ def _rank_times(t, rank) -> tuple[np.ndarray, np.ndarray]:
     """Start and end times of the rank's kernels, then its copies (not the rows' other columns)."""
     parts = [f for f in (t.kernels, t.memcpy) if len(f)]
     at = [(f["rank"] == rank).to_numpy(dtype=bool) for f in parts]
+    if len(parts) == 1 and at[0].all():  # one rank's kernels only: the columns themselves, not copies
+        return parts[0]["start_ns"].to_numpy(), parts[0]["end_ns"].to_numpy()
     return (np.concatenate([f["start_ns"].to_numpy()[m] for f, m in zip(parts, at)] or [np.zeros(0, np.int64)]),
             np.concatenate([f["end_ns"].to_numpy()[m] for f, m in zip(parts, at)] or [np.zeros(0, np.int64)]))
 

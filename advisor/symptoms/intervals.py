@@ -11,8 +11,10 @@ def merge(starts, ends) -> tuple[np.ndarray, np.ndarray]:
     e = np.asarray(ends, dtype=np.int64)
     if s.size == 0:
         return s, e
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
+    if s.size > 1 and not bool(np.all(s[1:] >= s[:-1])):  # (a trace's activities usually come sorted)
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+        del order
     run_end = np.maximum.accumulate(e)
     # A new block starts where the start is past every earlier end.
     new = np.empty(s.size, dtype=bool)
