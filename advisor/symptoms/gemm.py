@@ -293,7 +293,9 @@ def _ranges_with_shapes(rows: pd.DataFrame, codes: np.ndarray, shapes: list[dict
             "start_ns": sub["start_ns"].to_numpy(),
             "end_ns": sub["end_ns"].to_numpy(),
             **{k: col(k, "int64") for k in ("M", "N", "K", "batch")},
-            **{k: col(k) for k in ("dtype", "op", "source")},
+            # object columns: a column of str objects would become pandas 3's Arrow strings
+            # (a copy of every text into Arrow's pool, which keeps the memory once freed)
+            **{k: pd.Series(col(k), dtype=object, copy=False) for k in ("dtype", "op", "source")},
         }
     )
 
