@@ -102,6 +102,16 @@ def group_ids(columns: list) -> np.ndarray:
     return ids
 
 
+def id_array(s: pd.Series, missing: int = -1) -> np.ndarray:
+    """An id column (device, stream) as int64, `missing` where NA, without fillna's and
+    astype's full-length copies (for a nullable integer column: one array)."""
+    if isinstance(s.dtype, pd.api.extensions.ExtensionDtype) and s.dtype.kind in "iu":
+        return s.to_numpy(np.int64, na_value=missing)
+    if s.dtype.kind in "iu":
+        return s.to_numpy(np.int64)
+    return s.astype("Float64").fillna(missing).to_numpy("int64")
+
+
 def launch_rows(k: pd.DataFrame, mask, extra: list[str]) -> pd.DataFrame:
     """The rows of `k` (Context.kernels) where `mask` holds, with only the columns that
     group_launches and the caller need (GROUP_KEYS, dur_ns, the group id, `extra`): copying

@@ -30,7 +30,7 @@ from ..findings import Gate
 from ..rules import Rule
 from ..textutil import safe_text
 from . import intervals
-from .context import Context, as_int, gemm_bytes, gemm_flop, launch_rows, shape_of
+from .context import Context, as_int, gemm_bytes, gemm_flop, group_ids, id_array, shape_of
 from .idle import gaps as idle_gaps
 from .idle import host_context
 from .idle import named as idle_named
@@ -64,15 +64,21 @@ def _idle(ctx: Context, rule: Rule) -> list[dict]:
     frames = [f for f in (t.kernels, t.memcpy) if len(f)]
     if not frames:
         return []
-    a_rank = np.concatenate([f["rank"].to_numpy() for f in frames])
-    a_dev = np.concatenate([f["device_id"].fillna(-1).astype("int64").to_numpy() for f in frames])
-    a_start = np.concatenate([f["start_ns"].to_numpy() for f in frames])
-    a_end = np.concatenate([f["end_ns"].to_numpy() for f in frames])
+    def cat(parts):  # the frame's own column where there are no copies
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    a_rank = cat([f["rank"].to_numpy() for f in frames])
+    a_dev = cat([id_array(f["device_id"]) for f in frames])
+    a_start = cat([f["start_ns"].to_numpy() for f in frames])
+    a_end = cat([f["end_ns"].to_numpy() for f in frames])
     del frames
-    group = pd.DataFrame({"r": a_rank, "d": a_dev}, copy=False).groupby(["r", "d"], sort=False).ngroup().to_numpy()
-    by = np.argsort(group, kind="stable")  # each group's rows in frame order, as groupby gave them
-    members = np.split(by, np.flatnonzero(np.diff(group[by])) + 1)
-    del group, by
+    if bool((a_rank == a_rank[0]).all() and (a_dev == a_dev[0]).all()):
+        members = [slice(None)]  # one device: all rows, in frame order
+    else:
+        group = pd.DataFrame({"r": a_rank, "d": a_dev}, copy=False).groupby(["r", "d"], sort=False).ngroup().to_numpy()
+        by = np.argsort(group, kind="stable")  # each group's rows in frame order, as groupby gave them
+        members = np.split(by, np.flatnonzero(np.diff(group[by])) + 1)
+        del group, by
     lo_rule = ctx.rules.get("launch_overhead")
     runs = find_runs(ctx, lo_rule) if lo_rule is not None else pd.DataFrame()
     all_gaps = idle_gaps(ctx)
@@ -82,7 +88,8 @@ def _idle(ctx: Context, rule: Rule) -> list[dict]:
     g_ns, g_at = all_gaps["gap_ns"].to_numpy(), all_gaps["gap_start_ns"].to_numpy()
     rows = []
     for at in members:
-        rank, dev = a_rank[at[0]], a_dev[at[0]]
+        first_at = 0 if isinstance(at, slice) else at[0]
+        rank, dev = a_rank[first_at], a_dev[first_at]
         if rank in ctx.serialized_ranks:
             continue  # the profiler's gaps, not the program's
         g_start, g_end = a_start[at], a_end[at]
@@ -99,7 +106,7 @@ def _idle(ctx: Context, rule: Rule) -> list[dict]:
         if len(gp):
             # largest first, ties in gap order (as sort_values(ascending=False, kind="stable"))
             top = gp[np.argsort(-g_ns[gp], kind="stable")]
-            big = idle_named(ctx, all_gaps.iloc[top[:1]]).iloc[0]
+            big = idle_named(ctx, all_gaps.iloc[top[:1]], busy=True).iloc[0]
             later = g_ns[gp[g_at[gp] > big["gap_start_ns"]]]
             if (big["busy_before_ns"] <= rule["startup_busy_share"] * busy
                     and big["gap_ns"] >= rule["startup_gap_factor"] * (later.max() if len(later) else 0)):
@@ -184,12 +191,17 @@ def _sync(ctx: Context) -> list[dict]:
         thread = rt["thread_id"].iloc[at]
         # The thread that launches most is the one whose stalls delay the GPU.
         tid = thread.value_counts(dropna=False).index[0]
-        on = np.flatnonzero((thread == tid).fillna(False).to_numpy(dtype=bool)) if not pd.isna(tid) else np.arange(len(thread))
+        on = (thread == tid).fillna(False).to_numpy(dtype=bool) if not pd.isna(tid) else None
         del thread
-        names = rt["name"].iloc[at].iloc[on]
-        is_sync = contains(names, _SYNC).to_numpy()
+        if on is not None and on.all():
+            on = None  # one thread: all the rank's calls, without a copy of their names
+        names = rt["name"].iloc[at]
+        if on is not None:
+            names = names.iloc[np.flatnonzero(on)]
+        is_sync = np.flatnonzero(contains(names, _SYNC).to_numpy())
         sync_names = names.to_numpy()[is_sync]
-        ends = rt["end_ns"].to_numpy()[at][on][is_sync].astype(np.int64)
+        ends = rt["end_ns"].to_numpy()[at]
+        ends = (ends if on is None else ends[on])[is_sync].astype(np.int64)
         del on, names, is_sync
         gs, ge = _rank_times(t, rank)
         if not len(gs):
@@ -245,15 +257,30 @@ def _copies(ctx: Context) -> list[dict]:
 
 def _roofline(ctx: Context, rule: Rule) -> list[dict]:
     k = ctx.kernels
-    g = launch_rows(k, k["is_gemm"] & k["M"].notna() & k["dtype"].notna() & k["sm_count"].notna() & k["grid_blocks"].notna(),
-                    ["tiles", "grid_blocks", "sm_count"])
-    if g.empty:
+    pos = np.flatnonzero((k["is_gemm"] & k["M"].notna() & k["dtype"].notna() & k["sm_count"].notna()
+                          & k["grid_blocks"].notna()).to_numpy(dtype=bool))
+    if not len(pos):
         return []
-    g = pd.concat([g, work_units(g)], axis=1)
-    g = g[(g["waves_units"] >= 1) & (g["tail_eff_units"] >= 0.9)]
+    # whole waves found over the three columns work_units reads, then only the launches kept
+    # and the columns read below taken (a copy of ~20 columns of every shaped GEMM launch and
+    # its concat were the gate's peak)
+    units = work_units(pd.DataFrame({c: k[c].iloc[pos] for c in ("tiles", "grid_blocks", "sm_count")}, copy=False))
+    pos = pos[((units["waves_units"] >= 1) & (units["tail_eff_units"] >= 0.9)).to_numpy(dtype=bool)]
+    del units
+    # the launches grouped by (rank, device, name, shape) in order of first appearance, as
+    # groupby(dropna=False, sort=False) numbers them, a key column at a time (a frame of the
+    # nine columns and its group-by were this step's peak)
+    keys = ("rank", "device_id", "name", "M", "N", "K", "batch", "dtype")
+    ids = group_ids(k[c].iloc[pos] for c in keys)
+    first_at = np.empty(int(ids.max()) + 1 if len(ids) else 0, dtype=np.int64)
+    first_at[ids[::-1]] = np.arange(len(ids) - 1, -1, -1)  # last write wins: each group's first row
+    by = np.argsort(ids, kind="stable")
+    members = np.split(by, np.flatnonzero(np.diff(ids[by])) + 1) if len(ids) else []
+    del by
+    dur = k["dur_ns"].to_numpy()[pos]
     rows = []
-    for key, grp in g.groupby(["rank", "device_id", "name", "M", "N", "K", "batch", "dtype"], dropna=False, sort=False):
-        first = grp.iloc[0].to_dict()
+    for gi, at in enumerate(members):
+        first = {c: k[c].iloc[pos[first_at[gi]]] for c in keys}
         shape = shape_of(first)
         flop = gemm_flop(shape)
         if flop < rule["min_gemm_flop"]:
@@ -268,7 +295,7 @@ def _roofline(ctx: Context, rule: Rule) -> list[dict]:
             continue
         nbytes, _ = gemm_bytes(shape)
         attainable = min(peak * 1e12, bw * flop / nbytes)
-        med = float(grp["dur_ns"].median())
+        med = float(pd.Series(dur[at]).median())
         achieved = flop / (med * 1e-9)
         rows.append({"rank": int(first["rank"]), "kernel": str(first["name"]), "shape": shape, "achieved_tflops": achieved / 1e12, "attainable_tflops": attainable / 1e12, "fraction": achieved / attainable})
     return rows

@@ -17,20 +17,21 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .context import Context
+from . import intervals
+from .context import Context, id_array
 from .gemm import _launch_arrays
 
-_COLS = ["rank", "device_id", "gap_start_ns", "gap_ns", "next_pos", "thread_id", "host_bound", "busy_before_ns"]
+_COLS = ["rank", "device_id", "gap_start_ns", "gap_ns", "next_pos", "thread_id", "host_bound"]
 
 
 def gaps(ctx: Context) -> pd.DataFrame:
     """One row per idle gap on each (rank, device): when it starts (`gap_start_ns`, absolute),
     how long (`gap_ns`), the activity that ends it (`next_pos`: position in ctx.kernels, -1
-    for a copy), that activity's launch thread (`thread_id`), `host_bound` (the launch call
-    came after the GPU went idle) and the device's busy time before the gap. Ranks the
-    profiler serialized are left out. Cached, with only these columns (one row per gap is
-    nearly one per kernel, so each column costs as much as one of the kernels'); `named`
-    adds the next activity's name and the rank's first timestamp to the rows that need them."""
+    for a copy), that activity's launch thread (`thread_id`) and `host_bound` (the launch
+    call came after the GPU went idle). Ranks the profiler serialized are left out. Cached,
+    with only these columns (one row per gap is nearly one per kernel, so each column costs
+    as much as one of the kernels'); `named` adds the next activity's name, the rank's first
+    timestamp and the device's busy time before the gap to the few rows that need them."""
     if "idle_gaps" in ctx.cache:
         return ctx.cache["idle_gaps"]
     t = ctx.trace
@@ -93,25 +94,29 @@ def gaps(ctx: Context) -> pd.DataFrame:
             s, e = (start, end) if sel is None else (start[sel], end[sel])
             frontier = np.maximum.accumulate(e)  # the device's last end so far
             gap = s[1:] - frontier[:-1]
-            idx = np.flatnonzero(gap > 0) + 1
-            if not len(idx):
+            prev = np.flatnonzero(gap > 0)  # the activity before each gap; the next one ends it
+            if not len(prev):
                 continue
-            # busy time before each gap: merged length of everything that ended by then
-            busy = np.cumsum(np.maximum(0, e - np.concatenate([[s[0]], np.maximum(s[1:], frontier[:-1])])))
+            gsize = gap[prev]
+            del gap
+            gstart = frontier[prev]
+            del s, e, frontier
+            idx = prev + 1
+            del prev
             at = idx if sel is None else sel[idx]
+            del idx
             launch = launch_ns[at]
-            gstart = frontier[idx - 1]
             hb = pd.array(np.where(np.isnan(launch), False, launch >= gstart), dtype="boolean")
             hb[np.isnan(launch)] = pd.NA
+            del launch
             first = 0 if sel is None else sel[0]
             r, d = int(rank[first]), int(dev[first])
             out.append(pd.DataFrame({
-                "rank": np.full(len(idx), r, dtype=_small(r)), "device_id": np.full(len(idx), d, dtype=_small(d)),
-                "gap_start_ns": gstart, "gap_ns": gap[idx - 1],
+                "rank": np.full(len(at), r, dtype=_small(r)), "device_id": np.full(len(at), d, dtype=_small(d)),
+                "gap_start_ns": gstart, "gap_ns": gsize,
                 "next_pos": np.where(at < nk, at, -1).astype(_small(nk)), "thread_id": thread[at], "host_bound": hb,
-                "busy_before_ns": busy[idx - 1],
             }, copy=False))  # not consolidated: concat copies them once below
-            del s, e, frontier, gap, busy, at, launch, gstart, hb
+            del at, gstart, gsize, hb
     res = (out[0] if len(out) == 1 else pd.concat(out, ignore_index=True)) if out else pd.DataFrame(columns=_COLS)
     ctx.cache["idle_gaps"] = res
     return res
@@ -119,7 +124,7 @@ def gaps(ctx: Context) -> pd.DataFrame:
 
 def _device_ids(f: pd.DataFrame) -> np.ndarray:
     """device_id as int64, -1 where missing."""
-    return f["device_id"].astype("Float64").fillna(-1).to_numpy("int64")
+    return id_array(f["device_id"])
 
 
 def _small(v: int):
@@ -127,27 +132,62 @@ def _small(v: int):
     return np.int32 if -(2**31) <= v < 2**31 else np.int64
 
 
-def named(ctx: Context, rows: pd.DataFrame) -> pd.DataFrame:
+def named(ctx: Context, rows: pd.DataFrame, busy: bool = False) -> pd.DataFrame:
     """Rows of gaps(ctx) with `next_name` (the kernel's name, NaN where missing, or "memcpy
-    <kind>" for a copy) and `trace_start_ns` (the rank's first timestamp) added."""
+    <kind>" for a copy) and `trace_start_ns` (the rank's first timestamp) added; with `busy`,
+    `busy_before_ns` too (the device's busy time before the gap: one pass over its activities
+    per row)."""
+    starts = _rank_starts(ctx)
+    if busy:
+        rows = rows.assign(busy_before_ns=np.array(
+            [busy_before(ctx, r, d, int(t0) + int(n)) for r, d, t0, n in
+             zip(rows["rank"], rows["device_id"], rows["gap_start_ns"], rows["gap_ns"])], dtype=np.int64))
+    names = _names(ctx, rows["rank"].to_numpy(), rows["device_id"].to_numpy(),
+                   rows["gap_start_ns"].to_numpy() + rows["gap_ns"].to_numpy(), rows["next_pos"].to_numpy())
+    # an object column, as gaps() held it (an object ndarray would become pandas 3's str)
+    return rows.assign(next_name=pd.Series(names, index=rows.index, dtype=object),
+                       trace_start_ns=np.array([starts[int(r)] for r in rows["rank"]], dtype=np.int64))
+
+
+def busy_before(ctx: Context, rank, device_id, t: int) -> int:
+    """Merged length of the device's kernels and copies that start before `t` (for a gap
+    ending at `t`: all that ran before it, as every one of them ended by the gap's start)."""
+    starts, ends = [], []
+    for f in (ctx.trace.kernels, ctx.trace.memcpy):
+        if len(f):
+            st = f["start_ns"].to_numpy()
+            on = (f["rank"].to_numpy() == rank) & (_device_ids(f) == device_id) & (st < t)
+            starts.append(st[on])
+            ends.append(f["end_ns"].to_numpy()[on])
+    return intervals.total(np.concatenate(starts), np.concatenate(ends)) if starts else 0
+
+
+def next_names(ctx: Context, at: np.ndarray) -> np.ndarray:
+    """named()'s `next_name` for the gaps at positions `at` of gaps(ctx), as an object array."""
+    g = ctx.cache["idle_gaps"]
+    return _names(ctx, g["rank"].to_numpy()[at], g["device_id"].to_numpy()[at],
+                  g["gap_start_ns"].to_numpy()[at] + g["gap_ns"].to_numpy()[at], g["next_pos"].to_numpy()[at])
+
+
+def rank_start(ctx: Context, rank) -> int:
+    """The rank's first timestamp (named()'s `trace_start_ns`)."""
+    return _rank_starts(ctx)[int(rank)]
+
+
+def _names(ctx: Context, r_rank, r_dev, r_end, pos) -> np.ndarray:
     k, m = ctx.trace.kernels, ctx.trace.memcpy
-    pos = rows["next_pos"].to_numpy()
-    next_name = np.empty(len(rows), dtype=object)
+    next_name = np.empty(len(pos), dtype=object)
     is_kernel = pos >= 0
     next_name[is_kernel] = k["name"].array.take(pos[is_kernel]).to_numpy(dtype=object, na_value=np.nan)
     if not is_kernel.all():
         # the copy that ends the gap: its device's first copy (in frame order) starting then,
         # as gaps() ordered kernels, then copies, by start time (stable)
-        copy_rank, copy_start = m["rank"].to_numpy(), m["start_ns"].to_numpy()
-        copy_dev = m["device_id"].astype("Float64").fillna(-1).to_numpy("int64")
-        r_rank, r_dev = rows["rank"].to_numpy(), rows["device_id"].to_numpy()
-        r_end = rows["gap_start_ns"].to_numpy() + rows["gap_ns"].to_numpy()
+        copy_rank, copy_start, copy_dev = m["rank"].to_numpy(), m["start_ns"].to_numpy(), _device_ids(m)
         for i in np.flatnonzero(~is_kernel):
             at = np.flatnonzero((copy_rank == r_rank[i]) & (copy_dev == r_dev[i]) & (copy_start == r_end[i]))[0]
             kind = m["kind"].iloc[at]
             next_name[i] = "memcpy " + ("?" if pd.isna(kind) else str(kind))
-    starts = _rank_starts(ctx)
-    return rows.assign(next_name=next_name, trace_start_ns=np.array([starts[int(r)] for r in rows["rank"]], dtype=np.int64))
+    return next_name
 
 
 def _rank_starts(ctx: Context) -> dict[int, int]:
@@ -167,15 +207,15 @@ def _first_times(t) -> dict[int, int]:
 
 
 def _host_arrays(ctx: Context, frame: str, col: str | None) -> tuple:
-    """rank, start, end (and thread id as float, NaN where missing; or whether `col` is set)
-    of a host frame as plain arrays, once per diagnosis: host_context is asked about tens of
-    gaps, and comparing pandas columns (a notna over a million Python strings each time) cost
-    ~1 s at 2M events."""
+    """rank, start, end (and the thread id column; or whether `col` is set) of a host frame
+    as plain arrays, once per diagnosis: host_context is asked about tens of gaps, and
+    comparing pandas columns (a notna over a million Python strings each time) cost ~1 s at
+    2M events. The thread ids stay the frame's column, read at the few rows a gap overlaps
+    (a float copy of them was kept for the rest of the diagnosis: 8 bytes a call)."""
     key = ("host_arrays", frame, col)
     if key not in ctx.cache:
         f = getattr(ctx.trace, frame)
-        extra = (f["thread_id"].astype("Float64").to_numpy("float64", na_value=np.nan) if col is None
-                 else f[col].notna().to_numpy(dtype=bool))
+        extra = f["thread_id"] if col is None else f[col].notna().to_numpy(dtype=bool)
         ctx.cache[key] = (f["rank"].to_numpy(np.int64), f["start_ns"].to_numpy(np.int64), f["end_ns"].to_numpy(np.int64), extra)
     return ctx.cache[key]
 
@@ -191,7 +231,7 @@ def host_context(ctx: Context, rank: int, t0: int, t1: int, thread_id=None, top:
         rk, st, en, tid = _host_arrays(ctx, "runtime", None)
         at = np.flatnonzero((rk == rank) & (en > t0) & (st < t1))
         if thread_id is not None and not pd.isna(thread_id):
-            on = at[tid[at] == thread_id]
+            on = at[tid.iloc[at].astype("Float64").to_numpy("float64", na_value=np.nan) == thread_id]
             at = on if len(on) else at
         if len(at):
             r = rt.iloc[at]
