@@ -332,7 +332,26 @@ def _shape_ranges(trace: Trace) -> pd.DataFrame:
     parts = [p for p in parts if len(p)]
     if not parts:
         return pd.DataFrame(columns=_RANGE_COLUMNS)
-    return pd.concat(parts, ignore_index=True)[_RANGE_COLUMNS]
+    out = parts[0][_RANGE_COLUMNS] if len(parts) == 1 else pd.concat(parts, ignore_index=True)[_RANGE_COLUMNS]
+    del parts
+    # longest first, as innermost_ranges orders them (done here, where the unsorted frame can
+    # be let go: one copy of the ranges instead of two alive at once)
+    return _longest_first(out)
+
+
+def _longest_first(ranges: pd.DataFrame) -> pd.DataFrame:
+    """`ranges` sorted by duration, longest first (stable), index reset, with `_dur`; as is
+    when it is so already."""
+    dur = ranges["end_ns"].to_numpy() - ranges["start_ns"].to_numpy()
+    if "_dur" in ranges.columns and isinstance(ranges.index, pd.RangeIndex) and ranges.index.start == 0 \
+            and ranges.index.step == 1 and (len(dur) < 2 or bool(np.all(dur[1:] <= dur[:-1]))):
+        return ranges
+    # (the order found on the durations alone, then the rows taken once: assign, sort_values
+    # and reset_index each copied the ranges)
+    order = pd.Series(dur).sort_values(ascending=False, kind="stable").index.to_numpy()
+    ranges = ranges.take(order).reset_index(drop=True)
+    ranges["_dur"] = dur[order]
+    return ranges
 
 
 def _launch_arrays(trace: Trace) -> tuple[np.ndarray, pd.api.extensions.ExtensionArray]:
@@ -352,7 +371,7 @@ def _launch_arrays(trace: Trace) -> tuple[np.ndarray, pd.api.extensions.Extensio
     k_ok = kc.notna().to_numpy()
     rc_v, kc_v = rc.to_numpy(np.int64, na_value=0), kc.to_numpy(np.int64, na_value=0)
     r_rank, k_rank = rt["rank"].to_numpy(np.int64), k["rank"].to_numpy(np.int64)
-    if _fits_one_key(trace):
+    if _key_fits(kc_v, k_ok, rc_v, r_ok, k_rank, r_rank):
         # one int64 key per (rank, correlation id), looked up in the runtime's keys sorted
         # (stable, so a key's first row comes first; nsys writes them in order already): a hash
         # index and two copies of the runtime frame (dropna, drop_duplicates) were ~60 bytes a
@@ -389,12 +408,22 @@ def _launch_merge(trace: Trace) -> pd.DataFrame:
 def _fits_one_key(trace: Trace) -> bool:
     """Whether _launch_arrays joins by one int64 key (else by _launch_merge)."""
     k, rt = trace.kernels, trace.runtime
-    kc, rc = k["correlation_id"].dropna(), rt["correlation_id"].dropna()
-    if rt.empty or not len(kc) or not len(rc):
+    if rt.empty or k.empty:
         return True
-    return (int(kc.min()) >= 0 and int(rc.min()) >= 0 and max(int(kc.max()), int(rc.max())) < 2**40
-            and 0 <= int(k["rank"].min()) and int(k["rank"].max()) < 2**22
-            and 0 <= int(rt["rank"].min()) and int(rt["rank"].max()) < 2**22)
+    kc, rc = k["correlation_id"], rt["correlation_id"]
+    return _key_fits(kc.to_numpy(np.int64, na_value=0), kc.notna().to_numpy(), rc.to_numpy(np.int64, na_value=0),
+                     rc.notna().to_numpy(), k["rank"].to_numpy(np.int64), rt["rank"].to_numpy(np.int64))
+
+
+def _key_fits(kc, k_ok, rc, r_ok, k_rank, r_rank) -> bool:
+    """Correlation ids (where set) in 0..2**40 and ranks in 0..2**22: (rank, id) packs into
+    one int64. Masked reductions: no copies of the columns."""
+    if not k_ok.any() or not r_ok.any():
+        return True
+    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    return (int(np.min(kc, where=k_ok, initial=big)) >= 0 and int(np.min(rc, where=r_ok, initial=big)) >= 0
+            and max(int(np.max(kc, where=k_ok, initial=small)), int(np.max(rc, where=r_ok, initial=small))) < 2**40
+            and 0 <= int(k_rank.min()) and int(k_rank.max()) < 2**22 and 0 <= int(r_rank.min()) and int(r_rank.max()) < 2**22)
 
 
 def _launch_points(trace: Trace) -> pd.DataFrame:
@@ -433,25 +462,34 @@ def innermost_ranges(trace: Trace, ranges: pd.DataFrame) -> tuple[pd.DataFrame, 
     if not len(ranges) or not n:
         return ranges, hit
     # Longest ranges first so that inner (shorter) ranges win: the highest row number.
-    ranges = ranges.assign(_dur=ranges["end_ns"] - ranges["start_ns"]).sort_values("_dur", ascending=False, kind="stable")
-    ranges = ranges.reset_index(drop=True)
+    ranges = _longest_first(ranges)
     # the launches with a call and a thread, grouped by (rank, thread) and ordered by launch
     # time within each (stable), over arrays: a frame of them, its copies and group-by held
     # ~4x these at the peak of Context.kernels. (The groups' order does not matter: each
     # writes the maximum of the rows it finds.)
     launch, tid = _launch_arrays(trace)
     pos = np.flatnonzero(~np.isnan(launch) & ~tid.isna())
-    t_all, tid = launch[pos], tid.to_numpy(np.int64, na_value=0)[pos]
+    t_all = launch[pos]
     del launch
+    tid = tid.take(pos).to_numpy(np.int64)
     rank = k["rank"].to_numpy(np.int64)[pos]
     order = np.lexsort((t_all, tid, rank))
-    pos, t_all, tid, rank = pos[order], t_all[order], tid[order], rank[order]
+    # group bounds compared one key at a time; each group's (rank, thread) read at its start
+    change = np.zeros(max(len(order) - 1, 0), dtype=bool)
+    for col in (rank, tid):
+        sk = col[order]
+        change |= sk[1:] != sk[:-1]
+        del sk
+    starts = np.concatenate([[0], np.flatnonzero(change) + 1])
+    del change
+    g_rank, g_tid = rank[order[starts]], tid[order[starts]]
+    del rank, tid
+    pos, t_all = pos[order], t_all[order]
     del order
-    bounds = np.flatnonzero((rank[1:] != rank[:-1]) | (tid[1:] != tid[:-1])) + 1
-    for lo_at, hi_at in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [len(pos)]])):
+    for gi, (lo_at, hi_at) in enumerate(zip(starts, np.append(starts[1:], len(pos)))):
         if hi_at <= lo_at:
             continue
-        rg = ranges[((ranges["rank"] == rank[lo_at]) & (ranges["thread_id"] == tid[lo_at])).fillna(False).to_numpy(dtype=bool)]
+        rg = ranges[((ranges["rank"] == g_rank[gi]) & (ranges["thread_id"] == g_tid[gi])).fillna(False).to_numpy(dtype=bool)]
         if rg.empty:
             continue
         t = t_all[lo_at:hi_at]
@@ -487,18 +525,23 @@ def assign_shapes(trace: Trace) -> pd.DataFrame:
         dtype = np.int32 if int(values.min(initial=0)) >= -(2**31) and int(values.max(initial=0)) < 2**31 else np.int64
         return pd.arrays.IntegerArray(values.astype(dtype)[take], ~has)
 
-    def texts(col: str) -> pd.arrays.StringArray:
-        if not has.any():
-            return string_array(np.full(n, pd.NA, dtype=object))
+    def texts(col: str, category: bool = False):
         # the ranges' few distinct texts, spread by code (an isna per kernel cost ~0.1 s a
-        # column at 2M events)
-        codes, uniques = pd.factorize(ranges[col].to_numpy(dtype=object), use_na_sentinel=True)
+        # column at 2M events); `category`: as a categorical of them (1 byte a kernel instead
+        # of an 8-byte pointer: op and shape_source, which symptoms only compare)
+        if has.any():
+            codes, uniques = pd.factorize(ranges[col].to_numpy(dtype=object), use_na_sentinel=True)
+            at = np.where(has, codes[take], -1)
+        else:
+            uniques, at = np.empty(0, dtype=object), np.full(n, -1, dtype=np.int8)
+        if category:
+            return pd.Categorical.from_codes(at, categories=list(uniques))
         table = np.append(np.asarray(uniques, dtype=object), pd.NA)  # code -1 -> NA
-        return string_array(table[np.where(has, codes[take], -1)])
+        return string_array(table[at])
 
     return pd.DataFrame(
         {"M": ints("M"), "N": ints("N"), "K": ints("K"), "batch": ints("batch"),
-         "dtype": texts("dtype"), "op": texts("op"), "shape_source": texts("source")},
+         "dtype": texts("dtype"), "op": texts("op", True), "shape_source": texts("source", True)},
         index=k.index,
     )
 
@@ -515,7 +558,11 @@ def _apply_overrides(out: pd.DataFrame, uniq: pd.Series, codes: np.ndarray, over
         for col in ("M", "N", "K", "batch"):
             out.loc[mask, col] = shape[col]
         for col, key in (("dtype", "dtype"), ("op", "op"), ("shape_source", "source")):
-            out.loc[mask, col] = shape[key] if shape[key] is not None else pd.NA
+            value = shape[key] if shape[key] is not None else pd.NA
+            if isinstance(out[col].dtype, pd.CategoricalDtype) and value is not pd.NA \
+                    and value not in out[col].cat.categories:
+                out[col] = out[col].cat.add_categories([value])
+            out.loc[mask, col] = value
         hit |= mask
     return pd.Series(hit, index=out.index)
 
@@ -563,7 +610,7 @@ def gemm_table(trace: Trace, overrides: list[tuple[str, dict]] | None = None) ->
     out["_name_code"] = small_ints(name_codes)
     column_major = pd.Series(uniq.str.contains(_COLUMN_MAJOR).to_numpy(dtype=bool)[codes], index=k.index)
     out["tile_m"], out["tile_n"] = orient_tiles(out, k["grid_blocks"], column_major)
-    out["tiles"] = _tile_count(out, out["tile_m"], out["tile_n"])
+    out["tiles"] = narrow_ints(_tile_count(out, out["tile_m"], out["tile_n"]).array)  # Int32 where they fit
     return out.drop(columns=["is_gemm_name"])
 
 
