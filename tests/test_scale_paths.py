@@ -79,3 +79,27 @@ def test_contains_in_chunks_is_contains(monkeypatch):
     chunked = strings.contains(s, r"gemm|nvjet")
     assert chunked.index.equals(whole.index) and (chunked == whole).all()
     assert whole.tolist()[:5] == [False, False, True, False, True]  # past MATCH_CHARS: not searched
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_busy_before_a_gap_is_the_running_busy_time(seed):
+    from advisor.rules import load_rules
+    from advisor.symptoms import Context, idle
+
+    rng = np.random.default_rng(seed)
+    n = 200
+    start = np.sort(rng.integers(0, 20_000, n))
+    end = start + rng.integers(1, 300, n)  # overlapping and disjoint kernels
+    k = pd.DataFrame({"rank": 0, "device_id": pd.array(np.zeros(n, dtype=np.int64), dtype="Int64"),
+                      "start_ns": start, "end_ns": end, "dur_ns": end - start,
+                      "name": string_array(np.full(n, "k", dtype=object))})
+    ctx = Context(Trace.build(kernels=k), load_rules())
+    gaps = idle.gaps(ctx)
+    assert len(gaps)
+    # what gaps() kept before: the cumulative merged length up to the activity before each gap
+    frontier = np.maximum.accumulate(end)
+    busy = np.cumsum(np.maximum(0, end - np.concatenate([[start[0]], np.maximum(start[1:], frontier[:-1])])))
+    before = np.flatnonzero(start[1:] > frontier[:-1])
+    named = idle.named(ctx, gaps, busy=True)
+    assert named["busy_before_ns"].tolist() == busy[before].tolist()
+    assert named["next_name"].tolist() == ["k"] * len(gaps)
