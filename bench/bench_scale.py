@@ -34,7 +34,7 @@ HTA on the same Kineto file. Issue 33: 2,000,000 Kineto events in <= 15 s and <=
     python bench/bench_scale.py --kineto-only --events 2000000 --runs 1 --no-hta --block 2m
     python bench/bench_scale.py --kineto-only --events 6300000 --gz --runs 1 --no-hta --block big-kineto   # 2.0 GB
     python bench/bench_scale.py --kernels 10000000 --nsys-only --runs 1 --no-hta --block big \
-        --results bench/results/scale_issue33.csv      # needs ~7 GB (2026-12-03): check free -g
+        --results bench/results/scale_issue33.csv      # needs ~4.2 GB (2026-12-03, fifth pass): check free -g
     python bench/bench_scale.py --kernels 1000000 --nsys-only --runs 3 --no-hta --block nsys-1m \
         --results bench/results/scale_issue33.csv --compare /tmp/base=REV   # issue 9's 10 s / 2 GiB
 

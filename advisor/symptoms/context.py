@@ -11,7 +11,7 @@ import pandas as pd
 from ..findings import Finding
 from ..model import Trace
 from ..rules import Rule
-from .gemm import gemm_table
+from .gemm import gemm_table, small_ints
 from .occupancy import occupancy
 from .strings import factorize
 
@@ -33,14 +33,14 @@ class Context:
         combination), computed once here so that each symptom's grouping hashes integers
         instead of a million strings again (docs/scale.md)."""
         k = self.trace.kernels
-        out = pd.concat([k, occupancy(self.trace), gemm_table(self.trace, self.shapes)], axis=1)
+        out = pd.concat([k, occupancy(self.trace, OCCUPANCY_READ), gemm_table(self.trace, self.shapes)], axis=1)
         if "_name_code" not in out.columns:  # gemm_table factorized the names already
-            out["_name_code"] = factorize(out["name"])[0]
+            out["_name_code"] = small_ints(factorize(out["name"])[0])
         # strings grouped as integer codes (-1 for missing, as groupby(dropna=False) keeps NA)
         keys = [out[c] for c in GROUP_KEYS if c in out.columns and c not in ("name", "dtype")] + [out["_name_code"]]
         if "dtype" in out:
             keys.append(factorize(out["dtype"])[0])
-        out["_launch_group"] = group_ids(keys) if len(out) else 0
+        out["_launch_group"] = small_ints(group_ids(keys)) if len(out) else 0
         return out
 
     @cached_property
@@ -81,6 +81,10 @@ class Context:
         return float(ns) / denom if denom else float("nan")
 
 
+# the occupancy columns symptoms read from Context.kernels (tail_wave computes its tail
+# efficiency from `waves` for the launches it looks at)
+OCCUPANCY_READ = ("blocks_per_sm", "sm_count", "waves")
+
 GROUP_KEYS = ["rank", "device_id", "name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "M", "N", "K", "batch", "dtype"]
 
 
@@ -96,6 +100,16 @@ def group_ids(columns: list) -> np.ndarray:
         codes = np.asarray(codes, dtype=np.int64)
         ids = codes if ids is None else pd.factorize(ids * max(len(uniques), 1) + codes)[0].astype(np.int64)
     return ids
+
+
+def id_array(s: pd.Series, missing: int = -1) -> np.ndarray:
+    """An id column (device, stream) as int64, `missing` where NA, without fillna's and
+    astype's full-length copies (for a nullable integer column: one array)."""
+    if isinstance(s.dtype, pd.api.extensions.ExtensionDtype) and s.dtype.kind in "iu":
+        return s.to_numpy(np.int64, na_value=missing)
+    if s.dtype.kind in "iu":
+        return s.to_numpy(np.int64)
+    return s.astype("Float64").fillna(missing).to_numpy("int64")
 
 
 def launch_rows(k: pd.DataFrame, mask, extra: list[str]) -> pd.DataFrame:

@@ -74,17 +74,28 @@ def attention_launches(ctx: Context) -> pd.DataFrame:
                         "lib_split": np.array([bool(f and f[1]) for f in facts] + [False])[c],
                         "is_combine": combine[c]}, index=k.index[pos])
     # the next kernel on the same stream: a combine step right after means the KV was split.
-    # Sorted on the four key columns only (sorting all of ctx.kernels copied every column).
-    keys = ["rank", "device_id", "stream_id", "start_ns"]
-    order = k[keys].sort_values(keys, kind="stable").index
-    order_pos = k.index.get_indexer(order)
-    same = np.ones(len(order), dtype=bool)
-    for col in ("rank", "device_id", "stream_id"):
-        s = k[col].take(order_pos)
-        same &= (s.shift(-1) == s).fillna(False).to_numpy(dtype=bool)
-    nxt = np.full(len(k), -1, dtype=np.int64)  # position of the next kernel on the stream, -1: none
-    nxt[order_pos[:-1]] = np.where(same[:-1], order_pos[1:], -1)
-    nx = nxt[pos]
+    # Kernels ordered by (rank, device, stream, start) over arrays, missing ids last (as
+    # sort_values(kind="stable") put them: a frame of the four columns, its sort and an
+    # index lookup of the order were this symptom's peak); only the attention launches'
+    # successors are looked up.
+    rank = k["rank"].to_numpy(np.int64)
+    dev_na, stream_na = k["device_id"].isna().to_numpy(), k["stream_id"].isna().to_numpy()
+    dev, stream = k["device_id"].to_numpy(np.int64, na_value=0), k["stream_id"].to_numpy(np.int64, na_value=0)
+    order = np.lexsort((k["start_ns"].to_numpy(np.int64), stream, stream_na, dev, dev_na, rank))
+    where = np.empty(len(order), dtype=np.int64)  # each kernel's place in that order
+    where[order] = np.arange(len(order))
+    after = where[pos] + 1
+    del where
+    has_next = after < len(order)
+    nx = np.full(len(pos), -1, dtype=np.int64)
+    nx[has_next] = order[after[has_next]]
+    del order
+    p2, n2 = pos[has_next], nx[has_next]
+    # a missing device or stream is never "the same" (NA == NA is not true)
+    same = ((rank[p2] == rank[n2]) & (dev[p2] == dev[n2]) & ~dev_na[p2] & ~dev_na[n2]
+            & (stream[p2] == stream[n2]) & ~stream_na[p2] & ~stream_na[n2])
+    nx[np.flatnonzero(has_next)[~same]] = -1
+    del rank, dev, stream, dev_na, stream_na
     has_next = nx >= 0
     at = nx[has_next]
     next_is_combine = np.zeros(len(pos), dtype=bool)

@@ -30,9 +30,10 @@ from ..findings import Gate
 from ..rules import Rule
 from ..textutil import safe_text
 from . import intervals
-from .context import Context, as_int, gemm_bytes, gemm_flop, launch_rows, shape_of
+from .context import Context, as_int, gemm_bytes, gemm_flop, group_ids, id_array, shape_of
 from .idle import gaps as idle_gaps
 from .idle import host_context
+from .idle import named as idle_named
 from .launch_overhead import find_runs
 from .strings import contains
 from .tail_wave import work_units
@@ -63,15 +64,21 @@ def _idle(ctx: Context, rule: Rule) -> list[dict]:
     frames = [f for f in (t.kernels, t.memcpy) if len(f)]
     if not frames:
         return []
-    a_rank = np.concatenate([f["rank"].to_numpy() for f in frames])
-    a_dev = np.concatenate([f["device_id"].fillna(-1).astype("int64").to_numpy() for f in frames])
-    a_start = np.concatenate([f["start_ns"].to_numpy() for f in frames])
-    a_end = np.concatenate([f["end_ns"].to_numpy() for f in frames])
+    def cat(parts):  # the frame's own column where there are no copies
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    a_rank = cat([f["rank"].to_numpy() for f in frames])
+    a_dev = cat([id_array(f["device_id"]) for f in frames])
+    a_start = cat([f["start_ns"].to_numpy() for f in frames])
+    a_end = cat([f["end_ns"].to_numpy() for f in frames])
     del frames
-    group = pd.DataFrame({"r": a_rank, "d": a_dev}, copy=False).groupby(["r", "d"], sort=False).ngroup().to_numpy()
-    by = np.argsort(group, kind="stable")  # each group's rows in frame order, as groupby gave them
-    members = np.split(by, np.flatnonzero(np.diff(group[by])) + 1)
-    del group, by
+    if bool((a_rank == a_rank[0]).all() and (a_dev == a_dev[0]).all()):
+        members = [slice(None)]  # one device: all rows, in frame order
+    else:
+        group = pd.DataFrame({"r": a_rank, "d": a_dev}, copy=False).groupby(["r", "d"], sort=False).ngroup().to_numpy()
+        by = np.argsort(group, kind="stable")  # each group's rows in frame order, as groupby gave them
+        members = np.split(by, np.flatnonzero(np.diff(group[by])) + 1)
+        del group, by
     lo_rule = ctx.rules.get("launch_overhead")
     runs = find_runs(ctx, lo_rule) if lo_rule is not None else pd.DataFrame()
     all_gaps = idle_gaps(ctx)
@@ -81,7 +88,8 @@ def _idle(ctx: Context, rule: Rule) -> list[dict]:
     g_ns, g_at = all_gaps["gap_ns"].to_numpy(), all_gaps["gap_start_ns"].to_numpy()
     rows = []
     for at in members:
-        rank, dev = a_rank[at[0]], a_dev[at[0]]
+        first_at = 0 if isinstance(at, slice) else at[0]
+        rank, dev = a_rank[first_at], a_dev[first_at]
         if rank in ctx.serialized_ranks:
             continue  # the profiler's gaps, not the program's
         g_start, g_end = a_start[at], a_end[at]
@@ -98,7 +106,7 @@ def _idle(ctx: Context, rule: Rule) -> list[dict]:
         if len(gp):
             # largest first, ties in gap order (as sort_values(ascending=False, kind="stable"))
             top = gp[np.argsort(-g_ns[gp], kind="stable")]
-            big = all_gaps.iloc[top[0]]
+            big = idle_named(ctx, all_gaps.iloc[top[:1]], busy=True).iloc[0]
             later = g_ns[gp[g_at[gp] > big["gap_start_ns"]]]
             if (big["busy_before_ns"] <= rule["startup_busy_share"] * busy
                     and big["gap_ns"] >= rule["startup_gap_factor"] * (later.max() if len(later) else 0)):
@@ -111,7 +119,7 @@ def _idle(ctx: Context, rule: Rule) -> list[dict]:
                 top = top[1:]
             # loading and JIT compilation (a kernel's first launch) are one-off too, wherever
             # they fall: the largest gaps whose host was loading modules or compiling
-            described = [_describe(ctx, x) for _, x in all_gaps.iloc[top[:_JIT_LOOKED_AT]].iterrows()]
+            described = [_describe(ctx, x) for _, x in idle_named(ctx, all_gaps.iloc[top[:_JIT_LOOKED_AT]]).iterrows()]
             jit = [x for x in described if _is_jit(x)]
             if jit:
                 s0 = int(row["startup"]["gap_ns"]) if row["startup"] else 0
@@ -171,31 +179,45 @@ def _sync(ctx: Context) -> list[dict]:
     if rt.empty:
         return []
     rows = []
-    # only the columns read below, grouped (a group of all runtime columns, then the kernels
-    # of the rank with all theirs, were copies: ~+190 MiB at 3M kernels)
-    for rank, g in rt[["rank", "thread_id", "name", "end_ns"]].groupby("rank", sort=False):
+    # a rank's calls by position, and its launching thread's synchronising calls found before
+    # the rank's GPU activity is merged (copies of the runtime columns per rank, and then per
+    # thread, were this step's peak with the merge's sort)
+    rk = rt["rank"].to_numpy()
+    ranks = pd.unique(rk)  # as groupby(sort=False) orders them
+    for rank in ranks:
         if rank in ctx.serialized_ranks:
             continue
+        at = np.flatnonzero(rk == rank) if len(ranks) > 1 else slice(None)
+        thread = rt["thread_id"].iloc[at]
+        # The thread that launches most is the one whose stalls delay the GPU.
+        tid = thread.value_counts(dropna=False).index[0]
+        on = (thread == tid).fillna(False).to_numpy(dtype=bool) if not pd.isna(tid) else None
+        del thread
+        if on is not None and on.all():
+            on = None  # one thread: all the rank's calls, without a copy of their names
+        names = rt["name"].iloc[at]
+        if on is not None:
+            names = names.iloc[np.flatnonzero(on)]
+        is_sync = np.flatnonzero(contains(names, _SYNC).to_numpy())
+        sync_names = names.to_numpy()[is_sync]
+        ends = rt["end_ns"].to_numpy()[at]
+        ends = (ends if on is None else ends[on])[is_sync].astype(np.int64)
+        del on, names, is_sync
         gs, ge = _rank_times(t, rank)
         if not len(gs):
             continue
         ms, me = intervals.merge(gs, ge)
         del gs, ge
         span = int(me[-1] - ms[0])
-        # The thread that launches most is the one whose stalls delay the GPU.
-        tid = g["thread_id"].value_counts(dropna=False).index[0]
-        th = g[g["thread_id"] == tid] if not pd.isna(tid) else g
-        sync = th[contains(th["name"], _SYNC).to_numpy()]
-        if sync.empty:
+        if not len(ends):
             rows.append({"rank": int(rank), "span_ns": span, "stall_ns": 0, "sync_calls": 0, "stall_fraction": 0.0, "top_call": None})
             continue
-        ends = sync["end_ns"].to_numpy(dtype=np.int64)
         nxt = np.searchsorted(ms, ends, side="left")  # first busy interval starting at/after the return
         covered = intervals.covered_before(ms, me, ends + 1) - intervals.covered_before(ms, me, ends)
         has_next = nxt < len(ms)
         idle = np.where(has_next & (covered == 0), ms[np.clip(nxt, 0, len(ms) - 1)] - ends, 0)
         stall = int(idle.clip(min=0).sum())
-        by_call = pd.Series(idle, index=sync["name"].to_numpy()).groupby(level=0).sum().sort_values(ascending=False)
+        by_call = pd.Series(idle, index=sync_names).groupby(level=0).sum().sort_values(ascending=False)
         rows.append(
             {
                 "rank": int(rank),
@@ -213,6 +235,8 @@ def _rank_times(t, rank) -> tuple[np.ndarray, np.ndarray]:
     """Start and end times of the rank's kernels, then its copies (not the rows' other columns)."""
     parts = [f for f in (t.kernels, t.memcpy) if len(f)]
     at = [(f["rank"] == rank).to_numpy(dtype=bool) for f in parts]
+    if len(parts) == 1 and at[0].all():  # one rank's kernels only: the columns themselves, not copies
+        return parts[0]["start_ns"].to_numpy(), parts[0]["end_ns"].to_numpy()
     return (np.concatenate([f["start_ns"].to_numpy()[m] for f, m in zip(parts, at)] or [np.zeros(0, np.int64)]),
             np.concatenate([f["end_ns"].to_numpy()[m] for f, m in zip(parts, at)] or [np.zeros(0, np.int64)]))
 
@@ -233,15 +257,30 @@ def _copies(ctx: Context) -> list[dict]:
 
 def _roofline(ctx: Context, rule: Rule) -> list[dict]:
     k = ctx.kernels
-    g = launch_rows(k, k["is_gemm"] & k["M"].notna() & k["dtype"].notna() & k["sm_count"].notna() & k["grid_blocks"].notna(),
-                    ["tiles", "grid_blocks", "sm_count"])
-    if g.empty:
+    pos = np.flatnonzero((k["is_gemm"] & k["M"].notna() & k["dtype"].notna() & k["sm_count"].notna()
+                          & k["grid_blocks"].notna()).to_numpy(dtype=bool))
+    if not len(pos):
         return []
-    g = pd.concat([g, work_units(g)], axis=1)
-    g = g[(g["waves_units"] >= 1) & (g["tail_eff_units"] >= 0.9)]
+    # whole waves found over the three columns work_units reads, then only the launches kept
+    # and the columns read below taken (a copy of ~20 columns of every shaped GEMM launch and
+    # its concat were the gate's peak)
+    units = work_units(pd.DataFrame({c: k[c].iloc[pos] for c in ("tiles", "grid_blocks", "sm_count")}, copy=False))
+    pos = pos[((units["waves_units"] >= 1) & (units["tail_eff_units"] >= 0.9)).to_numpy(dtype=bool)]
+    del units
+    # the launches grouped by (rank, device, name, shape) in order of first appearance, as
+    # groupby(dropna=False, sort=False) numbers them, a key column at a time (a frame of the
+    # nine columns and its group-by were this step's peak)
+    keys = ("rank", "device_id", "name", "M", "N", "K", "batch", "dtype")
+    ids = group_ids(k[c].iloc[pos] for c in keys)
+    first_at = np.empty(int(ids.max()) + 1 if len(ids) else 0, dtype=np.int64)
+    first_at[ids[::-1]] = np.arange(len(ids) - 1, -1, -1)  # last write wins: each group's first row
+    by = np.argsort(ids, kind="stable")
+    members = np.split(by, np.flatnonzero(np.diff(ids[by])) + 1) if len(ids) else []
+    del by
+    dur = k["dur_ns"].to_numpy()[pos]
     rows = []
-    for key, grp in g.groupby(["rank", "device_id", "name", "M", "N", "K", "batch", "dtype"], dropna=False, sort=False):
-        first = grp.iloc[0].to_dict()
+    for gi, at in enumerate(members):
+        first = {c: k[c].iloc[pos[first_at[gi]]] for c in keys}
         shape = shape_of(first)
         flop = gemm_flop(shape)
         if flop < rule["min_gemm_flop"]:
@@ -256,7 +295,7 @@ def _roofline(ctx: Context, rule: Rule) -> list[dict]:
             continue
         nbytes, _ = gemm_bytes(shape)
         attainable = min(peak * 1e12, bw * flop / nbytes)
-        med = float(grp["dur_ns"].median())
+        med = float(pd.Series(dur[at]).median())
         achieved = flop / (med * 1e-9)
         rows.append({"rank": int(first["rank"]), "kernel": str(first["name"]), "shape": shape, "achieved_tflops": achieved / 1e12, "attainable_tflops": attainable / 1e12, "fraction": achieved / attainable})
     return rows

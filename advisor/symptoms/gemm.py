@@ -293,7 +293,9 @@ def _ranges_with_shapes(rows: pd.DataFrame, codes: np.ndarray, shapes: list[dict
             "start_ns": sub["start_ns"].to_numpy(),
             "end_ns": sub["end_ns"].to_numpy(),
             **{k: col(k, "int64") for k in ("M", "N", "K", "batch")},
-            **{k: col(k) for k in ("dtype", "op", "source")},
+            # object columns: a column of str objects would become pandas 3's Arrow strings
+            # (a copy of every text into Arrow's pool, which keeps the memory once freed)
+            **{k: pd.Series(col(k), dtype=object, copy=False) for k in ("dtype", "op", "source")},
         }
     )
 
@@ -330,36 +332,109 @@ def _shape_ranges(trace: Trace) -> pd.DataFrame:
     parts = [p for p in parts if len(p)]
     if not parts:
         return pd.DataFrame(columns=_RANGE_COLUMNS)
-    return pd.concat(parts, ignore_index=True)[_RANGE_COLUMNS]
+    out = parts[0][_RANGE_COLUMNS] if len(parts) == 1 else pd.concat(parts, ignore_index=True)[_RANGE_COLUMNS]
+    del parts
+    # longest first, as innermost_ranges orders them (done here, where the unsorted frame can
+    # be let go: one copy of the ranges instead of two alive at once)
+    return _longest_first(out)
+
+
+def _longest_first(ranges: pd.DataFrame) -> pd.DataFrame:
+    """`ranges` sorted by duration, longest first (stable), index reset, with `_dur`; as is
+    when it is so already."""
+    dur = ranges["end_ns"].to_numpy() - ranges["start_ns"].to_numpy()
+    if "_dur" in ranges.columns and isinstance(ranges.index, pd.RangeIndex) and ranges.index.start == 0 \
+            and ranges.index.step == 1 and (len(dur) < 2 or bool(np.all(dur[1:] <= dur[:-1]))):
+        return ranges
+    # (the order found on the durations alone, then the rows taken once: assign, sort_values
+    # and reset_index each copied the ranges)
+    order = pd.Series(dur).sort_values(ascending=False, kind="stable").index.to_numpy()
+    ranges = ranges.take(order).reset_index(drop=True)
+    ranges["_dur"] = dur[order]
+    return ranges
+
+
+def _launch_arrays(trace: Trace) -> tuple[np.ndarray, pd.api.extensions.ExtensionArray]:
+    """Per kernel (by position in trace.kernels): the start of its launch call (float64, NaN
+    where no launch call matched) and the calling thread (Int64, NA there), via correlation
+    ids. The first runtime row of a (rank, correlation id) is the launch call."""
+    k = trace.kernels
+    rt = trace.runtime
+    n = len(k)
+    none = (np.full(n, np.nan), pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)))
+    if rt.empty or k["correlation_id"].isna().all():
+        return none
+    kc, rc = k["correlation_id"], rt["correlation_id"]
+    r_ok = rc.notna().to_numpy()
+    if not r_ok.any():
+        return none
+    k_ok = kc.notna().to_numpy()
+    rc_v, kc_v = rc.to_numpy(np.int64, na_value=0), kc.to_numpy(np.int64, na_value=0)
+    r_rank, k_rank = rt["rank"].to_numpy(np.int64), k["rank"].to_numpy(np.int64)
+    if _key_fits(kc_v, k_ok, rc_v, r_ok, k_rank, r_rank):
+        # one int64 key per (rank, correlation id), looked up in the runtime's keys sorted
+        # (stable, so a key's first row comes first; nsys writes them in order already): a hash
+        # index and two copies of the runtime frame (dropna, drop_duplicates) were ~60 bytes a
+        # call at the peak of a 10M-kernel diagnosis
+        r_key = np.where(r_ok, r_rank << 40 | rc_v, -1)
+        del rc_v, r_rank
+        order = None if len(r_key) < 2 or bool(np.all(r_key[1:] > r_key[:-1])) else np.argsort(r_key, kind="stable")
+        if order is not None:
+            r_key = r_key[order]
+        k_key = k_rank << 40 | kc_v
+        del kc_v, k_rank
+        at = np.minimum(np.searchsorted(r_key, k_key, side="left"), len(r_key) - 1)
+        found = (r_key[at] == k_key) & k_ok
+        del r_key, k_key, k_ok
+        pos = np.where(found, order[at] if order is not None else at, 0)
+        del at, order
+        tid = rt["thread_id"].array.take(pos)
+        tid[~found] = pd.NA
+        launch = np.where(found, rt["start_ns"].to_numpy(np.int64)[pos].astype(np.float64), np.nan)
+        return launch, tid
+    merged = _launch_merge(trace)
+    return merged["launch_ns"].to_numpy(np.float64, na_value=np.nan), merged["thread_id"].astype("Int64").array
+
+
+def _launch_merge(trace: Trace) -> pd.DataFrame:
+    """_launch_points by a two-column merge (keys that do not fit one int64)."""
+    k, rt = trace.kernels, trace.runtime
+    r = rt.dropna(subset=["correlation_id"]).drop_duplicates(["rank", "correlation_id"])
+    r = r[["rank", "correlation_id", "thread_id", "start_ns"]].rename(columns={"start_ns": "launch_ns"})
+    base = pd.DataFrame({"rank": k["rank"], "correlation_id": k["correlation_id"]}, index=k.index)
+    return base.reset_index().merge(r, on=["rank", "correlation_id"], how="left").set_index("index").reindex(k.index)
+
+
+def _fits_one_key(trace: Trace) -> bool:
+    """Whether _launch_arrays joins by one int64 key (else by _launch_merge)."""
+    k, rt = trace.kernels, trace.runtime
+    if rt.empty or k.empty:
+        return True
+    kc, rc = k["correlation_id"], rt["correlation_id"]
+    return _key_fits(kc.to_numpy(np.int64, na_value=0), kc.notna().to_numpy(), rc.to_numpy(np.int64, na_value=0),
+                     rc.notna().to_numpy(), k["rank"].to_numpy(np.int64), rt["rank"].to_numpy(np.int64))
+
+
+def _key_fits(kc, k_ok, rc, r_ok, k_rank, r_rank) -> bool:
+    """Correlation ids (where set) in 0..2**40 and ranks in 0..2**22: (rank, id) packs into
+    one int64. Masked reductions: no copies of the columns."""
+    if not k_ok.any() or not r_ok.any():
+        return True
+    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    return (int(np.min(kc, where=k_ok, initial=big)) >= 0 and int(np.min(rc, where=r_ok, initial=big)) >= 0
+            and max(int(np.max(kc, where=k_ok, initial=small)), int(np.max(rc, where=r_ok, initial=small))) < 2**40
+            and 0 <= int(k_rank.min()) and int(k_rank.max()) < 2**22 and 0 <= int(r_rank.min()) and int(r_rank.max()) < 2**22)
 
 
 def _launch_points(trace: Trace) -> pd.DataFrame:
     """Host thread and time of each kernel's launch call (via correlation ids); same index
     as trace.kernels, launch_ns NaN where no launch call matched."""
     k = trace.kernels
-    rt = trace.runtime
-    base = pd.DataFrame({"rank": k["rank"], "correlation_id": k["correlation_id"]}, index=k.index)
-    if rt.empty or k["correlation_id"].isna().all():
-        return base.assign(thread_id=pd.NA, launch_ns=np.nan)
-    r = rt.dropna(subset=["correlation_id"]).drop_duplicates(["rank", "correlation_id"])
-    if r.empty:
-        return base.assign(thread_id=pd.NA, launch_ns=np.nan)
-    kc, rc = k["correlation_id"], r["correlation_id"]
-    if int(kc.min()) >= 0 and int(rc.min()) >= 0 and max(int(kc.max()), int(rc.max())) < 2**40 and int(k["rank"].max()) < 2**22:
-        # one int64 key per (rank, correlation id): a hash lookup instead of a two-column merge
-        pos = pd.Index(r["rank"].to_numpy(np.int64) << 40 | rc.to_numpy(np.int64)).get_indexer(
-            k["rank"].to_numpy(np.int64) << 40 | kc.fillna(-1).to_numpy(np.int64)
-        )
-        pos = np.where(kc.isna().to_numpy(), -1, pos)
-        found = pos >= 0
-        take = np.where(found, pos, 0)
-        tid = r["thread_id"].array.take(take)
-        tid[~found] = pd.NA
-        launch = np.where(found, r["start_ns"].to_numpy(np.int64)[take].astype(np.float64), np.nan)
-        return base.assign(thread_id=pd.Series(tid, index=k.index), launch_ns=launch)
-    r = r[["rank", "correlation_id", "thread_id", "start_ns"]].rename(columns={"start_ns": "launch_ns"})
-    merged = base.reset_index().merge(r, on=["rank", "correlation_id"], how="left").set_index("index")
-    return merged.reindex(k.index)
+    if not _fits_one_key(trace):
+        return _launch_merge(trace)
+    launch, tid = _launch_arrays(trace)
+    return pd.DataFrame({"rank": k["rank"], "correlation_id": k["correlation_id"],
+                         "thread_id": pd.Series(tid, index=k.index), "launch_ns": launch}, index=k.index)
 
 
 def _sorted_search(haystack: np.ndarray, needles: np.ndarray, side: str) -> np.ndarray:
@@ -387,17 +462,38 @@ def innermost_ranges(trace: Trace, ranges: pd.DataFrame) -> tuple[pd.DataFrame, 
     if not len(ranges) or not n:
         return ranges, hit
     # Longest ranges first so that inner (shorter) ranges win: the highest row number.
-    ranges = ranges.assign(_dur=ranges["end_ns"] - ranges["start_ns"]).sort_values("_dur", ascending=False, kind="stable")
-    ranges = ranges.reset_index(drop=True)
-    launches = _launch_points(trace)
-    launches = launches.assign(_pos=np.arange(n)).dropna(subset=["launch_ns"])
-    for (rank, tid), lg in launches.groupby(["rank", "thread_id"], sort=False):
-        rg = ranges[((ranges["rank"] == rank) & (ranges["thread_id"] == tid)).fillna(False).to_numpy(dtype=bool)]
+    ranges = _longest_first(ranges)
+    # the launches with a call and a thread, grouped by (rank, thread) and ordered by launch
+    # time within each (stable), over arrays: a frame of them, its copies and group-by held
+    # ~4x these at the peak of Context.kernels. (The groups' order does not matter: each
+    # writes the maximum of the rows it finds.)
+    launch, tid = _launch_arrays(trace)
+    pos = np.flatnonzero(~np.isnan(launch) & ~tid.isna())
+    t_all = launch[pos]
+    del launch
+    tid = tid.take(pos).to_numpy(np.int64)
+    rank = k["rank"].to_numpy(np.int64)[pos]
+    order = np.lexsort((t_all, tid, rank))
+    # group bounds compared one key at a time; each group's (rank, thread) read at its start
+    change = np.zeros(max(len(order) - 1, 0), dtype=bool)
+    for col in (rank, tid):
+        sk = col[order]
+        change |= sk[1:] != sk[:-1]
+        del sk
+    starts = np.concatenate([[0], np.flatnonzero(change) + 1])
+    del change
+    g_rank, g_tid = rank[order[starts]], tid[order[starts]]
+    del rank, tid
+    pos, t_all = pos[order], t_all[order]
+    del order
+    for gi, (lo_at, hi_at) in enumerate(zip(starts, np.append(starts[1:], len(pos)))):
+        if hi_at <= lo_at:
+            continue
+        rg = ranges[((ranges["rank"] == g_rank[gi]) & (ranges["thread_id"] == g_tid[gi])).fillna(False).to_numpy(dtype=bool)]
         if rg.empty:
             continue
-        lg = lg.sort_values("launch_ns", kind="stable")
-        t = lg["launch_ns"].to_numpy(dtype=np.float64)
-        idx = lg["_pos"].to_numpy()
+        t = t_all[lo_at:hi_at]
+        idx = pos[lo_at:hi_at]
         lo = _sorted_search(t, rg["start_ns"].to_numpy(dtype=np.float64), "left")
         hi = _sorted_search(t, rg["end_ns"].to_numpy(dtype=np.float64), "right")
         rows = rg.index.to_numpy()
@@ -424,21 +520,28 @@ def assign_shapes(trace: Trace) -> pd.DataFrame:
     take = np.where(has, hit, 0)
 
     def ints(col: str) -> pd.arrays.IntegerArray:
-        values = ranges[col].to_numpy(dtype=np.int64)[take] if has.any() else np.zeros(n, dtype=np.int64)
-        return pd.arrays.IntegerArray(values, ~has)
+        # extents are 1..2**31-1 (_plausible): Int32, 5 bytes a kernel instead of 9
+        values = ranges[col].to_numpy(dtype=np.int64) if has.any() else np.zeros(1, dtype=np.int64)
+        dtype = np.int32 if int(values.min(initial=0)) >= -(2**31) and int(values.max(initial=0)) < 2**31 else np.int64
+        return pd.arrays.IntegerArray(values.astype(dtype)[take], ~has)
 
-    def texts(col: str) -> pd.arrays.StringArray:
-        if not has.any():
-            return string_array(np.full(n, pd.NA, dtype=object))
+    def texts(col: str, category: bool = False):
         # the ranges' few distinct texts, spread by code (an isna per kernel cost ~0.1 s a
-        # column at 2M events)
-        codes, uniques = pd.factorize(ranges[col].to_numpy(dtype=object), use_na_sentinel=True)
+        # column at 2M events); `category`: as a categorical of them (1 byte a kernel instead
+        # of an 8-byte pointer: op and shape_source, which symptoms only compare)
+        if has.any():
+            codes, uniques = pd.factorize(ranges[col].to_numpy(dtype=object), use_na_sentinel=True)
+            at = np.where(has, codes[take], -1)
+        else:
+            uniques, at = np.empty(0, dtype=object), np.full(n, -1, dtype=np.int8)
+        if category:
+            return pd.Categorical.from_codes(at, categories=list(uniques))
         table = np.append(np.asarray(uniques, dtype=object), pd.NA)  # code -1 -> NA
-        return string_array(table[np.where(has, codes[take], -1)])
+        return string_array(table[at])
 
     return pd.DataFrame(
         {"M": ints("M"), "N": ints("N"), "K": ints("K"), "batch": ints("batch"),
-         "dtype": texts("dtype"), "op": texts("op"), "shape_source": texts("source")},
+         "dtype": texts("dtype"), "op": texts("op", True), "shape_source": texts("source", True)},
         index=k.index,
     )
 
@@ -455,7 +558,11 @@ def _apply_overrides(out: pd.DataFrame, uniq: pd.Series, codes: np.ndarray, over
         for col in ("M", "N", "K", "batch"):
             out.loc[mask, col] = shape[col]
         for col, key in (("dtype", "dtype"), ("op", "op"), ("shape_source", "source")):
-            out.loc[mask, col] = shape[key] if shape[key] is not None else pd.NA
+            value = shape[key] if shape[key] is not None else pd.NA
+            if isinstance(out[col].dtype, pd.CategoricalDtype) and value is not pd.NA \
+                    and value not in out[col].cat.categories:
+                out[col] = out[col].cat.add_categories([value])
+            out.loc[mask, col] = value
         hit |= mask
     return pd.Series(hit, index=out.index)
 
@@ -480,9 +587,11 @@ def gemm_table(trace: Trace, overrides: list[tuple[str, dict]] | None = None) ->
         }
     )
     tiles = uniq.map(tile_from_name)
-    flags["tile_m"] = pd.array([t[0] if t else pd.NA for t in tiles], dtype="Int64")
-    flags["tile_n"] = pd.array([t[1] if t else pd.NA for t in tiles], dtype="Int64")
-    flags["tile_k"] = pd.array([t[2] if t and t[2] else pd.NA for t in tiles], dtype="Int64")
+    # Int32 where the values fit (tile_m/n are 8..1024; tile_k is whatever the name says):
+    # 5 bytes a kernel instead of 9 (docs/scale.md)
+    flags["tile_m"] = narrow_ints(pd.array([t[0] if t else pd.NA for t in tiles], dtype="Int64"))
+    flags["tile_n"] = narrow_ints(pd.array([t[1] if t else pd.NA for t in tiles], dtype="Int64"))
+    flags["tile_k"] = narrow_ints(pd.array([t[2] if t and t[2] else pd.NA for t in tiles], dtype="Int64"))
     per = flags.iloc[codes].set_axis(k.index)
     shapes = assign_shapes(trace)
     out = pd.concat([per, shapes], axis=1)
@@ -498,10 +607,10 @@ def gemm_table(trace: Trace, overrides: list[tuple[str, dict]] | None = None) ->
     # so is one the user gave a shape with --shape.
     named_helper = pd.Series(helper.to_numpy(dtype=bool)[codes], index=k.index)
     out["is_gemm"] = ((out["is_gemm_name"] | (out["M"].notna() & ~named_helper)) & ~out["is_comm"]) | user
-    out["_name_code"] = name_codes
+    out["_name_code"] = small_ints(name_codes)
     column_major = pd.Series(uniq.str.contains(_COLUMN_MAJOR).to_numpy(dtype=bool)[codes], index=k.index)
     out["tile_m"], out["tile_n"] = orient_tiles(out, k["grid_blocks"], column_major)
-    out["tiles"] = _tile_count(out, out["tile_m"], out["tile_n"])
+    out["tiles"] = narrow_ints(_tile_count(out, out["tile_m"], out["tile_n"]).array)  # Int32 where they fit
     return out.drop(columns=["is_gemm_name"])
 
 
@@ -515,10 +624,28 @@ _COLUMN_MAJOR = re.compile(
 )
 
 
+def small_ints(values: np.ndarray) -> np.ndarray:
+    """Codes and ids as int32 where they fit (4 bytes a kernel instead of 8)."""
+    values = np.asarray(values)
+    fits = not len(values) or (int(values.min()) >= -(2**31) and int(values.max()) < 2**31)
+    return values.astype(np.int32) if fits else values.astype(np.int64)
+
+
+def narrow_ints(values) -> pd.arrays.IntegerArray:
+    """An Int64 array as Int32 when every value fits."""
+    values = pd.array(values, dtype="Int64")
+    ok = values.dropna()
+    if not len(ok) or (int(ok.min()) >= -(2**31) and int(ok.max()) < 2**31):
+        return values.astype("Int32")
+    return values
+
+
 def _tile_count(out: pd.DataFrame, tm: pd.Series, tn: pd.Series) -> pd.Series:
     """Output tiles of tm x tn over M x N (x batch); NA where unknown or past int64."""
-    b = out["batch"].fillna(1)
-    count = -(-out["M"] // tm) * -(-out["N"] // tn) * b
+    # in Int64: the extents and tiles may be Int32, whose products wrap
+    tm, tn = tm.astype("Int64"), tn.astype("Int64")
+    b = out["batch"].fillna(1).astype("Int64")
+    count = -(-out["M"].astype("Int64") // tm) * -(-out["N"].astype("Int64") // tn) * b
     # extents up to 2**31 can multiply past int64 (which wraps silently): unknown instead
     approx = (out["M"].astype("Float64") / tm) * (out["N"].astype("Float64") / tn) * b.astype("Float64")
     return count.astype("Int64").mask((approx >= 2.0**62).fillna(False))

@@ -17,35 +17,37 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .context import Context
-from .gemm import _launch_points
+from . import intervals
+from .context import Context, id_array
+from .gemm import _launch_arrays
 
-_COLS = ["rank", "device_id", "gap_start_ns", "gap_ns", "next_pos", "next_name", "launch_ns", "thread_id",
-         "host_bound", "busy_before_ns", "trace_start_ns"]
+_COLS = ["rank", "device_id", "gap_start_ns", "gap_ns", "next_pos", "thread_id", "host_bound"]
 
 
 def gaps(ctx: Context) -> pd.DataFrame:
-    """One row per idle gap on each (rank, device): when it starts (`gap_start_ns`, absolute;
-    `trace_start_ns` is the rank's first timestamp), how long (`gap_ns`), the activity that ends
-    it (`next_pos`: position in ctx.kernels, -1 for a copy; `next_name`), that activity's launch
-    call (`launch_ns`, `thread_id`), `host_bound` (the call came after the GPU went idle) and the
-    device's busy time before the gap. Ranks the profiler serialized are left out. Cached."""
+    """One row per idle gap on each (rank, device): when it starts (`gap_start_ns`, absolute),
+    how long (`gap_ns`), the activity that ends it (`next_pos`: position in ctx.kernels, -1
+    for a copy), that activity's launch thread (`thread_id`) and `host_bound` (the launch
+    call came after the GPU went idle). Ranks the profiler serialized are left out. Cached,
+    with only these columns (one row per gap is nearly one per kernel, so each column costs
+    as much as one of the kernels'); `named` adds the next activity's name, the rank's first
+    timestamp and the device's busy time before the gap to the few rows that need them."""
     if "idle_gaps" in ctx.cache:
         return ctx.cache["idle_gaps"]
     t = ctx.trace
     k = t.kernels
-    lp = _launch_points(t)
+    launch_k, thread_k = _launch_arrays(t)
     # plain arrays, kernels then copies (a frame of them, its group-by and per-device sorted
-    # copies held ~3x the result's memory at 2M events: docs/scale.md)
+    # copies held ~3x the result's memory at 2M events: docs/scale.md); the kernels' own
+    # columns where there are no copies (np.concatenate of one array is a copy)
     rank = [k["rank"].to_numpy(np.int64)]
-    dev = [k["device_id"].astype("Float64").fillna(-1).to_numpy("int64")]
+    dev = [_device_ids(k)]
     start = [k["start_ns"].to_numpy(np.int64)]
     end = [k["end_ns"].to_numpy(np.int64)]
-    launch_ns = [lp["launch_ns"].to_numpy("float64")]
-    thread = [lp["thread_id"].astype("Float64").to_numpy("float64", na_value=np.nan)]
-    del lp
+    launch_ns = [launch_k]
+    thread = [thread_k.to_numpy("float64", na_value=np.nan)]
+    del launch_k, thread_k
     m = t.memcpy
-    copy_names = None
     if len(m):
         launch = np.full(len(m), np.nan)
         tid = np.full(len(m), np.nan)
@@ -57,66 +59,146 @@ def gaps(ctx: Context) -> pd.DataFrame:
             launch[at] = j["start_ns"].to_numpy("float64")
             tid[at] = j["thread_id"].astype("Float64").to_numpy("float64", na_value=np.nan)
         rank.append(m["rank"].to_numpy(np.int64))
-        dev.append(m["device_id"].astype("Float64").fillna(-1).to_numpy("int64"))
+        dev.append(_device_ids(m))
         start.append(m["start_ns"].to_numpy(np.int64))
         end.append(m["end_ns"].to_numpy(np.int64))
         launch_ns.append(launch)
         thread.append(tid)
-        copy_names = ("memcpy " + m["kind"].astype(object).fillna("?").astype(str)).to_numpy()
-    rank, dev, start, end = (np.concatenate(x) for x in (rank, dev, start, end))
-    launch_ns, thread = np.concatenate(launch_ns), np.concatenate(thread)
+    rank, dev, start, end, launch_ns, thread = (x[0] if len(x) == 1 else np.concatenate(x)
+                                                for x in (rank, dev, start, end, launch_ns, thread))
     nk = len(k)
     keep = ~np.isin(rank, np.fromiter(ctx.serialized_ranks, dtype=np.int64)) if ctx.serialized_ranks else None
-    rows = np.flatnonzero(keep) if keep is not None else np.arange(len(rank))
+    rows = np.flatnonzero(keep) if keep is not None else None  # None: all rows
     out = []
-    starts = _rank_starts(ctx)
-    if len(rows):
-        # (rank, device) groups in order of first appearance, rows by start time within each
-        # (stable: as groupby(sort=False) then sort_values(kind="stable") ordered them)
-        group = pd.DataFrame({"r": rank[rows], "d": dev[rows]}).groupby(["r", "d"], sort=False).ngroup().to_numpy()
-        by = np.lexsort((start[rows], group))
-        order, bounds = rows[by], np.flatnonzero(np.diff(group[by])) + 1
-        del by, group
-        names = None
-        for sel in np.split(order, bounds):
-            s, e = start[sel], end[sel]
+    n_rows = len(rank) if rows is None else len(rows)
+    if n_rows:
+        r_sel = rank if rows is None else rank[rows]
+        d_sel = dev if rows is None else dev[rows]
+        s_sel = start if rows is None else start[rows]
+        if bool((r_sel == r_sel[0]).all() and (d_sel == d_sel[0]).all()):
+            # one device: no grouping; rows by start time (stable), and the columns themselves
+            # when they come sorted (a trace's kernels usually do)
+            if n_rows > 1 and not bool(np.all(s_sel[1:] >= s_sel[:-1])):
+                rows = (np.arange(n_rows) if rows is None else rows)[np.argsort(s_sel, kind="stable")]
+            groups = [rows]
+        else:
+            # (rank, device) groups in order of first appearance, rows by start time within each
+            # (stable: as groupby(sort=False) then sort_values(kind="stable") ordered them)
+            group = pd.DataFrame({"r": r_sel, "d": d_sel}).groupby(["r", "d"], sort=False).ngroup().to_numpy()
+            by = np.lexsort((s_sel, group))
+            order = by if rows is None else rows[by]
+            groups = np.split(order, np.flatnonzero(np.diff(group[by])) + 1)
+            del by, group, order
+        del r_sel, d_sel, s_sel
+        for sel in groups:
+            s, e = (start, end) if sel is None else (start[sel], end[sel])
             frontier = np.maximum.accumulate(e)  # the device's last end so far
             gap = s[1:] - frontier[:-1]
-            idx = np.flatnonzero(gap > 0) + 1
-            if not len(idx):
+            prev = np.flatnonzero(gap > 0)  # the activity before each gap; the next one ends it
+            if not len(prev):
                 continue
-            # busy time before each gap: merged length of everything that ended by then
-            busy = np.cumsum(np.maximum(0, e - np.concatenate([[s[0]], np.maximum(s[1:], frontier[:-1])])))
-            at = sel[idx]
+            gsize = gap[prev]
+            del gap
+            gstart = frontier[prev]
+            del s, e, frontier
+            idx = prev + 1
+            del prev
+            at = idx if sel is None else sel[idx]
+            del idx
             launch = launch_ns[at]
-            gstart = frontier[idx - 1]
             hb = pd.array(np.where(np.isnan(launch), False, launch >= gstart), dtype="boolean")
             hb[np.isnan(launch)] = pd.NA
-            if names is None:
-                # object pointers into the kernels' own strings (NaN where missing, as a str
-                # column has it): a str column copied every name into Arrow (72 MiB at 2M events)
-                names = k["name"].to_numpy(dtype=object, na_value=np.nan)
-            is_kernel = at < nk
-            next_name = np.empty(len(at), dtype=object)
-            next_name[is_kernel] = names[at[is_kernel]]
-            if copy_names is not None:
-                next_name[~is_kernel] = copy_names[at[~is_kernel] - nk]
-            r = int(rank[sel[0]])
+            del launch
+            first = 0 if sel is None else sel[0]
+            r, d = int(rank[first]), int(dev[first])
             out.append(pd.DataFrame({
-                "rank": r, "device_id": int(dev[sel[0]]), "gap_start_ns": gstart, "gap_ns": gap[idx - 1],
-                "next_pos": np.where(is_kernel, at, -1), "next_name": pd.Series(next_name, dtype=object), "launch_ns": launch,
-                "thread_id": thread[at], "host_bound": hb, "busy_before_ns": busy[idx - 1],
-                "trace_start_ns": starts.get(r, int(s[0])),
+                "rank": np.full(len(at), r, dtype=_small(r)), "device_id": np.full(len(at), d, dtype=_small(d)),
+                "gap_start_ns": gstart, "gap_ns": gsize,
+                "next_pos": np.where(at < nk, at, -1).astype(_small(nk)), "thread_id": thread[at], "host_bound": hb,
             }, copy=False))  # not consolidated: concat copies them once below
-    res = pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=_COLS)
+            del at, gstart, gsize, hb
+    res = (out[0] if len(out) == 1 else pd.concat(out, ignore_index=True)) if out else pd.DataFrame(columns=_COLS)
     ctx.cache["idle_gaps"] = res
     return res
 
 
+def _device_ids(f: pd.DataFrame) -> np.ndarray:
+    """device_id as int64, -1 where missing."""
+    return id_array(f["device_id"])
+
+
+def _small(v: int):
+    """int32 for ids and positions that fit (4 bytes a gap instead of 8)."""
+    return np.int32 if -(2**31) <= v < 2**31 else np.int64
+
+
+def named(ctx: Context, rows: pd.DataFrame, busy: bool = False) -> pd.DataFrame:
+    """Rows of gaps(ctx) with `next_name` (the kernel's name, NaN where missing, or "memcpy
+    <kind>" for a copy) and `trace_start_ns` (the rank's first timestamp) added; with `busy`,
+    `busy_before_ns` too (the device's busy time before the gap: one pass over its activities
+    per row)."""
+    starts = _rank_starts(ctx)
+    if busy:
+        rows = rows.assign(busy_before_ns=np.array(
+            [busy_before(ctx, r, d, int(t0) + int(n)) for r, d, t0, n in
+             zip(rows["rank"], rows["device_id"], rows["gap_start_ns"], rows["gap_ns"])], dtype=np.int64))
+    names = _names(ctx, rows["rank"].to_numpy(), rows["device_id"].to_numpy(),
+                   rows["gap_start_ns"].to_numpy() + rows["gap_ns"].to_numpy(), rows["next_pos"].to_numpy())
+    # an object column, as gaps() held it (an object ndarray would become pandas 3's str)
+    return rows.assign(next_name=pd.Series(names, index=rows.index, dtype=object),
+                       trace_start_ns=np.array([starts[int(r)] for r in rows["rank"]], dtype=np.int64))
+
+
+def busy_before(ctx: Context, rank, device_id, t: int) -> int:
+    """Merged length of the device's kernels and copies that start before `t` (for a gap
+    ending at `t`: all that ran before it, as every one of them ended by the gap's start)."""
+    starts, ends = [], []
+    for f in (ctx.trace.kernels, ctx.trace.memcpy):
+        if len(f):
+            st = f["start_ns"].to_numpy()
+            on = (f["rank"].to_numpy() == rank) & (_device_ids(f) == device_id) & (st < t)
+            starts.append(st[on])
+            ends.append(f["end_ns"].to_numpy()[on])
+    return intervals.total(np.concatenate(starts), np.concatenate(ends)) if starts else 0
+
+
+def next_names(ctx: Context, at: np.ndarray) -> np.ndarray:
+    """named()'s `next_name` for the gaps at positions `at` of gaps(ctx), as an object array."""
+    g = ctx.cache["idle_gaps"]
+    return _names(ctx, g["rank"].to_numpy()[at], g["device_id"].to_numpy()[at],
+                  g["gap_start_ns"].to_numpy()[at] + g["gap_ns"].to_numpy()[at], g["next_pos"].to_numpy()[at])
+
+
+def rank_start(ctx: Context, rank) -> int:
+    """The rank's first timestamp (named()'s `trace_start_ns`)."""
+    return _rank_starts(ctx)[int(rank)]
+
+
+def _names(ctx: Context, r_rank, r_dev, r_end, pos) -> np.ndarray:
+    k, m = ctx.trace.kernels, ctx.trace.memcpy
+    next_name = np.empty(len(pos), dtype=object)
+    is_kernel = pos >= 0
+    next_name[is_kernel] = k["name"].array.take(pos[is_kernel]).to_numpy(dtype=object, na_value=np.nan)
+    if not is_kernel.all():
+        # the copy that ends the gap: its device's first copy (in frame order) starting then,
+        # as gaps() ordered kernels, then copies, by start time (stable)
+        copy_rank, copy_start, copy_dev = m["rank"].to_numpy(), m["start_ns"].to_numpy(), _device_ids(m)
+        for i in np.flatnonzero(~is_kernel):
+            at = np.flatnonzero((copy_rank == r_rank[i]) & (copy_dev == r_dev[i]) & (copy_start == r_end[i]))[0]
+            kind = m["kind"].iloc[at]
+            next_name[i] = "memcpy " + ("?" if pd.isna(kind) else str(kind))
+    return next_name
+
+
 def _rank_starts(ctx: Context) -> dict[int, int]:
     """Each rank's first timestamp over kernels, copies and runtime calls: where "t = 0" is
-    for a person reading the timeline."""
-    t = ctx.trace
+    for a person reading the timeline. Cached."""
+    if "rank_starts" not in ctx.cache:
+        ctx.cache["rank_starts"] = _first_times(ctx.trace)
+    return ctx.cache["rank_starts"]
+
+
+def _first_times(t) -> dict[int, int]:
     # each frame's minimum, then theirs (a concat of the three frames' columns was a copy)
     mins = [f.groupby("rank")["start_ns"].min() for f in (t.kernels, t.memcpy, t.runtime) if len(f)]
     if not mins:
@@ -125,15 +207,15 @@ def _rank_starts(ctx: Context) -> dict[int, int]:
 
 
 def _host_arrays(ctx: Context, frame: str, col: str | None) -> tuple:
-    """rank, start, end (and thread id as float, NaN where missing; or whether `col` is set)
-    of a host frame as plain arrays, once per diagnosis: host_context is asked about tens of
-    gaps, and comparing pandas columns (a notna over a million Python strings each time) cost
-    ~1 s at 2M events."""
+    """rank, start, end (and the thread id column; or whether `col` is set) of a host frame
+    as plain arrays, once per diagnosis: host_context is asked about tens of gaps, and
+    comparing pandas columns (a notna over a million Python strings each time) cost ~1 s at
+    2M events. The thread ids stay the frame's column, read at the few rows a gap overlaps
+    (a float copy of them was kept for the rest of the diagnosis: 8 bytes a call)."""
     key = ("host_arrays", frame, col)
     if key not in ctx.cache:
         f = getattr(ctx.trace, frame)
-        extra = (f["thread_id"].astype("Float64").to_numpy("float64", na_value=np.nan) if col is None
-                 else f[col].notna().to_numpy(dtype=bool))
+        extra = f["thread_id"] if col is None else f[col].notna().to_numpy(dtype=bool)
         ctx.cache[key] = (f["rank"].to_numpy(np.int64), f["start_ns"].to_numpy(np.int64), f["end_ns"].to_numpy(np.int64), extra)
     return ctx.cache[key]
 
@@ -149,7 +231,7 @@ def host_context(ctx: Context, rank: int, t0: int, t1: int, thread_id=None, top:
         rk, st, en, tid = _host_arrays(ctx, "runtime", None)
         at = np.flatnonzero((rk == rank) & (en > t0) & (st < t1))
         if thread_id is not None and not pd.isna(thread_id):
-            on = at[tid[at] == thread_id]
+            on = at[tid.iloc[at].astype("Float64").to_numpy("float64", na_value=np.nan) == thread_id]
             at = on if len(on) else at
         if len(at):
             r = rt.iloc[at]

@@ -135,15 +135,34 @@ def kinds(ctx: Context) -> pd.DataFrame:
     first[codes[valid][::-1]] = valid[::-1]
     names = k["name"].to_numpy(dtype=object)
     table = pd.DataFrame([_classify(str(names[i])) if i >= 0 else _classify("") for i in first] + [_classify("")])
-    per = table.iloc[np.where(codes >= 0, codes, len(table) - 1)].set_axis(k.index)
+    at = np.where(codes >= 0, codes, len(table) - 1)  # each kernel's row of the table
     gemm = k["is_gemm"].to_numpy(dtype=bool)
     dcodes, duniq = factorize(k["dtype"])
-    dprec = np.array([_DTYPE_PREC.get(str(d)) for d in duniq] + [None], dtype=object)
-    by_dtype = pd.Series(dprec[np.where(dcodes >= 0, dcodes, len(dprec) - 1)], index=k.index)
-    prec = per["precision"].where(per["precision"].notna(), by_dtype)
-    per = per.assign(precision=prec.where(gemm, None))
-    al = per["align_bytes"]
-    per["misaligned"] = gemm & al.notna().to_numpy() & (al.fillna(16) < 16).to_numpy() & (per["precision"] != "fp32").to_numpy()
+    dprec = [_DTYPE_PREC.get(str(d)) for d in duniq] + [None]
+    # precision and alignment as categoricals (1 byte a kernel): a str column of the
+    # precision went through pandas 3's Arrow strings, ~5x its size at the peak, and both
+    # were 8 bytes a kernel in the cache
+    tprec = [p if isinstance(p, str) else None for p in table["precision"]]
+    cats = sorted({p for p in tprec + dprec if p is not None})
+    code_of = {p: i for i, p in enumerate(cats)}
+    name_pc = np.array([code_of.get(p, -1) if p is not None else -1 for p in tprec], dtype=np.int8)
+    dtype_pc = np.array([code_of.get(p, -1) if p is not None else -1 for p in dprec], dtype=np.int8)
+    # the name's precision, else the Kineto dtype's; GEMMs only
+    pc = name_pc[at]
+    pc = np.where(pc >= 0, pc, dtype_pc[np.where(dcodes >= 0, dcodes, len(dprec) - 1)])
+    pc[~gemm] = -1
+    del dcodes
+    align = [None if a is None or pd.isna(a) else int(a) for a in table["align_bytes"]]
+    acats = sorted({a for a in align if a is not None})
+    acode = np.array([acats.index(a) if a is not None else -1 for a in align], dtype=np.int16)[at]
+    small_align = np.array([a is not None and a < 16 for a in align], dtype=bool)[at]
+    per = pd.DataFrame({
+        "precision": pd.Categorical.from_codes(pc, categories=cats),
+        "align_bytes": pd.Categorical.from_codes(acode, categories=acats),
+        **{c: table[c].to_numpy(dtype=bool)[at] for c in ("is_transpose", "is_bn_nchw", "is_bn", "is_conv", "is_cast")},
+    }, index=k.index)
+    fp32 = code_of.get("fp32", -2)
+    per["misaligned"] = gemm & small_align & (pc != fp32)
     ctx.cache["kernel_kinds"] = per
     return per
 
@@ -215,7 +234,7 @@ def gemm_time_by_precision(ctx: Context) -> pd.DataFrame:
     kk = kinds(ctx)
     g = k.loc[k["is_gemm"].to_numpy(dtype=bool), ["rank", "device_id", "dur_ns"]].copy()
     g["device_id"] = g["device_id"].fillna(-1).astype("int64")
-    g["precision"] = kk.loc[g.index, "precision"].fillna("unknown").astype(str).to_numpy()
+    g["precision"] = kk.loc[g.index, "precision"].astype(object).fillna("unknown").astype(str).to_numpy()
     cols = ["fp32", "tf32", "fp32_dtype", "16bit", "fp8", "fp64", "unknown"]
     out = g.pivot_table(index=["rank", "device_id"], columns="precision", values="dur_ns", aggfunc="sum", fill_value=0)
     out = out.reindex(columns=cols, fill_value=0).astype("int64")

@@ -35,10 +35,13 @@ from ..findings import Finding
 from ..model import STRING
 from ..rules import Rule
 from ..traces.graphs import is_graph_replayed
-from .context import Context, finding_for, gemm_bytes
+from .context import Context, finding_for, gemm_bytes, id_array
 from .idle import gaps as idle_gaps
 from .idle import host_context
+from .idle import next_names as idle_next_names
+from .idle import rank_start as idle_rank_start
 from .kernel_kinds import schedule_excluded
+from .strings import factorize
 
 SYMPTOM = "launch_overhead"
 REQUIRES = ()  # runs need only kernel times; the big-grid half also needs grids and SM counts
@@ -56,6 +59,7 @@ _ELEMENTWISE = re.compile(
 
 
 UNNAMED = "(kernel name not in the trace)"
+_EMIT_SIZES = re.compile(r"sizes = \[")
 
 # One run finding per stream and kind of run (mostly GEMMs or not)
 _KEY = ["rank", "device_id", "stream_id", "gemm_run"]
@@ -83,30 +87,42 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
     # sorted and linked over plain arrays, then only the tiny kernels' rows taken from k (a
     # copy of these columns for every kernel, then its sorted copy, was this symptom's peak)
     sel = np.flatnonzero(~k["rank"].isin(ctx.serialized_ranks).to_numpy(dtype=bool)) if ctx.serialized_ranks \
-        else np.arange(len(k))
-    if not len(sel):
+        else None  # None: every kernel (the columns themselves, not copies, are sorted below)
+    if sel is not None and not len(sel) or not len(k):
         ctx.cache[key] = pd.DataFrame()
         return ctx.cache[key]
-    rank = k["rank"].to_numpy()[sel]
-    dev = k["device_id"].fillna(-1).astype("int64").to_numpy()[sel]
-    stream = k["stream_id"].fillna(-1).astype("int64").to_numpy()[sel]
-    start = k["start_ns"].to_numpy()[sel]
+    rank, dev, stream, start = ((a if sel is None else a[sel]) for a in (
+        k["rank"].to_numpy(), id_array(k["device_id"]), id_array(k["stream_id"]), k["start_ns"].to_numpy()))
     order = np.lexsort((start, stream, dev, rank))  # stable, as sort_values(kind="stable")
-    sel, rank, dev, stream, start = sel[order], rank[order], dev[order], stream[order], start[order]
-    del order
-    same = (rank[1:] == rank[:-1]) & (dev[1:] == dev[:-1]) & (stream[1:] == stream[:-1])
+    sel = order if sel is None else sel[order]
+    # neighbours in that order compared one key at a time, and each full-length temporary
+    # written in place or let go at once (sorted copies of the four keys and the gap and run
+    # arrays, each built through a temporary or two, were this symptom's peak)
+    same = np.ones(max(len(order) - 1, 0), dtype=bool)
+    for col in (rank, dev, stream):
+        sk = col[order]
+        same &= sk[1:] == sk[:-1]
+        del sk
     del rank
+    start = start[order]
     # a kernel replayed from a CUDA graph was not launched on its own: the gaps around it are
     # not launch overhead, and a graph is what the advice would be
-    replayed = is_graph_replayed(k).to_numpy(dtype=bool)[sel]
-    tiny = (k["dur_ns"].to_numpy()[sel] < rule["tiny_kernel_ns"]) & ~replayed
-    gap = np.clip(start[1:] - k["end_ns"].to_numpy()[sel[:-1]], 0, None)
+    tiny = k["dur_ns"].to_numpy()[sel] < rule["tiny_kernel_ns"]
+    tiny &= ~is_graph_replayed(k).to_numpy(dtype=bool)[sel]
+    gap = k["end_ns"].to_numpy()[sel[:-1]]
+    np.subtract(start[1:], gap, out=gap)
+    np.maximum(gap, 0, out=gap)  # as np.clip(..., 0, None)
+    del start
     link = same & tiny[1:] & tiny[:-1] & (gap <= rule["max_gap_in_run_ns"])
-    run_id = np.concatenate([[0], np.cumsum(~link)])
-    gap_before = np.concatenate([[0], np.where(link, gap, 0)])
-    del same, gap, link, start
-    rows, dev, stream, run_id, gap_before = sel[tiny], dev[tiny], stream[tiny], run_id[tiny], gap_before[tiny]
-    del sel, tiny, replayed
+    del same
+    run_id = np.zeros(len(sel), dtype=np.int64)
+    np.cumsum(~link, out=run_id[1:])
+    gap_before = np.zeros(len(sel), dtype=gap.dtype)
+    gap_before[1:][link] = gap[link]
+    del gap, link
+    at = order[tiny]
+    rows, dev, stream, run_id, gap_before = sel[tiny], dev[at], stream[at], run_id[tiny], gap_before[tiny]
+    del sel, tiny, order, at
 
     def frame(at: np.ndarray, names: list[str]) -> pd.DataFrame:
         """The tiny kernels' rows `at` (positions in `rows`) as a frame, column by column (k[cols]
@@ -117,8 +133,16 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
 
     # only the columns the runs' totals need for every tiny kernel; all of them for the
     # kernels in runs, once these are known
-    d = frame(slice(None), ["rank", "device_id", "stream_id", "start_ns", "end_ns", "dur_ns", "is_gemm", "run_id",
+    # runs are contiguous in this order: the rows of runs long enough to count, found from
+    # the runs' sizes (a frame and a group-by of every tiny kernel were this symptom's peak:
+    # ~100 bytes a kernel, most of them in runs too short to report)
+    first_of_run = np.flatnonzero(np.concatenate([[True], run_id[1:] != run_id[:-1]])) if len(run_id) else run_id
+    sizes = np.diff(np.append(first_of_run, len(run_id)))
+    long_enough = np.flatnonzero(np.repeat(sizes >= rule["min_run_kernels"], sizes))
+    del first_of_run, sizes
+    d = frame(long_enough, ["rank", "device_id", "stream_id", "start_ns", "end_ns", "dur_ns", "is_gemm", "run_id",
                             "gap_before"])
+    del long_enough
     g = d.groupby("run_id", sort=False)
     runs = g.agg(
         rank=("rank", "first"),
@@ -246,10 +270,13 @@ def _big_grids(ctx: Context, rule: Rule) -> pd.DataFrame:
                         "batch", "dtype", "is_gemm") if c in k.columns]
     # the launches that qualify found over arrays first, then only their rows taken (column by
     # column: a copy of these columns for every kernel was a step of this symptom's peak)
-    pos = np.flatnonzero(m.to_numpy(dtype=bool))
-    waves = k["waves"].astype("float64").to_numpy()[pos]
+    # (enough waves first: the per-launch wave times only for those)
+    all_waves = k["waves"].to_numpy(np.float64)
+    pos = np.flatnonzero(m.to_numpy(dtype=bool) & (all_waves >= rule["min_waves_big_grid"]))
+    del m
+    waves = all_waves[pos]
     wave_ns = k["dur_ns"].to_numpy()[pos] / np.ceil(waves)
-    keep = (waves >= rule["min_waves_big_grid"]) & (wave_ns <= rule["max_wave_ns"])
+    keep = wave_ns <= rule["max_wave_ns"]
     d = pd.DataFrame({c: k[c].iloc[pos[keep]] for c in cols}, copy=False)
     d["wave_ns"] = wave_ns[keep]
     del pos, waves, wave_ns, keep
@@ -305,28 +332,49 @@ def _host_bound(ctx: Context, rule: Rule) -> pd.DataFrame:
     pos = g["next_pos"].to_numpy()
     replayed = is_graph_replayed(k).to_numpy(dtype=bool)
     before_graph = (pos >= 0) & replayed[np.clip(pos, 0, max(len(k) - 1, 0))] if len(k) else np.zeros(len(g), bool)
-    hb = g[g["host_bound"].fillna(False).to_numpy(dtype=bool) & (g["gap_ns"] <= rule["max_gap_in_run_ns"]).to_numpy()
-           & ~before_graph]
-    if hb.empty:
+    del replayed
+    sel = np.flatnonzero(g["host_bound"].to_numpy(dtype=bool, na_value=False)
+                         & (g["gap_ns"] <= rule["max_gap_in_run_ns"]).to_numpy() & ~before_graph)
+    if not len(sel):
         return pd.DataFrame()
+    del before_graph
+    # the gaps by position, per (rank, device) in order of first appearance (a copy of every
+    # such gap's columns, then of each group's and of its kernels', was this step's peak)
+    g_rank, g_dev = g["rank"].to_numpy(), g["device_id"].to_numpy()
+    waited_on_device = ~g["host_bound"].to_numpy(dtype=bool, na_value=True)  # known, and false
+    if bool((g_rank[sel] == g_rank[sel[0]]).all() and (g_dev[sel] == g_dev[sel[0]]).all()):
+        groups = [sel]
+    else:
+        group = pd.DataFrame({"r": g_rank[sel], "d": g_dev[sel]}).groupby(["r", "d"], sort=False).ngroup().to_numpy()
+        by = np.argsort(group, kind="stable")
+        groups = np.split(sel[by], np.flatnonzero(np.diff(group[by])) + 1)
+    gap_ns, gap_start, thread = g["gap_ns"].to_numpy(), g["gap_start_ns"].to_numpy(), g["thread_id"].to_numpy()
+    k_rank, k_dev = k["rank"].to_numpy(), id_array(k["device_id"])
+    k_start, k_end, k_dur = (k[c].to_numpy() for c in ("start_ns", "end_ns", "dur_ns"))
     rows = []
-    for (rank, dev), x in hb.groupby(["rank", "device_id"], sort=False):
-        mask = ((k["rank"] == rank) & (k["device_id"].astype("Float64").fillna(-1) == dev)).to_numpy(dtype=bool)
-        on = pd.DataFrame({c: k[c][mask] for c in ("start_ns", "end_ns", "dur_ns")}, copy=False)  # not all of k's columns
-        kern = x[x["next_pos"] >= 0]  # the kernels that waited (a copy is no kernel to name)
-        names = (kern if len(kern) else x)["next_name"].value_counts()
+    for at in groups:
+        rank, dev = g_rank[at[0]], g_dev[at[0]]
+        mask = (k_rank == rank) & (k_dev == dev)
+        whole = bool(mask.all())  # one device: its kernels are all of them, no copies
+        st, en, du = (k_start, k_end, k_dur) if whole else (k_start[mask], k_end[mask], k_dur[mask])
+        del mask
+        kern = at[pos[at] >= 0]  # the kernels that waited (a copy is no kernel to name)
+        names = pd.Series(idle_next_names(ctx, kern if len(kern) else at), dtype=object).value_counts()
+        del kern
+        tid = pd.Series(thread[at])
         rows.append({
             "kind": "host_bound", "rank": int(rank), "device_id": int(dev), "name": str(names.index[0]),
-            "host_gaps": int(len(x)), "host_gap_ns": int(x["gap_ns"].sum()),
-            "first_ns": int(x["gap_start_ns"].min()), "last_ns": int(x["gap_start_ns"].max()),
-            "trace_start_ns": int(x["trace_start_ns"].iloc[0]),
-            "span_ns": int(on["end_ns"].max() - on["start_ns"].min()) if len(on) else 0,
-            "kernels": int(len(on)), "kernel_ns": int(on["dur_ns"].sum()),
-            "tiny_kernels": int((on["dur_ns"] < rule["tiny_kernel_ns"]).sum()),
-            "device_gaps": int(((g["rank"] == rank) & (g["device_id"] == dev) & ~g["host_bound"].fillna(True).astype(bool)).sum()),
-            "gap_positions": x["next_pos"].to_numpy(), "gap_sizes": x["gap_ns"].to_numpy(),
-            "thread_id": x["thread_id"].mode().iloc[0] if x["thread_id"].notna().any() else None,
+            "host_gaps": int(len(at)), "host_gap_ns": int(gap_ns[at].sum()),
+            "first_ns": int(gap_start[at].min()), "last_ns": int(gap_start[at].max()),
+            "trace_start_ns": int(idle_rank_start(ctx, rank)),
+            "span_ns": int(en.max() - st.min()) if len(st) else 0,
+            "kernels": int(len(st)), "kernel_ns": int(du.sum()),
+            "tiny_kernels": int((du < rule["tiny_kernel_ns"]).sum()),
+            "device_gaps": int(((g_rank == rank) & (g_dev == dev) & waited_on_device).sum()),
+            "gap_positions": pos[at], "gap_sizes": gap_ns[at],
+            "thread_id": tid.mode().iloc[0] if tid.notna().any() else None,
         })
+        del st, en, du, tid
     return pd.DataFrame(rows)
 
 
@@ -402,7 +450,9 @@ def profiler_slows_host(ctx: Context) -> bool:
     if key not in ctx.cache:
         ops, nv = ctx.trace.cpu_ops, ctx.trace.nvtx
         shapes = len(ops) > 0 and bool(ops["input_dims"].notna().any())
-        emit = len(nv) > 0 and bool(nv["text"].astype(str).str.contains(r"sizes = \[", regex=True).head(200_000).any())
+        # each distinct text of the first 200k searched once, as Python strings (astype(str)
+        # made an Arrow copy of them, whose pool kept the memory)
+        emit = len(nv) > 0 and any(_EMIT_SIZES.search(t) for t in factorize(nv["text"].iloc[:200_000])[1])
         ctx.cache[key] = shapes or emit
     return ctx.cache[key]
 

@@ -86,11 +86,14 @@ def _blocks_per_sm(k: pd.DataFrame, d: dict) -> tuple[np.ndarray, np.ndarray]:
     return blocks_per_sm, limiter
 
 
-def occupancy(trace: Trace) -> pd.DataFrame:
-    """One row per kernel (same index as trace.kernels) with COLUMNS; NaN where unknown."""
+def occupancy(trace: Trace, columns=COLUMNS) -> pd.DataFrame:
+    """One row per kernel (same index as trace.kernels) with `columns` (of COLUMNS); NaN where
+    unknown. Context.kernels asks only for the columns symptoms read: each is 8 bytes a
+    kernel, and the limiter's strings and the saturation model's columns were read by none."""
+    columns = [c for c in COLUMNS if c in columns]
     k = trace.kernels
     if k.empty:
-        return pd.DataFrame(columns=COLUMNS, index=k.index, dtype="float64")
+        return pd.DataFrame(columns=columns, index=k.index, dtype="float64")
     dev = trace.devices.drop_duplicates(["rank", "device_id"]).reset_index(drop=True)
     # Each kernel's device limits by position: one int64 key per (rank, device) looked up in
     # the few device rows, then numpy takes of the columns needed (reindexing the whole
@@ -104,32 +107,37 @@ def occupancy(trace: Trace) -> pd.DataFrame:
     dev_at = np.where(pos >= 0, pos, len(dev))
     del pos, ranks, devs
     n = len(k)
-    blocks_per_sm, sms, waves, waves_sat = (np.empty(n) for _ in range(4))
-    limiter = np.empty(n, dtype=object)
+    blocks_per_sm, sms, waves = (np.empty(n) for _ in range(3))
+    # the columns no one asked for are not filled (the limiter alone is 8 bytes a kernel)
+    limiter = np.empty(n, dtype=object) if "occupancy_limiter" in columns else None
+    waves_sat = np.empty(n) if {"waves_sat", "tail_efficiency_sat"} & set(columns) else None
     # in chunks: each step's float64 temporaries for every kernel at once were ~1.5 GB at 10M
     for lo in range(0, n, _CHUNK):
         sl = slice(lo, min(lo + _CHUNK, n))
         d = {name: values[dev_at[sl]] for name, values in dev_values.items()}
         part = k.iloc[sl]  # a view
-        blocks_per_sm[sl], limiter[sl] = _blocks_per_sm(part, d)
+        blocks_per_sm[sl], lim = _blocks_per_sm(part, d)
+        if limiter is not None:
+            limiter[sl] = lim
         sms[sl] = d["sm_count"]
         grid = col(part, "grid_blocks")
         with np.errstate(invalid="ignore", divide="ignore"):
             waves[sl] = grid / (d["sm_count"] * blocks_per_sm[sl])
-            waves_sat[sl] = grid / d["sm_count"]
+            if waves_sat is not None:
+                waves_sat[sl] = grid / d["sm_count"]
     # from the few shared str objects, in the dtype a numpy string column got before (pandas'
     # default "str"); converting a numpy unicode array row by row took 0.15 s per million
-    limiter = pd.array(limiter, dtype=pd.StringDtype("python", na_value=np.nan))
+    made = {
+        "blocks_per_sm": lambda: blocks_per_sm,
+        "occupancy_limiter": lambda: pd.array(limiter, dtype=pd.StringDtype("python", na_value=np.nan)),
+        "sm_count": lambda: sms,
+        "waves": lambda: waves,
+        "tail_efficiency": lambda: _tail_eff(waves),
+        "waves_sat": lambda: waves_sat,
+        "tail_efficiency_sat": lambda: _tail_eff(waves_sat),
+    }
     return pd.DataFrame(
-        {
-            "blocks_per_sm": blocks_per_sm,
-            "occupancy_limiter": limiter,
-            "sm_count": sms,
-            "waves": waves,
-            "tail_efficiency": _tail_eff(waves),
-            "waves_sat": waves_sat,
-            "tail_efficiency_sat": _tail_eff(waves_sat),
-        },
+        {c: made[c]() for c in columns},
         index=k.index,
-        copy=False,  # not consolidated into one block: that was a copy of the six float columns
+        copy=False,  # not consolidated into one block: that was a copy of the float columns
     )

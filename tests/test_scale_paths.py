@@ -1,0 +1,105 @@
+"""The array paths the scale work (docs/scale.md, nsys fifth pass) put in place of frame
+operations give what the frame operations gave, on random inputs with the awkward cases
+(unsorted, ties, missing ids, duplicate correlation ids, negative durations)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from advisor.model import Trace, string_array
+from advisor.symptoms import gemm, intervals, strings
+
+
+def _merged_total(s, e) -> int:
+    ms, me = intervals.merge(s, e)
+    return int((me - ms).sum())
+
+
+def test_total_is_the_merged_length():
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        n = int(rng.integers(1, 40))
+        s = rng.integers(0, 200, n)
+        e = s + rng.integers(-10, 40, n)  # a few reversed intervals too
+        assert intervals.total(s, e) == _merged_total(s, e)
+    assert intervals.total([], []) == 0
+
+
+def test_merge_blocks():
+    s, e = intervals.merge([5, 0, 2, 20, 21], [8, 3, 4, 22, 30])
+    assert s.tolist() == [0, 5, 20] and e.tolist() == [4, 8, 30]
+
+
+def _trace(rng, n_k: int, n_r: int) -> Trace:
+    corr_r = rng.integers(0, n_r // 2 + 1, n_r)  # duplicates: the first row is the launch call
+    rt = pd.DataFrame({
+        "rank": rng.integers(0, 2, n_r), "thread_id": pd.array(rng.integers(1, 4, n_r), dtype="Int64"),
+        "correlation_id": pd.array(corr_r, dtype="Int64"), "start_ns": rng.integers(0, 10**6, n_r)})
+    rt.loc[rng.random(n_r) < 0.1, "correlation_id"] = pd.NA
+    rt.loc[rng.random(n_r) < 0.1, "thread_id"] = pd.NA
+    rt["end_ns"] = rt["start_ns"] + 10
+    rt["dur_ns"] = 10
+    rt["name"] = string_array(np.full(n_r, "cudaLaunchKernel", dtype=object))
+    k = pd.DataFrame({"rank": rng.integers(0, 2, n_k), "correlation_id": pd.array(rng.integers(0, n_r, n_k), dtype="Int64"),
+                      "start_ns": rng.integers(0, 10**6, n_k)})
+    k.loc[rng.random(n_k) < 0.1, "correlation_id"] = pd.NA
+    k["end_ns"] = k["start_ns"] + 5
+    k["dur_ns"] = 5
+    k["name"] = string_array(np.full(n_k, "kernel", dtype=object))
+    return Trace.build(kernels=k, runtime=rt)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_launch_arrays_match_the_merge(seed):
+    t = _trace(np.random.default_rng(seed), 300, 200)
+    assert gemm._fits_one_key(t)
+    launch, tid = gemm._launch_arrays(t)
+    ref = gemm._launch_merge(t)
+    assert np.array_equal(launch, ref["launch_ns"].to_numpy(np.float64, na_value=np.nan), equal_nan=True)
+    assert tid.isna().tolist() == ref["thread_id"].isna().tolist()
+    assert (tid.to_numpy(np.int64, na_value=-1) == ref["thread_id"].astype("Int64").to_numpy(np.int64, na_value=-1)).all()
+
+
+def test_launch_points_fall_back_to_the_merge_for_wide_keys():
+    t = _trace(np.random.default_rng(7), 50, 40)
+    t.kernels["correlation_id"] = t.kernels["correlation_id"] + 2**41  # past one int64 key
+    t.runtime["correlation_id"] = t.runtime["correlation_id"] + 2**41
+    assert not gemm._fits_one_key(t)
+    got = gemm._launch_points(t)
+    assert got["launch_ns"].notna().sum() == gemm._launch_merge(t)["launch_ns"].notna().sum() > 0
+
+
+def test_contains_in_chunks_is_contains(monkeypatch):
+    values = np.array(["abc", pd.NA, "gemm_xyz", "a" * 5000 + "gemm", "nvjet"] * 7, dtype=object)
+    s = pd.Series(string_array(values), index=np.arange(100, 135))
+    whole = strings.contains(s, r"gemm|nvjet")
+    monkeypatch.setattr(strings, "_CONTAINS_CHUNK", 4)
+    chunked = strings.contains(s, r"gemm|nvjet")
+    assert chunked.index.equals(whole.index) and (chunked == whole).all()
+    assert whole.tolist()[:5] == [False, False, True, False, True]  # past MATCH_CHARS: not searched
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_busy_before_a_gap_is_the_running_busy_time(seed):
+    from advisor.rules import load_rules
+    from advisor.symptoms import Context, idle
+
+    rng = np.random.default_rng(seed)
+    n = 200
+    start = np.sort(rng.integers(0, 20_000, n))
+    end = start + rng.integers(1, 300, n)  # overlapping and disjoint kernels
+    k = pd.DataFrame({"rank": 0, "device_id": pd.array(np.zeros(n, dtype=np.int64), dtype="Int64"),
+                      "start_ns": start, "end_ns": end, "dur_ns": end - start,
+                      "name": string_array(np.full(n, "k", dtype=object))})
+    ctx = Context(Trace.build(kernels=k), load_rules())
+    gaps = idle.gaps(ctx)
+    assert len(gaps)
+    # what gaps() kept before: the cumulative merged length up to the activity before each gap
+    frontier = np.maximum.accumulate(end)
+    busy = np.cumsum(np.maximum(0, end - np.concatenate([[start[0]], np.maximum(start[1:], frontier[:-1])])))
+    before = np.flatnonzero(start[1:] > frontier[:-1])
+    named = idle.named(ctx, gaps, busy=True)
+    assert named["busy_before_ns"].tolist() == busy[before].tolist()
+    assert named["next_name"].tolist() == ["k"] * len(gaps)
