@@ -4,22 +4,25 @@ What it detects: on one host thread, a softmax operator over [..., L, S] scores 
 matmul that made them (q [..., L, D] @ k^T [..., D, S]: `matmul`, `bmm`, `baddbmm`) and the
 matmul that consumes them ([..., L, S] @ v [..., S, Dv]), not inside a
 `scaled_dot_product_attention` call, from Kineto cpu_ops with Input Dims or emit_nvtx ranges
-with sizes. Every kernel the thread launched from the first matmul's start to the second's end
-is the chain's (the scale, mask or bias add, casts and dropout between them too). Forward chains
-only: the backward pass of the same attention gains as well and is not counted.
+with sizes (attention_chains.py). Every kernel the thread launched from the first matmul's start
+to the second's end is the chain's (the scale, mask or bias add, casts and dropout between them
+too); in training, the backward chain around its `_softmax_backward_data` likewise.
 Why it matters: the scores ([..., L, S]) go to memory and back three to five times, and with
-short or odd lengths (Swin's 7 x 7 = 49-token windows, 32-wide heads) the GEMMs fall back to
-kernels for misaligned operands; a fused kernel (FlashAttention, memory-efficient, cuDNN)
-keeps the scores on chip.
+short or odd lengths the GEMMs fall back to kernels for misaligned operands; a fused kernel
+(FlashAttention, memory-efficient, cuDNN) keeps the scores on chip. Not everywhere: under ~64
+tokens SDPA's kernels measured slower than the op-by-op chain on the H200 (Swin's 49-token
+windows: 0.61x), and there the rule says so in a note instead of a finding.
 What to do: `torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias,
 dropout_p=p, is_causal=...)`; in Hugging Face `transformers`, `attn_implementation="sdpa"`
-where the model supports it; in timm, the layer's `fused_attn` (Swin's is off by default).
-Estimate per shape group: the chains' kernel time minus the larger of (a) the roofline of
-one fused kernel (both GEMMs' FLOPs at the measured peak for the dtype, q, k, v and the output
-moved once at the measured bandwidth, a launch's latency each) and (b) the chains' time over
-the speedup SDPA measured over the same op-by-op attention on the nearest measured shape
-(rules/measured/<gpu>.toml [[attention_fusion]], bench/bench_attention_fusion.py); without a
-measurement near the shape, the roofline alone at low confidence.
+where the model supports it; in timm, the layer's `fused_attn` (Swin's is off by default);
+`nn.MultiheadAttention(need_weights=False)`.
+Estimate per shape group, forward and backward apart: the chains' kernel time minus the larger
+of (a) the roofline of one fused kernel a chain (both GEMMs' FLOPs at the measured peak for the
+dtype, q, k, v and the output moved once at the measured bandwidth, a launch's latency; x 2.5
+for the backward) and (b) the chains' time over the speedup SDPA measured over the same
+op-by-op attention near the shape (rules/measured/<gpu>.toml [[attention_fusion]], `ratio` and
+`ratio_bwd`, from bench/bench_attention_fusion.py). Nothing is claimed where nothing was
+measured near the shape or below it.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from .kernel_kinds import kinds
 
 SYMPTOM = "unfused_attention"
 REQUIRES = (("kernels", "name", "Does the trace name its kernels?"),)
+
 
 def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     """Per (rank, device, BH, L, S, D, Dv, dtype): chains, their kernels' launches and time,
