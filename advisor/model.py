@@ -188,6 +188,13 @@ def narrow(trace: "Trace") -> None:
             if lo is pd.NA or lo < -(2**31) or hi > 2**31 - 1:
                 continue
             df[col] = s.astype("Int32")
+    # rank: the file's place on the command line, or the rank it declares; int32 where it fits
+    # (4 bytes a row of every big frame). Code must work with int32 or int64 ranks.
+    for frame in ("kernels", "runtime", "memcpy", "nvtx", "cpu_ops"):
+        df = getattr(trace, frame)
+        r = df["rank"]
+        if r.dtype == np.int64 and len(r) and -(2**31) <= r.min() and r.max() < 2**31:
+            df["rank"] = r.astype(np.int32)
 
 
 def conform(df: pd.DataFrame | None, frame: str) -> pd.DataFrame:

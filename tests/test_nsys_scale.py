@@ -83,6 +83,8 @@ def test_ids_are_int32_where_they_fit_and_int64_where_not(tmp_path):
                        ("runtime", "correlation_id"), ("runtime", "thread_id")):
         assert str(getattr(t, frame)[col].dtype) == "Int32", (frame, col)
     assert t.kernels["graph_launch_id"].isna().all() and str(t.kernels["graph_launch_id"].dtype) == "Int64"
+    assert t.kernels["rank"].dtype == np.int32 and t.runtime["rank"].dtype == np.int32
+    assert t.devices["rank"].dtype == np.int64  # a few rows: left as they are
     # an id beyond int32 keeps the column wide, with its values exact
     kernels = tables["CUPTI_ACTIVITY_KIND_KERNEL"][1]
     calls = tables["CUPTI_ACTIVITY_KIND_RUNTIME"][1]
