@@ -157,13 +157,44 @@ NARROW: dict[str, dict[str, str]] = {
 }
 
 
+# Identifiers `narrow` stores as Int32 when every value of the column fits (nsys and most
+# sources: device, stream and correlation ids are 32-bit; some thread ids are not): ~0.2 GB
+# of a 10M-kernel trace's kernels and runtime. Code must work with Int32 or Int64.
+NARROW_IF_FIT: dict[str, tuple[str, ...]] = {
+    "kernels": ("device_id", "stream_id", "correlation_id"),
+    "runtime": ("thread_id", "correlation_id"),
+    "memcpy": ("device_id", "stream_id", "correlation_id"),
+    "nvtx": ("thread_id",),
+    "cpu_ops": ("thread_id",),
+}
+
+
 def narrow(trace: "Trace") -> None:
-    """Cast the `NARROW` columns of `trace` in place; the caller guarantees they fit."""
+    """Cast the `NARROW` columns of `trace` in place (the caller guarantees they fit) and the
+    `NARROW_IF_FIT` ones whose values fit in int32."""
     for frame, cols in NARROW.items():
         df = getattr(trace, frame)
         for col, dtype in cols.items():
             if col in df.columns and str(df[col].dtype) != dtype:
                 df[col] = df[col].astype(dtype)
+    for frame, names in NARROW_IF_FIT.items():
+        df = getattr(trace, frame)
+        for col in names:
+            s = df[col]
+            if not isinstance(s.dtype, pd.Int64Dtype) or not len(s):
+                continue
+            lo, hi = s.min(), s.max()
+            # all-NA columns are left as they are: their values were never written (see _missing)
+            if lo is pd.NA or lo < -(2**31) or hi > 2**31 - 1:
+                continue
+            df[col] = s.astype("Int32")
+    # rank: the file's place on the command line, or the rank it declares; int32 where it fits
+    # (4 bytes a row of every big frame). Code must work with int32 or int64 ranks.
+    for frame in ("kernels", "runtime", "memcpy", "nvtx", "cpu_ops"):
+        df = getattr(trace, frame)
+        r = df["rank"]
+        if r.dtype == np.int64 and len(r) and -(2**31) <= r.min() and r.max() < 2**31:
+            df["rank"] = r.astype(np.int32)
 
 
 def conform(df: pd.DataFrame | None, frame: str) -> pd.DataFrame:
@@ -220,7 +251,11 @@ def _missing(dtype: str, index: pd.Index) -> pd.Series:
     if dtype == _F:
         return pd.Series(pd.arrays.FloatingArray(np.zeros(n, dtype=np.float64), np.ones(n, dtype=bool)), index=index,
                          copy=False)
-    return pd.Series(string_array(np.full(n, pd.NA, dtype=object)), index=index)
+    # Text: one pd.NA seen through a zero-stride, read-only view (8 bytes a row otherwise: 80 MB
+    # per column at 10M kernels); _simple_new, as StringArray's check writes to its values.
+    # pandas copies it before any write, and every take, concat or copy makes a real array.
+    na = np.broadcast_to(np.array([pd.NA], dtype=object), (n,))
+    return pd.Series(pd.arrays.StringArray._simple_new(na, _S), index=index, copy=False)
 
 
 def _numeric(s: pd.Series) -> pd.Series:

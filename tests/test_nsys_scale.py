@@ -74,3 +74,37 @@ def test_build_does_not_copy_the_readers_columns():
     for col in ("correlation_id", "name"):
         assert np.shares_memory(t.kernels[col].array._data if col != "name" else t.kernels[col].array._ndarray,
                                 df[col].array._data if col != "name" else df[col].array._ndarray), col
+
+
+def test_ids_are_int32_where_they_fit_and_int64_where_not(tmp_path):
+    tables = T.nsys_tables(3)
+    t = load_trace(T.write_nsys(tmp_path / "t.sqlite", tables))
+    for frame, col in (("kernels", "device_id"), ("kernels", "stream_id"), ("kernels", "correlation_id"),
+                       ("runtime", "correlation_id"), ("runtime", "thread_id")):
+        assert str(getattr(t, frame)[col].dtype) == "Int32", (frame, col)
+    assert t.kernels["graph_launch_id"].isna().all() and str(t.kernels["graph_launch_id"].dtype) == "Int64"
+    assert t.kernels["rank"].dtype == np.int32 and t.runtime["rank"].dtype == np.int32
+    assert t.devices["rank"].dtype == np.int64  # a few rows: left as they are
+    # an id beyond int32 keeps the column wide, with its values exact
+    kernels = tables["CUPTI_ACTIVITY_KIND_KERNEL"][1]
+    calls = tables["CUPTI_ACTIVITY_KIND_RUNTIME"][1]
+    kernels[2]["correlationId"] = calls[2]["correlationId"] = 2**31 + 7
+    t = load_trace(T.write_nsys(tmp_path / "wide.sqlite", tables))
+    for frame in ("kernels", "runtime"):
+        s = getattr(t, frame)["correlation_id"]
+        assert str(s.dtype) == "Int64" and (s == 2**31 + 7).sum() == 1, frame
+    assert str(t.kernels["stream_id"].dtype) == "Int32"
+
+
+def test_all_na_text_columns_take_no_memory_per_row_and_stay_writable():
+    t = Trace.build(kernels=pd.DataFrame({"start_ns": np.arange(1_000), "end_ns": np.arange(1_000) + 1,
+                                          "dur_ns": 1, "rank": 0}))
+    s = t.kernels["comm_name"]
+    assert s.dtype == STRING and s.isna().all() and s.array._ndarray.strides == (0,)
+    # a copy written to (as exposed_comm fills comm_name) becomes an ordinary array
+    k = t.kernels.copy()
+    k.loc[[3, 5], "comm_name"] = ["allreduce", "all_gather"]
+    assert k["comm_name"].iloc[[3, 5]].tolist() == ["allreduce", "all_gather"]
+    assert k["comm_name"].isna().sum() == 998
+    assert t.kernels["comm_name"].isna().all()
+    assert pd.concat([t.kernels["comm_name"], s]).isna().all()

@@ -103,3 +103,32 @@ def test_busy_before_a_gap_is_the_running_busy_time(seed):
     named = idle.named(ctx, gaps, busy=True)
     assert named["busy_before_ns"].tolist() == busy[before].tolist()
     assert named["next_name"].tolist() == ["k"] * len(gaps)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_attention_successors_do_not_depend_on_the_ids_width(seed):
+    """decode_attention orders kernels by ids in their stored width (int32 ranks and Int32
+    device/stream ids once load_trace narrows them): the same successors as with int64."""
+    from advisor.rules import load_rules
+    from advisor.symptoms import Context
+    from advisor.symptoms.decode_attention import attention_launches
+
+    rng = np.random.default_rng(seed)
+    n = 400
+    names = np.array(["void flash_fwd_kernel<T>(Params)", "flash_fwd_splitkv_kernel<T>",
+                      "flash_fwd_splitkv_combine_kernel<T>", "gemm"], dtype=object)
+    start = rng.integers(0, 5_000, n)  # ties included
+    dev = pd.array(np.where(rng.random(n) < 0.1, -1, rng.integers(0, 2, n)), dtype="Int64")
+    stream = pd.array(np.where(rng.random(n) < 0.1, -1, rng.integers(0, 3, n)), dtype="Int64")
+    dev[dev == -1], stream[stream == -1] = pd.NA, pd.NA
+    k = pd.DataFrame({"rank": rng.integers(0, 2, n), "device_id": dev, "stream_id": stream, "start_ns": start,
+                      "end_ns": start + 10, "dur_ns": rng.integers(1, 100, n),
+                      "name": string_array(names[rng.integers(0, 4, n)])})
+    wide = attention_launches(Context(Trace.build(kernels=k), load_rules()))
+    t = Trace.build(kernels=k)
+    t.kernels["rank"] = t.kernels["rank"].astype(np.int32)
+    for col in ("device_id", "stream_id"):
+        t.kernels[col] = t.kernels[col].astype("Int32")
+    narrow = attention_launches(Context(t, load_rules()))
+    assert len(wide) and wide["next_is_combine"].any() and not wide["next_is_combine"].all()
+    pd.testing.assert_frame_equal(wide, narrow)
