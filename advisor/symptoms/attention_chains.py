@@ -79,29 +79,32 @@ def _batch(d: list[int]) -> int:
     return math.prod(d[:-2])
 
 
+def _operands(dims, strip_added: bool) -> tuple[list[int], list[int]] | None:
+    """The two operands a @ b of a matmul's input dims (a baddbmm's added term first dropped
+    where `strip_added`), when their inner dimensions agree, else None."""
+    ts = [t for t in (_tensor(d) for d in dims) if t is not None] if isinstance(dims, list) else []
+    if strip_added and len(ts) == 3:
+        ts = ts[1:]
+    if len(ts) != 2 or ts[0][-1] != ts[1][-2]:
+        return None
+    return ts[0], ts[1]
+
+
 def _qk(op: str, dims) -> tuple[int, int, int, int] | None:
     """(batch, L, S, D) of a score GEMM q [..., L, D] @ k^T [..., D, S], else None."""
-    if not isinstance(dims, list):
+    ab = _operands(dims, strip_added=op == "baddbmm")
+    if ab is None or len(ab[0]) < 3:
         return None
-    ts = [t for t in (_tensor(d) for d in dims) if t is not None]
-    if op == "baddbmm" and len(ts) == 3:
-        ts = ts[1:]
-    if len(ts) != 2:
-        return None
-    a, b = ts
-    if a[-1] != b[-2] or len(a) < 3:
-        return None
+    a, b = ab
     return max(_batch(a), _batch(b)), a[-2], b[-1], a[-1]
 
 
 def _pv(dims) -> tuple[int, int, int, int] | None:
     """(batch, L, S, Dv) of p [..., L, S] @ v [..., S, Dv], else None."""
-    ts = [t for t in (_tensor(d) for d in dims or []) if t is not None] if isinstance(dims, list) else []
-    if len(ts) != 2:
+    ab = _operands(dims, strip_added=False)
+    if ab is None or len(ab[0]) < 3:
         return None
-    a, b = ts
-    if a[-1] != b[-2] or len(a) < 3:
-        return None
+    a, b = ab
     return max(_batch(a), _batch(b)), a[-2], a[-1], b[-1]
 
 
@@ -171,13 +174,11 @@ def find_chains(ctx: Context) -> pd.DataFrame:
 
 def _touches(dims, bh: int, L: int, S: int) -> bool:
     """Whether a matmul's operands or product include a [bh, L, S] or [bh, S, L] tensor."""
-    ts = [t for t in (_tensor(d) for d in dims or []) if t is not None] if isinstance(dims, list) else []
-    if len(ts) == 3:  # baddbmm: the added term first
-        ts = ts[1:]
-    if len(ts) != 2 or ts[0][-1] != ts[1][-2]:
+    ab = _operands(dims, strip_added=True)
+    if ab is None:
         return False
-    prod = [*ts[0][:-1], ts[1][-1]]
-    return any(_batch(t) == bh and tuple(t[-2:]) in ((L, S), (S, L)) for t in (*ts, prod))
+    prod = [*ab[0][:-1], ab[1][-1]]
+    return any(_batch(t) == bh and tuple(t[-2:]) in ((L, S), (S, L)) for t in (*ab, prod))
 
 
 def _backward_chains(rank, thread, st, en, opn, dims, dts, mm_end_order, mm_start_order,
