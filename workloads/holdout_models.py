@@ -30,7 +30,8 @@ Triton kernels), swin_infer (timm Swin-T, bf16), opt_generate_b16 (OPT fp16 batc
 decode), efficientnet_train_cl (timm EfficientNet-B0 training, channels_last) and
 deberta_infer_fp16 (DeBERTa-v2 fp16 inference); gpt2_eager_train / gpt2_sdpa_train and
 swin_infer_sdpa time the fused-attention fix. A fourth: wav2vec2_train_fp32, bart_beam_generate,
-clip_infer_fp16, mamba_prefill, llama_train_bf16_ckpt. See each builder's docstring.
+clip_infer_fp16, mamba_prefill, llama_train_bf16_ckpt. A fifth: lstm_lm_train, dlrm_train,
+flex_attention_train, segformer_infer_fp16, fp8_mlp. See each builder's docstring.
 
 The second set's three models with the fix advisor named (bert_train_fp32_tf32, resnet50_train_cl,
 mobilenet_b8_graph: a CUDA graph of the forward), timed against the originals with
@@ -585,6 +586,164 @@ def llama_train_bf16_ckpt(dev: str, tiny: bool):
     return step
 
 
+# A fifth set (2026-12-03, third session): model families the rules had not seen at all: a
+# recurrent LM on cuDNN's RNN kernels, a recommender's embedding bags, FlexAttention compiled
+# by Inductor, a segmentation transformer with depthwise convolutions, and fp8 GEMMs.
+
+def lstm_lm_train(dev: str, tiny: bool):
+    """Two-layer LSTM language model (512 embedding, 1024 hidden, 16k vocabulary) training step
+    in fp32 (PyTorch's default precision: cuDNN may use TF32, matmuls may not), 32 x 128 tokens."""
+    vocab, emb, hid = (500, 32, 64) if tiny else (16000, 512, 1024)
+
+    class LM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(vocab, emb)
+            self.rnn = torch.nn.LSTM(emb, hid, num_layers=2, batch_first=True, dropout=0.1)
+            self.head = torch.nn.Linear(hid, vocab)
+
+        def forward(self, ids):
+            return self.head(self.rnn(self.emb(ids))[0])
+
+    model = LM().to(dev).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ids = torch.randint(0, vocab, (4, 16) if tiny else (32, 128), device=dev)
+
+    def step():
+        logits = model(ids[:, :-1])
+        torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), ids[:, 1:].reshape(-1)).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def lstm_lm_train_tf32(dev: str, tiny: bool):
+    """lstm_lm_train with TF32 matmuls (the fix tensor_cores_unused names for its output layer)."""
+    return _with_backend_flags(lstm_lm_train(dev, tiny), matmul_tf32=True)
+
+
+def dlrm_train(dev: str, tiny: bool):
+    """DLRM-style recommender training step in fp32: 8 embedding bags (200k x 64, sum of 20
+    ids a bag), a 13-feature bottom MLP, pairwise feature interactions, a top MLP; batch 4096."""
+    rows, dim, tables, bag, batch = (1000, 16, 2, 4, 64) if tiny else (200_000, 64, 8, 20, 4096)
+
+    class DLRM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bags = torch.nn.ModuleList(torch.nn.EmbeddingBag(rows, dim, mode="sum") for _ in range(tables))
+            self.bottom = torch.nn.Sequential(torch.nn.Linear(13, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256),
+                                              torch.nn.ReLU(), torch.nn.Linear(256, dim), torch.nn.ReLU())
+            n = tables + 1
+            self.top = torch.nn.Sequential(torch.nn.Linear(dim + n * (n - 1) // 2, 1024), torch.nn.ReLU(),
+                                           torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1))
+
+        def forward(self, dense, ids):
+            feats = [self.bottom(dense)] + [b(ids[i]) for i, b in enumerate(self.bags)]
+            z = torch.stack(feats, 1)
+            inter = torch.bmm(z, z.transpose(1, 2))
+            i, j = torch.triu_indices(z.shape[1], z.shape[1], 1, device=z.device)
+            return self.top(torch.cat([feats[0], inter[:, i, j]], 1))
+
+    model = DLRM().to(dev).train()
+    opt = torch.optim.Adagrad(model.parameters(), lr=1e-2)
+    dense = torch.randn(batch, 13, device=dev)
+    ids = torch.randint(0, rows, (tables, batch, bag), device=dev)
+    y = torch.randint(0, 2, (batch, 1), device=dev).float()
+
+    def step():
+        torch.nn.functional.binary_cross_entropy_with_logits(model(dense, ids), y).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def flex_attention_train(dev: str, tiny: bool):
+    """A 4-layer pre-norm transformer (1024 wide, 16 heads) training step, bf16, whose attention
+    is FlexAttention with a 512-token sliding causal window, compiled (Inductor's attention
+    templates); the rest eager. 4 x 2048 tokens."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    d, h, layers, b, s = (64, 2, 1, 1, 128) if tiny else (1024, 16, 4, 4, 2048)
+    window = 32 if tiny else 512
+    mask = create_block_mask(lambda _b, _h, q, k: (q >= k) & (q - k < window), None, None, s, s, device=dev)
+    attend = torch.compile(flex_attention) if dev.startswith("cuda") else flex_attention
+    dtype = torch.float32 if dev == "cpu" else torch.bfloat16
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.n1, self.n2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+            self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+            self.mlp = torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.GELU(), torch.nn.Linear(4 * d, d))
+
+        def forward(self, x):
+            q, k, v = self.qkv(self.n1(x)).view(b, s, 3, h, d // h).permute(2, 0, 3, 1, 4)
+            x = x + self.proj(attend(q, k, v, block_mask=mask).transpose(1, 2).reshape(b, s, d))
+            return x + self.mlp(self.n2(x))
+
+    model = torch.nn.Sequential(*(Block() for _ in range(layers))).to(dev, dtype).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(b, s, d, device=dev, dtype=dtype)
+
+    def step():
+        if not dev.startswith("cuda"):  # FlexAttention has no backward on the CPU: the smoke run checks the forward
+            with torch.no_grad():
+                return model(x)
+        model(x).float().square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def segformer_infer_fp16(dev: str, tiny: bool):
+    """SegFormer (MiT-b2-sized encoder, all-MLP decoder) fp16 semantic segmentation of 16 images
+    at 512 x 512: efficient self-attention with spatial reduction, depthwise 3x3 convolutions
+    in the Mix-FFN."""
+    from transformers import SegformerConfig, SegformerForSemanticSegmentation
+
+    cfg = SegformerConfig(depths=[1, 1, 1, 1] if tiny else [3, 4, 6, 3],
+                          hidden_sizes=[16, 32, 64, 128] if tiny else [64, 128, 320, 512],
+                          decoder_hidden_size=64 if tiny else 768, num_labels=150)
+    dtype = torch.float32 if dev == "cpu" else torch.float16
+    model = SegformerForSemanticSegmentation(cfg).to(dev, dtype).eval()
+    x = torch.randn(1 if tiny else 16, 3, 64 if tiny else 512, 64 if tiny else 512, device=dev, dtype=dtype)
+
+    @torch.no_grad()
+    def step():
+        model(pixel_values=x)
+    return step
+
+
+def fp8_mlp(dev: str, tiny: bool):
+    """A transformer FFN (4096 -> 14336 -> 4096, SwiGLU) forward in fp8 e4m3 through
+    torch._scaled_mm with per-tensor scales, 8192 tokens: what float8 training and fp8 serving
+    stacks launch. bf16 in and out; the activations are quantised on the fly."""
+    n, d, f = (16, 32, 64) if tiny else (8192, 4096, 14336)
+    if not dev.startswith("cuda"):  # fp8 GEMMs need sm_89+; the CPU smoke run checks the shapes in bf16
+        w1, w3, w2 = (torch.randn(a, b, device=dev) * 0.02 for a, b in ((f, d), (f, d), (d, f)))
+        x = torch.randn(n, d, device=dev)
+
+        def cpu_step():
+            h = torch.nn.functional.silu(x @ w1.t()) * (x @ w3.t())
+            return h @ w2.t()
+        return cpu_step
+    fp8 = torch.float8_e4m3fn
+    ws = [(torch.randn(a, b, device=dev) * 0.02) for a, b in ((f, d), (f, d), (d, f))]
+    scales = [w.abs().max() / 448 for w in ws]
+    w1, w3, w2 = ((w / s).to(fp8) for w, s in zip(ws, scales))
+    s1, s3, s2 = (s.float() for s in scales)
+    x = torch.randn(n, d, device=dev, dtype=torch.bfloat16)
+
+    def mm(a, w, sw):  # a (n, k) bf16, w (out, k) fp8: w.t() is column-major, as _scaled_mm wants
+        sa = a.abs().amax().float() / 448
+        return torch._scaled_mm((a / sa).to(fp8), w.t(), scale_a=sa, scale_b=sw, out_dtype=torch.bfloat16)
+
+    def step():
+        h = torch.nn.functional.silu(mm(x, w1, s1)) * mm(x, w3, s3)
+        return mm(h, w2, s2)
+    return step
+
+
 MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_prefill, convnext_infer,
                                   distilbert_b1, bert_train_fp32, mixtral_moe, llama_generate, resnet50_train,
                                   qwen2_prefill, mobilenet_b8, bert_train_fp32_tf32, resnet50_train_cl,
@@ -592,7 +751,8 @@ MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_p
                                   efficientnet_train_cl, deberta_infer_fp16, swin_infer_sdpa,
                                   gpt2_eager_train, gpt2_sdpa_train, wav2vec2_train_fp32, bart_beam_generate,
                                   clip_infer_fp16, mamba_prefill, llama_train_bf16_ckpt, wav2vec2_train_tf32,
-                                  wav2vec2_train_cudnn_bench, clip_infer_fp16_cl)}
+                                  wav2vec2_train_cudnn_bench, clip_infer_fp16_cl, lstm_lm_train, lstm_lm_train_tf32, dlrm_train,
+                                  flex_attention_train, segformer_infer_fp16, fp8_mlp)}
 
 
 def _sync(dev: str):

@@ -18,6 +18,11 @@ from .strings import contains
 # which start with the op name)
 CONV_OPS = r"^(?:aten::)?(?:cudnn_convolution|miopen_convolution|_convolution|convolution|convolution_backward|conv\dd|conv_transpose\dd|mkldnn_convolution)\b"
 
+# cuDNN's recurrent layers (forward and backward): like its convolutions, they run on TF32
+# under torch.backends.cudnn.allow_tf32 (on by default), not the matmul switch
+RNN_OPS = r"^(?:aten::)?(?:_cudnn_rnn|_cudnn_rnn_backward|miopen_rnn|miopen_rnn_backward|lstm|gru|rnn_tanh|rnn_relu)\b"
+CUDNN_OPS = f"(?:{CONV_OPS})|(?:{RNN_OPS})"
+
 
 def _ranges(ctx: Context, pattern: str) -> pd.DataFrame:
     cols = ["rank", "thread_id", "start_ns", "end_ns"]

@@ -48,6 +48,10 @@ REQUIRES = ()  # runs need only kernel times; the big-grid half also needs grids
 
 # torch.compile's (Inductor's) generated kernels: a run of these is fused already
 _INDUCTOR = re.compile(r"^triton_(?:poi|red|per)_")
+# A recurrent layer's own kernels (cuDNN's elemWiseRNNcell, LSTM_elementWise_bp1, its persistent
+# RNN kernels; MIOpen's and compiled LSTM/GRU cells): a run of these and GEMMs steps through time,
+# each step's GEMM reading the last step's output
+_RECURRENT = re.compile(r"rnn|lstm|(?<![a-z])gru", re.IGNORECASE)
 # Kernels whose work is elementwise or a reduction (ATen's elementwise/reduce templates,
 # Inductor's pointwise/reduction/persistent-reduction kernels, multi-tensor optimizers, copies,
 # fills, norms, softmax, index/scatter/gather): what fusion (torch.compile) or foreach ops merge.
@@ -163,6 +167,9 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
     gapped = in_run & (gap_before > 0)
     ctx.cache[key + ("gapped",)] = pd.DataFrame({"run_id": run_id[gapped],
                                                  "pos": k.index.get_indexer(k.index[rows[gapped]])})
+    if len(runs):
+        runs["gap_ns"] = _gaps_once(ctx, rows[gapped], dev[gapped], gap_before[gapped], run_id[gapped],
+                                    runs.index)
     del gapped
     # a loop of small GEMMs and a stream of elementwise kernels want different fixes (one
     # grouped launch, a persistent kernel or a CUDA graph), even on one stream
@@ -208,6 +215,28 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
     return ctx.cache[key]
 
 
+def _gaps_once(ctx: Context, rows, dev, gap, run_id, runs_index) -> np.ndarray:
+    """Per run (in `runs_index` order): its kernels' gaps, with time in gaps of several streams
+    at once counted once (for the gap that began first). Streams waiting together wait for the
+    same wall time: cuDNN's LSTM steps two layers on two streams, and summing both streams'
+    gaps claimed more wall time than the step had idle. (Time one stream waits while another
+    runs a kernel still counts: that kernel may fill few SMs, as NCCL's do.)"""
+    k = ctx.kernels
+    start = k["start_ns"].to_numpy(np.int64)[rows]
+    rank = k["rank"].to_numpy(np.int64)[rows]
+    once = np.zeros(len(rows), dtype=np.int64)
+    for r, d in set(zip(rank.tolist(), dev.tolist())):
+        at = np.flatnonzero((rank == r) & (dev == d))
+        b = start[at]
+        a = b - gap[at]
+        order = np.argsort(a, kind="stable")
+        a, b = a[order], b[order]
+        # each gap begins no earlier than every earlier gap's end: the union is the same
+        a[1:] = np.maximum(a[1:], np.maximum.accumulate(b)[:-1])
+        once[at[order]] = np.maximum(b - a, 0)
+    return pd.Series(once).groupby(run_id).sum().reindex(runs_index).fillna(0).to_numpy(np.int64)
+
+
 def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     """Two kinds of rows: kind="run" (per stream and kind of run, GEMM loops apart from the
     rest, summed over those runs) and kind="big_grid" (per kernel launch group)."""
@@ -240,6 +269,9 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
         per_stream["elementwise_ns"] = ew.groupby(_KEY, sort=False)["ns"].sum().reindex(stream_keys).fillna(0).to_numpy()
         ind = names[names["name"].astype(str).str.contains(_INDUCTOR).to_numpy()]
         per_stream["compiled_ns"] = ind.groupby(_KEY, sort=False)["ns"].sum().reindex(stream_keys).fillna(0).to_numpy()
+        rec = names[names["name"].astype(str).str.contains(_RECURRENT).to_numpy()]
+        per_stream["recurrent_launches"] = (rec.groupby(_KEY, sort=False)["launches"].sum()
+                                            .reindex(stream_keys).fillna(0).to_numpy())
         shapes, dtypes = _gemm_shapes(ctx.cache.get(key + ("shapes",)), ids)
         per_stream["gemm_shapes"] = [shapes.get(k, []) for k in stream_keys]
         per_stream["gemm_dtype"] = [dtypes.get(k) for k in stream_keys]
@@ -423,6 +455,10 @@ def _note_library(evidence: dict, name: str) -> dict:
 
 def _run_pattern(row, rule: Rule) -> str:
     """Which remedy a run calls for (a key of the rule's [strategies] table)."""
+    if row.get("recurrent_launches", 0) >= rule["recurrent_min_launch_share"] * row["kernels"]:
+        # a recurrent layer stepping through time: each step's GEMM needs the last step's
+        # output, so they can be neither grouped nor made one persistent launch here
+        return "recurrent_run"
     if row["gemm_fraction"] >= 0.5:
         return "gemm_loop"
     if row["kernel_ns"] and row.get("elementwise_ns", 0) / row["kernel_ns"] >= rule["fusion_min_share"]:
@@ -436,7 +472,8 @@ def _run_pattern(row, rule: Rule) -> str:
 
 # tier of each pattern's remedy: fusing, graphing or feeding the GPU is a basic (1); one
 # grouped or persistent launch is a kernel schedule (4)
-_TIER = {"gemm_loop": 4, "elementwise_run": 1, "compiled_run": 1, "mixed_run": 1, "kernel_run": 4, "host_bound": 1, "big_grid": 4}
+_TIER = {"gemm_loop": 4, "elementwise_run": 1, "compiled_run": 1, "recurrent_run": 1, "mixed_run": 1, "kernel_run": 4,
+         "host_bound": 1, "big_grid": 4}
 
 
 def profiler_slows_host(ctx: Context) -> bool:
@@ -500,6 +537,7 @@ def _run_finding(row, rule: Rule, ctx: Context) -> Finding | None:
             "gemm_fraction": round(float(row["gemm_fraction"]), 3),
             "elementwise_share": round(float(row.get("elementwise_ns", 0) / row["kernel_ns"]), 3) if row["kernel_ns"] else 0.0,
             "compiled_share": round(float(row.get("compiled_ns", 0) / row["kernel_ns"]), 3) if row["kernel_ns"] else 0.0,
+            **({"recurrent_launches": int(row["recurrent_launches"])} if pattern == "recurrent_run" else {}),
             # `kernel` is only the runs' biggest part: its own launches and time
             "kernel_names": int(row["kernel_names"]),
             "top_kernel_launches": int(row["top_kernel_launches"]),
@@ -641,6 +679,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
             continue
         if f is not None:
             out.append(f)
+    out = _one_graph_finding_per_kind(out, rule, ctx)
     counted: set = set()
     if fired_runs:
         runs = find_runs(ctx, rule)
@@ -653,6 +692,57 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
             if f is not None:
                 out.append(f)
     return _less_profiler_cost(out, rule, ctx)
+
+
+_SUMMED = ("runs", "kernels_in_runs", "kernel_ns", "gap_ns", "recurrent_launches")
+
+
+def _one_graph_finding_per_kind(found: list[Finding], rule: Rule, ctx: Context) -> list[Finding]:
+    """Run findings of one device whose remedy is a CUDA graph and whose runs are of one kind
+    (a recurrent layer on two streams; a forward's and a backward's streams) are one fix: one
+    finding, on the kernel with the most time, with the streams listed. Their gaps were already
+    counted once where streams waited together (`_gaps_once`)."""
+    out: list[Finding] = []
+    at: dict = {}
+    for f in found:
+        ev = f.evidence
+        if f.strategy != "cuda_graph" or ev.get("pattern") != "tiny back-to-back kernels":
+            out.append(f)
+            continue
+        key = (f.rank, f.device_id, ev.get("run_kind"))
+        if key not in at:
+            at[key] = len(out)
+            out.append(f)
+            continue
+        g = out[at[key]]
+        big, small = (g, f) if g.evidence["top_kernel_ns"] >= ev["top_kernel_ns"] else (f, g)
+        e1, e2 = big.evidence, small.evidence
+        merged = dict(e1)
+        for c in _SUMMED:
+            if c in e1 or c in e2:
+                merged[c] = int(e1.get(c, 0)) + int(e2.get(c, 0))
+        apis = [e["launch_api_ns"] for e in (e1, e2) if e.get("launch_api_ns") is not None]
+        merged["launch_api_ns"] = sum(apis) if apis else None
+        kn, n = merged["kernel_ns"], merged["kernels_in_runs"]
+        for c in ("elementwise_share", "compiled_share"):
+            merged[c] = round((e1[c] * e1["kernel_ns"] + e2[c] * e2["kernel_ns"]) / kn, 3) if kn else 0.0
+        merged["gemm_fraction"] = round((e1["gemm_fraction"] * e1["kernels_in_runs"]
+                                         + e2["gemm_fraction"] * e2["kernels_in_runs"]) / max(1, n), 3)
+        merged["gap_fraction"] = round(merged["gap_ns"] / (kn + merged["gap_ns"]), 3) if kn + merged["gap_ns"] else 0.0
+        merged["mean_kernel_ns"] = int(kn / max(1, n))
+        merged["kernel_names"] = max(e1["kernel_names"], e2["kernel_names"])  # distinct names per stream: at least this
+        merged["top_kernel_share"] = round(e1["top_kernel_ns"] / kn, 3) if kn else 0.0
+        merged["gemm_shapes_known"] = e1["gemm_shapes_known"] + e2["gemm_shapes_known"]
+        streams = {s for e in (e1, e2) for s in (e.get("stream_ids") or [e.get("stream_id")]) if s is not None}
+        merged["stream_ids"] = sorted(streams)
+        merged["basis"] = (f"sum of the {n - merged['runs']} idle gaps inside the runs on streams "
+                           f"{', '.join(map(str, merged['stream_ids']))} (each up to {rule['max_gap_in_run_ns'] / 1000:g} "
+                           "us; time several streams waited together counted once): wall time the GPU waited between "
+                           "launches")
+        out[at[key]] = replace(big, launches=big.launches + small.launches, total_ns=big.total_ns + small.total_ns,
+                               est_savings_ns=big.est_savings_ns + small.est_savings_ns, evidence=merged,
+                               confidence=_wall_confidence(merged["gap_fraction"], ctx))
+    return out
 
 
 def recorded_op_starts(ctx: Context, rank: int) -> tuple[np.ndarray, str | None]:
@@ -703,7 +793,6 @@ def _less_profiler_cost(found: list[Finding], rule: Rule, ctx: Context) -> list[
         n = int(np.searchsorted(starts, hi) - np.searchsorted(starts, lo))
         per_op = float(rule[f"profiler_op_cost_{recorder}_ns"])
         idle = _idle_ns(on, float(rule["max_gap_in_run_ns"]))
-        claimed = sum(found[i].est_savings_ns for i in idx)
         if not n or not idle:
             continue
         keep = max(0.0, 1.0 - n * per_op / idle)  # the share of the short gaps the bare program keeps

@@ -26,6 +26,7 @@ from ..rules import Rule
 from .context import Context, as_int, by_device, finding_for, group_launches, launch_rows, shape_of
 from .kernel_kinds import _enabled, device_row, gemm_time_by_precision, gemm_work, kinds
 from .attention_chains import chain_kernels
+from .launch_ops import CUDNN_OPS, launched_inside
 from .calibration import has_tf32
 from .roofline import gemm_estimate
 
@@ -55,9 +56,10 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     out["device_fp32_gemm_ns"] = [int(by.loc[x, "fp32"]) for x in key]
     out["device_tf32_ns"] = [int(by.loc[x, "tf32"]) for x in key]
     out["device_16bit_ns"] = [int(by.loc[x, "16bit"]) for x in key]
-    # TF32 outside convolutions: cuBLAS GEMMs on TF32 mean the matmul switch is on already
+    # TF32 outside cuDNN (its convolutions and recurrent layers follow cudnn.allow_tf32, on by
+    # default): cuBLAS GEMMs on TF32 mean the matmul switch is on already
     tf32_mm = k["is_gemm"].to_numpy(dtype=bool) & (kk["precision"] == "tf32").to_numpy(dtype=bool) & \
-        ~kk["is_conv"].to_numpy(dtype=bool)
+        ~kk["is_conv"].to_numpy(dtype=bool) & ~launched_inside(ctx, CUDNN_OPS)
     mm = pd.DataFrame({"rank": k["rank"].to_numpy()[tf32_mm].astype("int64"),
                        "dev": k["device_id"].fillna(-1).astype("int64").to_numpy()[tf32_mm],
                        "ns": k["dur_ns"].to_numpy()[tf32_mm]}).groupby(["rank", "dev"])["ns"].sum()
@@ -77,12 +79,12 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         w32, wt, w16 = gemm_work(fp32_ns, int(grp["device_tf32_ns"].iloc[0]), int(grp["device_16bit_ns"].iloc[0]) + max(0, other),
                                  device_row(ctx, rank, dev))
         fp32_share = w32 / (w32 + wt + w16) if (w32 + wt + w16) else 0.0
-        # PyTorch's defaults let cuDNN convolutions use TF32 but not matmuls: an fp32 model
-        # whose only TF32 work is convolutions runs its matmuls in full fp32 (the matmul switch
-        # is off), so that TF32 work is the fp32 model's side of the split, not a majority
-        # that has the fix already
-        tf32_convs_only = int(grp["device_tf32_matmul_ns"].iloc[0]) == 0 and wt > 0
-        model_share = (w32 + wt) / (w32 + wt + w16) if tf32_convs_only and (w32 + wt + w16) else fp32_share
+        # PyTorch's defaults let cuDNN (convolutions, RNNs) use TF32 but not matmuls: an fp32
+        # model whose only TF32 work runs inside cuDNN runs its matmuls in full fp32 (the
+        # matmul switch is off), so that TF32 work is the fp32 model's side of the split, not
+        # a majority that has the fix already
+        tf32_cudnn_only = int(grp["device_tf32_matmul_ns"].iloc[0]) == 0 and wt > 0
+        model_share = (w32 + wt) / (w32 + wt + w16) if tf32_cudnn_only and (w32 + wt + w16) else fp32_share
         if model_share < rule["min_fp32_gemm_share"]:
             continue  # a 16-bit or TF32 majority of the work: dtype_churn's case
         share = ctx.share(rank, dev, fp32_ns)
@@ -124,7 +126,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                     "fp32_gemm_ns": fp32_ns,
                     "gemm_ns": gemm_ns,
                     "fp32_gemm_share": round(fp32_share, 3),
-                    "tf32_convolutions_only": tf32_convs_only,
+                    "tf32_in_cudnn_only": tf32_cudnn_only,
                     "share_of_gpu_time": round(share, 4),
                     "kernel_kinds": int(grp["name"].nunique()),
                     "target_precision": target,
