@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .attention import OP_BACKEND, attention_backend, kv_bytes, num_splits_for, parse_attention_op, parse_attention_range
+from .attention import attention_backend, kv_bytes, num_splits_for, parse_attention_op, parse_attention_range
 from ..findings import Finding
 from ..model import Trace
 from ..rules import Rule

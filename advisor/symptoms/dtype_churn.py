@@ -132,7 +132,6 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         gemms, casts = grp[grp["kind"] == "gemm"], grp[grp["kind"] == "cast"]
         if gemms.empty:
             continue
-        gemm_ns = int(grp["device_gemm_ns"].iloc[0])
         fp32_ns = int(grp["device_fp32_class_ns"].iloc[0])
         bit16_ns = int(grp["device_16bit_ns"].iloc[0])
         cast_ns = int(casts["total_ns"].sum())

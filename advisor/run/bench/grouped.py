@@ -32,7 +32,7 @@ from ...basics import group_sizes
 from . import rows as R
 from .runner import (
     FINAL_REP_SCALE, GRACE_S, DEFAULT_VARIANT_TIMEOUT_S, DeviceLost, Progress, VariantTimeout, _error_text, _sync, classify,
-    default_device, device_healthy, device_sm_count, environment, load_schedule, prepare_interpreter,
+    default_device, device_healthy, environment, load_schedule, prepare_interpreter,
     row_variant_key,
     tf32_for, time_limit, torch_config, variant_key,
 )

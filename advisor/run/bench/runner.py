@@ -35,9 +35,7 @@ raised carrying the rows measured so far.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
-import math
 import signal
 import threading
 import time
