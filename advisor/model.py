@@ -191,6 +191,31 @@ def narrow_fitting(df: pd.DataFrame, frame: str) -> None:
         df[col] = s.astype("Int32")
 
 
+def constant_view(s: pd.Series) -> pd.Series:
+    """`s`, or, where it holds one value in every row (no NA; a numpy or a nullable integer
+    column), that value seen through a zero-stride read-only view: 0 bytes a row instead of
+    4-9 (a file's rank, the one GPU of a single-GPU process). As with `_missing`'s text,
+    pandas copies it before a write through `.loc` on a copy, every take, concat or copy
+    makes a real array, and a write in place into the trace's own frame would raise."""
+    n = len(s)
+    if n < 2:
+        return s
+    arr = s.array
+    if isinstance(arr, pd.arrays.IntegerArray):
+        data, mask = arr._data, arr._mask
+        if mask.any() or not data.strides[0] or data.min() != data.max():
+            return s
+        one = np.broadcast_to(data[:1].copy(), (n,))
+        view = pd.arrays.IntegerArray(one, np.broadcast_to(np.zeros(1, dtype=bool), (n,)), copy=False)
+        return pd.Series(view, index=s.index, copy=False)
+    if s.dtype.kind in "iu":
+        data = s.to_numpy()
+        if not data.strides[0] or data.min() != data.max():
+            return s
+        return pd.Series(np.broadcast_to(data[:1].copy(), (n,)), index=s.index, copy=False)
+    return s
+
+
 def narrow(trace: "Trace") -> None:
     """Cast the `NARROW` columns of `trace` in place (the caller guarantees they fit) and the
     `NARROW_IF_FIT` ones whose values fit in int32."""
@@ -216,7 +241,12 @@ def narrow(trace: "Trace") -> None:
         df = getattr(trace, frame)
         r = df["rank"]
         if r.dtype == np.int64 and len(r) and -(2**31) <= r.min() and r.max() < 2**31:
-            df["rank"] = r.astype(np.int32)
+            df["rank"] = r = r.astype(np.int32)
+        df["rank"] = constant_view(r)  # one rank a file: the usual case
+    for frame, names in NARROW_IF_FIT.items():
+        df = getattr(trace, frame)
+        for col in names:  # one device (or thread) a process: the usual case
+            df[col] = constant_view(df[col])
 
 
 def conform(df: pd.DataFrame | None, frame: str) -> pd.DataFrame:
@@ -269,8 +299,9 @@ def _missing(dtype: str, index: pd.Index) -> pd.Series:
     # np.zeros is calloc: pages never written stay off the process's resident memory, so an
     # all-NA number column costs its mask (1 byte a value) unless something writes it;
     # copy=False, as pd.Series would otherwise copy (and write) them.
-    if dtype == _I:
-        return pd.Series(pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)), index=index,
+    if dtype == _I:  # the mask too: one True seen through a zero-stride read-only view
+        mask = np.broadcast_to(np.ones(1, dtype=bool), (n,))
+        return pd.Series(pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), mask, copy=False), index=index,
                          copy=False)
     if dtype == _F:
         return pd.Series(pd.arrays.FloatingArray(np.zeros(n, dtype=np.float64), np.ones(n, dtype=bool)), index=index,

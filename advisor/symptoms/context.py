@@ -33,7 +33,10 @@ class Context:
         combination), computed once here so that each symptom's grouping hashes integers
         instead of a million strings again (docs/scale.md)."""
         k = self.trace.kernels
-        out = pd.concat([k, occupancy(self.trace, OCCUPANCY_READ), gemm_table(self.trace, self.shapes)], axis=1)
+        # the GEMM table first: occupancy's columns (24 bytes a kernel) need not be alive at its peak
+        gemm = gemm_table(self.trace, self.shapes)
+        out = pd.concat([k, occupancy(self.trace, OCCUPANCY_READ), gemm], axis=1)
+        del gemm
         if "_name_code" not in out.columns:  # gemm_table factorized the names already
             out["_name_code"] = small_ints(factorize(out["name"])[0])
         # strings grouped as integer codes (-1 for missing, as groupby(dropna=False) keeps NA)

@@ -592,9 +592,12 @@ def gemm_table(trace: Trace, overrides: list[tuple[str, dict]] | None = None) ->
     flags["tile_m"] = narrow_ints(pd.array([t[0] if t else pd.NA for t in tiles], dtype="Int64"))
     flags["tile_n"] = narrow_ints(pd.array([t[1] if t else pd.NA for t in tiles], dtype="Int64"))
     flags["tile_k"] = narrow_ints(pd.array([t[2] if t and t[2] else pd.NA for t in tiles], dtype="Int64"))
-    per = flags.iloc[codes].set_axis(k.index)
+    # the shapes first: the name facts spread per kernel (~20 bytes a kernel) need not be
+    # alive at assign_shapes' peak
     shapes = assign_shapes(trace)
+    per = flags.iloc[codes].set_axis(k.index)
     out = pd.concat([per, shapes], axis=1)
+    del per, shapes
     # A free-form label (a user's range around a layer) names a GEMM only for kernels whose
     # names say GEMM; the others in the range keep no shape.
     free = (out["shape_source"] == "nvtx-text").fillna(False).to_numpy(dtype=bool) & ~out["is_gemm_name"].to_numpy(dtype=bool)
@@ -610,7 +613,7 @@ def gemm_table(trace: Trace, overrides: list[tuple[str, dict]] | None = None) ->
     out["_name_code"] = small_ints(name_codes)
     column_major = pd.Series(uniq.str.contains(_COLUMN_MAJOR).to_numpy(dtype=bool)[codes], index=k.index)
     out["tile_m"], out["tile_n"] = orient_tiles(out, k["grid_blocks"], column_major)
-    out["tiles"] = narrow_ints(_tile_count(out, out["tile_m"], out["tile_n"]).array)  # Int32 where they fit
+    out["tiles"] = narrow_ints(_tile_count_known(out, out["tile_m"], out["tile_n"]))  # Int32 where they fit
     return out.drop(columns=["is_gemm_name"])
 
 
@@ -651,6 +654,24 @@ def _tile_count(out: pd.DataFrame, tm: pd.Series, tn: pd.Series) -> pd.Series:
     return count.astype("Int64").mask((approx >= 2.0**62).fillna(False))
 
 
+def _known_tiles(out: pd.DataFrame, tm: pd.Series, tn: pd.Series) -> np.ndarray:
+    """Positions where M, N and both tile extents are known: elsewhere every tile count is NA.
+    The counts' Int64 and Float64 temporaries over every kernel were Context.kernels' peak
+    (~40 bytes a kernel each; most kernels have no shape or no named tile)."""
+    known = out["M"].notna().to_numpy() & out["N"].notna().to_numpy() & tm.notna().to_numpy() & tn.notna().to_numpy()
+    return np.flatnonzero(known)
+
+
+def _tile_count_known(out: pd.DataFrame, tm: pd.Series, tn: pd.Series) -> pd.arrays.IntegerArray:
+    """_tile_count over every row, computed only where it can be known (NA elsewhere)."""
+    pos = _known_tiles(out, tm, tn)
+    values, mask = np.zeros(len(out), dtype=np.int64), np.ones(len(out), dtype=bool)
+    if len(pos):
+        sub = _tile_count(out[["M", "N", "batch"]].iloc[pos], tm.iloc[pos], tn.iloc[pos]).array
+        values[pos], mask[pos] = sub.to_numpy(np.int64, na_value=0), sub.isna()
+    return pd.arrays.IntegerArray(values, mask)
+
+
 def orient_tiles(out: pd.DataFrame, grid_blocks: pd.Series, column_major: pd.Series) -> tuple[pd.Series, pd.Series]:
     """The named tile's extents along PyTorch's M and N: (tile_m, tile_n) as named, or swapped.
 
@@ -664,17 +685,27 @@ def orient_tiles(out: pd.DataFrame, grid_blocks: pd.Series, column_major: pd.Ser
     tells the two apart fit the swapped tile (6 by an equal count, a split-K one by a
     multiple), none the named one."""
     tm, tn = out["tile_m"], out["tile_n"]
-    as_named, swapped = _tile_count(out, tm, tn), _tile_count(out, tn, tm)
-    g = grid_blocks.astype("Int64")
-
-    def only(a: pd.Series, b: pd.Series) -> pd.Series:
-        return (a & ~b).fillna(False).astype(bool)
-
-    eq_named, eq_swapped = g == as_named, g == swapped
-    div_named, div_swapped = (g % as_named) == 0, (g % swapped) == 0
     swap = column_major.copy()
-    swap[only(div_named, div_swapped)] = False
-    swap[only(div_swapped, div_named)] = True
-    swap[only(eq_named, eq_swapped)] = False
-    swap[only(eq_swapped, eq_named)] = True
+    # the grid decides only where both counts are known (elsewhere they are NA and `only`
+    # is False): computed at those rows alone
+    pos = _known_tiles(out, tm, tn)
+    if len(pos):
+        sub = out[["M", "N", "batch"]].iloc[pos]
+        stm, stn = tm.iloc[pos], tn.iloc[pos]
+        as_named, swapped = _tile_count(sub, stm, stn), _tile_count(sub, stn, stm)
+        g = grid_blocks.iloc[pos].astype("Int64")
+
+        def only(a: pd.Series, b: pd.Series) -> np.ndarray:
+            return (a & ~b).fillna(False).astype(bool).to_numpy()
+
+        eq_named, eq_swapped = g == as_named, g == swapped
+        div_named, div_swapped = (g % as_named) == 0, (g % swapped) == 0
+        sw = swap.to_numpy(dtype=bool)[pos]
+        sw[only(div_named, div_swapped)] = False
+        sw[only(div_swapped, div_named)] = True
+        sw[only(eq_named, eq_swapped)] = False
+        sw[only(eq_swapped, eq_named)] = True
+        swap = swap.to_numpy(dtype=bool, copy=True)
+        swap[pos] = sw
+        swap = pd.Series(swap, index=tm.index)
     return tm.where(~swap, tn), tn.where(~swap, tm)
