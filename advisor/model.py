@@ -147,7 +147,7 @@ FRAMES = tuple(SCHEMAS)
 # (advisor.traces: every value left is within 0..2**31-1): 5 bytes a value instead of 9,
 # ~360 MB of a 10M-kernel trace, in the frames and in every copy the diagnosis makes.
 # Readers and Trace.build still produce Int64; code must work with either. Products of them
-# (grid_blocks, block_threads) stay Int64.
+# (grid_blocks, block_threads) are NARROW_IF_FIT.
 NARROW: dict[str, dict[str, str]] = {
     "kernels": {
         c: "Int32"
@@ -161,7 +161,9 @@ NARROW: dict[str, dict[str, str]] = {
 # sources: device, stream and correlation ids are 32-bit; some thread ids are not): ~0.2 GB
 # of a 10M-kernel trace's kernels and runtime. Code must work with Int32 or Int64.
 NARROW_IF_FIT: dict[str, tuple[str, ...]] = {
-    "kernels": ("device_id", "stream_id", "correlation_id"),
+    # grid_blocks and block_threads: products, Int64 from the readers; no code multiplies
+    # them further (occupancy and waves work in float64)
+    "kernels": ("device_id", "stream_id", "correlation_id", "grid_blocks", "block_threads"),
     "runtime": ("thread_id", "correlation_id"),
     "memcpy": ("device_id", "stream_id", "correlation_id"),
     "nvtx": ("thread_id",),
@@ -192,8 +194,8 @@ def narrow_fitting(df: pd.DataFrame, frame: str) -> None:
 
 
 def constant_view(s: pd.Series) -> pd.Series:
-    """`s`, or, where it holds one value in every row (no NA; a numpy or a nullable integer
-    column), that value seen through a zero-stride read-only view: 0 bytes a row instead of
+    """`s`, or, where it holds one value in every row (no NA or NaN; a numpy or a nullable
+    integer column), that value seen through a zero-stride read-only view: 0 bytes a row instead of
     4-9 (a file's rank, the one GPU of a single-GPU process). As with `_missing`'s text,
     pandas copies it before a write through `.loc` on a copy, every take, concat or copy
     makes a real array, and a write in place into the trace's own frame would raise."""
@@ -208,9 +210,9 @@ def constant_view(s: pd.Series) -> pd.Series:
         one = np.broadcast_to(data[:1].copy(), (n,))
         view = pd.arrays.IntegerArray(one, np.broadcast_to(np.zeros(1, dtype=bool), (n,)), copy=False)
         return pd.Series(view, index=s.index, copy=False)
-    if s.dtype.kind in "iu":
+    if s.dtype.kind in "iuf":
         data = s.to_numpy()
-        if not data.strides[0] or data.min() != data.max():
+        if not data.strides[0] or not data.min() == data.max():  # NaN: not one value
             return s
         return pd.Series(np.broadcast_to(data[:1].copy(), (n,)), index=s.index, copy=False)
     return s

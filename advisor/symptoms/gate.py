@@ -271,7 +271,14 @@ def _roofline(ctx: Context, rule: Rule) -> list[dict]:
     # groupby(dropna=False, sort=False) numbers them, a key column at a time (a frame of the
     # nine columns and its group-by were this step's peak)
     keys = ("rank", "device_id", "name", "M", "N", "K", "batch", "dtype")
-    ids = group_ids(k[c].iloc[pos] for c in keys)
+    # over the launch groups first (Context.kernels' `_launch_group` splits by these keys and
+    # the launch shape), then their first rows' keys: the same ids, numbered in order of first
+    # appearance, without eight full-length factorizations of the launches (the gate's peak)
+    lg_codes, lg_uniq = pd.factorize(k["_launch_group"].to_numpy()[pos])
+    lg_first = np.empty(len(lg_uniq), dtype=np.int64)
+    lg_first[lg_codes[::-1]] = np.arange(len(lg_codes) - 1, -1, -1)
+    ids = group_ids(k[c].iloc[pos[lg_first]] for c in keys)[lg_codes]
+    del lg_codes, lg_uniq, lg_first
     first_at = np.empty(int(ids.max()) + 1 if len(ids) else 0, dtype=np.int64)
     first_at[ids[::-1]] = np.arange(len(ids) - 1, -1, -1)  # last write wins: each group's first row
     by = np.argsort(ids, kind="stable")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..model import constant_view
 from . import intervals
 from .context import Context, id_array
 from .gemm import _launch_arrays
@@ -111,10 +112,14 @@ def gaps(ctx: Context) -> pd.DataFrame:
             del launch
             first = 0 if sel is None else sel[0]
             r, d = int(rank[first]), int(dev[first])
+            # the group's rank and device, and one launch thread (the usual case), as one value
+            # seen through a zero-stride view (model.constant_view): the cache's largest
+            # columns after the times
             out.append(pd.DataFrame({
-                "rank": np.full(len(at), r, dtype=_small(r)), "device_id": np.full(len(at), d, dtype=_small(d)),
+                "rank": _same(r, len(at)), "device_id": _same(d, len(at)),
                 "gap_start_ns": gstart, "gap_ns": gsize,
-                "next_pos": np.where(at < nk, at, -1).astype(_small(nk)), "thread_id": thread[at], "host_bound": hb,
+                "next_pos": np.where(at < nk, at, -1).astype(_small(nk)),
+                "thread_id": constant_view(pd.Series(thread[at], copy=False)).to_numpy(), "host_bound": hb,
             }, copy=False))  # not consolidated: concat copies them once below
             del at, gstart, gsize, hb
     res = (out[0] if len(out) == 1 else pd.concat(out, ignore_index=True)) if out else pd.DataFrame(columns=_COLS)
@@ -125,6 +130,11 @@ def gaps(ctx: Context) -> pd.DataFrame:
 def _device_ids(f: pd.DataFrame) -> np.ndarray:
     """device_id as int64, -1 where missing."""
     return id_array(f["device_id"])
+
+
+def _same(v: int, n: int) -> np.ndarray:
+    """`v` n times (int32 where it fits), read-only and zero-stride."""
+    return np.broadcast_to(np.array([v], dtype=_small(v)), (n,))
 
 
 def _small(v: int):
@@ -216,7 +226,8 @@ def _host_arrays(ctx: Context, frame: str, col: str | None) -> tuple:
     if key not in ctx.cache:
         f = getattr(ctx.trace, frame)
         extra = f["thread_id"] if col is None else f[col].notna().to_numpy(dtype=bool)
-        ctx.cache[key] = (f["rank"].to_numpy(np.int64), f["start_ns"].to_numpy(np.int64), f["end_ns"].to_numpy(np.int64), extra)
+        # ranks as stored (int32, or one value: model.constant_view), not an int64 copy
+        ctx.cache[key] = (f["rank"].to_numpy(), f["start_ns"].to_numpy(np.int64), f["end_ns"].to_numpy(np.int64), extra)
     return ctx.cache[key]
 
 

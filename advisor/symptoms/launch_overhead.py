@@ -35,7 +35,7 @@ from ..findings import Finding
 from ..model import STRING
 from ..rules import Rule
 from ..traces.graphs import is_graph_replayed
-from .context import Context, finding_for, gemm_bytes, id_array
+from .context import Context, finding_for, gemm_bytes, id_array, sort_keys
 from .idle import gaps as idle_gaps
 from .idle import host_context
 from .idle import next_names as idle_next_names
@@ -93,13 +93,13 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
         return ctx.cache[key]
     rank, dev, stream, start = ((a if sel is None else a[sel]) for a in (
         k["rank"].to_numpy(), id_array(k["device_id"]), id_array(k["stream_id"]), k["start_ns"].to_numpy()))
-    order = np.lexsort((start, stream, dev, rank))  # stable, as sort_values(kind="stable")
+    order = np.lexsort(sort_keys(start, stream, dev, rank))  # stable, as sort_values(kind="stable")
     sel = order if sel is None else sel[order]
     # neighbours in that order compared one key at a time, and each full-length temporary
     # written in place or let go at once (sorted copies of the four keys and the gap and run
     # arrays, each built through a temporary or two, were this symptom's peak)
     same = np.ones(max(len(order) - 1, 0), dtype=bool)
-    for col in (rank, dev, stream):
+    for col in sort_keys(rank, dev, stream):  # (one value: every neighbour the same)
         sk = col[order]
         same &= sk[1:] == sk[:-1]
         del sk

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..model import Trace
+from ..model import Trace, constant_view
 
 REG_ALLOC_UNIT = 256  # registers are allocated per warp in units of 256 (sm50+)
 SMEM_RESERVED_SM80 = 1024  # bytes the runtime reserves per block on sm80 and newer
@@ -130,7 +130,8 @@ def occupancy(trace: Trace, columns=COLUMNS) -> pd.DataFrame:
     made = {
         "blocks_per_sm": lambda: blocks_per_sm,
         "occupancy_limiter": lambda: pd.array(limiter, dtype=pd.StringDtype("python", na_value=np.nan)),
-        "sm_count": lambda: sms,
+        # one GPU model (the usual case): one value seen n times, 0 bytes a kernel
+        "sm_count": lambda: constant_view(pd.Series(sms, copy=False)).to_numpy(),
         "waves": lambda: waves,
         "tail_efficiency": lambda: _tail_eff(waves),
         "waves_sat": lambda: waves_sat,

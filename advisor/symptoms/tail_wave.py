@@ -59,6 +59,7 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     return group_launches(
         g,
         ["units", "units_from_shape", "waves_units", "tail_eff_units", "waves", "tail_efficiency", "blocks_per_sm", "sm_count", "tile_m", "tile_n"],
+        k,
     )
 
 
