@@ -92,9 +92,10 @@ class Context:
         return float(ns) / denom if denom else float("nan")
 
 
-# the occupancy columns symptoms read from Context.kernels (tail_wave computes its tail
-# efficiency from `waves` for the launches it looks at)
-OCCUPANCY_READ = ("blocks_per_sm", "sm_count", "waves")
+# the occupancy columns symptoms read from Context.kernels (`waves` is computed where read,
+# occupancy.waves_at; tail_wave computes its tail efficiency from it for the launches it
+# looks at)
+OCCUPANCY_READ = ("blocks_per_sm", "sm_count")
 
 GROUP_KEYS = ["rank", "device_id", "name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "M", "N", "K", "batch", "dtype"]
 

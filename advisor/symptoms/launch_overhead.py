@@ -41,6 +41,7 @@ from .idle import host_context
 from .idle import next_names as idle_next_names
 from .idle import rank_start as idle_rank_start
 from .kernel_kinds import schedule_excluded
+from .occupancy import waves_at
 from .strings import factorize
 
 SYMPTOM = "launch_overhead"
@@ -117,11 +118,16 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
     del same
     run_id = np.zeros(len(sel), dtype=np.int64)
     np.cumsum(~link, out=run_id[1:])
-    gap_before = np.zeros(len(sel), dtype=gap.dtype)
-    gap_before[1:][link] = gap[link]
-    del gap, link
+    np.multiply(gap, link, out=gap)  # the gap before each linked kernel (gap >= 0), 0 elsewhere
+    del link
+    tiny = np.flatnonzero(tiny)
+    # each tiny kernel's gap before it (the first kernel has none), at those positions only
+    gap_before = np.zeros(len(tiny), dtype=gap.dtype)
+    later = tiny > 0
+    gap_before[later] = gap[tiny[later] - 1]
+    del gap, later
     at = order[tiny]
-    rows, dev, stream, run_id, gap_before = sel[tiny], dev[at], stream[at], run_id[tiny], gap_before[tiny]
+    rows, dev, stream, run_id = sel[tiny], dev[at], stream[at], run_id[tiny]
     del sel, tiny, order, at
 
     def frame(at: np.ndarray, names: list[str]) -> pd.DataFrame:
@@ -262,22 +268,26 @@ def _big_grids(ctx: Context, rule: Rule) -> pd.DataFrame:
     `bound_ns` where a byte count gives the kernel a throughput floor)."""
     k = ctx.kernels
     # layout transposes and NCHW batch norm are layout_churn's (channels_last), not a persistent kernel's
-    m = k["waves"].notna() & ~k["is_comm"] & k["grid_blocks"].notna() & k["sm_count"].notna() & ~schedule_excluded(ctx)
+    all_waves = waves_at(k)
+    m = ~np.isnan(all_waves) & (~k["is_comm"] & k["grid_blocks"].notna() & k["sm_count"].notna()).to_numpy(dtype=bool) \
+        & ~np.asarray(schedule_excluded(ctx), dtype=bool)
     if not m.any():
         return pd.DataFrame()
     cols = [c for c in ("rank", "device_id", "name", "_name_code", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
                         "block_z", "grid_blocks", "waves", "blocks_per_sm", "sm_count", "dur_ns", "M", "N", "K",
-                        "batch", "dtype", "is_gemm") if c in k.columns]
+                        "batch", "dtype", "is_gemm") if c in k.columns or c == "waves"]
     # the launches that qualify found over arrays first, then only their rows taken (column by
     # column: a copy of these columns for every kernel was a step of this symptom's peak)
     # (enough waves first: the per-launch wave times only for those)
-    all_waves = k["waves"].to_numpy(np.float64)
-    pos = np.flatnonzero(m.to_numpy(dtype=bool) & (all_waves >= rule["min_waves_big_grid"]))
+    pos = np.flatnonzero(m & (all_waves >= rule["min_waves_big_grid"]))
     del m
     waves = all_waves[pos]
     wave_ns = k["dur_ns"].to_numpy()[pos] / np.ceil(waves)
     keep = wave_ns <= rule["max_wave_ns"]
-    d = pd.DataFrame({c: k[c].iloc[pos[keep]] for c in cols}, copy=False)
+    taken = pos[keep]
+    d = pd.DataFrame({c: pd.Series(all_waves[taken], index=k.index[taken]) if c == "waves" else k[c].iloc[taken]
+                      for c in cols}, copy=False)
+    del all_waves, taken
     d["wave_ns"] = wave_ns[keep]
     del pos, waves, wave_ns, keep
     if d.empty:

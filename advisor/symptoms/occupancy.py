@@ -43,6 +43,24 @@ def _tail_eff(waves: np.ndarray) -> np.ndarray:
 _CHUNK = 1 << 18  # kernels per step of occupancy()
 
 
+def waves_at(k: pd.DataFrame, rows: np.ndarray | None = None) -> np.ndarray:
+    """`waves` (occupancy's column: grid blocks / (SMs x blocks per SM), NaN where unknown)
+    of the kernels at positions `rows` (all when None) of `k`, a frame with grid_blocks,
+    sm_count and blocks_per_sm (Context.kernels): the same float64 operations on the same
+    values, so the same numbers, for the few symptoms that read it (a column of
+    Context.kernels was 8 bytes for every kernel)."""
+    n = len(k) if rows is None else len(rows)
+    out = np.empty(n)
+    grid, sms, bps = k["grid_blocks"].array, k["sm_count"].to_numpy(), k["blocks_per_sm"].to_numpy()
+    for lo in range(0, n, _CHUNK):
+        at = slice(lo, min(lo + _CHUNK, n)) if rows is None else rows[lo:lo + _CHUNK]
+        g = grid[at].to_numpy(np.float64, na_value=np.nan) if isinstance(grid, pd.api.extensions.ExtensionArray) \
+            else np.asarray(grid[at], dtype=np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[lo:lo + _CHUNK] = g / (sms[at] * bps[at])
+    return out
+
+
 def col(frame, name) -> np.ndarray:
     if isinstance(frame, dict):
         return frame[name]
