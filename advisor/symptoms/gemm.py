@@ -369,31 +369,53 @@ def _launch_arrays(trace: Trace) -> tuple[np.ndarray, pd.api.extensions.Extensio
     if not r_ok.any():
         return none
     k_ok = kc.notna().to_numpy()
-    rc_v, kc_v = rc.to_numpy(np.int64, na_value=0), kc.to_numpy(np.int64, na_value=0)
-    r_rank, k_rank = rt["rank"].to_numpy(np.int64), k["rank"].to_numpy(np.int64)
+    # ids and ranks in their stored widths (int32, or one value seen n times: model.constant_view),
+    # widened to int64 a chunk at a time below (full-length int64 copies of all four, and the
+    # search's temporaries, were the peak of idle.gaps and of Context.kernels' shapes)
+    rc_v, kc_v = _stored(rc), _stored(kc)
+    r_rank, k_rank = rt["rank"].to_numpy(), k["rank"].to_numpy()
     if _key_fits(kc_v, k_ok, rc_v, r_ok, k_rank, r_rank):
         # one int64 key per (rank, correlation id), looked up in the runtime's keys sorted
         # (stable, so a key's first row comes first; nsys writes them in order already): a hash
         # index and two copies of the runtime frame (dropna, drop_duplicates) were ~60 bytes a
         # call at the peak of a 10M-kernel diagnosis
-        r_key = np.where(r_ok, r_rank << 40 | rc_v, -1)
+        r_key = np.empty(len(rc_v), dtype=np.int64)
+        for lo in range(0, len(r_key), _KEY_CHUNK):
+            sl = slice(lo, lo + _KEY_CHUNK)
+            r_key[sl] = np.where(r_ok[sl], r_rank[sl].astype(np.int64) << 40 | rc_v[sl].astype(np.int64), -1)
         del rc_v, r_rank
         order = None if len(r_key) < 2 or bool(np.all(r_key[1:] > r_key[:-1])) else np.argsort(r_key, kind="stable")
         if order is not None:
             r_key = r_key[order]
-        k_key = k_rank << 40 | kc_v
-        del kc_v, k_rank
-        at = np.minimum(np.searchsorted(r_key, k_key, side="left"), len(r_key) - 1)
-        found = (r_key[at] == k_key) & k_ok
-        del r_key, k_key, k_ok
-        pos = np.where(found, order[at] if order is not None else at, 0)
-        del at, order
+        pos, found = np.empty(n, dtype=np.int64), np.empty(n, dtype=bool)
+        for lo in range(0, n, _KEY_CHUNK):
+            sl = slice(lo, lo + _KEY_CHUNK)
+            k_key = k_rank[sl].astype(np.int64) << 40 | kc_v[sl].astype(np.int64)
+            at = np.minimum(np.searchsorted(r_key, k_key, side="left"), len(r_key) - 1)
+            found[sl] = (r_key[at] == k_key) & k_ok[sl]
+            pos[sl] = np.where(found[sl], order[at] if order is not None else at, 0)
+        del kc_v, k_rank, r_key, k_ok, order
         tid = rt["thread_id"].array.take(pos)
         tid[~found] = pd.NA
         launch = np.where(found, rt["start_ns"].to_numpy(np.int64)[pos].astype(np.float64), np.nan)
         return launch, tid
     merged = _launch_merge(trace)
     return merged["launch_ns"].to_numpy(np.float64, na_value=np.nan), merged["thread_id"].astype("Int64").array
+
+
+_KEY_CHUNK = 1 << 20  # kernels (runtime calls) per step of _launch_arrays' keys
+
+
+def _stored(s: pd.Series) -> np.ndarray:
+    """A nullable integer column's values in its own width (0 where missing); a column of one
+    value stays one value seen n times (no copy)."""
+    a = s.array
+    data, mask = getattr(a, "_data", None), getattr(a, "_mask", None)
+    if data is None:
+        return s.to_numpy(np.int64, na_value=0)
+    if len(data) > 1 and not data.strides[0] and not mask.strides[0]:
+        return data if not mask[0] else np.broadcast_to(np.zeros(1, dtype=data.dtype), data.shape)
+    return s.to_numpy(data.dtype, na_value=0)
 
 
 def _launch_merge(trace: Trace) -> pd.DataFrame:
@@ -411,8 +433,8 @@ def _fits_one_key(trace: Trace) -> bool:
     if rt.empty or k.empty:
         return True
     kc, rc = k["correlation_id"], rt["correlation_id"]
-    return _key_fits(kc.to_numpy(np.int64, na_value=0), kc.notna().to_numpy(), rc.to_numpy(np.int64, na_value=0),
-                     rc.notna().to_numpy(), k["rank"].to_numpy(np.int64), rt["rank"].to_numpy(np.int64))
+    return _key_fits(_stored(kc), kc.notna().to_numpy(), _stored(rc), rc.notna().to_numpy(), k["rank"].to_numpy(),
+                     rt["rank"].to_numpy())
 
 
 def _key_fits(kc, k_ok, rc, r_ok, k_rank, r_rank) -> bool:
@@ -420,9 +442,14 @@ def _key_fits(kc, k_ok, rc, r_ok, k_rank, r_rank) -> bool:
     one int64. Masked reductions: no copies of the columns."""
     if not k_ok.any() or not r_ok.any():
         return True
-    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
-    return (int(np.min(kc, where=k_ok, initial=big)) >= 0 and int(np.min(rc, where=r_ok, initial=big)) >= 0
-            and max(int(np.max(kc, where=k_ok, initial=small)), int(np.max(rc, where=r_ok, initial=small))) < 2**40
+
+    def lo(a, ok):  # (the initial value in the array's own width: ids may be int32)
+        return int(np.min(a, where=ok, initial=np.iinfo(a.dtype).max))
+
+    def hi(a, ok):
+        return int(np.max(a, where=ok, initial=np.iinfo(a.dtype).min))
+
+    return (lo(kc, k_ok) >= 0 and lo(rc, r_ok) >= 0 and max(hi(kc, k_ok), hi(rc, r_ok)) < 2**40
             and 0 <= int(k_rank.min()) and int(k_rank.max()) < 2**22 and 0 <= int(r_rank.min()) and int(r_rank.max()) < 2**22)
 
 

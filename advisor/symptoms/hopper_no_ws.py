@@ -33,7 +33,7 @@ import pandas as pd
 from .calibration import ShapeClasses, bound_gemm_estimate, ceiling, is_library_kernel, reached, shape_class
 from ..findings import Finding
 from ..rules import Rule
-from .context import Context, finding_for, gemm_bytes, gemm_flop, group_launches, launch_rows, shape_of
+from .context import Context, finding_for, gemm_bytes, gemm_flop, group_launches, id_array, launch_rows, shape_of
 from .kernel_kinds import schedule_excluded
 from .tail_wave import work_units
 
@@ -51,9 +51,14 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     if not hopper:
         return group_launches(k.iloc[0:0], [])
     # vectorised membership of (rank, device) in `hopper` (a Python loop took seconds at 1M kernels)
-    keys = pd.MultiIndex.from_arrays([k["rank"].astype("int64"), k["device_id"].fillna(-1).astype("int64")])
+    # (over the id arrays, a (rank, device) at a time: a MultiIndex of every kernel was this
+    # symptom's peak)
+    rank, dev = k["rank"].to_numpy(), id_array(k["device_id"])
+    on = np.zeros(len(k), dtype=bool)
+    for r, d in hopper:
+        on |= (rank == r) & (dev == d)
     # kernels whose lever is a Tier 1-3 one (fp32 SIMT, misaligned) get no schedule
-    on = keys.isin(list(hopper)) & ~schedule_excluded(ctx)
+    on &= ~schedule_excluded(ctx)
     g = launch_rows(k, on & (k["is_gemm"] & ~k["is_ws"] & ~ws_launch(k) & k["sm_count"].notna() & k["grid_blocks"].notna()).to_numpy(),
                     ["tiles", "grid_blocks", "sm_count"])
     if g.empty:

@@ -41,7 +41,7 @@ def gaps(ctx: Context) -> pd.DataFrame:
     # plain arrays, kernels then copies (a frame of them, its group-by and per-device sorted
     # copies held ~3x the result's memory at 2M events: docs/scale.md); the kernels' own
     # columns where there are no copies (np.concatenate of one array is a copy)
-    rank = [k["rank"].to_numpy(np.int64)]
+    rank = [k["rank"].to_numpy()]  # as stored (int32, or one value: no int64 copy)
     dev = [_device_ids(k)]
     start = [k["start_ns"].to_numpy(np.int64)]
     end = [k["end_ns"].to_numpy(np.int64)]

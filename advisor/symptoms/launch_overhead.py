@@ -126,9 +126,16 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
     later = tiny > 0
     gap_before[later] = gap[tiny[later] - 1]
     del gap, later
+    # the tiny kernels' values, each full-length array let go as soon as it is taken (a
+    # device of one value stays one value)
     at = order[tiny]
-    rows, dev, stream, run_id = sel[tiny], dev[at], stream[at], run_id[tiny]
-    del sel, tiny, order, at
+    rows = at if sel is order else sel[tiny]
+    del sel, order
+    run_id = run_id[tiny]
+    del tiny
+    dev = np.broadcast_to(dev[:1], at.shape) if len(dev) > 1 and not dev.strides[0] else dev[at]
+    stream = stream[at]
+    del at
 
     def frame(at: np.ndarray, names: list[str]) -> pd.DataFrame:
         """The tiny kernels' rows `at` (positions in `rows`) as a frame, column by column (k[cols]
