@@ -65,6 +65,8 @@ def attention_launches(ctx: Context) -> pd.DataFrame:
         return ctx.cache["attention_launches"]
     k = ctx.kernels
     codes, uniques = factorize(k["name"])
+    if "_name_code" in k.columns:  # the same codes, int32 and kept by Context.kernels (no second copy)
+        codes = k["_name_code"].to_numpy()
     facts = [attention_backend(n) for n in np.asarray(uniques, dtype=object)]
     is_attn = np.array([f is not None for f in facts] + [False])[codes]
     combine = np.array([bool(f and f[2]) for f in facts] + [False])

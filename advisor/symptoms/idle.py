@@ -122,7 +122,14 @@ def gaps(ctx: Context) -> pd.DataFrame:
                 "thread_id": constant_view(pd.Series(thread[at], copy=False)).to_numpy(), "host_bound": hb,
             }, copy=False))  # not consolidated: concat copies them once below
             del at, gstart, gsize, hb
+    del rank, dev, start, end, launch_ns, thread  # (before the conversion below)
     res = (out[0] if len(out) == 1 else pd.concat(out, ignore_index=True)) if out else pd.DataFrame(columns=_COLS)
+    del out
+    tid = res["thread_id"]
+    if len(res) > 1 and tid.dtype == np.float64 and tid.to_numpy().strides[0]:
+        # the few launch threads as a categorical of them (1-2 bytes a gap, was 8); readers
+        # take it as floats (to_numpy, a row's value), NaN where unknown, as before
+        res["thread_id"] = pd.Categorical(tid.to_numpy())
     ctx.cache["idle_gaps"] = res
     return res
 
