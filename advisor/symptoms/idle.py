@@ -91,7 +91,8 @@ def gaps(ctx: Context) -> pd.DataFrame:
             groups = np.split(order, np.flatnonzero(np.diff(group[by])) + 1)
             del by, group, order
         del r_sel, d_sel, s_sel
-        for sel in groups:
+        for gi, sel in enumerate(groups):
+            last = gi == len(groups) - 1  # the per-kernel arrays are let go once the last group took its rows
             s, e = (start, end) if sel is None else (start[sel], end[sel])
             frontier = np.maximum.accumulate(e)  # the device's last end so far
             gap = s[1:] - frontier[:-1]
@@ -107,21 +108,28 @@ def gaps(ctx: Context) -> pd.DataFrame:
             at = idx if sel is None else sel[idx]
             del idx
             launch = launch_ns[at]
+            if last:
+                launch_ns = None
             hb = pd.array(np.where(np.isnan(launch), False, launch >= gstart), dtype="boolean")
             hb[np.isnan(launch)] = pd.NA
             del launch
+            tid = thread[at]
+            if last:
+                thread = None
             first = 0 if sel is None else sel[0]
             r, d = int(rank[first]), int(dev[first])
+            next_pos = at.astype(_small(nk))  # (a copy: not at's int64 through np.where)
+            next_pos[at >= nk] = -1  # a copy ends it
+            del at
             # the group's rank and device, and one launch thread (the usual case), as one value
             # seen through a zero-stride view (model.constant_view): the cache's largest
             # columns after the times
             out.append(pd.DataFrame({
-                "rank": _same(r, len(at)), "device_id": _same(d, len(at)),
-                "gap_start_ns": gstart, "gap_ns": gsize,
-                "next_pos": np.where(at < nk, at, -1).astype(_small(nk)),
-                "thread_id": constant_view(pd.Series(thread[at], copy=False)).to_numpy(), "host_bound": hb,
+                "rank": _same(r, len(next_pos)), "device_id": _same(d, len(next_pos)),
+                "gap_start_ns": gstart, "gap_ns": gsize, "next_pos": next_pos,
+                "thread_id": constant_view(pd.Series(tid, copy=False)).to_numpy(), "host_bound": hb,
             }, copy=False))  # not consolidated: concat copies them once below
-            del at, gstart, gsize, hb
+            del gstart, gsize, hb, tid, next_pos
     del rank, dev, start, end, launch_ns, thread  # (before the conversion below)
     res = (out[0] if len(out) == 1 else pd.concat(out, ignore_index=True)) if out else pd.DataFrame(columns=_COLS)
     del out
