@@ -328,6 +328,13 @@ def _fits32(a: np.ndarray) -> bool:
     return lo > _NULL32
 
 
+def _to64(col: np.ndarray) -> np.ndarray:
+    """An int32 column (_NULL32 for NULL) as int64 (_NULL for NULL)."""
+    wide = col.astype(np.int64)
+    wide[col == _NULL32] = _NULL
+    return wide
+
+
 def _to32(a: np.ndarray) -> np.ndarray:
     out = a.astype(np.int32)
     out[a == _NULL] = _NULL32
@@ -345,7 +352,7 @@ def _store(col: np.ndarray, at: int, a: np.ndarray) -> np.ndarray:
                 col[at : at + n][a == _NULL] = _NULL32
             return col
         wide = np.empty(len(col), dtype=np.int64)
-        wide[:at] = np.where(col[:at] == _NULL32, _NULL, col[:at])
+        wide[:at] = _to64(col[:at])
         col = wide
     col[at : at + n] = a
     return col
@@ -376,8 +383,7 @@ def _parse_chunks(rows, width: int, total: int | None = None, narrow: Sequence[b
                 out[i] = _store(out[i], at, a)
         else:  # more rows than counted (cannot happen read-only): join what came
             if out is not None:
-                parts, out = [[np.where(col[:at] == _NULL32, _NULL, col[:at]) if col.dtype == np.int32 else col[:at]
-                               for col in out]], None
+                parts, out = [[_to64(col[:at]) if col.dtype == np.int32 else col[:at] for col in out]], None
             parts.append(arrays)
         at += n
     if out is not None:
