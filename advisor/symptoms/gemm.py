@@ -397,7 +397,10 @@ def _launch_arrays(trace: Trace) -> tuple[np.ndarray, pd.api.extensions.Extensio
         del kc_v, k_rank, r_key, k_ok, order
         tid = rt["thread_id"].array.take(pos)
         tid[~found] = pd.NA
-        launch = np.where(found, rt["start_ns"].to_numpy(np.int64)[pos].astype(np.float64), np.nan)
+        starts, launch = rt["start_ns"].to_numpy(np.int64), np.empty(n)
+        for lo in range(0, n, _KEY_CHUNK):  # (the call starts taken, cast and masked a chunk at a time)
+            sl = slice(lo, lo + _KEY_CHUNK)
+            launch[sl] = np.where(found[sl], starts[pos[sl]].astype(np.float64), np.nan)
         return launch, tid
     merged = _launch_merge(trace)
     return merged["launch_ns"].to_numpy(np.float64, na_value=np.nan), merged["thread_id"].astype("Int64").array

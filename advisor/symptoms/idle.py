@@ -46,7 +46,9 @@ def gaps(ctx: Context) -> pd.DataFrame:
     start = [k["start_ns"].to_numpy(np.int64)]
     end = [k["end_ns"].to_numpy(np.int64)]
     launch_ns = [launch_k]
-    thread = [thread_k.to_numpy("float64", na_value=np.nan)]
+    # the kernels' launch threads as _launch_arrays gave them (Int32: 5 bytes a kernel, not a
+    # float64 each) where there are no copies to join; as floats at the gaps' rows below
+    thread = [thread_k if not len(t.memcpy) else thread_k.to_numpy("float64", na_value=np.nan)]
     del launch_k, thread_k
     m = t.memcpy
     if len(m):
@@ -103,17 +105,16 @@ def gaps(ctx: Context) -> pd.DataFrame:
             del gap
             gstart = frontier[prev]
             del s, e, frontier
-            idx = prev + 1
+            prev += 1  # (in place) the activity that ends each gap
+            at = prev if sel is None else sel[prev]
             del prev
-            at = idx if sel is None else sel[idx]
-            del idx
             launch = launch_ns[at]
             if last:
                 launch_ns = None
             hb = pd.array(np.where(np.isnan(launch), False, launch >= gstart), dtype="boolean")
             hb[np.isnan(launch)] = pd.NA
             del launch
-            tid = thread[at]
+            tid = thread[at] if isinstance(thread, np.ndarray) else thread.take(at).to_numpy("float64", na_value=np.nan)
             if last:
                 thread = None
             first = 0 if sel is None else sel[0]
@@ -137,7 +138,7 @@ def gaps(ctx: Context) -> pd.DataFrame:
     if len(res) > 1 and tid.dtype == np.float64 and tid.to_numpy().strides[0]:
         # the few launch threads as a categorical of them (1-2 bytes a gap, was 8); readers
         # take it as floats (to_numpy, a row's value), NaN where unknown, as before
-        res["thread_id"] = pd.Categorical(tid.to_numpy())
+        res["thread_id"] = _few_values(tid.to_numpy())
     ctx.cache["idle_gaps"] = res
     return res
 
@@ -145,6 +146,24 @@ def gaps(ctx: Context) -> pd.DataFrame:
 def _device_ids(f: pd.DataFrame) -> np.ndarray:
     """device_id as int64, -1 where missing."""
     return id_array(f["device_id"])
+
+
+def _few_values(values: np.ndarray, chunk: int = 1 << 20):
+    """Floats as a categorical of their distinct values (NaN: missing), built a chunk at a
+    time (pd.Categorical's factorize held int64 codes and a hash of every value); `values`
+    itself where they are not few."""
+    parts = [np.unique(values[lo:lo + chunk]) for lo in range(0, len(values), chunk)]
+    cats = np.unique(np.concatenate(parts)) if parts else np.empty(0)
+    cats = cats[~np.isnan(cats)]
+    if len(cats) >= 2**15:
+        return values
+    codes = np.empty(len(values), dtype=np.int8 if len(cats) < 2**7 else np.int16)
+    for lo in range(0, len(values), chunk):
+        v = values[lo:lo + chunk]
+        c = np.searchsorted(cats, v)
+        c[np.isnan(v)] = -1
+        codes[lo:lo + chunk] = c
+    return pd.Categorical.from_codes(codes, categories=cats)
 
 
 def _same(v: int, n: int) -> np.ndarray:

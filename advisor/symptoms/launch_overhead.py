@@ -122,10 +122,15 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
     del link
     tiny = np.flatnonzero(tiny)
     # each tiny kernel's gap before it (the first kernel has none), at those positions only
-    gap_before = np.zeros(len(tiny), dtype=gap.dtype)
-    later = tiny > 0
-    gap_before[later] = gap[tiny[later] - 1]
-    del gap, later
+    # (positions sorted: only the first can be 0; one index array and the values taken)
+    first = bool(len(tiny)) and tiny[0] == 0
+    prev = tiny - 1
+    if first:
+        prev[0] = 0
+    gap_before = gap.take(prev) if len(gap) else np.zeros(len(tiny), dtype=gap.dtype)
+    del gap, prev
+    if first:
+        gap_before[0] = 0
     # the tiny kernels' values, each full-length array let go as soon as it is taken (a
     # device of one value stays one value)
     at = order[tiny]
