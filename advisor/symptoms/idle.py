@@ -97,24 +97,36 @@ def gaps(ctx: Context) -> pd.DataFrame:
             last = gi == len(groups) - 1  # the per-kernel arrays are let go once the last group took its rows
             s, e = (start, end) if sel is None else (start[sel], end[sel])
             frontier = np.maximum.accumulate(e)  # the device's last end so far
-            gap = s[1:] - frontier[:-1]
-            prev = np.flatnonzero(gap > 0)  # the activity before each gap; the next one ends it
+            # the activity before each gap (a start past every earlier end); the next one ends it
+            prev = np.flatnonzero(s[1:] > frontier[:-1])
             if not len(prev):
                 continue
-            gsize = gap[prev]
-            del gap
             gstart = frontier[prev]
-            del s, e, frontier
+            del e, frontier
             prev += 1  # (in place) the activity that ends each gap
+            gsize = s[prev]
+            gsize -= gstart  # (in place: no array of every activity's gap)
+            del s
             at = prev if sel is None else sel[prev]
             del prev
-            launch = launch_ns[at]
+            # host-bound (NA where no launch call matched) and the launch threads at the gaps'
+            # rows, a chunk at a time (the launch times of every gap at once were this step's peak)
+            # (each per-kernel array let go before the next is read, on the last group)
+            hb_v, hb_na = np.empty(len(at), dtype=bool), np.empty(len(at), dtype=bool)
+            for lo in range(0, len(at), _CHUNK):
+                sl = slice(lo, lo + _CHUNK)
+                launch = launch_ns[at[sl]]
+                hb_na[sl] = np.isnan(launch)
+                hb_v[sl] = np.where(hb_na[sl], False, launch >= gstart[sl])
+            hb = pd.arrays.BooleanArray(hb_v, hb_na)
+            del hb_v, hb_na, launch
             if last:
                 launch_ns = None
-            hb = pd.array(np.where(np.isnan(launch), False, launch >= gstart), dtype="boolean")
-            hb[np.isnan(launch)] = pd.NA
-            del launch
-            tid = thread[at] if isinstance(thread, np.ndarray) else thread.take(at).to_numpy("float64", na_value=np.nan)
+            tid = np.empty(len(at))
+            for lo in range(0, len(at), _CHUNK):
+                a = at[lo:lo + _CHUNK]
+                tid[lo:lo + len(a)] = thread[a] if isinstance(thread, np.ndarray) else \
+                    thread.take(a).to_numpy("float64", na_value=np.nan)
             if last:
                 thread = None
             first = 0 if sel is None else sel[0]
@@ -125,6 +137,8 @@ def gaps(ctx: Context) -> pd.DataFrame:
             # the group's rank and device, and one launch thread (the usual case), as one value
             # seen through a zero-stride view (model.constant_view): the cache's largest
             # columns after the times
+            # gap lengths int32 where they all fit (~2.1 s): a sum of them is int64 in numpy
+            gsize = gsize.astype(np.int32) if not len(gsize) or int(gsize.max()) < 2**31 else gsize
             out.append(pd.DataFrame({
                 "rank": _same(r, len(next_pos)), "device_id": _same(d, len(next_pos)),
                 "gap_start_ns": gstart, "gap_ns": gsize, "next_pos": next_pos,
@@ -146,6 +160,9 @@ def gaps(ctx: Context) -> pd.DataFrame:
 def _device_ids(f: pd.DataFrame) -> np.ndarray:
     """device_id as int64, -1 where missing."""
     return id_array(f["device_id"])
+
+
+_CHUNK = 1 << 20  # gaps per step where their launches are looked up
 
 
 def _few_values(values: np.ndarray, chunk: int = 1 << 20):

@@ -72,6 +72,13 @@ def _runs_key(rule: Rule) -> tuple:
     return ("runs", rule["tiny_kernel_ns"], rule["max_gap_in_run_ns"], rule["min_run_kernels"])
 
 
+def _stream_ids(s: pd.Series) -> np.ndarray:
+    """id_array's values (-1 where missing) in the column's own width when it is Int32."""
+    if isinstance(s.dtype, pd.Int32Dtype):
+        return s.to_numpy(np.int32, na_value=-1)
+    return id_array(s)
+
+
 def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
     """Runs of tiny back-to-back kernels per (rank, device, stream): one row per run with
     kernels, kernel_ns, gap_ns, first/last times and the dominant kernel name. Cached. Ranks
@@ -92,8 +99,9 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
     if sel is not None and not len(sel) or not len(k):
         ctx.cache[key] = pd.DataFrame()
         return ctx.cache[key]
+    # (streams in their stored width, int32 for Int32, until the tiny kernels' are taken)
     rank, dev, stream, start = ((a if sel is None else a[sel]) for a in (
-        k["rank"].to_numpy(), id_array(k["device_id"]), id_array(k["stream_id"]), k["start_ns"].to_numpy()))
+        k["rank"].to_numpy(), id_array(k["device_id"]), _stream_ids(k["stream_id"]), k["start_ns"].to_numpy()))
     order = np.lexsort(sort_keys(start, stream, dev, rank))  # stable, as sort_values(kind="stable")
     sel = order if sel is None else sel[order]
     # neighbours in that order compared one key at a time, and each full-length temporary
@@ -116,19 +124,19 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
     del start
     link = same & tiny[1:] & tiny[:-1] & (gap <= rule["max_gap_in_run_ns"])
     del same
-    run_id = np.zeros(len(sel), dtype=np.int64)
+    run_id = np.zeros(len(sel), dtype=np.int32 if len(sel) < 2**31 else np.int64)  # (int64 once taken)
     np.cumsum(~link, out=run_id[1:])
     np.multiply(gap, link, out=gap)  # the gap before each linked kernel (gap >= 0), 0 elsewhere
     del link
     tiny = np.flatnonzero(tiny)
     # each tiny kernel's gap before it (the first kernel has none), at those positions only
     # (positions sorted: only the first can be 0; one index array and the values taken)
+    # (the positions shifted in place and back: no second index array)
     first = bool(len(tiny)) and tiny[0] == 0
-    prev = tiny - 1
-    if first:
-        prev[0] = 0
-    gap_before = gap.take(prev) if len(gap) else np.zeros(len(tiny), dtype=gap.dtype)
-    del gap, prev
+    tiny -= 1
+    gap_before = gap.take(tiny) if len(gap) else np.zeros(len(tiny), dtype=gap.dtype)
+    tiny += 1
+    del gap
     if first:
         gap_before[0] = 0
     # the tiny kernels' values, each full-length array let go as soon as it is taken (a
@@ -136,10 +144,10 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
     at = order[tiny]
     rows = at if sel is order else sel[tiny]
     del sel, order
-    run_id = run_id[tiny]
+    run_id = run_id[tiny].astype(np.int64)
     del tiny
     dev = np.broadcast_to(dev[:1], at.shape) if len(dev) > 1 and not dev.strides[0] else dev[at]
-    stream = stream[at]
+    stream = stream[at].astype(np.int64)
     del at
 
     def frame(at: np.ndarray, names: list[str]) -> pd.DataFrame:
