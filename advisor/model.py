@@ -147,7 +147,7 @@ FRAMES = tuple(SCHEMAS)
 # (advisor.traces: every value left is within 0..2**31-1): 5 bytes a value instead of 9,
 # ~360 MB of a 10M-kernel trace, in the frames and in every copy the diagnosis makes.
 # Readers and Trace.build still produce Int64; code must work with either. Products of them
-# (grid_blocks, block_threads) stay Int64.
+# (grid_blocks, block_threads) are NARROW_IF_FIT.
 NARROW: dict[str, dict[str, str]] = {
     "kernels": {
         c: "Int32"
@@ -161,12 +161,61 @@ NARROW: dict[str, dict[str, str]] = {
 # sources: device, stream and correlation ids are 32-bit; some thread ids are not): ~0.2 GB
 # of a 10M-kernel trace's kernels and runtime. Code must work with Int32 or Int64.
 NARROW_IF_FIT: dict[str, tuple[str, ...]] = {
-    "kernels": ("device_id", "stream_id", "correlation_id"),
+    # grid_blocks and block_threads: products, Int64 from the readers; no code multiplies
+    # them further (occupancy and waves work in float64)
+    "kernels": ("device_id", "stream_id", "correlation_id", "grid_blocks", "block_threads"),
     "runtime": ("thread_id", "correlation_id"),
     "memcpy": ("device_id", "stream_id", "correlation_id"),
     "nvtx": ("thread_id",),
     "cpu_ops": ("thread_id",),
 }
+
+
+def _narrowable(frame: str) -> set[str]:
+    return {*NARROW.get(frame, ()), *NARROW_IF_FIT.get(frame, ())}
+
+
+def narrow_fitting(df: pd.DataFrame, frame: str) -> None:
+    """A reader's early half of `narrow`: the `NARROW` and `NARROW_IF_FIT` columns of `df`
+    (a raw `frame`) whose values all fit in int32 (all-NA ones left alone) cast in place, so
+    that the frames are never held at full width (the read's peak: 10M kernels' Int64 columns
+    before `narrow`, ~0.4 GB more). `conform` keeps them Int32; what `load_trace` masks or
+    narrows afterwards comes out the same as from Int64."""
+    for col in _narrowable(frame):
+        if col not in df.columns:
+            continue
+        s = df[col]
+        if not isinstance(s.dtype, pd.Int64Dtype) or not len(s):
+            continue
+        lo, hi = s.min(), s.max()
+        if lo is pd.NA or lo < -(2**31) or hi > 2**31 - 1:
+            continue
+        df[col] = s.astype("Int32")
+
+
+def constant_view(s: pd.Series) -> pd.Series:
+    """`s`, or, where it holds one value in every row (no NA or NaN; a numpy or a nullable
+    integer column), that value seen through a zero-stride read-only view: 0 bytes a row instead of
+    4-9 (a file's rank, the one GPU of a single-GPU process). As with `_missing`'s text,
+    pandas copies it before a write through `.loc` on a copy, every take, concat or copy
+    makes a real array, and a write in place into the trace's own frame would raise."""
+    n = len(s)
+    if n < 2:
+        return s
+    arr = s.array
+    if isinstance(arr, pd.arrays.IntegerArray):
+        data, mask = arr._data, arr._mask
+        if mask.any() or not data.strides[0] or data.min() != data.max():
+            return s
+        one = np.broadcast_to(data[:1].copy(), (n,))
+        view = pd.arrays.IntegerArray(one, np.broadcast_to(np.zeros(1, dtype=bool), (n,)), copy=False)
+        return pd.Series(view, index=s.index, copy=False)
+    if s.dtype.kind in "iuf":
+        data = s.to_numpy()
+        if not data.strides[0] or not data.min() == data.max():  # NaN: not one value
+            return s
+        return pd.Series(np.broadcast_to(data[:1].copy(), (n,)), index=s.index, copy=False)
+    return s
 
 
 def narrow(trace: "Trace") -> None:
@@ -194,7 +243,12 @@ def narrow(trace: "Trace") -> None:
         df = getattr(trace, frame)
         r = df["rank"]
         if r.dtype == np.int64 and len(r) and -(2**31) <= r.min() and r.max() < 2**31:
-            df["rank"] = r.astype(np.int32)
+            df["rank"] = r = r.astype(np.int32)
+        df["rank"] = constant_view(r)  # one rank a file: the usual case
+    for frame, names in NARROW_IF_FIT.items():
+        df = getattr(trace, frame)
+        for col in names:  # one device (or thread) a process: the usual case
+            df[col] = constant_view(df[col])
 
 
 def conform(df: pd.DataFrame | None, frame: str) -> pd.DataFrame:
@@ -204,6 +258,7 @@ def conform(df: pd.DataFrame | None, frame: str) -> pd.DataFrame:
     fill themselves; an empty frame is fine). Extra columns are dropped.
     """
     schema = SCHEMAS[frame]
+    keep32 = _narrowable(frame)  # a reader may have narrowed these already (narrow_fitting)
     if df is None:
         df = pd.DataFrame()
     out = {}
@@ -217,7 +272,7 @@ def conform(df: pd.DataFrame | None, frame: str) -> pd.DataFrame:
         else:
             s = pd.Series([pd.NA] * n, index=df.index, dtype="object")
         if dtype == "int64":
-            if s.dtype != "int64":
+            if s.dtype != "int64" and not (col == "rank" and s.dtype == np.int32):
                 # Int64 (what the SQLite readers give) is cast without to_numeric's copy
                 if not isinstance(s.dtype, pd.Int64Dtype):
                     s = pd.to_numeric(s, errors="coerce")
@@ -225,13 +280,16 @@ def conform(df: pd.DataFrame | None, frame: str) -> pd.DataFrame:
                     raise ValueError(f"{frame}.{col} has missing values")
                 s = s.astype("int64")
         elif dtype == _I:
-            s = _nullable_int(s)
+            if not (n and col in keep32 and isinstance(s.dtype, pd.Int32Dtype)):
+                s = _nullable_int(s)
             if n and s.isna().all():  # e.g. a NULL column of the source: see _missing
                 s = _missing(dtype, df.index)
         elif dtype == _F:
             s = _numeric(s).astype(dtype)
         else:
             s = _text(s)
+            if n and s.isna().all():  # e.g. NVTX domains of the default domain: one NA seen n times
+                s = _missing(dtype, df.index)
         out[col] = s
     # copy=False: the columns are the reader's own (or new), not copied again (a second copy
     # of every frame at the peak of a read)
@@ -245,8 +303,9 @@ def _missing(dtype: str, index: pd.Index) -> pd.Series:
     # np.zeros is calloc: pages never written stay off the process's resident memory, so an
     # all-NA number column costs its mask (1 byte a value) unless something writes it;
     # copy=False, as pd.Series would otherwise copy (and write) them.
-    if dtype == _I:
-        return pd.Series(pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)), index=index,
+    if dtype == _I:  # the mask too: one True seen through a zero-stride read-only view
+        mask = np.broadcast_to(np.ones(1, dtype=bool), (n,))
+        return pd.Series(pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), mask, copy=False), index=index,
                          copy=False)
     if dtype == _F:
         return pd.Series(pd.arrays.FloatingArray(np.zeros(n, dtype=np.float64), np.ones(n, dtype=bool)), index=index,

@@ -59,8 +59,12 @@ def test_launch_dimensions_are_int32_and_impossible_values_still_masked(tmp_path
     assert k["grid_x"].isna().tolist() == [False, True, False]
     assert k["dynamic_smem_bytes"].isna().tolist() == [False, False, True]
     assert pd.isna(k.loc[1, "grid_blocks"]) and k.loc[0, "grid_blocks"] == k.loc[0, "grid_x"] * k.loc[0, "grid_y"]
-    assert str(k["grid_blocks"].dtype) == "Int64"  # products stay wide
+    # products are Int32 where every one fits (NARROW_IF_FIT), computed in Int64 first
+    assert str(k["grid_blocks"].dtype) == "Int32"
     assert any("impossible" in n for n in t.meta["notes"])
+    kernels[1]["gridX"], kernels[1]["gridY"] = 2**20, 2**12  # 2**32 blocks: past int32, not wrapped
+    k = load_trace(T.write_nsys(tmp_path / "wide.sqlite", tables)).kernels.sort_values("start_ns")
+    assert str(k["grid_blocks"].dtype) == "Int64" and int(k["grid_blocks"].iloc[1]) == 2**32 * int(k["grid_z"].iloc[1])
 
 
 def test_build_does_not_copy_the_readers_columns():
@@ -108,3 +112,18 @@ def test_all_na_text_columns_take_no_memory_per_row_and_stay_writable():
     assert k["comm_name"].isna().sum() == 998
     assert t.kernels["comm_name"].isna().all()
     assert pd.concat([t.kernels["comm_name"], s]).isna().all()
+
+
+def test_one_rank_one_device_and_unknown_columns_are_views(tmp_path):
+    """A single-process, single-GPU capture (the usual case): rank and device id hold one
+    value each, kept as a zero-stride view (0 bytes a row); an all-NA number column's mask
+    is one too. Values and dtypes are what they were."""
+    t = load_trace(T.write_nsys(tmp_path / "t.sqlite", T.nsys_tables(40)))
+    k = t.kernels
+    assert k["rank"].dtype == np.int32 and k["rank"].to_numpy().strides == (0,) and set(k["rank"]) == {0}
+    dev = k["device_id"].array
+    assert str(k["device_id"].dtype) == "Int32" and dev._data.strides == (0,) and not dev._mask.any()
+    assert k["graph_node_id"].isna().all() and k["graph_node_id"].array._mask.strides == (0,)
+    assert t.runtime["rank"].to_numpy().strides == (0,)
+    # a copy is a real array again
+    assert k.loc[k.index[:5], "rank"].to_numpy().strides == (4,)

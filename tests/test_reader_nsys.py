@@ -856,3 +856,53 @@ def test_known_row_count_fills_columns_in_place(tmp_path, monkeypatch):
     assert not joins
     assert df["start"].tolist() == [10_000 + 10 * i for i in range(1000)]
     assert df["correlationId"].isna().tolist() == [i % 3 == 0 for i in range(1000)]
+
+
+_NULLABLE = [d.replace(" NOT NULL", "") for d in KERNEL_2024]
+
+
+@pytest.mark.parametrize("chunk", [300, 10_000])
+def test_narrowed_read_is_the_wide_read(tmp_path, monkeypatch, chunk):
+    """Columns asked for `narrow` come as Int32 when every value fits, with the same values
+    and missing cells as the Int64 read; a value past int32 in a later chunk widens the
+    column to Int64 (what was read so far kept), and an all-NULL column stays Int64."""
+    monkeypatch.setattr(_sqlite, "_CHUNK_ROWS", chunk)
+    kernels = [kernel(10_000 + 10 * i, 5 + i % 7, 1, 2, correlationId=None if i % 3 == 0 else i,
+                      streamId=2**31 + 5 if i == 950 else (None if i % 5 == 0 else i % 4),
+                      gridX=-(2**31) + 1 if i == 7 else 1 + i % 9, gridY=None)
+               for i in range(1000)]
+    path = basic_export(tmp_path / "k.sqlite", kernels=kernels, kernel_decls=_NULLABLE)
+    cols = ["start", "correlationId", "streamId", "gridX", "gridY"]
+    connect = partial(_sqlite.open_readonly, path)
+    wide = _sqlite.read_int_columns(connect, "CUPTI_ACTIVITY_KIND_KERNEL", cols)
+    narrow = _sqlite.read_int_columns(connect, "CUPTI_ACTIVITY_KIND_KERNEL", cols, narrow=cols[1:])
+    assert {c: str(narrow[c].dtype) for c in cols} == {
+        "start": "Int64", "correlationId": "Int32", "streamId": "Int64", "gridX": "Int32", "gridY": "Int64"}
+    for c in cols:
+        assert narrow[c].astype("Int64").equals(wide[c]), c
+    # a filtered read (the chunks joined at the end) narrows the same way
+    where = '"start" >= ?'
+    f_wide = _sqlite.read_int_columns(connect, "CUPTI_ACTIVITY_KIND_KERNEL", cols, where=where, params=(12_000,))
+    f_narrow = _sqlite.read_int_columns(connect, "CUPTI_ACTIVITY_KIND_KERNEL", cols, where=where, params=(12_000,),
+                                        narrow=cols[1:])
+    assert str(f_narrow["correlationId"].dtype) == "Int32" and str(f_narrow["streamId"].dtype) == "Int64"
+    for c in cols:
+        assert f_narrow[c].astype("Int64").equals(f_wide[c]), c
+
+
+def test_narrowed_read_loads_the_same_trace(tmp_path, monkeypatch):
+    """The nsys reader's int32 parse (ids, launch values, string ids) and int32 rank give the
+    frames `load_trace` gave from the Int64 read: same dtypes after narrowing, same values,
+    impossible values still masked."""
+    kernels = [kernel(10_000 + 10 * i, 5 + i % 7, 1 + 2 * (i % 2), 2 + 2 * (i % 2), streamId=i % 3,
+                      gridX=2**31 if i == 4 else 1 + i % 9, blockY=None if i == 5 else 1)
+               for i in range(50)]
+    path = basic_export(tmp_path / "k.sqlite", kernels=kernels, kernel_decls=_NULLABLE)
+    new = load_trace(path)
+    monkeypatch.setattr(nsys_sqlite, "_NARROW_READ", frozenset())
+    old = load_trace(path)
+    for name, df in new.frames().items():
+        ref = getattr(old, name)
+        assert list(df.columns) == list(ref.columns) and df.dtypes.equals(ref.dtypes), name
+        assert df.equals(ref), name
+    assert new.kernels["grid_x"].isna().sum() == 1

@@ -132,3 +132,107 @@ def test_attention_successors_do_not_depend_on_the_ids_width(seed):
     narrow = attention_launches(Context(t, load_rules()))
     assert len(wide) and wide["next_is_combine"].any() and not wide["next_is_combine"].all()
     pd.testing.assert_frame_equal(wide, narrow)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("one_rank", [False, True])
+def test_launch_arrays_over_stored_widths_in_chunks_match_the_merge(seed, one_rank, monkeypatch):
+    """_launch_arrays reads ids as stored (Int32 after `narrow`, a rank of one value as a
+    zero-stride view) and builds its keys a chunk at a time: the same launches as the merge
+    over the Int64 frames."""
+    from advisor.model import narrow
+
+    rng = np.random.default_rng(seed)
+    t = _trace(rng, 300, 200)
+    if one_rank:
+        t.kernels["rank"] = 0
+        t.runtime["rank"] = 0
+    ref = gemm._launch_merge(t)
+    narrow(t)
+    assert str(t.kernels["correlation_id"].dtype) == "Int32" and t.kernels["rank"].dtype == np.int32
+    assert (t.kernels["rank"].to_numpy().strides[0] == 0) == one_rank
+    monkeypatch.setattr(gemm, "_KEY_CHUNK", 16)
+    assert gemm._fits_one_key(t)
+    launch, tid = gemm._launch_arrays(t)
+    assert np.array_equal(launch, ref["launch_ns"].to_numpy(np.float64, na_value=np.nan), equal_nan=True)
+    assert tid.astype("Int64").equals(ref["thread_id"].astype("Int64").array)
+
+
+def test_merge_of_disjoint_intervals_is_the_intervals():
+    """Without overlaps merge returns the starts and running ends themselves: the blocks
+    the general path builds."""
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        n = int(rng.integers(1, 30))
+        s = np.cumsum(rng.integers(1, 20, n))
+        e = s + rng.integers(0, 1, n)  # empty or touching-free intervals, in order
+        ms, me = intervals.merge(s, e)
+        ref_s, ref_e = [int(s[0])], [int(e[0])]
+        for a, b in zip(s[1:], e[1:]):
+            if a > ref_e[-1]:
+                ref_s.append(int(a))
+                ref_e.append(int(b))
+            else:
+                ref_e[-1] = max(ref_e[-1], int(b))
+        assert ms.tolist() == ref_s and me.tolist() == ref_e
+
+
+def test_constant_view_holds_one_value_without_its_rows():
+    from advisor.model import constant_view
+
+    n = 1000
+    for s in (pd.Series(np.full(n, 3, dtype=np.int32)), pd.Series(pd.array(np.full(n, 7), dtype="Int32")),
+              pd.Series(np.full(n, 132.0))):
+        v = constant_view(s)
+        data = getattr(v.array, "_data", None)
+        assert (data if data is not None else v.to_numpy()).strides == (0,)
+        assert v.equals(s) and v.dtype == s.dtype
+        assert v.iloc[[1, 5]].tolist() == s.iloc[[1, 5]].tolist()
+        assert v.groupby(v).size().tolist() == [n]
+    # not one value, a missing value or NaN: the column itself
+    for s in (pd.Series(np.arange(n)), pd.Series(pd.array([1] * (n - 1) + [None], dtype="Int32")),
+              pd.Series(np.full(n, np.nan))):
+        assert constant_view(s) is s
+
+
+def _context(tmp_path):
+    import tracefiles as T
+
+    from advisor.rules import load_rules
+    from advisor.symptoms.context import Context
+    from advisor.traces import load_trace
+
+    tables = T.nsys_tables(60)
+    for i, row in enumerate(tables["CUPTI_ACTIVITY_KIND_KERNEL"][1]):
+        row["gridX"] = 1 + (i * 37) % 400
+        row["blockX"] = (64, 128, 256, 384)[i % 4]
+    return Context(load_trace(T.write_nsys(tmp_path / "t.sqlite", tables)), load_rules())
+
+
+def test_waves_where_read_are_occupancys(tmp_path):
+    from advisor.symptoms.occupancy import occupancy, waves_at
+
+    ctx = _context(tmp_path)
+    k = ctx.kernels
+    assert "waves" not in k.columns
+    ref = occupancy(ctx.trace)["waves"].to_numpy()
+    assert np.array_equal(waves_at(k), ref, equal_nan=True)
+    rows = np.array([5, 0, 17, 59, 17])
+    assert np.array_equal(waves_at(k, rows), ref[rows], equal_nan=True)
+
+
+def test_launch_groups_keys_from_the_source_are_the_rows_own(tmp_path):
+    """launch_rows no longer copies the key columns: group_launches takes them from
+    Context.kernels at each group's first row, which are the values the rows held."""
+    from advisor.symptoms.context import GROUP_KEYS, group_launches, launch_rows
+
+    ctx = _context(tmp_path)
+    k = ctx.kernels
+    mask = np.random.default_rng(2).random(len(k)) < 0.6
+    extra = ["grid_blocks", "sm_count"]
+    lean = launch_rows(k, mask, extra)
+    assert not set(GROUP_KEYS) & set(lean.columns)
+    full = k.loc[mask, list(dict.fromkeys([*GROUP_KEYS, "dur_ns", "_launch_group", *extra]))]
+    got = group_launches(lean, extra, k)
+    assert got.equals(group_launches(full, extra))
+    assert len(got) > 1

@@ -214,7 +214,8 @@ def chain_kernels(ctx: Context) -> np.ndarray:
         return ctx.cache[key]
     chains = find_chains(ctx)
     k = ctx.trace.kernels
-    hit = np.full(len(k), -1, dtype=np.int64)
+    # int32 row numbers where they fit: the cache is kept for the whole diagnosis (4 bytes a kernel)
+    hit = np.full(len(k), -1, dtype=np.int32 if len(chains) < 2**31 else np.int64)
     if len(chains) and len(k):
         lp = _launch_points(ctx.trace)
         t = lp["launch_ns"].to_numpy(np.float64)

@@ -33,7 +33,10 @@ class Context:
         combination), computed once here so that each symptom's grouping hashes integers
         instead of a million strings again (docs/scale.md)."""
         k = self.trace.kernels
-        out = pd.concat([k, occupancy(self.trace, OCCUPANCY_READ), gemm_table(self.trace, self.shapes)], axis=1)
+        # the GEMM table first: occupancy's columns (24 bytes a kernel) need not be alive at its peak
+        gemm = gemm_table(self.trace, self.shapes)
+        out = pd.concat([k, occupancy(self.trace, OCCUPANCY_READ), gemm], axis=1)
+        del gemm
         if "_name_code" not in out.columns:  # gemm_table factorized the names already
             out["_name_code"] = small_ints(factorize(out["name"])[0])
         # strings grouped as integer codes (-1 for missing, as groupby(dropna=False) keeps NA)
@@ -58,6 +61,14 @@ class Context:
     def gpu_time_ns(self) -> pd.Series:
         """Sum of kernel durations per (rank, device_id)."""
         k = self.trace.kernels
+        rank, dev = k["rank"].to_numpy(), id_array(k["device_id"])
+        if len(k) > 1 and not rank.strides[0] and not dev.strides[0]:
+            # one (rank, device) (model.constant_view): its group-by over the first row, with
+            # the total (the group-by's keys were full-length copies)
+            one = k.iloc[:1]
+            out = one.groupby([one["rank"], one["device_id"].fillna(-1).astype("int64")])["dur_ns"].sum()
+            out.iloc[0] = k["dur_ns"].sum()
+            return out
         return k.groupby([k["rank"], k["device_id"].fillna(-1).astype("int64")])["dur_ns"].sum()
 
     def device_value(self, rank: int, device_id, column: str):
@@ -81,11 +92,19 @@ class Context:
         return float(ns) / denom if denom else float("nan")
 
 
-# the occupancy columns symptoms read from Context.kernels (tail_wave computes its tail
-# efficiency from `waves` for the launches it looks at)
-OCCUPANCY_READ = ("blocks_per_sm", "sm_count", "waves")
+# the occupancy columns symptoms read from Context.kernels (`waves` is computed where read,
+# occupancy.waves_at; tail_wave computes its tail efficiency from it for the launches it
+# looks at)
+OCCUPANCY_READ = ("blocks_per_sm", "sm_count")
 
 GROUP_KEYS = ["rank", "device_id", "name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "M", "N", "K", "batch", "dtype"]
+
+
+def sort_keys(*keys: np.ndarray) -> list[np.ndarray]:
+    """`keys` (np.lexsort's, last one primary) without those that cannot change the order: a
+    column of one value seen through a zero-stride view (model.constant_view, id_array) or
+    a missing-value mask with nothing missing. lexsort made each a full-length copy."""
+    return [a for a in keys if not (len(a) > 1 and (not a.strides[0] or (a.dtype == bool and not a.any())))]
 
 
 def group_ids(columns: list) -> np.ndarray:
@@ -104,8 +123,13 @@ def group_ids(columns: list) -> np.ndarray:
 
 def id_array(s: pd.Series, missing: int = -1) -> np.ndarray:
     """An id column (device, stream) as int64, `missing` where NA, without fillna's and
-    astype's full-length copies (for a nullable integer column: one array)."""
+    astype's full-length copies (for a nullable integer column: one array; read-only and
+    zero-stride for a column of one value)."""
     if isinstance(s.dtype, pd.api.extensions.ExtensionDtype) and s.dtype.kind in "iu":
+        data, mask = getattr(s.array, "_data", None), getattr(s.array, "_mask", None)
+        if data is not None and len(data) > 1 and not data.strides[0] and not mask.strides[0]:
+            # one value (model.constant_view): as one, read-only, not n int64s
+            return np.broadcast_to(np.array([missing if mask[0] else data[0]], dtype=np.int64), (len(data),))
         return s.to_numpy(np.int64, na_value=missing)
     if s.dtype.kind in "iu":
         return s.to_numpy(np.int64)
@@ -113,20 +137,24 @@ def id_array(s: pd.Series, missing: int = -1) -> np.ndarray:
 
 
 def launch_rows(k: pd.DataFrame, mask, extra: list[str]) -> pd.DataFrame:
-    """The rows of `k` (Context.kernels) where `mask` holds, with only the columns that
-    group_launches and the caller need (GROUP_KEYS, dur_ns, the group id, `extra`): copying
-    all ~50 columns of a million kernels for each symptom was a measurable share of a
-    diagnosis."""
-    cols = list(dict.fromkeys(c for c in [*GROUP_KEYS, "dur_ns", "_launch_group", *extra] if c in k.columns))
+    """The rows of `k` (Context.kernels) where `mask` holds, with only `dur_ns`, the group id
+    and `extra`: group_launches takes each group's key columns (GROUP_KEYS) from `k` at its
+    first row (pass it `k`). Copying all ~50 columns of a million kernels for each symptom
+    was a measurable share of a diagnosis, and the 14 key columns of every launch were
+    still the peak of the GEMM symptoms (~75 bytes a launch)."""
+    cols = list(dict.fromkeys(c for c in ["dur_ns", "_launch_group", *extra] if c in k.columns))
     return k.loc[np.asarray(mask, dtype=bool), cols]
 
 
-def group_launches(df: pd.DataFrame, mean_cols: list[str]) -> pd.DataFrame:
+def group_launches(df: pd.DataFrame, mean_cols: list[str], source: pd.DataFrame | None = None) -> pd.DataFrame:
     """Collapse launches of the same kernel, launch shape and problem shape into one row:
-    launches, total_ns, median_ns and the mean of `mean_cols`."""
+    launches, total_ns, median_ns and the mean of `mean_cols`. `source`: the frame `df`'s
+    rows were taken from (by index label), where its key columns are, for a `df` from
+    launch_rows."""
     if df.empty:
         return pd.DataFrame(columns=GROUP_KEYS + ["launches", "total_ns", "median_ns"] + mean_cols)
-    keys = [c for c in GROUP_KEYS if c in df.columns]
+    src = df if source is None else source
+    keys = [c for c in GROUP_KEYS if c in src.columns]
     if "_launch_group" in df.columns:
         # Context.kernels numbered the groups once: group by that integer, and take each
         # group's key values from its first row (groups in order of first appearance, as
@@ -135,7 +163,8 @@ def group_launches(df: pd.DataFrame, mean_cols: list[str]) -> pd.DataFrame:
         out = g["dur_ns"].agg(launches="count", total_ns="sum", median_ns="median")
         if mean_cols:
             out = out.join(g[mean_cols].mean())
-        first = df.loc[~df["_launch_group"].duplicated().to_numpy(), [*keys, "_launch_group"]].set_index("_launch_group")
+        at = df.index[~df["_launch_group"].duplicated().to_numpy()]
+        first = src.loc[at, [*keys, "_launch_group"]].set_index("_launch_group")
         out = first.join(out).reset_index(drop=True)
     else:
         g = df.groupby(keys, dropna=False, sort=False)

@@ -24,7 +24,7 @@ from .attention import attention_backend, kv_bytes, num_splits_for, parse_attent
 from ..findings import Finding
 from ..model import Trace
 from ..rules import Rule
-from .context import Context, as_int, finding_for
+from .context import Context, as_int, finding_for, sort_keys
 from .gemm import innermost_ranges
 from .strings import contains, factorize
 
@@ -65,6 +65,8 @@ def attention_launches(ctx: Context) -> pd.DataFrame:
         return ctx.cache["attention_launches"]
     k = ctx.kernels
     codes, uniques = factorize(k["name"])
+    if "_name_code" in k.columns:  # the same codes, int32 and kept by Context.kernels (no second copy)
+        codes = k["_name_code"].to_numpy()
     facts = [attention_backend(n) for n in np.asarray(uniques, dtype=object)]
     is_attn = np.array([f is not None for f in facts] + [False])[codes]
     combine = np.array([bool(f and f[2]) for f in facts] + [False])
@@ -83,7 +85,7 @@ def attention_launches(ctx: Context) -> pd.DataFrame:
     rank = k["rank"].to_numpy()
     dev_na, stream_na = k["device_id"].isna().to_numpy(), k["stream_id"].isna().to_numpy()
     dev, stream = _ids(k["device_id"]), _ids(k["stream_id"])
-    order = np.lexsort((k["start_ns"].to_numpy(np.int64), stream, stream_na, dev, dev_na, rank))
+    order = np.lexsort(sort_keys(k["start_ns"].to_numpy(np.int64), stream, stream_na, dev, dev_na, rank))
     # each kernel's place in that order
     where = np.empty(len(order), dtype=np.int32 if len(order) < 2**31 else np.int64)
     where[order] = np.arange(len(order), dtype=where.dtype)
@@ -133,7 +135,11 @@ def attention_launches(ctx: Context) -> pd.DataFrame:
 
 
 def _ids(s: pd.Series) -> np.ndarray:
-    """A nullable id column as numbers (0 where missing), int32 when the column is Int32."""
+    """A nullable id column as numbers (0 where missing), int32 when the column is Int32
+    (read-only and zero-stride for a column of one value: model.constant_view)."""
+    a = s.array
+    if isinstance(a, pd.arrays.IntegerArray) and len(a) > 1 and not a._data.strides[0] and not a._mask.strides[0]:
+        return np.broadcast_to(np.array([0 if a._mask[0] else a._data[0]], dtype=a._data.dtype), (len(a),))
     return s.to_numpy(np.int32 if isinstance(s.dtype, pd.Int32Dtype) else np.int64, na_value=0)
 
 

@@ -74,7 +74,7 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     casts = _adjacent_casts(ctx, fp32, kk["is_cast"].to_numpy(dtype=bool), int(rule["cast_window"]))
     parts = []
     for kind, mask in (("gemm", fp32), ("cast", casts)):
-        grp = group_launches(launch_rows(k, mask, []), [])
+        grp = group_launches(launch_rows(k, mask, []), [], k)
         if len(grp):
             parts.append(grp.assign(kind=kind))
     out = pd.concat(parts, ignore_index=True)

@@ -104,10 +104,18 @@ def _idle(ctx: Context, rule: Rule) -> list[dict]:
         row = {"rank": int(rank), "device_id": int(dev), "span_ns": span, "busy_ns": busy, "run_gap_ns": run_gaps,
                "busy_fraction": frac, "startup": None, "steady_busy_fraction": frac, "gaps": [], "jit_gaps": []}
         if len(gp):
-            # largest first, ties in gap order (as sort_values(ascending=False, kind="stable"))
-            top = gp[np.argsort(-g_ns[gp], kind="stable")]
+            # largest first, ties in gap order (as sort_values(ascending=False, kind="stable")),
+            # the few looked at only: those at least the m-th largest, then sorted (a sort of
+            # every gap, and its copies, were the gate's peak)
+            whole = len(gp) == len(g_ns)  # one device: its gaps are all of them, no copies
+            vals = g_ns if whole else g_ns[gp]
+            m = _JIT_LOOKED_AT + 1
+            cand = np.flatnonzero(vals >= np.partition(vals, len(vals) - m)[len(vals) - m]) if len(vals) > m \
+                else np.arange(len(vals))
+            top = gp[cand[np.argsort(-vals[cand], kind="stable")][:m]]
+            del vals, cand
             big = idle_named(ctx, all_gaps.iloc[top[:1]], busy=True).iloc[0]
-            later = g_ns[gp[g_at[gp] > big["gap_start_ns"]]]
+            later = g_ns[g_at > big["gap_start_ns"]] if whole else g_ns[gp[g_at[gp] > big["gap_start_ns"]]]
             if (big["busy_before_ns"] <= rule["startup_busy_share"] * busy
                     and big["gap_ns"] >= rule["startup_gap_factor"] * (later.max() if len(later) else 0)):
                 s0 = int(big["gap_start_ns"] + big["gap_ns"])
@@ -264,14 +272,26 @@ def _roofline(ctx: Context, rule: Rule) -> list[dict]:
     # whole waves found over the three columns work_units reads, then only the launches kept
     # and the columns read below taken (a copy of ~20 columns of every shaped GEMM launch and
     # its concat were the gate's peak)
-    units = work_units(pd.DataFrame({c: k[c].iloc[pos] for c in ("tiles", "grid_blocks", "sm_count")}, copy=False))
-    pos = pos[((units["waves_units"] >= 1) & (units["tail_eff_units"] >= 0.9)).to_numpy(dtype=bool)]
-    del units
+    # (in chunks: the four float columns of every shaped launch at once were the gate's peak)
+    keep = np.zeros(len(pos), dtype=bool)
+    for lo in range(0, len(pos), 1 << 18):
+        at = pos[lo:lo + (1 << 18)]
+        units = work_units(pd.DataFrame({c: k[c].iloc[at] for c in ("tiles", "grid_blocks", "sm_count")}, copy=False))
+        keep[lo:lo + len(at)] = ((units["waves_units"] >= 1) & (units["tail_eff_units"] >= 0.9)).to_numpy(dtype=bool)
+    pos = pos[keep]
+    del units, keep
     # the launches grouped by (rank, device, name, shape) in order of first appearance, as
     # groupby(dropna=False, sort=False) numbers them, a key column at a time (a frame of the
     # nine columns and its group-by were this step's peak)
     keys = ("rank", "device_id", "name", "M", "N", "K", "batch", "dtype")
-    ids = group_ids(k[c].iloc[pos] for c in keys)
+    # over the launch groups first (Context.kernels' `_launch_group` splits by these keys and
+    # the launch shape), then their first rows' keys: the same ids, numbered in order of first
+    # appearance, without eight full-length factorizations of the launches (the gate's peak)
+    lg_codes, lg_uniq = pd.factorize(k["_launch_group"].to_numpy()[pos])
+    lg_first = np.empty(len(lg_uniq), dtype=np.int64)
+    lg_first[lg_codes[::-1]] = np.arange(len(lg_codes) - 1, -1, -1)
+    ids = group_ids(k[c].iloc[pos[lg_first]] for c in keys)[lg_codes]
+    del lg_codes, lg_uniq, lg_first
     first_at = np.empty(int(ids.max()) + 1 if len(ids) else 0, dtype=np.int64)
     first_at[ids[::-1]] = np.arange(len(ids) - 1, -1, -1)  # last write wins: each group's first row
     by = np.argsort(ids, kind="stable")

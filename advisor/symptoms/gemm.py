@@ -369,31 +369,56 @@ def _launch_arrays(trace: Trace) -> tuple[np.ndarray, pd.api.extensions.Extensio
     if not r_ok.any():
         return none
     k_ok = kc.notna().to_numpy()
-    rc_v, kc_v = rc.to_numpy(np.int64, na_value=0), kc.to_numpy(np.int64, na_value=0)
-    r_rank, k_rank = rt["rank"].to_numpy(np.int64), k["rank"].to_numpy(np.int64)
+    # ids and ranks in their stored widths (int32, or one value seen n times: model.constant_view),
+    # widened to int64 a chunk at a time below (full-length int64 copies of all four, and the
+    # search's temporaries, were the peak of idle.gaps and of Context.kernels' shapes)
+    rc_v, kc_v = _stored(rc), _stored(kc)
+    r_rank, k_rank = rt["rank"].to_numpy(), k["rank"].to_numpy()
     if _key_fits(kc_v, k_ok, rc_v, r_ok, k_rank, r_rank):
         # one int64 key per (rank, correlation id), looked up in the runtime's keys sorted
         # (stable, so a key's first row comes first; nsys writes them in order already): a hash
         # index and two copies of the runtime frame (dropna, drop_duplicates) were ~60 bytes a
         # call at the peak of a 10M-kernel diagnosis
-        r_key = np.where(r_ok, r_rank << 40 | rc_v, -1)
+        r_key = np.empty(len(rc_v), dtype=np.int64)
+        for lo in range(0, len(r_key), _KEY_CHUNK):
+            sl = slice(lo, lo + _KEY_CHUNK)
+            r_key[sl] = np.where(r_ok[sl], r_rank[sl].astype(np.int64) << 40 | rc_v[sl].astype(np.int64), -1)
         del rc_v, r_rank
         order = None if len(r_key) < 2 or bool(np.all(r_key[1:] > r_key[:-1])) else np.argsort(r_key, kind="stable")
         if order is not None:
             r_key = r_key[order]
-        k_key = k_rank << 40 | kc_v
-        del kc_v, k_rank
-        at = np.minimum(np.searchsorted(r_key, k_key, side="left"), len(r_key) - 1)
-        found = (r_key[at] == k_key) & k_ok
-        del r_key, k_key, k_ok
-        pos = np.where(found, order[at] if order is not None else at, 0)
-        del at, order
+        pos, found = np.empty(n, dtype=np.int64), np.empty(n, dtype=bool)
+        for lo in range(0, n, _KEY_CHUNK):
+            sl = slice(lo, lo + _KEY_CHUNK)
+            k_key = k_rank[sl].astype(np.int64) << 40 | kc_v[sl].astype(np.int64)
+            at = np.minimum(np.searchsorted(r_key, k_key, side="left"), len(r_key) - 1)
+            found[sl] = (r_key[at] == k_key) & k_ok[sl]
+            pos[sl] = np.where(found[sl], order[at] if order is not None else at, 0)
+        del kc_v, k_rank, r_key, k_ok, order
         tid = rt["thread_id"].array.take(pos)
         tid[~found] = pd.NA
-        launch = np.where(found, rt["start_ns"].to_numpy(np.int64)[pos].astype(np.float64), np.nan)
+        starts, launch = rt["start_ns"].to_numpy(np.int64), np.empty(n)
+        for lo in range(0, n, _KEY_CHUNK):  # (the call starts taken, cast and masked a chunk at a time)
+            sl = slice(lo, lo + _KEY_CHUNK)
+            launch[sl] = np.where(found[sl], starts[pos[sl]].astype(np.float64), np.nan)
         return launch, tid
     merged = _launch_merge(trace)
     return merged["launch_ns"].to_numpy(np.float64, na_value=np.nan), merged["thread_id"].astype("Int64").array
+
+
+_KEY_CHUNK = 1 << 20  # kernels (runtime calls) per step of _launch_arrays' keys
+
+
+def _stored(s: pd.Series) -> np.ndarray:
+    """A nullable integer column's values in its own width (0 where missing); a column of one
+    value stays one value seen n times (no copy)."""
+    a = s.array
+    data, mask = getattr(a, "_data", None), getattr(a, "_mask", None)
+    if data is None:
+        return s.to_numpy(np.int64, na_value=0)
+    if len(data) > 1 and not data.strides[0] and not mask.strides[0]:
+        return data if not mask[0] else np.broadcast_to(np.zeros(1, dtype=data.dtype), data.shape)
+    return s.to_numpy(data.dtype, na_value=0)
 
 
 def _launch_merge(trace: Trace) -> pd.DataFrame:
@@ -411,8 +436,8 @@ def _fits_one_key(trace: Trace) -> bool:
     if rt.empty or k.empty:
         return True
     kc, rc = k["correlation_id"], rt["correlation_id"]
-    return _key_fits(kc.to_numpy(np.int64, na_value=0), kc.notna().to_numpy(), rc.to_numpy(np.int64, na_value=0),
-                     rc.notna().to_numpy(), k["rank"].to_numpy(np.int64), rt["rank"].to_numpy(np.int64))
+    return _key_fits(_stored(kc), kc.notna().to_numpy(), _stored(rc), rc.notna().to_numpy(), k["rank"].to_numpy(),
+                     rt["rank"].to_numpy())
 
 
 def _key_fits(kc, k_ok, rc, r_ok, k_rank, r_rank) -> bool:
@@ -420,9 +445,14 @@ def _key_fits(kc, k_ok, rc, r_ok, k_rank, r_rank) -> bool:
     one int64. Masked reductions: no copies of the columns."""
     if not k_ok.any() or not r_ok.any():
         return True
-    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
-    return (int(np.min(kc, where=k_ok, initial=big)) >= 0 and int(np.min(rc, where=r_ok, initial=big)) >= 0
-            and max(int(np.max(kc, where=k_ok, initial=small)), int(np.max(rc, where=r_ok, initial=small))) < 2**40
+
+    def lo(a, ok):  # (the initial value in the array's own width: ids may be int32)
+        return int(np.min(a, where=ok, initial=np.iinfo(a.dtype).max))
+
+    def hi(a, ok):
+        return int(np.max(a, where=ok, initial=np.iinfo(a.dtype).min))
+
+    return (lo(kc, k_ok) >= 0 and lo(rc, r_ok) >= 0 and max(hi(kc, k_ok), hi(rc, r_ok)) < 2**40
             and 0 <= int(k_rank.min()) and int(k_rank.max()) < 2**22 and 0 <= int(r_rank.min()) and int(r_rank.max()) < 2**22)
 
 
@@ -592,9 +622,12 @@ def gemm_table(trace: Trace, overrides: list[tuple[str, dict]] | None = None) ->
     flags["tile_m"] = narrow_ints(pd.array([t[0] if t else pd.NA for t in tiles], dtype="Int64"))
     flags["tile_n"] = narrow_ints(pd.array([t[1] if t else pd.NA for t in tiles], dtype="Int64"))
     flags["tile_k"] = narrow_ints(pd.array([t[2] if t and t[2] else pd.NA for t in tiles], dtype="Int64"))
-    per = flags.iloc[codes].set_axis(k.index)
+    # the shapes first: the name facts spread per kernel (~20 bytes a kernel) need not be
+    # alive at assign_shapes' peak
     shapes = assign_shapes(trace)
+    per = flags.iloc[codes].set_axis(k.index)
     out = pd.concat([per, shapes], axis=1)
+    del per, shapes
     # A free-form label (a user's range around a layer) names a GEMM only for kernels whose
     # names say GEMM; the others in the range keep no shape.
     free = (out["shape_source"] == "nvtx-text").fillna(False).to_numpy(dtype=bool) & ~out["is_gemm_name"].to_numpy(dtype=bool)
@@ -610,7 +643,7 @@ def gemm_table(trace: Trace, overrides: list[tuple[str, dict]] | None = None) ->
     out["_name_code"] = small_ints(name_codes)
     column_major = pd.Series(uniq.str.contains(_COLUMN_MAJOR).to_numpy(dtype=bool)[codes], index=k.index)
     out["tile_m"], out["tile_n"] = orient_tiles(out, k["grid_blocks"], column_major)
-    out["tiles"] = narrow_ints(_tile_count(out, out["tile_m"], out["tile_n"]).array)  # Int32 where they fit
+    out["tiles"] = narrow_ints(_tile_count_known(out, out["tile_m"], out["tile_n"]))  # Int32 where they fit
     return out.drop(columns=["is_gemm_name"])
 
 
@@ -651,6 +684,24 @@ def _tile_count(out: pd.DataFrame, tm: pd.Series, tn: pd.Series) -> pd.Series:
     return count.astype("Int64").mask((approx >= 2.0**62).fillna(False))
 
 
+def _known_tiles(out: pd.DataFrame, tm: pd.Series, tn: pd.Series) -> np.ndarray:
+    """Positions where M, N and both tile extents are known: elsewhere every tile count is NA.
+    The counts' Int64 and Float64 temporaries over every kernel were Context.kernels' peak
+    (~40 bytes a kernel each; most kernels have no shape or no named tile)."""
+    known = out["M"].notna().to_numpy() & out["N"].notna().to_numpy() & tm.notna().to_numpy() & tn.notna().to_numpy()
+    return np.flatnonzero(known)
+
+
+def _tile_count_known(out: pd.DataFrame, tm: pd.Series, tn: pd.Series) -> pd.arrays.IntegerArray:
+    """_tile_count over every row, computed only where it can be known (NA elsewhere)."""
+    pos = _known_tiles(out, tm, tn)
+    values, mask = np.zeros(len(out), dtype=np.int64), np.ones(len(out), dtype=bool)
+    if len(pos):
+        sub = _tile_count(out[["M", "N", "batch"]].iloc[pos], tm.iloc[pos], tn.iloc[pos]).array
+        values[pos], mask[pos] = sub.to_numpy(np.int64, na_value=0), sub.isna()
+    return pd.arrays.IntegerArray(values, mask)
+
+
 def orient_tiles(out: pd.DataFrame, grid_blocks: pd.Series, column_major: pd.Series) -> tuple[pd.Series, pd.Series]:
     """The named tile's extents along PyTorch's M and N: (tile_m, tile_n) as named, or swapped.
 
@@ -664,17 +715,27 @@ def orient_tiles(out: pd.DataFrame, grid_blocks: pd.Series, column_major: pd.Ser
     tells the two apart fit the swapped tile (6 by an equal count, a split-K one by a
     multiple), none the named one."""
     tm, tn = out["tile_m"], out["tile_n"]
-    as_named, swapped = _tile_count(out, tm, tn), _tile_count(out, tn, tm)
-    g = grid_blocks.astype("Int64")
-
-    def only(a: pd.Series, b: pd.Series) -> pd.Series:
-        return (a & ~b).fillna(False).astype(bool)
-
-    eq_named, eq_swapped = g == as_named, g == swapped
-    div_named, div_swapped = (g % as_named) == 0, (g % swapped) == 0
     swap = column_major.copy()
-    swap[only(div_named, div_swapped)] = False
-    swap[only(div_swapped, div_named)] = True
-    swap[only(eq_named, eq_swapped)] = False
-    swap[only(eq_swapped, eq_named)] = True
+    # the grid decides only where both counts are known (elsewhere they are NA and `only`
+    # is False): computed at those rows alone
+    pos = _known_tiles(out, tm, tn)
+    if len(pos):
+        sub = out[["M", "N", "batch"]].iloc[pos]
+        stm, stn = tm.iloc[pos], tn.iloc[pos]
+        as_named, swapped = _tile_count(sub, stm, stn), _tile_count(sub, stn, stm)
+        g = grid_blocks.iloc[pos].astype("Int64")
+
+        def only(a: pd.Series, b: pd.Series) -> np.ndarray:
+            return (a & ~b).fillna(False).astype(bool).to_numpy()
+
+        eq_named, eq_swapped = g == as_named, g == swapped
+        div_named, div_swapped = (g % as_named) == 0, (g % swapped) == 0
+        sw = swap.to_numpy(dtype=bool)[pos]
+        sw[only(div_named, div_swapped)] = False
+        sw[only(div_swapped, div_named)] = True
+        sw[only(eq_named, eq_swapped)] = False
+        sw[only(eq_swapped, eq_named)] = True
+        swap = swap.to_numpy(dtype=bool, copy=True)
+        swap[pos] = sw
+        swap = pd.Series(swap, index=tm.index)
     return tm.where(~swap, tn), tn.where(~swap, tm)

@@ -27,12 +27,13 @@ says what the cluster GEMM measured on that class (or that nothing was measured 
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from .calibration import ShapeClasses, bound_gemm_estimate, ceiling, is_library_kernel, reached, shape_class
 from ..findings import Finding
 from ..rules import Rule
-from .context import Context, finding_for, gemm_bytes, gemm_flop, group_launches, launch_rows, shape_of
+from .context import Context, finding_for, gemm_bytes, gemm_flop, group_launches, id_array, launch_rows, shape_of
 from .kernel_kinds import schedule_excluded
 from .tail_wave import work_units
 
@@ -50,25 +51,40 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     if not hopper:
         return group_launches(k.iloc[0:0], [])
     # vectorised membership of (rank, device) in `hopper` (a Python loop took seconds at 1M kernels)
-    keys = pd.MultiIndex.from_arrays([k["rank"].astype("int64"), k["device_id"].fillna(-1).astype("int64")])
+    # (over the id arrays, a (rank, device) at a time: a MultiIndex of every kernel was this
+    # symptom's peak)
+    rank, dev = k["rank"].to_numpy(), id_array(k["device_id"])
+    on = np.zeros(len(k), dtype=bool)
+    for r, d in hopper:
+        on |= (rank == r) & (dev == d)
     # kernels whose lever is a Tier 1-3 one (fp32 SIMT, misaligned) get no schedule
-    on = keys.isin(list(hopper)) & ~schedule_excluded(ctx)
+    on &= ~schedule_excluded(ctx)
     g = launch_rows(k, on & (k["is_gemm"] & ~k["is_ws"] & ~ws_launch(k) & k["sm_count"].notna() & k["grid_blocks"].notna()).to_numpy(),
                     ["tiles", "grid_blocks", "sm_count"])
     if g.empty:
         return group_launches(g, [])
     g = pd.concat([g, work_units(g)], axis=1)
-    return group_launches(g, ["waves_units"])
+    return group_launches(g, ["waves_units"], k)
 
 
 def ws_launch(k: pd.DataFrame) -> pd.Series:
     """Launches whose block is 3 or 5 warpgroups (384 or 640 threads): one producer warpgroup
     feeding two or four consumers, the shape of Hopper's warp-specialized GEMM kernels (cuBLAS
     sm90_xmma_*, CUTLASS 3 cooperative/ping-pong). A data-parallel kernel uses 1, 2 or 4."""
-    threads = (k["block_x"].astype("Float64") * k["block_y"].fillna(1).astype("Float64")
-               * k["block_z"].fillna(1).astype("Float64"))
-    wg = threads / 128
-    return (((wg == 3) | (wg == 5)) & (threads % 128 == 0)).fillna(False).astype(bool)
+    # in float64, as Float64 columns computed it, in chunks (three full-length Float64
+    # products were this symptom's peak); NaN (no block_x) compares false
+    bx, by, bz = (k[c].array for c in ("block_x", "block_y", "block_z"))
+    out = np.zeros(len(k), dtype=bool)
+    for lo in range(0, len(k), _CHUNK):
+        sl = slice(lo, lo + _CHUNK)
+        threads = (bx[sl].to_numpy(np.float64, na_value=np.nan) * by[sl].to_numpy(np.float64, na_value=1.0)
+                   * bz[sl].to_numpy(np.float64, na_value=1.0))
+        wg = threads / 128
+        out[sl] = ((wg == 3) | (wg == 5)) & (threads % 128 == 0)
+    return pd.Series(out, index=k.index)
+
+
+_CHUNK = 1 << 20
 
 
 def _near_peak(row: dict, ctx: Context, fraction: float) -> float | None:

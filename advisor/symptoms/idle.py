@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..model import constant_view
 from . import intervals
 from .context import Context, id_array
 from .gemm import _launch_arrays
@@ -40,12 +41,14 @@ def gaps(ctx: Context) -> pd.DataFrame:
     # plain arrays, kernels then copies (a frame of them, its group-by and per-device sorted
     # copies held ~3x the result's memory at 2M events: docs/scale.md); the kernels' own
     # columns where there are no copies (np.concatenate of one array is a copy)
-    rank = [k["rank"].to_numpy(np.int64)]
+    rank = [k["rank"].to_numpy()]  # as stored (int32, or one value: no int64 copy)
     dev = [_device_ids(k)]
     start = [k["start_ns"].to_numpy(np.int64)]
     end = [k["end_ns"].to_numpy(np.int64)]
     launch_ns = [launch_k]
-    thread = [thread_k.to_numpy("float64", na_value=np.nan)]
+    # the kernels' launch threads as _launch_arrays gave them (Int32: 5 bytes a kernel, not a
+    # float64 each) where there are no copies to join; as floats at the gaps' rows below
+    thread = [thread_k if not len(t.memcpy) else thread_k.to_numpy("float64", na_value=np.nan)]
     del launch_k, thread_k
     m = t.memcpy
     if len(m):
@@ -90,34 +93,66 @@ def gaps(ctx: Context) -> pd.DataFrame:
             groups = np.split(order, np.flatnonzero(np.diff(group[by])) + 1)
             del by, group, order
         del r_sel, d_sel, s_sel
-        for sel in groups:
+        for gi, sel in enumerate(groups):
+            last = gi == len(groups) - 1  # the per-kernel arrays are let go once the last group took its rows
             s, e = (start, end) if sel is None else (start[sel], end[sel])
             frontier = np.maximum.accumulate(e)  # the device's last end so far
-            gap = s[1:] - frontier[:-1]
-            prev = np.flatnonzero(gap > 0)  # the activity before each gap; the next one ends it
+            # the activity before each gap (a start past every earlier end); the next one ends it
+            prev = np.flatnonzero(s[1:] > frontier[:-1])
             if not len(prev):
                 continue
-            gsize = gap[prev]
-            del gap
             gstart = frontier[prev]
-            del s, e, frontier
-            idx = prev + 1
+            del e, frontier
+            prev += 1  # (in place) the activity that ends each gap
+            gsize = s[prev]
+            gsize -= gstart  # (in place: no array of every activity's gap)
+            del s
+            at = prev if sel is None else sel[prev]
             del prev
-            at = idx if sel is None else sel[idx]
-            del idx
-            launch = launch_ns[at]
-            hb = pd.array(np.where(np.isnan(launch), False, launch >= gstart), dtype="boolean")
-            hb[np.isnan(launch)] = pd.NA
-            del launch
+            # host-bound (NA where no launch call matched) and the launch threads at the gaps'
+            # rows, a chunk at a time (the launch times of every gap at once were this step's peak)
+            # (each per-kernel array let go before the next is read, on the last group)
+            hb_v, hb_na = np.empty(len(at), dtype=bool), np.empty(len(at), dtype=bool)
+            for lo in range(0, len(at), _CHUNK):
+                sl = slice(lo, lo + _CHUNK)
+                launch = launch_ns[at[sl]]
+                hb_na[sl] = np.isnan(launch)
+                hb_v[sl] = np.where(hb_na[sl], False, launch >= gstart[sl])
+            hb = pd.arrays.BooleanArray(hb_v, hb_na)
+            del hb_v, hb_na, launch
+            if last:
+                launch_ns = None
+            tid = np.empty(len(at))
+            for lo in range(0, len(at), _CHUNK):
+                a = at[lo:lo + _CHUNK]
+                tid[lo:lo + len(a)] = thread[a] if isinstance(thread, np.ndarray) else \
+                    thread.take(a).to_numpy("float64", na_value=np.nan)
+            if last:
+                thread = None
             first = 0 if sel is None else sel[0]
             r, d = int(rank[first]), int(dev[first])
+            next_pos = at.astype(_small(nk))  # (a copy: not at's int64 through np.where)
+            next_pos[at >= nk] = -1  # a copy ends it
+            del at
+            # the group's rank and device, and one launch thread (the usual case), as one value
+            # seen through a zero-stride view (model.constant_view): the cache's largest
+            # columns after the times
+            # gap lengths int32 where they all fit (~2.1 s): a sum of them is int64 in numpy
+            gsize = gsize.astype(np.int32) if not len(gsize) or int(gsize.max()) < 2**31 else gsize
             out.append(pd.DataFrame({
-                "rank": np.full(len(at), r, dtype=_small(r)), "device_id": np.full(len(at), d, dtype=_small(d)),
-                "gap_start_ns": gstart, "gap_ns": gsize,
-                "next_pos": np.where(at < nk, at, -1).astype(_small(nk)), "thread_id": thread[at], "host_bound": hb,
+                "rank": _same(r, len(next_pos)), "device_id": _same(d, len(next_pos)),
+                "gap_start_ns": gstart, "gap_ns": gsize, "next_pos": next_pos,
+                "thread_id": constant_view(pd.Series(tid, copy=False)).to_numpy(), "host_bound": hb,
             }, copy=False))  # not consolidated: concat copies them once below
-            del at, gstart, gsize, hb
+            del gstart, gsize, hb, tid, next_pos
+    del rank, dev, start, end, launch_ns, thread  # (before the conversion below)
     res = (out[0] if len(out) == 1 else pd.concat(out, ignore_index=True)) if out else pd.DataFrame(columns=_COLS)
+    del out
+    tid = res["thread_id"]
+    if len(res) > 1 and tid.dtype == np.float64 and tid.to_numpy().strides[0]:
+        # the few launch threads as a categorical of them (1-2 bytes a gap, was 8); readers
+        # take it as floats (to_numpy, a row's value), NaN where unknown, as before
+        res["thread_id"] = _few_values(tid.to_numpy())
     ctx.cache["idle_gaps"] = res
     return res
 
@@ -125,6 +160,32 @@ def gaps(ctx: Context) -> pd.DataFrame:
 def _device_ids(f: pd.DataFrame) -> np.ndarray:
     """device_id as int64, -1 where missing."""
     return id_array(f["device_id"])
+
+
+_CHUNK = 1 << 20  # gaps per step where their launches are looked up
+
+
+def _few_values(values: np.ndarray, chunk: int = 1 << 20):
+    """Floats as a categorical of their distinct values (NaN: missing), built a chunk at a
+    time (pd.Categorical's factorize held int64 codes and a hash of every value); `values`
+    itself where they are not few."""
+    parts = [np.unique(values[lo:lo + chunk]) for lo in range(0, len(values), chunk)]
+    cats = np.unique(np.concatenate(parts)) if parts else np.empty(0)
+    cats = cats[~np.isnan(cats)]
+    if len(cats) >= 2**15:
+        return values
+    codes = np.empty(len(values), dtype=np.int8 if len(cats) < 2**7 else np.int16)
+    for lo in range(0, len(values), chunk):
+        v = values[lo:lo + chunk]
+        c = np.searchsorted(cats, v)
+        c[np.isnan(v)] = -1
+        codes[lo:lo + chunk] = c
+    return pd.Categorical.from_codes(codes, categories=cats)
+
+
+def _same(v: int, n: int) -> np.ndarray:
+    """`v` n times (int32 where it fits), read-only and zero-stride."""
+    return np.broadcast_to(np.array([v], dtype=_small(v)), (n,))
 
 
 def _small(v: int):
@@ -216,7 +277,8 @@ def _host_arrays(ctx: Context, frame: str, col: str | None) -> tuple:
     if key not in ctx.cache:
         f = getattr(ctx.trace, frame)
         extra = f["thread_id"] if col is None else f[col].notna().to_numpy(dtype=bool)
-        ctx.cache[key] = (f["rank"].to_numpy(np.int64), f["start_ns"].to_numpy(np.int64), f["end_ns"].to_numpy(np.int64), extra)
+        # ranks as stored (int32, or one value: model.constant_view), not an int64 copy
+        ctx.cache[key] = (f["rank"].to_numpy(), f["start_ns"].to_numpy(np.int64), f["end_ns"].to_numpy(np.int64), extra)
     return ctx.cache[key]
 
 

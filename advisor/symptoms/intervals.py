@@ -22,6 +22,8 @@ def merge(starts, ends) -> tuple[np.ndarray, np.ndarray]:
     new[1:] = s[1:] > run_end[:-1]
     idx = np.flatnonzero(new)
     del new
+    if idx.size == s.size:  # no two overlap: the starts and running ends are the blocks (no copies)
+        return s, run_end
     ms = s[idx]
     # each block ends at the running end just before the next block starts (idx shifted by
     # one in place: the temporaries of run_end[idx[1:] - 1] and np.append were ~16 bytes an

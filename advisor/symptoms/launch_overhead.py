@@ -35,12 +35,13 @@ from ..findings import Finding
 from ..model import STRING
 from ..rules import Rule
 from ..traces.graphs import is_graph_replayed
-from .context import Context, finding_for, gemm_bytes, id_array
+from .context import Context, finding_for, gemm_bytes, id_array, sort_keys
 from .idle import gaps as idle_gaps
 from .idle import host_context
 from .idle import next_names as idle_next_names
 from .idle import rank_start as idle_rank_start
 from .kernel_kinds import schedule_excluded
+from .occupancy import waves_at
 from .strings import factorize
 
 SYMPTOM = "launch_overhead"
@@ -75,6 +76,13 @@ def _runs_key(rule: Rule) -> tuple:
     return ("runs", rule["tiny_kernel_ns"], rule["max_gap_in_run_ns"], rule["min_run_kernels"])
 
 
+def _stream_ids(s: pd.Series) -> np.ndarray:
+    """id_array's values (-1 where missing) in the column's own width when it is Int32."""
+    if isinstance(s.dtype, pd.Int32Dtype):
+        return s.to_numpy(np.int32, na_value=-1)
+    return id_array(s)
+
+
 def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
     """Runs of tiny back-to-back kernels per (rank, device, stream): one row per run with
     kernels, kernel_ns, gap_ns, first/last times and the dominant kernel name. Cached. Ranks
@@ -95,15 +103,16 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
     if sel is not None and not len(sel) or not len(k):
         ctx.cache[key] = pd.DataFrame()
         return ctx.cache[key]
+    # (streams in their stored width, int32 for Int32, until the tiny kernels' are taken)
     rank, dev, stream, start = ((a if sel is None else a[sel]) for a in (
-        k["rank"].to_numpy(), id_array(k["device_id"]), id_array(k["stream_id"]), k["start_ns"].to_numpy()))
-    order = np.lexsort((start, stream, dev, rank))  # stable, as sort_values(kind="stable")
+        k["rank"].to_numpy(), id_array(k["device_id"]), _stream_ids(k["stream_id"]), k["start_ns"].to_numpy()))
+    order = np.lexsort(sort_keys(start, stream, dev, rank))  # stable, as sort_values(kind="stable")
     sel = order if sel is None else sel[order]
     # neighbours in that order compared one key at a time, and each full-length temporary
     # written in place or let go at once (sorted copies of the four keys and the gap and run
     # arrays, each built through a temporary or two, were this symptom's peak)
     same = np.ones(max(len(order) - 1, 0), dtype=bool)
-    for col in (rank, dev, stream):
+    for col in sort_keys(rank, dev, stream):  # (one value: every neighbour the same)
         sk = col[order]
         same &= sk[1:] == sk[:-1]
         del sk
@@ -119,14 +128,31 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
     del start
     link = same & tiny[1:] & tiny[:-1] & (gap <= rule["max_gap_in_run_ns"])
     del same
-    run_id = np.zeros(len(sel), dtype=np.int64)
+    run_id = np.zeros(len(sel), dtype=np.int32 if len(sel) < 2**31 else np.int64)  # (int64 once taken)
     np.cumsum(~link, out=run_id[1:])
-    gap_before = np.zeros(len(sel), dtype=gap.dtype)
-    gap_before[1:][link] = gap[link]
-    del gap, link
+    np.multiply(gap, link, out=gap)  # the gap before each linked kernel (gap >= 0), 0 elsewhere
+    del link
+    tiny = np.flatnonzero(tiny)
+    # each tiny kernel's gap before it (the first kernel has none), at those positions only
+    # (positions sorted: only the first can be 0; one index array and the values taken)
+    # (the positions shifted in place and back: no second index array)
+    first = bool(len(tiny)) and tiny[0] == 0
+    tiny -= 1
+    gap_before = gap.take(tiny) if len(gap) else np.zeros(len(tiny), dtype=gap.dtype)
+    tiny += 1
+    del gap
+    if first:
+        gap_before[0] = 0
+    # the tiny kernels' values, each full-length array let go as soon as it is taken (a
+    # device of one value stays one value)
     at = order[tiny]
-    rows, dev, stream, run_id, gap_before = sel[tiny], dev[at], stream[at], run_id[tiny], gap_before[tiny]
-    del sel, tiny, order, at
+    rows = at if sel is order else sel[tiny]
+    del sel, order
+    run_id = run_id[tiny].astype(np.int64)
+    del tiny
+    dev = np.broadcast_to(dev[:1], at.shape) if len(dev) > 1 and not dev.strides[0] else dev[at]
+    stream = stream[at].astype(np.int64)
+    del at
 
     def frame(at: np.ndarray, names: list[str]) -> pd.DataFrame:
         """The tiny kernels' rows `at` (positions in `rows`) as a frame, column by column (k[cols]
@@ -294,22 +320,26 @@ def _big_grids(ctx: Context, rule: Rule) -> pd.DataFrame:
     `bound_ns` where a byte count gives the kernel a throughput floor)."""
     k = ctx.kernels
     # layout transposes and NCHW batch norm are layout_churn's (channels_last), not a persistent kernel's
-    m = k["waves"].notna() & ~k["is_comm"] & k["grid_blocks"].notna() & k["sm_count"].notna() & ~schedule_excluded(ctx)
+    all_waves = waves_at(k)
+    m = ~np.isnan(all_waves) & (~k["is_comm"] & k["grid_blocks"].notna() & k["sm_count"].notna()).to_numpy(dtype=bool) \
+        & ~np.asarray(schedule_excluded(ctx), dtype=bool)
     if not m.any():
         return pd.DataFrame()
     cols = [c for c in ("rank", "device_id", "name", "_name_code", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
                         "block_z", "grid_blocks", "waves", "blocks_per_sm", "sm_count", "dur_ns", "M", "N", "K",
-                        "batch", "dtype", "is_gemm") if c in k.columns]
+                        "batch", "dtype", "is_gemm") if c in k.columns or c == "waves"]
     # the launches that qualify found over arrays first, then only their rows taken (column by
     # column: a copy of these columns for every kernel was a step of this symptom's peak)
     # (enough waves first: the per-launch wave times only for those)
-    all_waves = k["waves"].to_numpy(np.float64)
-    pos = np.flatnonzero(m.to_numpy(dtype=bool) & (all_waves >= rule["min_waves_big_grid"]))
+    pos = np.flatnonzero(m & (all_waves >= rule["min_waves_big_grid"]))
     del m
     waves = all_waves[pos]
     wave_ns = k["dur_ns"].to_numpy()[pos] / np.ceil(waves)
     keep = wave_ns <= rule["max_wave_ns"]
-    d = pd.DataFrame({c: k[c].iloc[pos[keep]] for c in cols}, copy=False)
+    taken = pos[keep]
+    d = pd.DataFrame({c: pd.Series(all_waves[taken], index=k.index[taken]) if c == "waves" else k[c].iloc[taken]
+                      for c in cols}, copy=False)
+    del all_waves, taken
     d["wave_ns"] = wave_ns[keep]
     del pos, waves, wave_ns, keep
     if d.empty:

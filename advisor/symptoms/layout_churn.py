@@ -189,10 +189,10 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     sizes = bn_input_bytes(ctx, bn)
     parts = []
     if trans.any():
-        parts.append(group_launches(launch_rows(k, trans, []), []).assign(kind="transpose", input_bytes=np.nan))
+        parts.append(group_launches(launch_rows(k, trans, []), [], k).assign(kind="transpose", input_bytes=np.nan))
     if bn.any():
         rows = launch_rows(k, bn, ["grid_blocks", "sm_count"]).assign(input_bytes=sizes[bn])
-        parts.append(group_launches(rows, ["input_bytes", "grid_blocks", "sm_count"]).assign(kind="bn"))
+        parts.append(group_launches(rows, ["input_bytes", "grid_blocks", "sm_count"], k).assign(kind="bn"))
     if not parts:
         return pd.DataFrame()
     out = pd.concat(parts, ignore_index=True)

@@ -71,7 +71,7 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     attn = (chain_kernels(ctx) >= 0) & (tagged | shaped) if _enabled(ctx, "unfused_attention") else np.zeros(len(k), dtype=bool)
     if (attn & tagged).any():
         _note_attention(ctx, k, attn & tagged)
-    out = group_launches(launch_rows(k, ((tagged & ~conv) | shaped) & ~attn, []), [])
+    out = group_launches(launch_rows(k, ((tagged & ~conv) | shaped) & ~attn, []), [], k)
     if out.empty:
         return out
     out["align_bytes"] = [align_bytes(str(n)) for n in out["name"]]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..model import Trace
+from ..model import Trace, constant_view
 
 REG_ALLOC_UNIT = 256  # registers are allocated per warp in units of 256 (sm50+)
 SMEM_RESERVED_SM80 = 1024  # bytes the runtime reserves per block on sm80 and newer
@@ -41,6 +41,24 @@ def _tail_eff(waves: np.ndarray) -> np.ndarray:
 
 
 _CHUNK = 1 << 18  # kernels per step of occupancy()
+
+
+def waves_at(k: pd.DataFrame, rows: np.ndarray | None = None) -> np.ndarray:
+    """`waves` (occupancy's column: grid blocks / (SMs x blocks per SM), NaN where unknown)
+    of the kernels at positions `rows` (all when None) of `k`, a frame with grid_blocks,
+    sm_count and blocks_per_sm (Context.kernels): the same float64 operations on the same
+    values, so the same numbers, for the few symptoms that read it (a column of
+    Context.kernels was 8 bytes for every kernel)."""
+    n = len(k) if rows is None else len(rows)
+    out = np.empty(n)
+    grid, sms, bps = k["grid_blocks"].array, k["sm_count"].to_numpy(), k["blocks_per_sm"].to_numpy()
+    for lo in range(0, n, _CHUNK):
+        at = slice(lo, min(lo + _CHUNK, n)) if rows is None else rows[lo:lo + _CHUNK]
+        g = grid[at].to_numpy(np.float64, na_value=np.nan) if isinstance(grid, pd.api.extensions.ExtensionArray) \
+            else np.asarray(grid[at], dtype=np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[lo:lo + _CHUNK] = g / (sms[at] * bps[at])
+    return out
 
 
 def col(frame, name) -> np.ndarray:
@@ -130,7 +148,8 @@ def occupancy(trace: Trace, columns=COLUMNS) -> pd.DataFrame:
     made = {
         "blocks_per_sm": lambda: blocks_per_sm,
         "occupancy_limiter": lambda: pd.array(limiter, dtype=pd.StringDtype("python", na_value=np.nan)),
-        "sm_count": lambda: sms,
+        # one GPU model (the usual case): one value seen n times, 0 bytes a kernel
+        "sm_count": lambda: constant_view(pd.Series(sms, copy=False)).to_numpy(),
         "waves": lambda: waves,
         "tail_efficiency": lambda: _tail_eff(waves),
         "waves_sat": lambda: waves_sat,

@@ -43,7 +43,7 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     if g.empty:
         return group_launches(g, [])
     g = pd.concat([g, work_units(g)], axis=1)
-    return group_launches(g, ["units", "units_from_shape", "waves_units", "sm_count", "tile_k"])
+    return group_launches(g, ["units", "units_from_shape", "waves_units", "sm_count", "tile_k"], k)
 
 
 def suggest_split(tiles: int, sms: int, K: int, rule: Rule) -> int:

@@ -23,7 +23,7 @@ from ..findings import Finding
 from ..rules import Rule
 from .context import Context, finding_for, group_launches, launch_rows, shape_of
 from .kernel_kinds import schedule_excluded
-from .occupancy import _tail_eff
+from .occupancy import _tail_eff, waves_at
 
 SYMPTOM = "tail_wave"
 REQUIRES = (
@@ -49,9 +49,10 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     k = ctx.kernels
     # kernels whose lever is a Tier 1-3 one (fp32 SIMT, misaligned) get no schedule
     g = launch_rows(k, k["is_gemm"] & ~k["is_split_k"] & k["sm_count"].notna() & k["grid_blocks"].notna() & ~schedule_excluded(ctx),
-                    ["tiles", "grid_blocks", "sm_count", "waves", "blocks_per_sm", "tile_m", "tile_n"])
+                    ["tiles", "grid_blocks", "sm_count", "blocks_per_sm", "tile_m", "tile_n"])
     if g.empty:
         return group_launches(g, [])
+    g.insert(5, "waves", waves_at(k, k.index.get_indexer(g.index)))  # where launch_rows had it
     # per launch from the occupancy model's waves, for the launches read here only (a column
     # of Context.kernels was 8 bytes for every kernel)
     g["tail_efficiency"] = _tail_eff(g["waves"].to_numpy(dtype=np.float64))
@@ -59,6 +60,7 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     return group_launches(
         g,
         ["units", "units_from_shape", "waves_units", "tail_eff_units", "waves", "tail_efficiency", "blocks_per_sm", "sm_count", "tile_m", "tile_n"],
+        k,
     )
 
 

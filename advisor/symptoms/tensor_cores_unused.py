@@ -47,7 +47,7 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
         # (two rules claiming the same kernels could add up to more than their time)
         fp32 &= chain_kernels(ctx) < 0
     g = launch_rows(k, fp32, [])
-    out = group_launches(g, [])
+    out = group_launches(g, [], k)
     if out.empty:
         return out
     by = gemm_time_by_precision(ctx)

@@ -79,7 +79,7 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     mask = mask & ~np.asarray(schedule_excluded(ctx), dtype=bool)
     g = launch_rows(k, mask, ["grid_blocks", "sm_count"])
     g = g.assign(overlap_fraction=_overlap_fraction(k, g.index))
-    return group_launches(g, ["grid_blocks", "sm_count", "overlap_fraction"])
+    return group_launches(g, ["grid_blocks", "sm_count", "overlap_fraction"], k)
 
 
 def _overlap_fraction(k: pd.DataFrame, rows: pd.Index) -> np.ndarray:

@@ -56,7 +56,7 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     if not len(at):
         return pd.DataFrame(columns=cols)
     sub = pd.DataFrame({
-        "chain": hit[at], "device_id": k["device_id"].to_numpy()[at], "dur_ns": k["dur_ns"].to_numpy(np.int64)[at],
+        "chain": hit[at].astype(np.int64), "device_id": k["device_id"].to_numpy()[at], "dur_ns": k["dur_ns"].to_numpy(np.int64)[at],
         "name": k["name"].to_numpy(dtype=object)[at],
     })
     c = chains.loc[sub["chain"].to_numpy()].reset_index(drop=True)

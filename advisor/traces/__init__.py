@@ -252,10 +252,20 @@ def _mask_impossible(trace: Trace) -> None:
                 changed[col.split("_")[0]] = True
     for prefix, total in (("grid", "grid_blocks"), ("block", "block_threads")):
         dims = [k[f"{prefix}_{a}"] for a in "xyz"]
+        # every value is now 1..2**31-1 or NA: when the columns' maxima multiply to under
+        # 2**62 no product can reach 2**63 (even as a rounded float), and the Float64
+        # products below (~40 bytes a kernel, the read's peak) are not needed
+        highs = [d.max() for d in dims]
+        if not changed[prefix] and all(h is pd.NA or 0 <= h for h in highs):
+            bound = 1
+            for h in highs:
+                bound *= 1 if h is pd.NA else int(h)
+            if bound < 2**62:
+                continue
         product = dims[0].astype("Float64") * dims[1].astype("Float64") * dims[2].astype("Float64")
         over = (product >= 2.0**63).fillna(False).to_numpy(dtype=bool)
         if over.any() or changed[prefix]:
-            d = [x.mask(over) for x in dims]
+            d = [x.mask(over).astype("Int64") for x in dims]  # a reader may give Int32 (narrow_fitting)
             k[total] = d[0] * d[1] * d[2]
             bad_rows |= over
     n = int(bad_rows.sum())

@@ -311,12 +311,63 @@ def _parse_ints(text: str | None, n: int) -> np.ndarray | None:
     return values if len(values) == n else None
 
 
-def _parse_chunks(rows, width: int, total: int | None = None) -> list[np.ndarray] | None:
+# NULL in a column stored as int32 (which then holds only -2**31+1 .. 2**31-1)
+_NULL32 = np.iinfo(np.int32).min
+
+
+def _fits32(a: np.ndarray) -> bool:
+    """Every non-NULL value of the int64 array `a` fits int32 beside _NULL32."""
+    if not len(a):
+        return True
+    if a.max() > 2**31 - 1:
+        return False
+    lo = a.min()
+    if lo == _NULL:
+        valid = a[a != _NULL]
+        lo = valid.min() if len(valid) else 0
+    return lo > _NULL32
+
+
+def _to64(col: np.ndarray) -> np.ndarray:
+    """An int32 column (_NULL32 for NULL) as int64 (_NULL for NULL)."""
+    wide = col.astype(np.int64)
+    wide[col == _NULL32] = _NULL
+    return wide
+
+
+def _to32(a: np.ndarray) -> np.ndarray:
+    out = a.astype(np.int32)
+    out[a == _NULL] = _NULL32
+    return out
+
+
+def _store(col: np.ndarray, at: int, a: np.ndarray) -> np.ndarray:
+    """`a` (int64, _NULL for NULL) written into `col` at `at`; an int32 `col` becomes int64
+    (what is written so far copied) when `a` does not fit it. Returns the column."""
+    n = len(a)
+    if col.dtype == np.int32:
+        if _fits32(a):
+            col[at : at + n] = a
+            if n and a.min() == _NULL:
+                col[at : at + n][a == _NULL] = _NULL32
+            return col
+        wide = np.empty(len(col), dtype=np.int64)
+        wide[:at] = _to64(col[:at])
+        col = wide
+    col[at : at + n] = a
+    return col
+
+
+def _parse_chunks(rows, width: int, total: int | None = None, narrow: Sequence[bool] = ()) -> list[np.ndarray] | None:
     """The `width` columns parsed from each chunk's result row, joined in order; None if any
     cell was not an integer. With `total` (the row count, when no filter applies) each chunk
     is copied into columns allocated once and let go: the chunks are never all held beside
-    the joined columns (10M kernels x 17 columns: 1.3 GB less at the peak)."""
-    out = [np.empty(total, dtype=np.int64) for _ in range(width)] if total is not None else None
+    the joined columns (10M kernels x 17 columns: 1.3 GB less at the peak). Columns marked in
+    `narrow` are int32 (NULL as _NULL32) when all their values fit, else int64 (NULL as
+    _NULL): allocated int32 and widened at the first chunk that does not fit, so that a
+    10M-row table's ids are never held at 8 bytes a value."""
+    narrow = list(narrow) or [False] * width
+    out = ([np.empty(total, dtype=np.int32 if nw else np.int64) for nw in narrow] if total is not None else None)
     parts: list[list[np.ndarray]] = []
     at = 0
     for row in rows:
@@ -328,18 +379,19 @@ def _parse_chunks(rows, width: int, total: int | None = None) -> list[np.ndarray
             return None
         n = len(arrays[0]) if arrays else 0
         if out is not None and at + n <= total:
-            for col, a in zip(out, arrays):
-                col[at : at + n] = a
+            for i, a in enumerate(arrays):
+                out[i] = _store(out[i], at, a)
         else:  # more rows than counted (cannot happen read-only): join what came
             if out is not None:
-                parts, out = [[col[:at] for col in out]], None
+                parts, out = [[_to64(col[:at]) if col.dtype == np.int32 else col[:at] for col in out]], None
             parts.append(arrays)
         at += n
     if out is not None:
         return [col[:at] for col in out] if at < total else out
     if not parts:
-        return [np.empty(0, dtype=np.int64) for _ in range(width)]
-    return [np.concatenate([p[i] for p in parts]) for i in range(width)]
+        return [np.empty(0, dtype=np.int32 if nw else np.int64) for nw in narrow]
+    joined = [np.concatenate([p[i] for p in parts]) for i in range(width)]
+    return [_to32(c) if nw and _fits32(c) else c for c, nw in zip(joined, narrow)]
 
 
 def _ordered_map(pool: ThreadPoolExecutor, fn, items, ahead: int):
@@ -404,9 +456,12 @@ def read_int_columns(
     where: str = "",
     params: Sequence[object] = (),
     rowid: bool = False,
+    narrow: Sequence[str] = (),
 ) -> pd.DataFrame:
     """Integer columns `cols` of `table` (rows matching `where`) as nullable Int64 columns,
     in rowid order; with `rowid=True` the rowid comes too (to align with other queries).
+    Columns named in `narrow` come as Int32 instead when every value fits int32 (and one
+    of them is not NULL).
 
     `connect()` returns a new read-only connection (one per worker thread). `cols` must be
     existing column names; `where` is SQL written by the caller from whitelisted names,
@@ -429,9 +484,10 @@ def read_int_columns(
             ranges = [(b, min(b + _CHUNK_ROWS - 1, hi)) for b in range(lo, hi + 1, _CHUNK_ROWS)]
         threads = min(_MAX_THREADS, os.cpu_count() or 1, len(ranges))
         total = None if where else count
+        narrowed = [c in narrow for c in names]
         if threads <= 1:
             columns = _parse_chunks((_fetch_chunk(conn, table, names, not_null, where, params, *r) for r in ranges),
-                                    len(names), total)
+                                    len(names), total, narrowed)
         else:
             with ThreadPoolExecutor(threads) as pool:
                 # Results arrive in order; each is parsed here while later chunks are read.
@@ -444,6 +500,7 @@ def read_int_columns(
                     ),
                     len(names),
                     total,
+                    narrowed,
                 )
         if columns is None:
             slow = _slow_read(conn, table, ["rowid", *cols], where, params)
@@ -459,7 +516,10 @@ def read_int_columns(
             continue
         if order is not None:
             values = values[order]
-        out[name] = pd.arrays.IntegerArray(values, values == _NULL)
+        mask = values == (_NULL32 if values.dtype == np.int32 else _NULL)
+        if values.dtype == np.int32 and (mask.all() or not len(values)):  # all NULL: Int64, as before
+            values, mask = np.zeros(len(values), dtype=np.int64), mask
+        out[name] = pd.arrays.IntegerArray(values, mask)
     return pd.DataFrame(out, copy=False)
 
 
@@ -524,7 +584,7 @@ def id_codes(ids: pd.Series, strings: pd.Series) -> np.ndarray:
     ids = pd.Series(ids)
     if strings.empty or ids.empty:
         return np.full(len(ids), -1, dtype=np.intp)
-    if isinstance(ids.dtype, pd.Int64Dtype):  # no float round trip
+    if isinstance(ids.dtype, (pd.Int64Dtype, pd.Int32Dtype)):  # no float round trip
         codes = strings.index.get_indexer(ids.to_numpy(dtype="int64", na_value=-1))
     else:
         codes = strings.index.get_indexer(ids.fillna(-1).astype("int64"))

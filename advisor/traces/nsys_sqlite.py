@@ -54,7 +54,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
-from ..model import Trace, string_array
+from ..model import Trace, narrow_fitting, string_array
 from . import _sqlite
 from ._jsonio import to_int
 
@@ -177,6 +177,16 @@ _PID = "_pid"
 _STREAM_STRIDE = 1_000_000
 
 _RUNTIME_WANTED = [*_RUNTIME_INTS, "globalTid", "nameId"]
+
+# Source columns read as Int32 where every value fits (`_sqlite.read_int_columns`): the ids
+# and launch values the model stores as Int32 anyway (model.NARROW, NARROW_IF_FIT) and the
+# string ids only mapped to names; 4 bytes a value less at the read's peak. Code below must
+# work with Int32 or Int64 (times, pids and graph ids stay Int64).
+_NARROW_READ = frozenset({
+    "deviceId", "streamId", "correlationId", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ",
+    "registersPerThread", "staticSharedMemory", "dynamicSharedMemory", *_KERNEL_NAME_IDS,
+    "nameId", "eventType", "textId", "domainId",
+})
 _NVTX_WANTED = ["start", "end", "eventType", "globalTid", "textId", "domainId"]
 _NVTX_WHERE = f"{_sqlite.ident('eventType')} IN (?, ?, ?)"
 
@@ -270,7 +280,8 @@ class _Reader:
             return pending.result()
         have = set(self.columns(table))
         cols = [c for c in wanted if c in have]
-        return _sqlite.read_int_columns(self.connect, table, cols, where=where, params=params, rowid=rowid)
+        return _sqlite.read_int_columns(self.connect, table, cols, where=where, params=params, rowid=rowid,
+                                        narrow=_NARROW_READ)
 
     def prefetch(self, pool: ThreadPoolExecutor, table: str, wanted, *, where: str = "", params=(), rowid: bool = False) -> None:
         """Start reading what a later `ints(...)` with the same arguments will ask for, on
@@ -280,7 +291,8 @@ class _Reader:
         cols = [c for c in wanted if c in have]
         key = (table, tuple(wanted), where, tuple(params), rowid)
         self._pending[key] = pool.submit(
-            _sqlite.read_int_columns, self.connect, table, cols, where=where, params=params, rowid=rowid
+            _sqlite.read_int_columns, self.connect, table, cols, where=where, params=params, rowid=rowid,
+            narrow=_NARROW_READ,
         )
 
     def small_rows(self, table: str, wanted, text=("name",)) -> pd.DataFrame:
@@ -334,9 +346,11 @@ class _Reader:
                 used.update(int(d) for d in df["device_id"].dropna().unique())
         devices = self.devices(used)
         frames = {"kernels": kernels, "runtime": runtime, "memcpy": memcpy, "nvtx": nvtx, "devices": devices}
-        for df in frames.values():
-            if df is not None:
-                df["rank"] = self.rank
+        # int32 where it fits, as `narrow` would store it (8 bytes a row of every frame before)
+        rank_dtype = np.int32 if -(2**31) <= self.rank < 2**31 else np.int64
+        for name, df in frames.items():
+            if df is not None:  # the device table keeps int64 (narrow leaves it)
+                df["rank"] = np.full(len(df), self.rank, dtype=np.int64 if name == "devices" else rank_dtype)
         self.split_processes(frames)
         meta = {"format": FORMAT, "sources": [self.path.name], "notes": self.notes, **self.meta()}
         return Trace.build(meta=meta, **frames)
@@ -488,10 +502,12 @@ class _Reader:
             self.notes.append(f"kernel names not found ({STRINGS} or the name columns are missing)")
         df = self._drop_bad_times(df, "kernels")
         df["dur_ns"] = df["end_ns"] - df["start_ns"]
+        # products in Int64 (the dimensions may come as Int32: _NARROW_READ)
         if {"grid_x", "grid_y", "grid_z"} <= set(df.columns):
-            df["grid_blocks"] = df["grid_x"] * df["grid_y"] * df["grid_z"]
+            df["grid_blocks"] = df["grid_x"].astype("Int64") * df["grid_y"] * df["grid_z"]
         if {"block_x", "block_y", "block_z"} <= set(df.columns):
-            df["block_threads"] = df["block_x"] * df["block_y"] * df["block_z"]
+            df["block_threads"] = df["block_x"].astype("Int64") * df["block_y"] * df["block_z"]
+        narrow_fitting(df, "kernels")
         return df
 
     def runtime(self) -> pd.DataFrame | None:
@@ -508,6 +524,7 @@ class _Reader:
             df["name"] = string_array(_sqlite.map_ids(raw["nameId"], strings, pd.NA))
         df = self._drop_bad_times(df, "runtime API calls")
         df["dur_ns"] = df["end_ns"] - df["start_ns"]
+        narrow_fitting(df, "runtime")
         return df
 
     def _copy_kind_names(self) -> dict[int, str]:
@@ -600,6 +617,7 @@ class _Reader:
             df["domain"] = string_array(_sqlite.map_ids(raw["domainId"], by_id, pd.NA))
         df = self._drop_bad_times(df, "NVTX events")
         df["dur_ns"] = df["end_ns"] - df["start_ns"]
+        narrow_fitting(df, "nvtx")
         return df.reset_index(drop=True)
 
     def _nvtx_domains(self, create_type: int) -> dict[int, str]:
