@@ -193,10 +193,12 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
     gapped = in_run & (gap_before > 0)
     ctx.cache[key + ("gapped",)] = pd.DataFrame({"run_id": run_id[gapped],
                                                  "pos": k.index.get_indexer(k.index[rows[gapped]])})
-    if len(runs):
+    streams = stream[gapped]
+    if len(runs) and len(streams) and bool((streams != streams[0]).any()):
+        # (one stream's gaps never overlap each other: a stream runs one kernel at a time)
         runs["gap_ns"] = _gaps_once(ctx, rows[gapped], dev[gapped], gap_before[gapped], run_id[gapped],
                                     runs.index)
-    del gapped
+    del gapped, streams
     # a loop of small GEMMs and a stream of elementwise kernels want different fixes (one
     # grouped launch, a persistent kernel or a CUDA graph), even on one stream
     runs["gemm_run"] = runs["gemm_fraction"] >= 0.5
@@ -248,10 +250,11 @@ def _gaps_once(ctx: Context, rows, dev, gap, run_id, runs_index) -> np.ndarray:
     gaps claimed more wall time than the step had idle. (Time one stream waits while another
     runs a kernel still counts: that kernel may fill few SMs, as NCCL's do.)"""
     k = ctx.kernels
-    start = k["start_ns"].to_numpy(np.int64)[rows]
-    rank = k["rank"].to_numpy(np.int64)[rows]
+    start = k["start_ns"].to_numpy()[rows].astype(np.int64, copy=False)
+    rank = k["rank"].to_numpy()[rows].astype(np.int64)  # (indexed first: rank may be a one-value view)
+    dev = np.asarray(dev, dtype=np.int64)
     once = np.zeros(len(rows), dtype=np.int64)
-    for r, d in set(zip(rank.tolist(), dev.tolist())):
+    for r, d in np.unique(np.column_stack([rank, dev]), axis=0):
         at = np.flatnonzero((rank == r) & (dev == d))
         b = start[at]
         a = b - gap[at]
