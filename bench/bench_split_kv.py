@@ -9,7 +9,8 @@
 Per shape (bf16, 32 query heads, 8 kv heads, head_dim 128, one query token): our kernel with
 its default config (`split_kv`), the best config of its search space within the tuning budget
 (`split_kv_tuned`), and torch SDPA pinned to its flash, cuDNN and memory-efficient backends
-(the last refuses GQA: recorded as refused). Each provider is first checked against SDPA's
+(the last refuses GQA: recorded as refused), and `stream_read`, a kernel that only reads K and
+V (the measured floor of one launch). Each provider is first checked against SDPA's
 math backend in fp32 (relative Frobenius error, bf16 tolerance 1e-2) into a NaN-poisoned
 output, then timed by CUDA-graph replays: one graph holds one call on each of several K/V sets
 (at least 3x the L2 in all, so the L2 does not serve them), replayed 30 times; p20/p50/p80
@@ -232,6 +233,70 @@ def measure(sh, pname, fn, rows, log, config_text="", quiet=False):
     return p50
 
 
+def _read_kernel():
+    """A Triton kernel that only streams K and V (a sum per program): the time one launch needs
+    to read this shape's bytes, launch, ramp and tail included. Built on first use."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def stream_read(k_ptr, v_ptr, part_ptr, n, chunk, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        start = pid.to(tl.int64) * chunk
+        end = tl.minimum(start + chunk, n)
+        acc = tl.zeros([BLOCK], tl.float32)
+        for off in range(start, end, BLOCK):
+            idx = off + tl.arange(0, BLOCK)
+            m = idx < end
+            acc += tl.load(k_ptr + idx, mask=m, other=0.0).to(tl.float32)
+            acc += tl.load(v_ptr + idx, mask=m, other=0.0).to(tl.float32)
+        tl.store(part_ptr + pid, tl.sum(acc, 0))
+
+    return stream_read
+
+
+READ_CONFIGS = [(per_sm, block, warps) for per_sm in (2, 4, 8) for block, warps in ((4096, 8), (8192, 16))]
+
+
+def measure_read_floor(sh, rows, log, sms):
+    """The measured floor: the fastest of READ_CONFIGS streaming this shape's K and V once (one
+    launch per call, timed like the providers), checked against torch's sum. A kernel that must
+    also read Q, compute and write O cannot beat it."""
+    kern = _read_kernel()
+    k0, v0 = sh["inputs"][0][1:]
+    n = k0.numel()
+    want = (k0.double().sum() + v0.double().sum()).item()
+    scale = (k0.double().abs().sum() + v0.double().abs().sum()).item()
+    best = None
+    for per_sm, block, warps in READ_CONFIGS:
+        progs = per_sm * sms
+        chunk = -(-n // progs // block) * block  # whole blocks a program, the last may be short
+        progs = -(-n // chunk)
+        part = torch.full((progs,), float("nan"), device="cuda", dtype=torch.float32)
+
+        def call(i, part=part, chunk=chunk, progs=progs, block=block, warps=warps):
+            _, k, v = sh["inputs"][i]
+            kern[(progs,)](k, v, part, n, chunk, BLOCK=block, num_warps=warps)
+
+        call(0)
+        got = part.double().sum().item()
+        if not abs(got - want) <= 1e-4 * scale:
+            log(f"  stream_read     wrong sum ({got} vs {want}) at {per_sm}/SM BLOCK {block}")
+            continue
+        times = time_graph(call, sh["sets"])
+        p50, p20, p80 = quantiles(times)
+        if best is None or p50 < best[0]:
+            best = (p50, p20, p80, f"{per_sm} programs/SM BLOCK={block} warps={warps}")
+    if best is None:
+        return None
+    p50, p20, p80, cfg = best
+    log(f"  {'stream_read':<15} {p50:9.1f} us  x{p50 / sh['floor_us']:.2f} floor  "
+        f"({sh['kv_bytes'] / p50 / 1e6:.2f} TB/s) {cfg}")
+    rows.append(dict(kernel="decode_attention", provider="stream_read", config=cfg, metric="time", unit="us",
+                     shape=sh["name"], p50=p50, p20=p20, p80=p80))
+    return p50
+
+
 def floor_row(sh):
     f = sh["floor_us"]
     return dict(kernel="decode_attention", provider="hbm_floor", config="", metric="time", unit="us",
@@ -243,6 +308,13 @@ def bench_shape(B, Hq, Hkv, D, S, dtype, device, tune_s, log, sms):
     sh = prepare(B, Hq, Hkv, D, S, dtype, device)
     rows = [floor_row(sh)]
     default = kv.default_config(B, Hq, Hkv, 1, S, D, dtype, sms)
+    # the default first, after one untimed call each of it and SDPA: the GPU's clocks ramp
+    # after the compile's idle time, and the first provider timed used to pay for it
+    for fn in (ours(sh, default), *providers(device).values()):
+        try:
+            fn(*sh["inputs"][0])
+        except Exception:  # a refused backend is recorded by measure() below
+            pass
     best = (measure(sh, "split_kv", ours(sh, default), rows, log, default.describe()), default)
     deadline = time.monotonic() + tune_s
     space = kv.search_space(B, Hq, Hkv, 1, S, D, dtype, sms)[1:] if tune_s > 0 else []
@@ -257,6 +329,10 @@ def bench_shape(B, Hq, Hkv, D, S, dtype, device, tune_s, log, sms):
         measure(sh, "split_kv_tuned", ours(sh, best[1]), rows, log, best[1].describe())
     for pname, fn in providers(device).items():
         measure(sh, pname, fn, rows, log)
+    if device == "cuda":
+        measure_read_floor(sh, rows, log, sms)
+        # the default once more, last: `split_kv_again` shows what the order costs
+        measure(sh, "split_kv_again", ours(sh, default), rows, log, default.describe())
     return rows, best[1]
 
 
@@ -265,27 +341,32 @@ def table(rows, tuned):
     shapes = list(dict.fromkeys(r["shape"] for r in rows))
     provs = list(dict.fromkeys(r["provider"] for r in rows if r["metric"] == "time" and r["provider"] != "hbm_floor"))
     t = {(r["shape"], r["provider"]): r["p50"] for r in rows if r["metric"] == "time"}
-    head = ["shape", "HBM floor"] + provs + ["ours / floor", "best SDPA / ours", "flash / ours", "tuned config"]
+    head = ["shape", "HBM floor"] + provs + ["ours / floor", "ours / stream read", "best SDPA / ours", "flash / ours",
+                                             "tuned config"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     verdicts = []
     for s in shapes:
         floor = t.get((s, "hbm_floor"))
-        ours = min([t[(s, p)] for p in ("split_kv", "split_kv_tuned") if (s, p) in t] or [math.nan])
+        ours = min([t[(s, p)] for p in ("split_kv", "split_kv_tuned", "split_kv_again") if (s, p) in t] or [math.nan])
         sd = [t[(s, p)] for p in provs if p.startswith("sdpa_") and (s, p) in t]
         best_sdpa = min(sd) if sd else math.nan
         flash = t.get((s, "sdpa_flash"), math.nan)
         cells = [s, f"{floor:.1f}"] + [f"{t[(s, p)]:.1f}" if (s, p) in t else "refused" for p in provs]
-        cells += [f"{ours / floor:.2f}x", f"{best_sdpa / ours:.2f}x", f"{flash / ours:.2f}x", tuned.get(s, "")]
+        read = t.get((s, "stream_read"), math.nan)
+        cells += [f"{ours / floor:.2f}x", f"{ours / read:.2f}x", f"{best_sdpa / ours:.2f}x", f"{flash / ours:.2f}x",
+                  tuned.get(s, "")]
         lines.append("| " + " | ".join(cells) + " |")
         verdicts.append((s, ours / floor, best_sdpa / ours, flash / ours))
     # a shape where ours did not run (nan) fails every target: a missing number is not a pass
     ok_sdpa = bool(verdicts) and all(v[2] >= 1.0 for v in verdicts)
     ok_floor = bool(verdicts) and all(v[1] <= 1.2 for v in verdicts)
-    lines += ["", "Times are p50 microseconds per call (CUDA-graph replays, fresh K/V sets); ours = the faster of "
-              "split_kv and split_kv_tuned.",
+    lines += ["", "Times are p50 microseconds per call (CUDA-graph replays, fresh K/V sets); ours = the fastest of "
+              "split_kv, split_kv_tuned and split_kv_again (the default timed again after SDPA).",
               f"Targets (issue 36): >= 1.0x the best SDPA backend on every shape: {'met' if ok_sdpa else 'NOT met'}; "
               f"within 1.2x of the HBM floor: {'met' if ok_floor else 'NOT met'}; >= 1.4x the flash backend where its "
-              "grid under-fills: see the flash / ours column."]
+              "grid under-fills: see the flash / ours column.",
+              "stream_read: a Triton kernel that only reads K and V once (one launch a call, same timing), the "
+              "fastest of a few grids: what any single-launch kernel reading these bytes needs."]
     return "\n".join(lines) + "\n"
 
 
