@@ -242,3 +242,17 @@ def test_gaps_of_two_streams_waiting_at_once_count_once():
     d = diagnose(make_trace(kernels, devices=(H100,), runtime=runtime))
     wall = sum(f.est_savings_ns for f in d.findings if f.symptom == "launch_overhead" and f.savings_unit == "wall")
     assert wall == pytest.approx(39 * 30_000, rel=0.01)
+
+
+def test_a_kernel_time_finding_says_when_the_host_would_eat_it():
+    # with TF32 the LSTM's GPU time fell ~13 ms over two steps and its step 0.4 ms a step: the
+    # replayed launches say the window ends only a little earlier; BERT fp32's step fell 25 ms
+    # a step with TF32 (43.5 -> 18.2 ms), and its replay keeps most of the estimate
+    lstm = _diag_file("holdout_lstm_lm_train.kineto.json.gz").findings[0]
+    lo, hi = lstm.evidence["step_effect_ns"]
+    assert lstm.symptom == "tensor_cores_unused" and 0 <= lo <= hi < 0.5 * lstm.est_savings_ns
+    assert "replaying" in lstm.evidence["step_time_caveat"]
+    bert = _diag_file("holdout_bert_train_fp32.kineto.json.gz").findings[0]
+    lo, hi = bert.evidence["step_effect_ns"]
+    assert bert.symptom == "tensor_cores_unused" and lo > 0.8 * bert.est_savings_ns
+    assert "step_time_caveat" not in bert.evidence

@@ -18,6 +18,7 @@ from ..rules import Rule, load_rules
 from ..symptoms import GATE, PATTERNS, Context
 from ..symptoms import intervals
 from ..symptoms.gemm import parse_shape_override
+from .step_effect import note_step_effect
 
 
 @dataclass
@@ -114,6 +115,11 @@ def diagnose(
     findings = mark_premature(findings)
     findings = note_host_bound(findings, ctx, float(rules["launch_overhead"]["host_bound_caveat_share"])
                                if "launch_overhead" in rules else None)
+    if "launch_overhead" in rules:
+        lo = rules["launch_overhead"]
+        costs = {r: (float(lo[f"profiler_op_cost_{r}_ns"]), float(lo[f"profiler_op_cost_{r}_max_ns"]))
+                 for r in ("kineto", "nvtx")}
+        findings = note_step_effect(findings, ctx, costs, float(lo["step_effect_caveat_share"]))
     # one list by lever size, Tier 1-3 and Tier 4 alike; a premature Tier-4 finding is never
     # larger than the lever that makes it premature, so that lever ranks above it
     findings.sort(key=lambda f: (-f.est_savings_ns, f.tier, f.symptom, f.kernel))
