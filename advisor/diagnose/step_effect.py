@@ -80,8 +80,7 @@ class StepReplay:
 
     def hit(self, names: set[str], ctx: Context) -> np.ndarray:
         """Which of the device's kernels (replay order) carry one of `names`."""
-        name = ctx.trace.kernels["name"].to_numpy()[self.rows]
-        return np.fromiter((str(n) in names for n in name), dtype=bool, count=len(name))
+        return ctx.trace.kernels["name"].isin(names).to_numpy(dtype=bool)[self.rows]
 
     def effect(self, hit: np.ndarray, saved_ns: float) -> tuple[int, int]:
         dur = self.dur.copy()
