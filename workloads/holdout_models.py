@@ -590,9 +590,11 @@ def llama_train_bf16_ckpt(dev: str, tiny: bool):
 # recurrent LM on cuDNN's RNN kernels, a recommender's embedding bags, FlexAttention compiled
 # by Inductor, a segmentation transformer with depthwise convolutions, and fp8 GEMMs.
 
-def lstm_lm_train(dev: str, tiny: bool):
+def lstm_lm_train(dev: str, tiny: bool, graph: bool = False):
     """Two-layer LSTM language model (512 embedding, 1024 hidden, 16k vocabulary) training step
-    in fp32 (PyTorch's default precision: cuDNN may use TF32, matmuls may not), 32 x 128 tokens."""
+    in fp32 (PyTorch's default precision: cuDNN may use TF32, matmuls may not), 32 x 128 tokens.
+    graph=True: the whole step (forward, backward, AdamW with capturable state) captured in one
+    CUDA graph and replayed (the fix launch_overhead names)."""
     vocab, emb, hid = (500, 32, 64) if tiny else (16000, 512, 1024)
 
     class LM(torch.nn.Module):
@@ -606,15 +608,43 @@ def lstm_lm_train(dev: str, tiny: bool):
             return self.head(self.rnn(self.emb(ids))[0])
 
     model = LM().to(dev).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    graph = graph and dev.startswith("cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=graph)
     ids = torch.randint(0, vocab, (4, 16) if tiny else (32, 128), device=dev)
 
     def step():
         logits = model(ids[:, :-1])
         torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), ids[:, 1:].reshape(-1)).backward()
         opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+        opt.zero_grad(set_to_none=not graph)  # a graph keeps its gradients' buffers
+    if not graph:
+        return step
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):  # warm-up outside the capture (cuDNN's workspace, AdamW's state)
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        step()
+    return g.replay
+
+
+def lstm_lm_train_graph(dev: str, tiny: bool):
+    """lstm_lm_train with the step in one CUDA graph."""
+    return lstm_lm_train(dev, tiny, graph=True)
+
+
+def lstm_lm_train_tf32_graph(dev: str, tiny: bool):
+    """lstm_lm_train with TF32 matmuls and the step in one CUDA graph (both fixes): the switch is
+    on while the graph is captured, which is when cuBLAS picks its kernels."""
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        return lstm_lm_train(dev, tiny, graph=True)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def lstm_lm_train_tf32(dev: str, tiny: bool):
@@ -655,6 +685,11 @@ def dlrm_train(dev: str, tiny: bool):
         opt.step()
         opt.zero_grad(set_to_none=True)
     return step
+
+
+def dlrm_train_tf32(dev: str, tiny: bool):
+    """dlrm_train with TF32 matmuls (the fix tensor_cores_unused names for its MLPs)."""
+    return _with_backend_flags(dlrm_train(dev, tiny), matmul_tf32=True)
 
 
 def flex_attention_train(dev: str, tiny: bool):
@@ -751,7 +786,8 @@ MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_p
                                   efficientnet_train_cl, deberta_infer_fp16, swin_infer_sdpa,
                                   gpt2_eager_train, gpt2_sdpa_train, wav2vec2_train_fp32, bart_beam_generate,
                                   clip_infer_fp16, mamba_prefill, llama_train_bf16_ckpt, wav2vec2_train_tf32,
-                                  wav2vec2_train_cudnn_bench, clip_infer_fp16_cl, lstm_lm_train, lstm_lm_train_tf32, dlrm_train,
+                                  wav2vec2_train_cudnn_bench, clip_infer_fp16_cl, lstm_lm_train, lstm_lm_train_tf32, lstm_lm_train_graph,
+                                  lstm_lm_train_tf32_graph, dlrm_train, dlrm_train_tf32,
                                   flex_attention_train, segformer_infer_fp16, fp8_mlp)}
 
 
