@@ -779,6 +779,90 @@ def fp8_mlp(dev: str, tiny: bool):
     return step
 
 
+
+# A sixth set (2026-12-03, third session): a graph network's scatter/gather, a mixture of experts
+# on torch._grouped_mm, and a training loop that feeds the GPU from pageable host memory.
+
+def gnn_train(dev: str, tiny: bool):
+    """GraphSAGE-style mean aggregation, 3 layers of 256, bf16 autocast, on a random graph of
+    200k nodes and 4M edges (index_select of source features, index_add_ into destinations)."""
+    n, e, d = (200, 2000, 16) if tiny else (200_000, 4_000_000, 256)
+    g = torch.Generator(device="cpu").manual_seed(0)
+    src = torch.randint(0, n, (e,), generator=g).to(dev)
+    dst = torch.randint(0, n, (e,), generator=g).to(dev)
+    deg = torch.zeros(n, device=dev).index_add_(0, dst, torch.ones(e, device=dev)).clamp_(min=1).unsqueeze(1)
+    x = torch.randn(n, d, device=dev)
+    y = torch.randint(0, 16, (n,), device=dev)
+    layers = torch.nn.ModuleList(torch.nn.Linear(2 * d, d) for _ in range(3)).to(dev)
+    head = torch.nn.Linear(d, 16).to(dev)
+    opt = torch.optim.Adam([*layers.parameters(), *head.parameters()], lr=1e-3)
+
+    def step():
+        with _autocast(dev, torch.bfloat16 if dev.startswith("cuda") else torch.float32):
+            h = x
+            for lin in layers:
+                agg = torch.zeros_like(h).index_add_(0, dst, h.index_select(0, src)) / deg.to(h.dtype)
+                h = torch.relu(lin(torch.cat([h, agg], 1)))
+            loss = torch.nn.functional.cross_entropy(head(h).float(), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def grouped_mm_moe(dev: str, tiny: bool):
+    """A mixture-of-experts FFN (8 experts of 2048 -> 5632 -> 2048, top 2) forward in bf16 on
+    torch._grouped_mm over tokens sorted by expert, 8192 tokens: the grouped-GEMM path MoE
+    training stacks take on Hopper."""
+    t, d, f, ne = (64, 32, 64, 4) if tiny else (8192, 2048, 5632, 8)
+    dtype = torch.bfloat16 if dev.startswith("cuda") else torch.float32
+    x = torch.randn(t, d, device=dev, dtype=dtype)
+    router = torch.randn(d, ne, device=dev, dtype=dtype) * 0.02
+    w1 = torch.randn(ne, d, f, device=dev, dtype=dtype) * 0.02
+    w2 = torch.randn(ne, f, d, device=dev, dtype=dtype) * 0.02
+
+    @torch.no_grad()
+    def step():
+        top = (x @ router).topk(2, dim=1).indices.flatten()
+        order = top.argsort()
+        tok = x.repeat_interleave(2, 0)[order]
+        counts = torch.bincount(top, minlength=ne)
+        if not dev.startswith("cuda"):  # the smoke run: one matmul per expert
+            outs, at = [], 0
+            for i, c in enumerate(counts.tolist()):
+                outs.append(torch.nn.functional.silu(tok[at:at + c] @ w1[i]) @ w2[i])
+                at += c
+            return torch.cat(outs)
+        offs = counts.cumsum(0).to(torch.int32)
+        h = torch.nn.functional.silu(torch._grouped_mm(tok, w1, offs=offs))
+        return torch._grouped_mm(h, w2, offs=offs)
+    return step
+
+
+def pageable_feed_train(dev: str, tiny: bool):
+    """An MLP (1024 -> 4096 -> 4096 -> 10) trained in bf16 autocast on batches of 8192 made on
+    the CPU each step and copied from pageable memory, with the loss printed through .item()
+    every step: the input pipeline as many scripts write it."""
+    b, d, h = (64, 32, 64) if tiny else (8192, 1024, 4096)
+    model = torch.nn.Sequential(torch.nn.Linear(d, h), torch.nn.GELU(), torch.nn.Linear(h, h), torch.nn.GELU(),
+                                torch.nn.Linear(h, 10)).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    g = torch.Generator().manual_seed(0)
+    losses = []
+
+    def step():
+        xb = torch.randn(b, d, generator=g)  # made on the CPU, in pageable memory
+        yb = torch.randint(0, 10, (b,), generator=g)
+        xb, yb = xb.to(dev), yb.to(dev)
+        with _autocast(dev, torch.bfloat16 if dev.startswith("cuda") else torch.float32):
+            loss = torch.nn.functional.cross_entropy(model(xb).float(), yb)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())  # a host sync every step
+    return step
+
+
 MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_prefill, convnext_infer,
                                   distilbert_b1, bert_train_fp32, mixtral_moe, llama_generate, resnet50_train,
                                   qwen2_prefill, mobilenet_b8, bert_train_fp32_tf32, resnet50_train_cl,
@@ -787,7 +871,8 @@ MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_p
                                   gpt2_eager_train, gpt2_sdpa_train, wav2vec2_train_fp32, bart_beam_generate,
                                   clip_infer_fp16, mamba_prefill, llama_train_bf16_ckpt, wav2vec2_train_tf32,
                                   wav2vec2_train_cudnn_bench, clip_infer_fp16_cl, lstm_lm_train, lstm_lm_train_tf32, lstm_lm_train_graph,
-                                  lstm_lm_train_tf32_graph, dlrm_train, dlrm_train_tf32,
+                                  lstm_lm_train_tf32_graph, dlrm_train, dlrm_train_tf32, gnn_train, grouped_mm_moe,
+                                  pageable_feed_train,
                                   flex_attention_train, segformer_infer_fp16, fp8_mlp)}
 
 
