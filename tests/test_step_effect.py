@@ -20,3 +20,15 @@ def test_the_scan_matches_each_kernel_waiting_for_its_launch_and_its_stream():
             last[streams[i]] = e
             want = max(want, e)
         assert np.isclose(_ends(launch, dur, streams), want, rtol=0, atol=1e-3)
+
+
+def test_no_replay_across_a_call_that_waited_for_the_gpu():
+    # pageable_feed_train calls loss.item() every step: each later launch was made only after
+    # the GPU drained, so recorded launch times cannot be replayed past it
+    from advisor.diagnose.diagnosis import diagnose
+    from advisor.traces import load_trace
+    from conftest import DATA
+
+    d = diagnose(load_trace(DATA / "h200" / "holdout" / "holdout_pageable_feed_train.kineto.json.gz"))
+    gpu = [f for f in d.findings if f.savings_unit == "gpu"]
+    assert gpu and all("step_effect_ns" not in f.evidence for f in gpu)

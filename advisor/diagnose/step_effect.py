@@ -45,6 +45,26 @@ def _ends(launch: np.ndarray, dur: np.ndarray, streams: np.ndarray) -> float:
     return last
 
 
+# calls that return only once the GPU has drained what they wait for (the gate's list)
+_WAITS = r"synchronize|^cudaMemcpy(?:2D|3D)?(?:_v\d+)?$|^cuMemcpy[DH]to[DH](?:_v\d+)?$|^hipMemcpy(?:2D|3D|WithStream|[DH]to[DH])?$"
+# a call that long waited for the GPU (not a no-op check of a drained stream)
+WAITED_NS = 50_000
+
+
+def _waits_inside(ctx: Context, rank: int, lo: float, hi: float) -> bool:
+    """Whether the rank's host made a waiting call (a synchronize or blocking copy of
+    WAITED_NS or more) that ended between `lo` and the last launch `hi` (absolute ns)."""
+    rt = ctx.trace.runtime
+    if not len(rt):
+        return False
+    sel = (rt["rank"].to_numpy() == rank) & (rt["dur_ns"].to_numpy() >= WAITED_NS)
+    if not sel.any():
+        return False
+    sub = rt.loc[sel, ["name", "end_ns"]]
+    sub = sub[(sub["end_ns"].to_numpy() > lo) & (sub["end_ns"].to_numpy() < hi)]
+    return bool(len(sub)) and bool(sub["name"].astype(str).str.contains(_WAITS, case=False, regex=True).any())
+
+
 class StepReplay:
     """The replay of one device's kernels (not run on traces of more than MAX_KERNELS kernels, or
     without launch calls for nine in ten of them: `ok` is False); `effect(hit, saved_ns)` is how
@@ -66,9 +86,18 @@ class StepReplay:
         del launch_all
         if np.isnan(launch).mean() > 0.1:  # a trace without launch calls to replay from
             return
-        start = k["start_ns"].to_numpy()[self.rows].astype(np.float64)
-        end = k["end_ns"].to_numpy()[self.rows].astype(np.float64)
-        launch = np.where(np.isnan(launch), start, launch)
+        # times from the first kernel's start, before float64 (absolute Kineto times near 1.8e18
+        # ns would round to 256 ns)
+        t0 = int(k["start_ns"].to_numpy()[self.rows].min())
+        start = (k["start_ns"].to_numpy()[self.rows].astype(np.int64) - t0).astype(np.float64)
+        end = (k["end_ns"].to_numpy()[self.rows].astype(np.int64) - t0).astype(np.float64)
+        if _waits_inside(ctx, rank or 0, t0 + start.min(), np.nanmax(launch)):
+            # a call that waited for the GPU mid-window (a synchronize, .item(), a blocking copy)
+            # fixed every later launch to the old kernels' end: a replay from recorded launch times
+            # would keep the GPU time saved before it (wrong: not run)
+            return
+        # a kernel without a launch call follows its stream's previous one
+        launch = np.where(np.isnan(launch), -np.inf, launch - t0)
         order = np.argsort(start, kind="stable")
         self.rows, start, end, launch = self.rows[order], start[order], end[order], launch[order]
         self.dur = end - start
@@ -76,7 +105,8 @@ class StepReplay:
         from ..symptoms.launch_overhead import recorded_op_starts  # (a symptom module: imported late)
 
         ops, _ = recorded_op_starts(ctx, rank or 0)
-        before = (np.searchsorted(ops, launch) - np.searchsorted(ops, launch.min())).astype(np.float64)
+        first = launch[np.isfinite(launch)].min()
+        before = (np.searchsorted(ops - t0, launch) - np.searchsorted(ops - t0, first)).astype(np.float64)
         self.launches = [launch - c * before for c in op_cost_ns]
         self.base = [_ends(lt, self.dur, self.streams) for lt in self.launches]
         self.ok = True

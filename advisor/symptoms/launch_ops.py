@@ -20,7 +20,9 @@ CONV_OPS = r"^(?:aten::)?(?:cudnn_convolution|miopen_convolution|_convolution|co
 
 # cuDNN's recurrent layers (forward and backward): like its convolutions, they run on TF32
 # under torch.backends.cudnn.allow_tf32 (on by default), not the matmul switch
-RNN_OPS = r"^(?:aten::)?(?:_cudnn_rnn|_cudnn_rnn_backward|miopen_rnn|miopen_rnn_backward|lstm|gru|rnn_tanh|rnn_relu)\b"
+# (only cuDNN's and MIOpen's own entry points: aten::lstm without cuDNN runs cuBLAS GEMMs, which
+# follow the matmul switch)
+RNN_OPS = r"^(?:aten::)?(?:_cudnn_rnn|_cudnn_rnn_backward|miopen_rnn|miopen_rnn_backward)\b"
 CUDNN_OPS = f"(?:{CONV_OPS})|(?:{RNN_OPS})"
 
 

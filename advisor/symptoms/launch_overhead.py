@@ -764,10 +764,14 @@ def _one_graph_finding_per_kind(found: list[Finding], rule: Rule, ctx: Context) 
         merged["gap_fraction"] = round(merged["gap_ns"] / (kn + merged["gap_ns"]), 3) if kn + merged["gap_ns"] else 0.0
         merged["mean_kernel_ns"] = int(kn / max(1, n))
         merged["kernel_names"] = max(e1["kernel_names"], e2["kernel_names"])  # distinct names per stream: at least this
-        merged["top_kernel_share"] = round(e1["top_kernel_ns"] / kn, 3) if kn else 0.0
-        merged["gemm_shapes_known"] = e1["gemm_shapes_known"] + e2["gemm_shapes_known"]
+        if big.kernel == small.kernel:  # one top kernel on both streams (the LSTM's GEMM): its launches add up
+            merged["top_kernel_launches"] = e1["top_kernel_launches"] + e2["top_kernel_launches"]
+            merged["top_kernel_ns"] = e1["top_kernel_ns"] + e2["top_kernel_ns"]
+        merged["top_kernel_share"] = round(merged["top_kernel_ns"] / kn, 3) if kn else 0.0
+        merged["gemm_shapes_known"] = max(e1["gemm_shapes_known"], e2["gemm_shapes_known"])  # (shared shapes once)
         streams = {s for e in (e1, e2) for s in (e.get("stream_ids") or [e.get("stream_id")]) if s is not None}
         merged["stream_ids"] = sorted(streams)
+        merged["stream_id"] = None  # several: stream_ids
         merged["basis"] = (f"sum of the {n - merged['runs']} idle gaps inside the runs on streams "
                            f"{', '.join(map(str, merged['stream_ids']))} (each up to {rule['max_gap_in_run_ns'] / 1000:g} "
                            "us; time several streams waited together counted once): wall time the GPU waited between "
