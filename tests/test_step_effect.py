@@ -32,3 +32,23 @@ def test_no_replay_across_a_call_that_waited_for_the_gpu():
     d = diagnose(load_trace(DATA / "h200" / "holdout" / "holdout_pageable_feed_train.kineto.json.gz"))
     gpu = [f for f in d.findings if f.savings_unit == "gpu"]
     assert gpu and all("step_effect_ns" not in f.evidence for f in gpu)
+
+
+def test_a_kernel_without_a_launch_call_still_holds_its_stream():
+    # 20 kernels of 30 us on one stream, all launched at once when the first starts (queued);
+    # the first has no launch call. The replay runs them back to back from the first's start:
+    # 600 us. (Taken as launched at minus infinity, the first would take no time on the stream
+    # and the rest would end 30 us early.)
+    from synthetic import H100, kernel, launch, make_trace
+
+    from advisor.diagnose.step_effect import StepReplay
+    from advisor.symptoms import Context
+
+    ks, rt = [], []
+    for i in range(20):
+        ks.append(kernel(100_000 + i * 50_000, 30_000, corr=None if i == 0 else i))
+        if i:
+            rt.append(launch(i, 100_000))
+    rep = StepReplay(Context(make_trace(ks, devices=(H100,), runtime=rt)), 0, 0, (0.0, 0.0))
+    assert rep.ok
+    assert rep.base[0] == 20 * 30_000  # the last end, from the first kernel's start

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 
 from ..findings import Finding
 from ..symptoms import Context
@@ -96,17 +97,19 @@ class StepReplay:
             # fixed every later launch to the old kernels' end: a replay from recorded launch times
             # would keep the GPU time saved before it (wrong: not run)
             return
-        # a kernel without a launch call follows its stream's previous one
-        launch = np.where(np.isnan(launch), -np.inf, launch - t0)
         order = np.argsort(start, kind="stable")
-        self.rows, start, end, launch = self.rows[order], start[order], end[order], launch[order]
+        self.rows, start, end, launch = self.rows[order], start[order], end[order], launch[order] - t0
         self.dur = end - start
         self.streams = k["stream_id"].fillna(-1).to_numpy()[self.rows].astype(np.int64)
+        # a kernel without a launch call takes its stream's previous launch (it follows that
+        # kernel), or its own start where it is the stream's first
+        if np.isnan(launch).any():
+            launch = pd.Series(launch).groupby(self.streams).ffill().to_numpy()
+            launch = np.where(np.isnan(launch), start, launch)
         from ..symptoms.launch_overhead import recorded_op_starts  # (a symptom module: imported late)
 
         ops, _ = recorded_op_starts(ctx, rank or 0)
-        first = launch[np.isfinite(launch)].min()
-        before = (np.searchsorted(ops - t0, launch) - np.searchsorted(ops - t0, first)).astype(np.float64)
+        before = (np.searchsorted(ops - t0, launch) - np.searchsorted(ops - t0, launch.min())).astype(np.float64)
         self.launches = [launch - c * before for c in op_cost_ns]
         self.base = [_ends(lt, self.dur, self.streams) for lt in self.launches]
         self.ok = True
