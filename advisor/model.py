@@ -184,13 +184,19 @@ def narrow_fitting(df: pd.DataFrame, frame: str) -> None:
     for col in _narrowable(frame):
         if col not in df.columns:
             continue
-        s = df[col]
-        if not isinstance(s.dtype, pd.Int64Dtype) or not len(s):
-            continue
-        lo, hi = s.min(), s.max()
-        if lo is pd.NA or lo < -(2**31) or hi > 2**31 - 1:
-            continue
-        df[col] = s.astype("Int32")
+        _int32_if_fit(df, col)
+
+
+def _int32_if_fit(df: pd.DataFrame, col: str) -> None:
+    """Cast the Int64 column `col` of `df` to Int32 in place where every value fits. All-NA
+    columns are left as they are: their values were never written (see _missing)."""
+    s = df[col]
+    if not isinstance(s.dtype, pd.Int64Dtype) or not len(s):
+        return
+    lo, hi = s.min(), s.max()
+    if lo is pd.NA or lo < -(2**31) or hi > 2**31 - 1:
+        return
+    df[col] = s.astype("Int32")
 
 
 def constant_view(s: pd.Series) -> pd.Series:
@@ -229,14 +235,7 @@ def narrow(trace: "Trace") -> None:
     for frame, names in NARROW_IF_FIT.items():
         df = getattr(trace, frame)
         for col in names:
-            s = df[col]
-            if not isinstance(s.dtype, pd.Int64Dtype) or not len(s):
-                continue
-            lo, hi = s.min(), s.max()
-            # all-NA columns are left as they are: their values were never written (see _missing)
-            if lo is pd.NA or lo < -(2**31) or hi > 2**31 - 1:
-                continue
-            df[col] = s.astype("Int32")
+            _int32_if_fit(df, col)
     # rank: the file's place on the command line, or the rank it declares; int32 where it fits
     # (4 bytes a row of every big frame). Code must work with int32 or int64 ranks.
     for frame in ("kernels", "runtime", "memcpy", "nvtx", "cpu_ops"):

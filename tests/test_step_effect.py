@@ -49,6 +49,6 @@ def test_a_kernel_without_a_launch_call_still_holds_its_stream():
         ks.append(kernel(100_000 + i * 50_000, 30_000, corr=None if i == 0 else i))
         if i:
             rt.append(launch(i, 100_000))
-    rep = StepReplay(Context(make_trace(ks, devices=(H100,), runtime=rt)), 0, 0, (0.0, 0.0))
+    rep = StepReplay(Context(make_trace(ks, devices=(H100,), runtime=rt)), 0, 0, {})
     assert rep.ok
     assert rep.base[0] == 20 * 30_000  # the last end, from the first kernel's start

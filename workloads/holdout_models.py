@@ -293,17 +293,21 @@ def resnet50_train_cl(dev: str, tiny: bool):
 
 def mobilenet_b8_graph(dev: str, tiny: bool):
     inner = mobilenet_b8(dev, tiny)
-    if not dev.startswith("cuda"):
-        return inner
+    return _graphed(inner) if dev.startswith("cuda") else inner
+
+
+def _graphed(step):
+    """`step` captured in one CUDA graph after three warm-up calls on a side stream (cuDNN picks
+    its algorithms and workspaces, an optimizer makes its state), and its replay returned."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        for _ in range(3):  # warm-up outside the capture (cuDNN picks its algorithms)
-            inner()
+        for _ in range(3):
+            step()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        inner()
+        step()
     return graph.replay
 
 
@@ -617,18 +621,7 @@ def lstm_lm_train(dev: str, tiny: bool, graph: bool = False):
         torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), ids[:, 1:].reshape(-1)).backward()
         opt.step()
         opt.zero_grad(set_to_none=not graph)  # a graph keeps its gradients' buffers
-    if not graph:
-        return step
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):  # warm-up outside the capture (cuDNN's workspace, AdamW's state)
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        step()
-    return g.replay
+    return _graphed(step) if graph else step
 
 
 def lstm_lm_train_graph(dev: str, tiny: bool):

@@ -46,8 +46,6 @@ def _ends(launch: np.ndarray, dur: np.ndarray, streams: np.ndarray) -> float:
     return last
 
 
-# calls that return only once the GPU has drained what they wait for (the gate's list)
-_WAITS = r"synchronize|^cudaMemcpy(?:2D|3D)?(?:_v\d+)?$|^cuMemcpy[DH]to[DH](?:_v\d+)?$|^hipMemcpy(?:2D|3D|WithStream|[DH]to[DH])?$"
 # a call that long waited for the GPU (not a no-op check of a drained stream)
 WAITED_NS = 50_000
 
@@ -63,16 +61,19 @@ def _waits_inside(ctx: Context, rank: int, lo: float, hi: float) -> bool:
         return False
     sub = rt.loc[sel, ["name", "end_ns"]]
     sub = sub[(sub["end_ns"].to_numpy() > lo) & (sub["end_ns"].to_numpy() < hi)]
-    return bool(len(sub)) and bool(sub["name"].astype(str).str.contains(_WAITS, case=False, regex=True).any())
+    from ..symptoms.gate import _SYNC  # calls that return once the GPU has drained (the gate's list)
+
+    return bool(len(sub)) and any(_SYNC.search(n) for n in sub["name"].astype(str))
 
 
 class StepReplay:
     """The replay of one device's kernels (not run on traces of more than MAX_KERNELS kernels, or
     without launch calls for nine in ten of them: `ok` is False); `effect(hit, saved_ns)` is how
     much earlier its last kernel ends with the kernels of `hit` shortened by `saved_ns` in all,
-    at the low and the high per-op profiler cost (ns, ns)."""
+    at the low and the high per-op profiler cost of the trace's recorder (`op_cost_ns`: recorder ->
+    (ns, ns); none recorded: the launch times as they are)."""
 
-    def __init__(self, ctx: Context, rank, device_id, op_cost_ns: tuple[float, float]):
+    def __init__(self, ctx: Context, rank, device_id, op_cost_ns: dict[str | None, tuple[float, float]]):
         k = ctx.trace.kernels
         self.ok = False
         if len(k) > MAX_KERNELS:
@@ -108,9 +109,9 @@ class StepReplay:
             launch = np.where(np.isnan(launch), start, launch)
         from ..symptoms.launch_overhead import recorded_op_starts  # (a symptom module: imported late)
 
-        ops, _ = recorded_op_starts(ctx, rank or 0)
+        ops, recorder = recorded_op_starts(ctx, rank or 0)
         before = (np.searchsorted(ops - t0, launch) - np.searchsorted(ops - t0, launch.min())).astype(np.float64)
-        self.launches = [launch - c * before for c in op_cost_ns]
+        self.launches = [launch - c * before for c in op_cost_ns.get(recorder, (0.0, 0.0))]
         self.base = [_ends(lt, self.dur, self.streams) for lt in self.launches]
         self.ok = True
 
@@ -130,8 +131,6 @@ def note_step_effect(findings: list[Finding], ctx: Context, op_cost_ns: dict[str
     """Each kernel-time finding with its kernels named gets `step_effect_ns` [low, high]: how
     much earlier the replayed window ends with its kernels shortened by its estimate; where even
     the high end is under `max_share` of the estimate, a `step_time_caveat` saying so."""
-    from ..symptoms.launch_overhead import recorded_op_starts
-
     out, replays = [], {}
     for f in findings:
         names = set(f.evidence.get("covers_kernels") or ([f.kernel] if f.kernel else []))
@@ -140,8 +139,7 @@ def note_step_effect(findings: list[Finding], ctx: Context, op_cost_ns: dict[str
             continue
         key = (f.rank, f.device_id)
         if key not in replays:
-            _, recorder = recorded_op_starts(ctx, f.rank or 0)
-            replays[key] = StepReplay(ctx, f.rank, f.device_id, op_cost_ns.get(recorder, (0.0, 0.0)))
+            replays[key] = StepReplay(ctx, f.rank, f.device_id, op_cost_ns)
         rep = replays[key]
         hit = rep.hit(names, ctx) if rep.ok else None
         if hit is None or not hit.any():
