@@ -70,10 +70,12 @@ class StepReplay:
     """The replay of one device's kernels (not run on traces of more than MAX_KERNELS kernels, or
     without launch calls for nine in ten of them: `ok` is False); `effect(hit, saved_ns)` is how
     much earlier its last kernel ends with the kernels of `hit` shortened by `saved_ns` in all,
-    at the low and the high per-op profiler cost of the trace's recorder (`op_cost_ns`: recorder ->
-    (ns, ns); none recorded: the launch times as they are)."""
+    at the low and the high per-op profiler cost of the trace's recorder (`op_cost_ns`: recorder
+    -> (ns, ns); none recorded: the launch times as they are). `launch_all`: every kernel's
+    launch time from `_launch_arrays`, where the caller has it already."""
 
-    def __init__(self, ctx: Context, rank, device_id, op_cost_ns: dict[str | None, tuple[float, float]]):
+    def __init__(self, ctx: Context, rank, device_id, op_cost_ns: dict[str | None, tuple[float, float]],
+                 launch_all: np.ndarray | None = None):
         k = ctx.trace.kernels
         self.ok = False
         if len(k) > MAX_KERNELS:
@@ -83,9 +85,9 @@ class StepReplay:
         self.rows = np.flatnonzero(on)
         if not 2 <= len(self.rows) <= MAX_KERNELS:
             return
-        launch_all, _ = _launch_arrays(ctx.trace)
+        if launch_all is None:
+            launch_all, _ = _launch_arrays(ctx.trace)
         launch = launch_all[self.rows]
-        del launch_all
         if np.isnan(launch).mean() > 0.1:  # a trace without launch calls to replay from
             return
         # times from the first kernel's start, before float64 (absolute Kineto times near 1.8e18
@@ -131,7 +133,7 @@ def note_step_effect(findings: list[Finding], ctx: Context, op_cost_ns: dict[str
     """Each kernel-time finding with its kernels named gets `step_effect_ns` [low, high]: how
     much earlier the replayed window ends with its kernels shortened by its estimate; where even
     the high end is under `max_share` of the estimate, a `step_time_caveat` saying so."""
-    out, replays = [], {}
+    out, replays, launch = [], {}, None
     for f in findings:
         names = set(f.evidence.get("covers_kernels") or ([f.kernel] if f.kernel else []))
         if f.savings_unit != "gpu" or not f.est_savings_ns or not names:
@@ -139,7 +141,9 @@ def note_step_effect(findings: list[Finding], ctx: Context, op_cost_ns: dict[str
             continue
         key = (f.rank, f.device_id)
         if key not in replays:
-            replays[key] = StepReplay(ctx, f.rank, f.device_id, op_cost_ns)
+            if launch is None and len(ctx.trace.kernels) <= MAX_KERNELS:
+                launch, _ = _launch_arrays(ctx.trace)  # every kernel's launch call, once for all devices
+            replays[key] = StepReplay(ctx, f.rank, f.device_id, op_cost_ns, launch)
         rep = replays[key]
         hit = rep.hit(names, ctx) if rep.ok else None
         if hit is None or not hit.any():
