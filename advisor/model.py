@@ -114,6 +114,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
         "name": _S,
         "input_dims": _S,  # JSON text of the shapes list, e.g. "[[4096, 4096], [4096, 4096]]"
         "input_types": _S,  # JSON text of the dtype list, e.g. '["c10::BFloat16", ...]'
+        "input_strides": _S,  # JSON text of the strides list (Kineto, PyTorch >= 2.1), e.g. "[[4096, 1], []]"
+        "concrete_inputs": _S,  # JSON text of the non-tensor arguments' values, e.g. '["", "[128, 128]", "False"]'
     },
     # One row per device seen, with the limits occupancy needs. Filled by the reader where the
     # trace has them and completed from advisor.devices' known-GPU table otherwise.

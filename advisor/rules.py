@@ -44,6 +44,9 @@ class Rule:
     # what to watch for per strategy id where one symptom has several remedies (a CUDA graph
     # has other pitfalls than a persistent kernel): the `[watch_for_by_strategy]` table
     watch_for_by_strategy: dict[str, str] = field(default_factory=dict, hash=False)
+    # what a fix measured on a named case (the `[measured.<case>]` tables: speedup, fix, what it
+    # was measured on), for rules whose estimates are capped by measurement per case
+    measured: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False)
 
     def strategy_for(self, pattern: str) -> str:
         """The strategy id the rule names for `pattern`, else the rule's own."""
@@ -90,6 +93,12 @@ def _load_one(path: Path) -> Rule:
     watch_by = data.get("watch_for_by_strategy") or {}
     if not isinstance(watch_by, dict) or not all(isinstance(v, str) and v.strip() for v in watch_by.values()):
         raise AdvisorError(f"{path}: [watch_for_by_strategy] maps a strategy id to a non-empty string")
+    measured = data.get("measured") or {}
+    for case, spec in measured.items():
+        if (not isinstance(spec, dict) or not isinstance(spec.get("speedup"), (int, float))
+                or isinstance(spec.get("speedup"), bool) or not math.isfinite(spec["speedup"]) or spec["speedup"] < 1
+                or not str(spec.get("fix", "")).strip() or not str(spec.get("source", "")).strip()):
+            raise AdvisorError(f"{path}: [measured.{case}] needs a finite 'speedup' >= 1, a 'fix' and a 'source'")
     run = data.get("run") or {}
     candidates = run.get("candidates") if isinstance(run, dict) else None
     if "run" in data and (not isinstance(candidates, list)
@@ -111,6 +120,7 @@ def _load_one(path: Path) -> Rule:
         strategies={str(k): v.strip() for k, v in strategies.items()},
         watch_for_by_strategy={str(k): v.strip() for k, v in watch_by.items()},
         run_candidates=tuple(candidates) if "run" in data else None,
+        measured={str(k): dict(v) for k, v in measured.items()},
     )
 
 

@@ -8,7 +8,7 @@ The file is a Chrome trace document: `traceEvents` plus Kineto's metadata
 | `kernel` | kernels | args `grid`, `block`, `registers per thread`, `shared memory`, `device`, `stream`, `correlation` |
 | `cuda_runtime`, `cuda_driver` | runtime | HIP calls appear here too on ROCm |
 | `gpu_memcpy`, `gpu_memset` | memcpy | bytes from args `bytes`, else `memory bandwidth (GB/s)` x dur, else the launching call's `size` |
-| `cpu_op` | cpu_ops | `Input Dims` (PyTorch 1.8: `Input dims`) / `Input type` kept as JSON text |
+| `cpu_op` | cpu_ops | `Input Dims` (PyTorch 1.8: `Input dims`) / `Input type` / `Input Strides` / `Concrete Inputs` kept as JSON text |
 | `user_annotation` | nvtx | domain `torch.profiler` (`record_function` ranges, `ProfilerStep#N`) |
 
 `gpu_user_annotation` (the GPU-side copy of user annotations) is ignored; so are Python
@@ -148,7 +148,8 @@ _ARG_KEYS = {
     "regs": "registers per thread", "device": "device", "stream": "stream", "graph_node": "graph node id",
     "coll": "Collective name", "in_nelems": "In msg nelems", "out_nelems": "Out msg nelems", "dtype": "dtype",
     "group": "Group size", "bytes": "bytes", "bw": "memory bandwidth (GB/s)", "kind": "kind", "size": "size",
-    "dims": "Input Dims", "dims_old": "Input dims", "types": "Input type",
+    "dims": "Input Dims", "dims_old": "Input dims", "types": "Input type", "strides": "Input Strides",
+    "concrete": "Concrete Inputs",
 }
 _ARG_DEFAULTS = {"grid": _ABSENT, "size": _ABSENT}
 # attribute -> (key, default): the defaults are what dict.get gave before (no "ph" is "X")
@@ -156,7 +157,7 @@ _EVENT_KEYS = {"ph": "X", "cat": None, "name": None, "pid": None, "tid": None, "
 
 # kept as their JSON text (msgspec.Raw) until _json_text: decoding a shape list per cpu_op
 # into Python lists, then repr() to find it in a cache, cost ~5 us an op
-_RAW_ARGS = {"dims", "dims_old", "types"}
+_RAW_ARGS = {"dims", "dims_old", "types", "strides", "concrete"}
 
 if msgspec is not None:
     _Args = msgspec.defstruct(
@@ -671,6 +672,10 @@ def _cpu_ops(events, rank, base_ns, notes):
             # PyTorch 1.8 spelled it "Input dims"
             "input_dims": _text(_json_text([a.dims if a.dims is not None and a.dims != _RAW_NULL else a.dims_old for a in args])),
             "input_types": _text(_json_text([a.types for a in args])),
+            # PyTorch >= 2.1: strides (a broadcast view's stride 0 says what is really read)
+            # and the non-tensor arguments' values (upsampling's output size)
+            "input_strides": _text(_json_text([a.strides for a in args])),
+            "concrete_inputs": _text(_json_text([a.concrete for a in args])),
         }
     )
 

@@ -1,0 +1,257 @@
+"""slow_memory_bound_kernel: a data-movement kernel far below the GPU's bandwidth.
+
+What it detects: kernels that are not GEMMs, convolutions, attention or communication, launched
+inside a framework operator whose arguments the profiler recorded (Kineto `record_shapes`),
+that move at least `min_bytes` (advisor.symptoms.op_bytes: every tensor argument read once,
+the output written once, a broadcast view counted once) at under `max_bandwidth_fraction` of the
+device's measured bandwidth. The usual causes, each measured on the H200
+(bench/bench_memory_bound.py): an atomic scatter over unsorted indices (`index_add_`,
+`scatter_add_`: 0.25 TB/s), PyTorch's channels_last upsampling kernel (0.24-0.28 TB/s), layer
+norm over narrow rows (0.23 TB/s at 64 channels), a binary op whose 0-dim operand has another
+dtype (PyTorch's dynamic-cast path).
+Why it matters: a memory-bound kernel's floor is its bytes over the bandwidth; these run
+5-20x over it, and the fix is a different implementation, not a schedule.
+What to do (the finding's strategy): `segment_reduce` for the scatter family (sort the
+indices once and reduce by segments: 9.8x measured), else `fusion` (torch.compile generates a
+bandwidth-bound kernel and fuses it with its neighbours: 4-10x measured); the evidence names
+the operator and, where known, the cheaper one-line fix.
+Estimate: per launch, its time minus its bytes at `achievable_fraction` of the bandwidth (what
+the fixes reached), never more than `max_speedup` (the best fix measured) allows, summed over
+the launches; `bound_ns` is the bytes at the full measured bandwidth (the physics floor).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from ..findings import Finding
+from ..rules import Rule
+from .attention import attention_backend
+from .calibration import measured_bandwidth
+from .context import Context, by_device, finding_for
+from .gemm import innermost_ranges
+from .kernel_kinds import schedule_excluded
+from .op_bytes import ELEMENT_BYTES, family, op_bytes, skipped
+from .strings import factorize
+from .underfilled_kernel import _overlap_fraction
+
+SYMPTOM = "slow_memory_bound_kernel"
+REQUIRES = (
+    ("cpu_ops", "input_dims", "Does the trace record operator shapes (Kineto with record_shapes=True)?"),
+    ("runtime", "correlation_id", "Does the trace link kernels to their launch calls?"),
+)
+
+_OP_COLUMNS = ["rank", "thread_id", "start_ns", "end_ns", "name", "input_dims", "input_types", "input_strides",
+               "concrete_inputs"]
+
+
+def _op_ranges(ctx: Context) -> pd.DataFrame:
+    """Framework operators with recorded argument shapes whose traffic op_bytes can count."""
+    ops = ctx.trace.cpu_ops
+    if not len(ops):
+        return pd.DataFrame(columns=_OP_COLUMNS)
+    cols = [c for c in _OP_COLUMNS if c in ops.columns]
+    names = ops["name"]
+    codes, uniques = factorize(names)
+    countable = np.array([isinstance(n, str) and n.startswith("aten::") and not skipped(n)
+                          for n in np.asarray(uniques, dtype=object)] + [False])[codes]
+    keep = countable & ops["input_dims"].notna().to_numpy(dtype=bool)
+    return ops.loc[keep, cols].reset_index(drop=True)
+
+
+_GENERIC_FIX = ("torch.compile the function that calls it: Inductor writes a bandwidth-bound kernel for the operator and "
+                "fuses it with its neighbours")
+
+
+def case_key(op: str, dims: str | None, types: str | None, strides: str | None) -> str:
+    """The operator's key in the rule's [measured] table: its aten name, "/channels_last" for a
+    4-D+ channels_last first argument, "/mixed_dtype_scalar" for a 0-dim operand of another dtype."""
+    base = op.split("::", 1)[-1].split(".", 1)[0]
+    if _mixed_scalar(dims, types):
+        return base + "/mixed_dtype_scalar"
+    if _channels_last(dims, strides):
+        return base + "/channels_last"
+    return base
+
+
+def measured_case(rule: Rule, key: str) -> tuple[str, dict | None]:
+    """(the key found, its [measured] entry): the qualified key, else the operator's own, else None."""
+    for k in (key, key.split("/", 1)[0]):
+        if k in rule.measured:
+            return k, rule.measured[k]
+    return key, None
+
+
+def _channels_last(dims: str | None, strides: str | None) -> bool:
+    try:
+        d, st = json.loads(dims)[0], json.loads(strides)[0]
+    except (TypeError, ValueError, IndexError, KeyError):
+        return False
+    return (isinstance(d, list) and isinstance(st, list) and len(d) == len(st) >= 4 and d[1] > 1 and st[1] == 1
+            and all(isinstance(x, int) for x in st))
+
+
+def _mixed_scalar(dims: str | None, types: str | None) -> bool:
+    """A binary op on a tensor and a 0-dim tensor of another dtype (not a Python scalar)."""
+    try:
+        d, t = json.loads(dims), json.loads(types)
+    except (TypeError, ValueError):
+        return False
+    if not (isinstance(d, list) and isinstance(t, list) and len(d) == len(t) and len(d) >= 2):
+        return False
+    big = [ty for x, ty in zip(d, t) if isinstance(x, list) and len(x) >= 1 and ty in ELEMENT_BYTES]
+    zero_dim = [ty for x, ty in zip(d, t) if x == [] and ty in ELEMENT_BYTES]
+    return bool(big and zero_dim and any(z != big[0] for z in zero_dim))
+
+
+def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
+    """Per (kernel, grid, operator) group of launches that ran under the bandwidth threshold:
+    launches, time, bytes, the floor at the full and the achievable bandwidth."""
+    k = ctx.kernels
+    empty = pd.DataFrame(columns=["rank", "device_id", "name", "launches", "total_ns", "median_ns"])
+    if not len(k):
+        return empty
+    codes, uniques = factorize(k["name"])
+    names = np.asarray(uniques, dtype=object)
+    # GEMMs, attention, communication and compiled (Inductor) kernels are other rules' or fused already
+    other = np.array([attention_backend(n) is not None or str(n).startswith("triton_") for n in names] + [False])[codes]
+    mask = (~k["is_gemm"] & ~k["is_comm"] & ~k["is_split_k"]).to_numpy(dtype=bool) & ~other
+    mask &= ~np.asarray(schedule_excluded(ctx), dtype=bool)
+    mask &= k["dur_ns"].to_numpy() >= float(rule["min_launch_ns"])
+    if "grid_blocks" in k.columns and "sm_count" in k.columns:
+        # a grid on a few SMs is underfilled_long_kernel's (its lever is the grid)
+        few = (k["grid_blocks"] < float(rule["min_sm_fill"]) * k["sm_count"]).fillna(False).to_numpy(dtype=bool)
+        mask &= ~few
+    if not mask.any():
+        return empty
+    ranges, hit = innermost_ranges(ctx.trace, _op_ranges(ctx))
+    mask &= hit >= 0
+    if not mask.any():
+        return empty
+    # bytes per distinct operator call text (a trace repeats a few shapes many times)
+    rows = np.unique(hit[mask])
+    sub = ranges.loc[rows]
+    strides = sub["input_strides"] if "input_strides" in sub.columns else pd.Series([None] * len(sub), index=sub.index)
+    concrete = sub["concrete_inputs"] if "concrete_inputs" in sub.columns else pd.Series([None] * len(sub), index=sub.index)
+    nbytes, speedup, case = [], [], []
+    default_speedup = float(rule["unmeasured_max_speedup"])
+    for n, d, t, st, c in zip(sub["name"], sub["input_dims"], sub["input_types"], strides, concrete):
+        st = st if isinstance(st, str) else None
+        nbytes.append(op_bytes(n, d, t, st, c if isinstance(c, str) else None) or 0)
+        key, entry = measured_case(rule, case_key(n, d, t, st))
+        case.append(key if entry else None)
+        speedup.append(float(entry["speedup"]) if entry else default_speedup)
+    launch_bytes = np.zeros(len(k))
+    launch_bytes[mask] = pd.Series(np.array(nbytes, dtype=float), index=rows).reindex(hit[mask]).to_numpy()
+    launch_speedup = np.ones(len(k))
+    launch_speedup[mask] = pd.Series(np.array(speedup, dtype=float), index=rows).reindex(hit[mask]).to_numpy()
+    case_of = pd.Series(np.array(case, dtype=object), index=rows)
+    mask &= launch_bytes >= float(rule["min_bytes"])
+    if not mask.any():
+        return empty
+    # the device's measured bandwidth per launch
+    bw = np.full(len(k), np.nan)
+    for (rank, dev), idx in pd.Series(np.flatnonzero(mask)).groupby(
+            [k["rank"].to_numpy()[mask], k["device_id"].fillna(-1).to_numpy()[mask]]):
+        row = ctx.device_row(int(rank), None if dev == -1 else dev)
+        b = measured_bandwidth(row) if row else None
+        bw[idx.to_numpy()] = b if b else np.nan
+    dur = k["dur_ns"].to_numpy(dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        fraction = launch_bytes / (dur * 1e-9) / bw
+    mask &= np.nan_to_num(fraction, nan=1.0) < float(rule["max_bandwidth_fraction"])
+    if not mask.any():
+        return empty
+    floor = launch_bytes / bw * 1e9  # ns at the full measured bandwidth
+    # what a fix can reach: the bytes at the achievable share of the bandwidth, and never more
+    # than the fix measured on this operator (or the unmeasured cap) allows
+    reach = np.maximum(floor / float(rule["achievable_fraction"]), dur / launch_speedup)
+    at = np.flatnonzero(mask)
+    keys = [c for c in ("rank", "device_id", "name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+            if c in k.columns]
+    sel = k.iloc[at][keys + ["dur_ns"]].copy()
+    sel["overlap_fraction"] = _overlap_fraction(k, sel.index)
+    keep = sel["overlap_fraction"].to_numpy() <= float(rule["max_overlap_fraction"])
+    if not keep.any():
+        return empty
+    sel, at = sel[keep], at[keep]
+    op = ranges.loc[hit[at]]
+    sel = sel.assign(_bytes=launch_bytes[at], _floor_ns=floor[at], _save_ns=np.maximum(dur[at] - reach[at], 0.0),
+                     _bw_fraction=fraction[at], _speedup_cap=launch_speedup[at],
+                     measured_case=case_of.reindex(hit[at]).to_numpy(),
+                     **{"op_" + c: op[c].astype(object).where(op[c].notna(), None).to_numpy()
+                        for c in ("name", "input_dims", "input_types", "input_strides") if c in op.columns})
+    g = sel.groupby(keys + ["op_name"], dropna=False, sort=False)
+    out = g.agg(launches=("dur_ns", "size"), total_ns=("dur_ns", "sum"), median_ns=("dur_ns", "median"),
+                _bytes=("_bytes", "median"), _floor_ns=("_floor_ns", "sum"), _save_ns=("_save_ns", "sum"),
+                _bw_fraction=("_bw_fraction", "median"), overlap_fraction=("overlap_fraction", "mean"),
+                _speedup_cap=("_speedup_cap", "max"), measured_case=("measured_case", "first"),
+                **{c: (c, "first") for c in ("op_input_dims", "op_input_types", "op_input_strides") if c in sel.columns})
+    out = out.reset_index()
+    out["median_ns"] = out["median_ns"].round().astype("int64")
+    return out.sort_values("total_ns", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
+    out = []
+    if ev.empty:
+        return out
+    achievable = float(rule["achievable_fraction"])
+    for (rank, dev), grp in by_device(ev):
+        bw_row = ctx.device_row(int(rank), None if dev == -1 else dev)
+        bw = measured_bandwidth(bw_row) if bw_row else None
+        if not bw:
+            continue
+        for row in grp.to_dict("records"):
+            total = float(row["total_ns"])
+            save = float(row["_save_ns"])
+            share = ctx.share(row["rank"], row["device_id"], total)
+            if not share >= rule["min_share"] or save < rule["min_savings_ns"]:
+                continue
+            op = row.get("op_name") or ""
+            fam = family(op)
+            case = row.get("measured_case")
+            case = case if isinstance(case, str) else None
+            entry = rule.measured.get(case) if case else None
+            fix = str(entry["fix"]) if entry else _GENERIC_FIX
+            cap = float(row["_speedup_cap"])
+            if entry:
+                measured = f"the fix measured {cap:g}x on {entry['source']} (bench/results/memory_bound)"
+            else:
+                measured = f"no fix measured on {op.split('::')[-1]}: at most {cap:g}x (the rule's unmeasured cap)"
+            out.append(finding_for(
+                rule, row,
+                strategy=rule.strategy_for(fam),
+                shape=None,
+                total_ns=int(total),
+                est_savings_ns=int(save),
+                # the bytes come from the operator's recorded arguments; the fix's gain was
+                # measured on a call like this one (medium) or on none (low)
+                confidence="medium" if entry else "low",
+                tier=3,
+                savings_unit="gpu",
+                evidence={
+                    "operator": op,
+                    "operator_family": fam,
+                    "input_dims": row.get("op_input_dims"),
+                    "input_types": row.get("op_input_types"),
+                    "bytes_per_launch": int(row["_bytes"]),
+                    "bandwidth_fraction": round(float(row["_bw_fraction"]), 4),
+                    "measured_bandwidth_bytes_per_s": bw,
+                    "median_ns": int(row["median_ns"]),
+                    "share_of_gpu_time": round(share, 4),
+                    "overlap_fraction": round(float(row["overlap_fraction"]), 3),
+                    "measured_case": case,
+                    "what_it_is": str(entry.get("what", "")) if entry else "",
+                    "fix": fix,
+                    "bound_ns": int(row["_floor_ns"]),
+                    "basis": (f"each launch's time minus the larger of its bytes (the operator's recorded arguments read "
+                              f"once, its output written once) at {achievable:.0%} of the measured {bw / 1e12:.2f} TB/s "
+                              f"(what the measured fixes reach) and its time / {cap:g}: {measured}"),
+                },
+                suggestion={"fix": fix},
+            ))
+    return out
