@@ -277,6 +277,7 @@ def rules_table(rules: dict[str, Rule]) -> list[dict[str, Any]]:
             "watch_for": r.watch_for,
             "enabled": r.enabled,
             "thresholds": {k: {"value": t.value, "unit": t.unit, "why": t.why} for k, t in r.thresholds.items()},
+            "measured": {k: dict(v) for k, v in r.measured.items()},
             "source": r.source,
         }
         for r in rules.values()

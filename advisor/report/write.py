@@ -146,5 +146,7 @@ def rules_text(table: list[dict]) -> str:
             unit = f" {t['unit']}" if t["unit"] else ""
             lines.append(f"    {name} = {t['value']}{unit}")
             lines.append(f"      why: {t['why']}")
+        for case, m in (r.get("measured") or {}).items():
+            lines.append(f"    measured {case}: {m['speedup']}x by the fix ({m['source']})")
         lines.append("")
     return "\n".join(lines) + ("\n" if lines else "")
