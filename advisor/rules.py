@@ -99,6 +99,8 @@ def _load_one(path: Path) -> Rule:
                 or isinstance(spec.get("speedup"), bool) or not math.isfinite(spec["speedup"]) or spec["speedup"] < 1
                 or not str(spec.get("fix", "")).strip() or not str(spec.get("source", "")).strip()):
             raise AdvisorError(f"{path}: [measured.{case}] needs a finite 'speedup' >= 1, a 'fix' and a 'source'")
+        if "dtypes" in spec and not (isinstance(spec["dtypes"], list) and all(isinstance(t, str) for t in spec["dtypes"])):
+            raise AdvisorError(f"{path}: [measured.{case}] 'dtypes' lists the profiler's type names (strings)")
     run = data.get("run") or {}
     candidates = run.get("candidates") if isinstance(run, dict) else None
     if "run" in data and (not isinstance(candidates, list)

@@ -23,6 +23,7 @@ the launches; `bound_ns` is the bytes at the full measured bandwidth (the physic
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pandas as pd
@@ -34,7 +35,7 @@ from .calibration import measured_bandwidth
 from .context import Context, by_device, finding_for
 from .gemm import innermost_ranges
 from .kernel_kinds import schedule_excluded
-from .op_bytes import ELEMENT_BYTES, family, op_bytes, skipped
+from .op_bytes import ELEMENT_BYTES, family, op_bytes
 from .strings import factorize
 from .underfilled_kernel import _overlap_fraction
 
@@ -49,19 +50,27 @@ _OP_COLUMNS = ["rank", "thread_id", "start_ns", "end_ns", "name", "input_dims", 
 
 
 def _op_ranges(ctx: Context) -> pd.DataFrame:
-    """Framework operators with recorded argument shapes whose traffic op_bytes can count."""
+    """Framework operators with recorded argument shapes: all of them, so that each kernel finds
+    its own innermost operator (a kernel of a skipped one, a sort inside embedding_backward, is
+    not charged to the countable operator around it)."""
     ops = ctx.trace.cpu_ops
     if not len(ops):
         return pd.DataFrame(columns=_OP_COLUMNS)
     cols = [c for c in _OP_COLUMNS if c in ops.columns]
     names = ops["name"]
     codes, uniques = factorize(names)
-    countable = np.array([isinstance(n, str) and n.startswith("aten::") and not skipped(n)
-                          for n in np.asarray(uniques, dtype=object)] + [False])[codes]
-    keep = countable & ops["input_dims"].notna().to_numpy(dtype=bool)
+    aten = np.array([isinstance(n, str) and n.startswith("aten::") for n in np.asarray(uniques, dtype=object)]
+                    + [False])[codes]
+    keep = aten & ops["input_dims"].notna().to_numpy(dtype=bool)
     return ops.loc[keep, cols].reset_index(drop=True)
 
 
+# the fix for a family no [measured] entry covers in this dtype (same remedy, no measured gain)
+_FAMILY_FIX = {
+    "scatter": ("sort the indices (the edge list, by destination) once outside the step so that the rows to sum arrive "
+                "in segment order, then reduce by segments (torch.segment_reduce(..., \"sum\", lengths=...)); or a "
+                "CSR sparse matrix product (torch.sparse.mm) for the gather and the sum in one"),
+}
 _GENERIC_FIX = ("torch.compile the function that calls it: Inductor writes a bandwidth-bound kernel for the operator and "
                 "fuses it with its neighbours")
 
@@ -77,12 +86,23 @@ def case_key(op: str, dims: str | None, types: str | None, strides: str | None) 
     return base
 
 
-def measured_case(rule: Rule, key: str) -> tuple[str, dict | None]:
-    """(the key found, its [measured] entry): the qualified key, else the operator's own, else None."""
+def measured_case(rule: Rule, key: str, dtype: str | None = None) -> tuple[str, dict | None]:
+    """(the key found, its [measured] entry): the qualified key, else the operator's own, else
+    None; an entry that names its `dtypes` applies only to those (Kineto's type of the first
+    tensor argument: an fp32 call is not held to a bf16 measurement)."""
     for k in (key, key.split("/", 1)[0]):
-        if k in rule.measured:
-            return k, rule.measured[k]
+        entry = rule.measured.get(k)
+        if entry is not None and (not entry.get("dtypes") or dtype in entry["dtypes"]):
+            return k, entry
     return key, None
+
+
+def _first_dtype(types: str | None) -> str | None:
+    try:
+        t = json.loads(types)
+    except (TypeError, ValueError):
+        return None
+    return next((x for x in t if x in ELEMENT_BYTES), None) if isinstance(t, list) else None
 
 
 def _channels_last(dims: str | None, strides: str | None) -> bool:
@@ -90,8 +110,11 @@ def _channels_last(dims: str | None, strides: str | None) -> bool:
         d, st = json.loads(dims)[0], json.loads(strides)[0]
     except (TypeError, ValueError, IndexError, KeyError):
         return False
-    return (isinstance(d, list) and isinstance(st, list) and len(d) == len(st) >= 4 and d[1] > 1 and st[1] == 1
-            and all(isinstance(x, int) for x in st))
+    # (a [N, C, 1, 1] tensor has channel stride 1 in either layout: not evidence)
+    if not (isinstance(d, list) and isinstance(st, list) and len(d) == len(st) >= 4
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in st + d)):
+        return False
+    return d[1] > 1 and st[1] == 1 and math.prod(d[2:]) > 1
 
 
 def _mixed_scalar(dims: str | None, types: str | None) -> bool:
@@ -103,8 +126,26 @@ def _mixed_scalar(dims: str | None, types: str | None) -> bool:
     if not (isinstance(d, list) and isinstance(t, list) and len(d) == len(t) and len(d) >= 2):
         return False
     big = [ty for x, ty in zip(d, t) if isinstance(x, list) and len(x) >= 1 and ty in ELEMENT_BYTES]
-    zero_dim = [ty for x, ty in zip(d, t) if x == [] and ty in ELEMENT_BYTES]
+    # (Kineto records a Python number as a 0-dim double or long: nothing to cast there)
+    zero_dim = [ty for x, ty in zip(d, t) if x == [] and ty in ELEMENT_BYTES and ty not in ("double", "long int")]
     return bool(big and zero_dim and any(z != big[0] for z in zero_dim))
+
+
+def _autograd_nodes(ctx: Context) -> np.ndarray:
+    """Per kernel: the autograd node whose backward launched it ("IndexSelectBackward0"), or None."""
+    ops = ctx.trace.cpu_ops
+    out = np.full(len(ctx.kernels), None, dtype=object)
+    if not len(ops):
+        return out
+    names = ops["name"].astype(object)
+    is_node = names.str.contains(r"Backward\d*$", regex=True, na=False).to_numpy(dtype=bool)
+    if not is_node.any():
+        return out
+    nodes = ops.loc[is_node, ["rank", "thread_id", "start_ns", "end_ns", "name"]].reset_index(drop=True)
+    ranges, hit = innermost_ranges(ctx.trace, nodes)
+    has = hit >= 0
+    out[has] = [str(n).rsplit(": ", 1)[-1] for n in ranges["name"].to_numpy(dtype=object)[hit[has]]]
+    return out
 
 
 def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
@@ -141,7 +182,7 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     for n, d, t, st, c in zip(sub["name"], sub["input_dims"], sub["input_types"], strides, concrete):
         st = st if isinstance(st, str) else None
         nbytes.append(op_bytes(n, d, t, st, c if isinstance(c, str) else None) or 0)
-        key, entry = measured_case(rule, case_key(n, d, t, st))
+        key, entry = measured_case(rule, case_key(n, d, t, st), _first_dtype(t))
         case.append(key if entry else None)
         speedup.append(float(entry["speedup"]) if entry else default_speedup)
     launch_bytes = np.zeros(len(k))
@@ -182,6 +223,7 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     sel = sel.assign(_bytes=launch_bytes[at], _floor_ns=floor[at], _save_ns=np.maximum(dur[at] - reach[at], 0.0),
                      _bw_fraction=fraction[at], _speedup_cap=launch_speedup[at],
                      measured_case=case_of.reindex(hit[at]).to_numpy(),
+                     autograd_node=_autograd_nodes(ctx)[at],
                      **{"op_" + c: op[c].astype(object).where(op[c].notna(), None).to_numpy()
                         for c in ("name", "input_dims", "input_types", "input_strides") if c in op.columns})
     g = sel.groupby(keys + ["op_name"], dropna=False, sort=False)
@@ -189,6 +231,7 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
                 _bytes=("_bytes", "median"), _floor_ns=("_floor_ns", "sum"), _save_ns=("_save_ns", "sum"),
                 _bw_fraction=("_bw_fraction", "median"), overlap_fraction=("overlap_fraction", "mean"),
                 _speedup_cap=("_speedup_cap", "max"), measured_case=("measured_case", "first"),
+                autograd_node=("autograd_node", "first"), backward_launches=("autograd_node", "count"),
                 **{c: (c, "first") for c in ("op_input_dims", "op_input_types", "op_input_strides") if c in sel.columns})
     out = out.reset_index()
     out["median_ns"] = out["median_ns"].round().astype("int64")
@@ -216,12 +259,20 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
             case = row.get("measured_case")
             case = case if isinstance(case, str) else None
             entry = rule.measured.get(case) if case else None
-            fix = str(entry["fix"]) if entry else _GENERIC_FIX
+            fix = str(entry["fix"]) if entry else _FAMILY_FIX.get(fam, _GENERIC_FIX)
             cap = float(row["_speedup_cap"])
             if entry:
                 measured = f"the fix measured {cap:g}x on {entry['source']} (bench/results/memory_bound)"
             else:
-                measured = f"no fix measured on {op.split('::')[-1]}: at most {cap:g}x (the rule's unmeasured cap)"
+                measured = f"no fix was measured on {op.split('::')[-1]} in this dtype: the rule's unmeasured cap"
+            node = row.get("autograd_node")
+            node = node if isinstance(node, str) else None
+            backward = int(row.get("backward_launches") or 0)
+            if node and fam == "scatter":
+                fix += (f". {backward} of these {int(row['launches'])} launches are the gradient of {node} (autograd): "
+                        "there the change is in the forward, e.g. a CSR sparse matrix product (torch.sparse.mm) in "
+                        "place of the index_select / gather it differentiates, whose backward is a sparse product too")
+            per_launch_floor = float(row["_bytes"]) / bw * 1e9
             out.append(finding_for(
                 rule, row,
                 strategy=rule.strategy_for(fam),
@@ -236,21 +287,24 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                 evidence={
                     "operator": op,
                     "operator_family": fam,
-                    "input_dims": row.get("op_input_dims"),
-                    "input_types": row.get("op_input_types"),
+                    "first_launch_input_dims": row.get("op_input_dims"),
+                    "first_launch_input_types": row.get("op_input_types"),
                     "bytes_per_launch": int(row["_bytes"]),
                     "bandwidth_fraction": round(float(row["_bw_fraction"]), 4),
-                    "measured_bandwidth_bytes_per_s": bw,
+                    "measured_bandwidth_tb_per_s": round(bw / 1e12, 3),
                     "median_ns": int(row["median_ns"]),
+                    "floor_ns_per_launch": int(per_launch_floor),
                     "share_of_gpu_time": round(share, 4),
                     "overlap_fraction": round(float(row["overlap_fraction"]), 3),
+                    "autograd_node": node,
+                    "backward_launches": backward,
                     "measured_case": case,
                     "what_it_is": str(entry.get("what", "")) if entry else "",
                     "fix": fix,
-                    "bound_ns": int(row["_floor_ns"]),
-                    "basis": (f"each launch's time minus the larger of its bytes (the operator's recorded arguments read "
-                              f"once, its output written once) at {achievable:.0%} of the measured {bw / 1e12:.2f} TB/s "
-                              f"(what the measured fixes reach) and its time / {cap:g}: {measured}"),
+                    "bound_ns": int(row["_floor_ns"]),  # all launches' bytes at the full bandwidth
+                    "basis": (f"a fix brings each launch down to its bytes (its operator's recorded arguments read once, "
+                              f"its output written once) at {achievable:.0%} of the measured {bw / 1e12:.2f} TB/s (what "
+                              f"the measured fixes reach), and no lower than its time / {cap:g}: {measured}"),
                 },
                 suggestion={"fix": fix},
             ))

@@ -46,7 +46,7 @@ _SKIP = re.compile(
     r"|solve|cdist|pdist|einsum|tensordot|embedding_dense_backward|embedding_bag|index_put|loss|ctc|cat$|stack"
     r"|_foreach|grid_sampler|im2col|col2im|unfold|^fold|pad|repeat|^tile$|expand|as_strided|view|reshape|item$"
     r"|_local_scalar|_assert|empty|^zeros|^ones|^full|arange|linspace|scalar_tensor|^tensor$|to_dense|to_sparse"
-    r"|_nested|sparse|^to$|^_to_copy$|quantile",
+    r"|_nested|sparse|^to$|^_to_copy$|quantile|pool[123]d(_with_indices)?$",
     re.I)
 
 # In-place operators that only write `self`: its bytes count once
@@ -110,6 +110,14 @@ def _elements(dims: list[int], strides: list[int] | None) -> int:
     return min(numel, extent)
 
 
+# `Input type` strings of arguments that are not tensors
+_NOT_TENSORS = {"", "Scalar", "ScalarList", "None", "Device", "Layout", "ScalarType", "MemoryFormat", "Generator",
+                "Storage", "Stream", "String", "int[]", "float[]", "bool[]"}
+_INTEGER = {"long int", "int", "short int", "signed char", "unsigned char", "bool", "unsigned int", "unsigned short"}
+# reductions that also return (or only return) int64 indices
+_INDEX_RESULT = {"max", "min", "argmax", "argmin", "aminmax"}
+
+
 @lru_cache(maxsize=65536)
 def op_bytes(name: str, dims_text: str | None, types_text: str | None, strides_text: str | None = None,
              concrete_text: str | None = None) -> int | None:
@@ -121,35 +129,102 @@ def op_bytes(name: str, dims_text: str | None, types_text: str | None, strides_t
         return None
     strides = _load(strides_text)
     strides = strides if isinstance(strides, list) and len(strides) == len(dims) else [None] * len(dims)
+    concrete = _load(concrete_text)
+    concrete = concrete if isinstance(concrete, list) and len(concrete) == len(dims) else None
     tensors = []  # (dims, elt, stored elements) of each tensor argument, in order
-    for d, t, s in zip(dims, types, strides):
-        if t == "TensorList" or t == "GenericList":
+    float_scalar = False  # a floating 0-dim tensor or Python number among the arguments
+    for i, (d, t, st) in enumerate(zip(dims, types, strides)):
+        if t in ("TensorList", "GenericList"):
             return None
         elt = ELEMENT_BYTES.get(t)
         d = _ints(d)
-        if elt is None or d is None:
+        if elt is None:
+            if d and t not in _NOT_TENSORS:
+                return None  # a tensor of a dtype we cannot size: its bytes would be left out
+            if t == "Scalar" and concrete and isinstance(concrete[i], str) and any(c in concrete[i] for c in ".en"):
+                float_scalar = True  # 0.5, 1e-5, inf, nan
             continue
-        tensors.append((d, elt, _elements(d, _ints(s))))
+        if d is None:
+            continue
+        if not d and t not in _INTEGER:
+            float_scalar = True
+        tensors.append((d, elt, _elements(d, _ints(st))))
     if not tensors:
         return None
     read = sum(n * elt for _, elt, n in tensors)
+    # the output's element size: type promotion among the dimensioned arguments (the widest;
+    # an integer tensor with a floating scalar makes a float)
     base = _base(name)
+    out_elt = _out_elt(base, tensors, _dimensioned_types(dims, types), float_scalar)
     fam = family(name)
     if fam == "scatter" or base in _WRITE_ONLY:
         return read
     if base.endswith("_"):  # in place: self read (counted) and written
         d, elt, n = tensors[0]
         return read + n * elt
+    largest = max(math.prod(d) for d, _, _ in tensors)
     if fam == "reduction":
-        return read
+        out = _reduced_elements(tensors[0][0], concrete)
+        if base in _INDEX_RESULT and (base.startswith("arg") or out != 1):
+            out_elt = 8 if base.startswith("arg") else out_elt + 8
+        return read + (largest if out is None else out) * out_elt
     if fam == "gather":
-        return _gather_bytes(base, tensors, _load(concrete_text))
+        return _gather_bytes(base, tensors, concrete)
     if fam == "upsample":
-        out = _upsample_out(tensors[0], _load(concrete_text))
+        out = _upsample_out(name, tensors[0], concrete)
         return None if out is None else read + out
-    # out of place: writes the broadcast of its arguments (at least its largest), in that one's dtype
-    _, elt, _ = max(tensors, key=lambda x: (math.prod(x[0]), x[1]))
-    return read + _broadcast_elements([d for d, _, _ in tensors]) * elt
+    # out of place: writes the broadcast of its arguments (at least its largest) in the promoted dtype
+    out = _broadcast_elements([d for d, _, _ in tensors]) * out_elt
+    if base == "native_dropout":
+        out += _broadcast_elements([d for d, _, _ in tensors])  # and its bool mask
+    return read + out
+
+
+# operators whose output has their first argument's dtype (their other tensors are parameters
+# or statistics: a norm's fp32 weight does not make a bf16 activation fp32)
+_KEEPS_INPUT_DTYPE = re.compile(r"norm|softmax|dropout|pool|upsample|pad|roll|flip|transpose|permute|clone|contiguous", re.I)
+
+
+def _out_elt(base: str, tensors, dtypes: list[str], float_scalar: bool) -> int:
+    """The output's element size. Elementwise ops promote: the widest floating dimensioned
+    argument (bf16 + fp32 -> fp32); integer tensors only where there is no floating one, and an
+    integer tensor with a floating number makes fp32 (uint8 / 255.0). Index tensors (int64)
+    beside floating ones do not set it."""
+    if _KEEPS_INPUT_DTYPE.search(base):
+        return tensors[0][1]
+    shaped = [(elt, t) for (d, elt, _), t in zip([x for x in tensors if x[0]], dtypes)]
+    floats = [elt for elt, t in shaped if t not in _INTEGER]
+    if floats:
+        return max(floats)
+    ints = [elt for elt, _ in shaped] or [tensors[0][1]]
+    return max(max(ints), 4) if float_scalar else max(ints)
+
+
+def _dimensioned_types(dims: list, types: list) -> list[str]:
+    return [t for d, t in zip(dims, types) if t in ELEMENT_BYTES and _ints(d)]
+
+
+def _reduced_elements(d: list[int], concrete) -> int | None:
+    """Elements a reduction of a tensor of dims `d` writes, from its dim argument in Concrete
+    Inputs ("[1]", "[]" for all, "-1"); None where the trace does not say."""
+    if not concrete or len(concrete) < 2 or not d:
+        return None
+    v = concrete[1]
+    if not isinstance(v, str) or not v.strip():
+        return None
+    try:
+        parsed = json.loads(v)
+    except ValueError:
+        return None
+    if isinstance(parsed, int) and not isinstance(parsed, bool):
+        parsed = [parsed]
+    parsed = _ints(parsed)
+    if parsed is None:
+        return None
+    if not parsed:  # all dims
+        return 1
+    axes = {a % len(d) for a in parsed if -len(d) <= a < len(d)}
+    return math.prod(x for i, x in enumerate(d) if i not in axes)
 
 
 def _broadcast_elements(shapes: list[list[int]]) -> int:
@@ -174,8 +249,10 @@ def _gather_bytes(base: str, tensors, concrete) -> int | None:
         return inn * ielt + min(out, wn * welt) + out
     if base == "index_select":  # (self, dim, index): the output is self's slices along dim, picked
         (s, selt, sn), (i, ielt, inn) = tensors[0], tensors[1]
-        dim = concrete[1] if isinstance(concrete, list) and len(concrete) > 1 else "0"
-        dim = int(dim) if isinstance(dim, str) and dim.lstrip("-").isdigit() else 0
+        dim = concrete[1] if isinstance(concrete, list) and len(concrete) > 1 else None
+        if not (isinstance(dim, str) and dim.lstrip("-").isdigit()):
+            return None  # (PyTorch before 2.1 records no Concrete Inputs: the dim is unknown)
+        dim = int(dim)
         rows = max(s[dim], 1) if s and -len(s) <= dim < len(s) else 1
         out = math.prod(s) // rows * math.prod(i) * selt
         return inn * ielt + min(out, sn * selt) + out
@@ -185,17 +262,18 @@ def _gather_bytes(base: str, tensors, concrete) -> int | None:
     return inn * ielt + min(out, sn * selt) + out
 
 
-def _upsample_out(first, concrete) -> int | None:
-    """Output bytes of an upsampling call: batch x channels x the output size in `Concrete Inputs`."""
+def _upsample_out(name: str, first, concrete) -> int | None:
+    """Bytes an upsampling call writes: batch x channels x the output size in `Concrete Inputs`;
+    its backward writes the input's gradient, whose full size (input_size) it also records."""
     d, elt, _ = first
     if not isinstance(concrete, list) or len(d) < 3:
         return None
-    spatial = len(d) - 2
+    backward = "backward" in name
+    want = len(d) if backward else len(d) - 2
     for v in concrete[1:]:
-        size = _load(v) if isinstance(v, str) and v.startswith("[") else None
-        size = _ints(size)
-        if size and len(size) == spatial and all(x > 0 for x in size):
-            return d[0] * d[1] * math.prod(size) * elt
+        size = _ints(_load(v)) if isinstance(v, str) and v.startswith("[") else None
+        if size and len(size) == want and all(x > 0 for x in size):
+            return math.prod(size) * elt if backward else d[0] * d[1] * math.prod(size) * elt
     return None
 
 
