@@ -31,7 +31,10 @@ decode), efficientnet_train_cl (timm EfficientNet-B0 training, channels_last) an
 deberta_infer_fp16 (DeBERTa-v2 fp16 inference); gpt2_eager_train / gpt2_sdpa_train and
 swin_infer_sdpa time the fused-attention fix. A fourth: wav2vec2_train_fp32, bart_beam_generate,
 clip_infer_fp16, mamba_prefill, llama_train_bf16_ckpt. A fifth: lstm_lm_train, dlrm_train,
-flex_attention_train, segformer_infer_fp16, fp8_mlp. See each builder's docstring.
+flex_attention_train, segformer_infer_fp16, fp8_mlp. A sixth: gnn_train, grouped_mm_moe,
+pageable_feed_train. A seventh (for slow_memory_bound_kernel): poolformer_infer_fp16,
+resnetv2_bit_train, dpt_depth_infer_fp16, upernet_convnext_infer_fp16, with `_compiled`
+variants of the three inference models. See each builder's docstring.
 
 The second set's three models with the fix advisor named (bert_train_fp32_tf32, resnet50_train_cl,
 mobilenet_b8_graph: a CUDA graph of the forward), timed against the originals with
@@ -856,6 +859,93 @@ def pageable_feed_train(dev: str, tiny: bool):
     return step
 
 
+def _compiled(build):
+    """A builder whose model runs under torch.compile (default mode): the fix
+    slow_memory_bound_kernel names, timed against the eager original."""
+    def builder(dev: str, tiny: bool):
+        return build(dev, tiny, compiled=True)
+    builder.__doc__ = f"{build.__name__} under torch.compile (default mode)."
+    return builder
+
+
+def poolformer_infer_fp16(dev: str, tiny: bool, compiled: bool = False):
+    """timm poolformer_s12 inference, fp16, batch 64 at 224, NCHW: token mixing by average
+    pooling, GroupNorm(1, C) norms, no attention."""
+    import timm
+
+    dtype = torch.float32 if dev == "cpu" else torch.float16
+    model = timm.create_model("poolformer_s12", pretrained=False).to(dev, dtype).eval()
+    model = torch.compile(model) if compiled else model
+    x = torch.randn(2 if tiny else 64, 3, 64 if tiny else 224, 64 if tiny else 224, device=dev, dtype=dtype)
+
+    @torch.no_grad()
+    def step():
+        model(x)
+    return step
+
+
+def resnetv2_bit_train(dev: str, tiny: bool):
+    """timm resnetv2_50x1_bit (BiT: GroupNorm and weight-standardized convolutions) training
+    step, bf16 autocast, SGD, batch 32 at 224, NCHW."""
+    import timm
+
+    model = timm.create_model("resnetv2_50x1_bit", pretrained=False, num_classes=100).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    n, r = (2, 64) if tiny else (32, 224)
+    x = torch.randn(n, 3, r, r, device=dev)
+    y = torch.randint(0, 100, (n,), device=dev)
+
+    def step():
+        with _autocast(dev, torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def dpt_depth_infer_fp16(dev: str, tiny: bool, compiled: bool = False):
+    """DPT (ViT-B/16 sized backbone, 12 layers) depth estimation in fp16, 8 images at 384 x 384:
+    reassemble and fusion stages with bilinear upsampling and convolutions after the ViT."""
+    from transformers import DPTConfig, DPTForDepthEstimation
+
+    cfg = DPTConfig(image_size=64 if tiny else 384, num_hidden_layers=4 if tiny else 12,
+                    hidden_size=64 if tiny else 768, num_attention_heads=2 if tiny else 12,
+                    intermediate_size=128 if tiny else 3072, backbone_out_indices=[0, 1, 2, 3] if tiny else [2, 5, 8, 11],
+                    neck_hidden_sizes=[16, 32, 64, 64] if tiny else [96, 192, 384, 768],
+                    fusion_hidden_size=32 if tiny else 256)
+    dtype = torch.float32 if dev == "cpu" else torch.float16
+    model = DPTForDepthEstimation(cfg).to(dev, dtype).eval()
+    model = torch.compile(model) if compiled else model
+    x = torch.randn(1 if tiny else 8, 3, cfg.image_size, cfg.image_size, device=dev, dtype=dtype)
+
+    @torch.no_grad()
+    def step():
+        model(pixel_values=x)
+    return step
+
+
+def upernet_convnext_infer_fp16(dev: str, tiny: bool, compiled: bool = False):
+    """UperNet with a ConvNeXt-T backbone, fp16 semantic segmentation of 8 images at 512 x 512:
+    pyramid pooling (adaptive pooling + bilinear upsampling), FPN fusion, batch-norm convs."""
+    from transformers import ConvNextConfig, UperNetConfig, UperNetForSemanticSegmentation
+
+    backbone = ConvNextConfig(depths=[1, 1, 1, 1] if tiny else [3, 3, 9, 3],
+                              hidden_sizes=[16, 32, 64, 128] if tiny else [96, 192, 384, 768],
+                              out_features=["stage1", "stage2", "stage3", "stage4"])
+    cfg = UperNetConfig(backbone_config=backbone, hidden_size=32 if tiny else 512,
+                        auxiliary_in_channels=64 if tiny else 384, num_labels=150)
+    dtype = torch.float32 if dev == "cpu" else torch.float16
+    model = UperNetForSemanticSegmentation(cfg).to(dev, dtype).eval()
+    model = torch.compile(model) if compiled else model
+    x = torch.randn(1 if tiny else 8, 3, 64 if tiny else 512, 64 if tiny else 512, device=dev, dtype=dtype)
+
+    @torch.no_grad()
+    def step():
+        model(pixel_values=x)
+    return step
+
+
 MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_prefill, convnext_infer,
                                   distilbert_b1, bert_train_fp32, mixtral_moe, llama_generate, resnet50_train,
                                   qwen2_prefill, mobilenet_b8, bert_train_fp32_tf32, resnet50_train_cl,
@@ -866,7 +956,11 @@ MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_p
                                   wav2vec2_train_cudnn_bench, clip_infer_fp16_cl, lstm_lm_train, lstm_lm_train_tf32, lstm_lm_train_graph,
                                   lstm_lm_train_tf32_graph, dlrm_train, dlrm_train_tf32, gnn_train, grouped_mm_moe,
                                   pageable_feed_train,
-                                  flex_attention_train, segformer_infer_fp16, fp8_mlp)}
+                                  flex_attention_train, segformer_infer_fp16, fp8_mlp, poolformer_infer_fp16,
+                                  resnetv2_bit_train, dpt_depth_infer_fp16, upernet_convnext_infer_fp16)}
+# the seventh set's fixes (slow_memory_bound_kernel: torch.compile), timed against the originals
+MODELS.update({f"{n}_compiled": _compiled(MODELS[n])
+               for n in ("poolformer_infer_fp16", "dpt_depth_infer_fp16", "upernet_convnext_infer_fp16")})
 
 
 def _sync(dev: str):
