@@ -108,3 +108,13 @@ def torch_dtype(name: str):
     import torch
 
     return getattr(torch, TORCH_DTYPE_NAMES[name])
+
+
+# Kineto's `Input type` strings of tensors and their element sizes (the profiler's C++ type names)
+KINETO_TYPE_BYTES = {
+    "float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4, "short int": 2,
+    "signed char": 1, "unsigned char": 1, "bool": 1, "unsigned int": 4, "unsigned short": 2,
+    "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1,
+    "c10::Float8_e8m0fnu": 1, "c10::Float4_e2m1fn_x2": 1,
+    "c10::complex<float>": 8, "c10::complex<double>": 16, "c10::complex<c10::Half>": 4,
+}

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .basics import GEMM_STRATEGIES
+from .basics import GEMM_STRATEGIES, KINETO_TYPE_BYTES
 from .errors import AdvisorError
 from .resources import rules_dir
 
@@ -99,8 +99,11 @@ def _load_one(path: Path) -> Rule:
                 or isinstance(spec.get("speedup"), bool) or not math.isfinite(spec["speedup"]) or spec["speedup"] < 1
                 or not str(spec.get("fix", "")).strip() or not str(spec.get("source", "")).strip()):
             raise AdvisorError(f"{path}: [measured.{case}] needs a finite 'speedup' >= 1, a 'fix' and a 'source'")
-        if "dtypes" in spec and not (isinstance(spec["dtypes"], list) and all(isinstance(t, str) for t in spec["dtypes"])):
-            raise AdvisorError(f"{path}: [measured.{case}] 'dtypes' lists the profiler's type names (strings)")
+        if "dtypes" in spec:
+            names = spec["dtypes"]
+            if not (isinstance(names, list) and names and all(isinstance(t, str) and t in KINETO_TYPE_BYTES for t in names)):
+                raise AdvisorError(f"{path}: [measured.{case}] 'dtypes' lists the profiler's tensor type names "
+                                   f"(e.g. \"c10::BFloat16\", \"float\"), at least one")
     run = data.get("run") or {}
     candidates = run.get("candidates") if isinstance(run, dict) else None
     if "run" in data and (not isinstance(candidates, list)

@@ -238,3 +238,28 @@ def test_case_keys():
     assert case_key("aten::upsample_bilinear2d", "[[2, 8, 1, 1]]", '["float"]', "[[8, 1, 1, 1]]") == "upsample_bilinear2d"
     assert case_key("aten::upsample_bilinear2d", "[[2, 8, 4, 4]]", '["float"]', "[[128, 1, 32, 8]]") == \
         "upsample_bilinear2d/channels_last"
+
+
+def test_second_review_cases():
+    # uint8 / 255 (a Python int, recorded as a 0-dim long) is true division: fp32 out
+    assert _ob("aten::div", [[1000], []], ["unsigned char", "long int"]) == 1000 * 5 + 8
+    # softmax(x_fp16, dtype=torch.float32) writes fp32
+    assert _ob("aten::_softmax", [[64, 64], [], []], ["c10::Half", "Scalar", "Scalar"],
+               concrete=["", "-1", "True"]) == 64 * 64 * 6
+    # reductions over everything write one element; max(a, b) is elementwise; aminmax two values
+    assert _ob("aten::sum", [[1000], []], ["c10::BFloat16", ""], concrete=["", ""]) == 1000 * 2 + 2
+    assert _ob("aten::max", [[1000], [1000]], ["c10::BFloat16", "c10::BFloat16"]) == 1000 * 6
+    assert _ob("aten::aminmax", [[1000], [], []], ["c10::BFloat16", "", "Scalar"],
+               concrete=["", "", "False"]) == 1000 * 2 + 4
+    # a bool argument ("True") is no floating scalar
+    assert _ob("aten::logical_not", [[1000], []], ["unsigned char", "Scalar"], concrete=["", "True"]) == 2000
+    # odd type entries never raise
+    assert _ob("aten::add", [[4], [4]], [["float"], "Scalar"]) is None
+
+
+def test_a_measured_cap_below_the_unmeasured_one_holds_in_other_dtypes():
+    from advisor.symptoms.memory_bound import measured_case
+    rule = load_rules()[SYMPTOM]
+    key, entry, holds = measured_case(rule, "max_pool2d_with_indices_backward", "float")
+    assert entry is not None and not holds and entry["speedup"] < rule["unmeasured_max_speedup"]
+    assert measured_case(rule, "max_pool2d_with_indices_backward", "c10::BFloat16")[2]

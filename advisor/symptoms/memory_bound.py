@@ -86,23 +86,28 @@ def case_key(op: str, dims: str | None, types: str | None, strides: str | None) 
     return base
 
 
-def measured_case(rule: Rule, key: str, dtype: str | None = None) -> tuple[str, dict | None]:
-    """(the key found, its [measured] entry): the qualified key, else the operator's own, else
-    None; an entry that names its `dtypes` applies only to those (Kineto's type of the first
-    tensor argument: an fp32 call is not held to a bf16 measurement)."""
+def measured_case(rule: Rule, key: str, dtype: str | None = None) -> tuple[str, dict | None, bool]:
+    """(the key found, its [measured] entry, whether the entry holds for `dtype`): the qualified
+    key, else the operator's own, else (key, None, False). An entry that names its `dtypes`
+    holds only for those (Kineto's type of the first dimensioned tensor): a call in another
+    dtype keeps the entry's cap where it is lower than the unmeasured one, at low confidence."""
     for k in (key, key.split("/", 1)[0]):
         entry = rule.measured.get(k)
-        if entry is not None and (not entry.get("dtypes") or dtype in entry["dtypes"]):
-            return k, entry
-    return key, None
+        if entry is not None:
+            return k, entry, not entry.get("dtypes") or dtype in entry["dtypes"]
+    return key, None, False
 
 
-def _first_dtype(types: str | None) -> str | None:
+def _first_dtype(dims: str | None, types: str | None) -> str | None:
+    """The type of the first tensor argument with dimensions (not a 0-dim operand)."""
     try:
-        t = json.loads(types)
+        d, t = json.loads(dims), json.loads(types)
     except (TypeError, ValueError):
         return None
-    return next((x for x in t if x in ELEMENT_BYTES), None) if isinstance(t, list) else None
+    if not (isinstance(d, list) and isinstance(t, list)):
+        return None
+    return next((ty for x, ty in zip(d, t) if isinstance(ty, str) and ty in ELEMENT_BYTES and isinstance(x, list) and x),
+                None)
 
 
 def _channels_last(dims: str | None, strides: str | None) -> bool:
@@ -125,6 +130,7 @@ def _mixed_scalar(dims: str | None, types: str | None) -> bool:
         return False
     if not (isinstance(d, list) and isinstance(t, list) and len(d) == len(t) and len(d) >= 2):
         return False
+    t = [ty if isinstance(ty, str) else "?" for ty in t]
     big = [ty for x, ty in zip(d, t) if isinstance(x, list) and len(x) >= 1 and ty in ELEMENT_BYTES]
     # (Kineto records a Python number as a 0-dim double or long: nothing to cast there)
     zero_dim = [ty for x, ty in zip(d, t) if x == [] and ty in ELEMENT_BYTES and ty not in ("double", "long int")]
@@ -144,7 +150,9 @@ def _autograd_nodes(ctx: Context) -> np.ndarray:
     nodes = ops.loc[is_node, ["rank", "thread_id", "start_ns", "end_ns", "name"]].reset_index(drop=True)
     ranges, hit = innermost_ranges(ctx.trace, nodes)
     has = hit >= 0
-    out[has] = [str(n).rsplit(": ", 1)[-1] for n in ranges["name"].to_numpy(dtype=object)[hit[has]]]
+    names = [str(n).rsplit(": ", 1)[-1] for n in ranges["name"].to_numpy(dtype=object)[hit[has]]]
+    # (a checkpointed forward recomputed in the backward is no gradient of anything)
+    out[has] = [None if "Checkpoint" in n else n for n in names]
     return out
 
 
@@ -182,9 +190,10 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     for n, d, t, st, c in zip(sub["name"], sub["input_dims"], sub["input_types"], strides, concrete):
         st = st if isinstance(st, str) else None
         nbytes.append(op_bytes(n, d, t, st, c if isinstance(c, str) else None) or 0)
-        key, entry = measured_case(rule, case_key(n, d, t, st), _first_dtype(t))
-        case.append(key if entry else None)
-        speedup.append(float(entry["speedup"]) if entry else default_speedup)
+        key, entry, holds = measured_case(rule, case_key(n, d, t, st), _first_dtype(d, t))
+        case.append(key if entry and holds else None)
+        cap = float(entry["speedup"]) if entry else default_speedup
+        speedup.append(cap if holds else min(cap, default_speedup))
     launch_bytes = np.zeros(len(k))
     launch_bytes[mask] = pd.Series(np.array(nbytes, dtype=float), index=rows).reindex(hit[mask]).to_numpy()
     launch_speedup = np.ones(len(k))
@@ -264,7 +273,8 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
             if entry:
                 measured = f"the fix measured {cap:g}x on {entry['source']} (bench/results/memory_bound)"
             else:
-                measured = f"no fix was measured on {op.split('::')[-1]} in this dtype: the rule's unmeasured cap"
+                measured = (f"no fix was measured on {op.split('::')[-1]} in this dtype: the rule's unmeasured cap, or "
+                            f"what its fix measured in another dtype where that is lower")
             node = row.get("autograd_node")
             node = node if isinstance(node, str) else None
             backward = int(row.get("backward_launches") or 0)

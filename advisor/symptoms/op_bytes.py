@@ -26,14 +26,10 @@ import math
 import re
 from functools import lru_cache
 
-# Kineto's `Input type` strings of tensors, and their element sizes
-ELEMENT_BYTES = {
-    "float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4, "short int": 2,
-    "signed char": 1, "unsigned char": 1, "bool": 1, "unsigned int": 4, "unsigned short": 2,
-    "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1,
-    "c10::Float8_e8m0fnu": 1, "c10::Float4_e2m1fn_x2": 1,
-    "c10::complex<float>": 8, "c10::complex<double>": 16, "c10::complex<c10::Half>": 4,
-}
+from ..basics import KINETO_TYPE_BYTES
+
+# Kineto's `Input type` strings of tensors, and their element sizes (advisor.basics)
+ELEMENT_BYTES = KINETO_TYPE_BYTES
 
 # Families whose time is not set by their bytes (matrix products, convolutions, attention,
 # recurrent layers, sorting and the ops built on it, scans, FFTs, linear algebra, random
@@ -115,7 +111,13 @@ _NOT_TENSORS = {"", "Scalar", "ScalarList", "None", "Device", "Layout", "ScalarT
                 "Storage", "Stream", "String", "int[]", "float[]", "bool[]"}
 _INTEGER = {"long int", "int", "short int", "signed char", "unsigned char", "bool", "unsigned int", "unsigned short"}
 # reductions that also return (or only return) int64 indices
-_INDEX_RESULT = {"max", "min", "argmax", "argmin", "aminmax"}
+_INDEX_RESULT = {"max", "min", "argmax", "argmin"}
+# where a reduction's dim argument is (norm's second argument is p)
+_DIM_AT = {"norm": 2, "linalg_vector_norm": 2}
+# ops that write floats from integer inputs (true division, transcendental functions)
+_FLOAT_RESULT = {"div", "true_divide", "sqrt", "rsqrt", "exp", "log", "log2", "log10", "sigmoid", "tanh", "sin", "cos",
+                 "mean", "reciprocal", "erf"}
+_FLOAT_TEXT = re.compile(r"^[-+]?(\d*\.\d*(e[-+]?\d+)?|\d+e[-+]?\d+|inf|nan)$", re.I)
 
 
 @lru_cache(maxsize=65536)
@@ -134,6 +136,8 @@ def op_bytes(name: str, dims_text: str | None, types_text: str | None, strides_t
     tensors = []  # (dims, elt, stored elements) of each tensor argument, in order
     float_scalar = False  # a floating 0-dim tensor or Python number among the arguments
     for i, (d, t, st) in enumerate(zip(dims, types, strides)):
+        if not isinstance(t, str):
+            t = "?"  # (not what Kineto writes: a tensor of it is unknown, below)
         if t in ("TensorList", "GenericList"):
             return None
         elt = ELEMENT_BYTES.get(t)
@@ -141,8 +145,8 @@ def op_bytes(name: str, dims_text: str | None, types_text: str | None, strides_t
         if elt is None:
             if d and t not in _NOT_TENSORS:
                 return None  # a tensor of a dtype we cannot size: its bytes would be left out
-            if t == "Scalar" and concrete and isinstance(concrete[i], str) and any(c in concrete[i] for c in ".en"):
-                float_scalar = True  # 0.5, 1e-5, inf, nan
+            if t == "Scalar" and concrete and isinstance(concrete[i], str) and _FLOAT_TEXT.match(concrete[i].strip()):
+                float_scalar = True  # 0.5, 1e-05, inf, nan (not True, None or 2)
             continue
         if d is None:
             continue
@@ -155,8 +159,10 @@ def op_bytes(name: str, dims_text: str | None, types_text: str | None, strides_t
     # the output's element size: type promotion among the dimensioned arguments (the widest;
     # an integer tensor with a floating scalar makes a float)
     base = _base(name)
-    out_elt = _out_elt(base, tensors, _dimensioned_types(dims, types), float_scalar)
+    out_elt = _out_elt(base, tensors, _dimensioned_types(dims, types), float_scalar, concrete)
     fam = family(name)
+    if fam == "reduction" and sum(1 for d, _, _ in tensors if d) > 1:
+        fam = "other"  # max(a, b), min(a, b): elementwise
     if fam == "scatter" or base in _WRITE_ONLY:
         return read
     if base.endswith("_"):  # in place: self read (counted) and written
@@ -164,9 +170,13 @@ def op_bytes(name: str, dims_text: str | None, types_text: str | None, strides_t
         return read + n * elt
     largest = max(math.prod(d) for d, _, _ in tensors)
     if fam == "reduction":
-        out = _reduced_elements(tensors[0][0], concrete)
-        if base in _INDEX_RESULT and (base.startswith("arg") or out != 1):
-            out_elt = 8 if base.startswith("arg") else out_elt + 8
+        out = _reduced_elements(tensors[0][0], concrete, types, _DIM_AT.get(base, 1))
+        if base.startswith("arg"):
+            out_elt = 8
+        elif base in _INDEX_RESULT and out is not None and out != 1:
+            out_elt += 8  # max/min over a dim: values and int64 indices
+        if base == "aminmax":
+            out_elt *= 2  # its min and its max
         return read + (largest if out is None else out) * out_elt
     if fam == "gather":
         return _gather_bytes(base, tensors, concrete)
@@ -185,11 +195,13 @@ def op_bytes(name: str, dims_text: str | None, types_text: str | None, strides_t
 _KEEPS_INPUT_DTYPE = re.compile(r"norm|softmax|dropout|pool|upsample|pad|roll|flip|transpose|permute|clone|contiguous", re.I)
 
 
-def _out_elt(base: str, tensors, dtypes: list[str], float_scalar: bool) -> int:
+def _out_elt(base: str, tensors, dtypes: list[str], float_scalar: bool, concrete=None) -> int:
     """The output's element size. Elementwise ops promote: the widest floating dimensioned
     argument (bf16 + fp32 -> fp32); integer tensors only where there is no floating one, and an
     integer tensor with a floating number makes fp32 (uint8 / 255.0). Index tensors (int64)
     beside floating ones do not set it."""
+    if base in ("_softmax", "_log_softmax") and concrete and len(concrete) > 2 and concrete[2] == "True":
+        return 4  # half_to_float: softmax(x_fp16, dtype=torch.float32)
     if _KEEPS_INPUT_DTYPE.search(base):
         return tensors[0][1]
     shaped = [(elt, t) for (d, elt, _), t in zip([x for x in tensors if x[0]], dtypes)]
@@ -197,21 +209,27 @@ def _out_elt(base: str, tensors, dtypes: list[str], float_scalar: bool) -> int:
     if floats:
         return max(floats)
     ints = [elt for elt, _ in shaped] or [tensors[0][1]]
-    return max(max(ints), 4) if float_scalar else max(ints)
+    rounding = concrete and any(isinstance(c, str) and c.strip("'\"") in ("trunc", "floor") for c in concrete)
+    if float_scalar or (base in _FLOAT_RESULT and not rounding):
+        return max(max(ints), 4)
+    return max(ints)
 
 
 def _dimensioned_types(dims: list, types: list) -> list[str]:
     return [t for d, t in zip(dims, types) if t in ELEMENT_BYTES and _ints(d)]
 
 
-def _reduced_elements(d: list[int], concrete) -> int | None:
-    """Elements a reduction of a tensor of dims `d` writes, from its dim argument in Concrete
-    Inputs ("[1]", "[]" for all, "-1"); None where the trace does not say."""
-    if not concrete or len(concrete) < 2 or not d:
+def _reduced_elements(d: list[int], concrete, types, at: int = 1) -> int | None:
+    """Elements a reduction of a tensor of dims `d` writes, from its dim argument (at `at`) in
+    Concrete Inputs ("[1]", "-1"; "[]", "" or "None" for a non-tensor argument: every dim);
+    None where the trace does not say."""
+    if not concrete or len(concrete) <= at or not d:
+        return None if concrete is None or not d else 1  # (sum(x): no dim argument at all)
+    v = concrete[at]
+    if not isinstance(v, str):
         return None
-    v = concrete[1]
-    if not isinstance(v, str) or not v.strip():
-        return None
+    if v.strip() in ("", "None"):
+        return 1 if (types[at] if at < len(types) else "") not in ELEMENT_BYTES else None
     try:
         parsed = json.loads(v)
     except ValueError:
