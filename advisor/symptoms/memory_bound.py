@@ -12,12 +12,14 @@ dtype (PyTorch's dynamic-cast path).
 Why it matters: a memory-bound kernel's floor is its bytes over the bandwidth; these run
 5-20x over it, and the fix is a different implementation, not a schedule.
 What to do (the finding's strategy): `segment_reduce` for the scatter family (sort the
-indices once and reduce by segments: 9.8x measured), else `fusion` (torch.compile generates a
-bandwidth-bound kernel and fuses it with its neighbours: 4-10x measured); the evidence names
-the operator and, where known, the cheaper one-line fix.
-Estimate: per launch, its time minus its bytes at `achievable_fraction` of the bandwidth (what
-the fixes reached), never more than `max_speedup` (the best fix measured) allows, summed over
-the launches; `bound_ns` is the bytes at the full measured bandwidth (the physics floor).
+indices once and reduce by segments: 9.7x measured), else `fusion` (torch.compile writes a
+bandwidth-bound kernel and fuses it with its neighbours: 3-10x measured, 1.3x on the max-pool
+backward); the evidence names the operator and its cheapest known fix.
+Estimate: per launch, its time minus the larger of its bytes at `achievable_fraction` of the
+bandwidth (what the fixes reached) and its time over the speedup the fix measured on that
+operator and dtype (the rule's `[measured]` table; `unmeasured_max_speedup` and low confidence
+elsewhere), summed over the launches; `bound_ns` is the bytes at the full measured bandwidth
+(the physics floor).
 """
 
 from __future__ import annotations
