@@ -306,5 +306,15 @@ def test_fusion_and_graph_findings_are_skipped_with_a_reason(tmp_path, monkeypat
     r = CliRunner().invoke(cli, ["diagnose", str(DATA / "h200" / "tiny_stream.sqlite.gz"), "--run", "--out", str(out),
                                  "--cache-dir", str(tmp_path / "cache")])
     assert r.exit_code == 0, r.output
-    assert "advisor: --run: skipped launch_overhead: strategy fusion: fuse the elementwise kernels" in r.stderr
+    assert "advisor: --run: skipped launch_overhead: strategy fusion: fuse or regenerate the kernels" in r.stderr
     assert "nothing run here (1 finding skipped" in r.stderr
+
+
+def test_memory_bound_findings_are_skipped_with_a_reason(tmp_path, monkeypatch):
+    # segment_reduce and fusion are changes to the program: listed, not dropped
+    monkeypatch.setattr("advisor.run.gpu.gpu_present", lambda: False)
+    r = CliRunner().invoke(cli, ["diagnose", str(DATA / "h200" / "memory_bound" / "memory_bound_eager.kineto.json.gz"),
+                                 "--run", "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")])
+    assert r.exit_code == 0, r.output
+    assert "skipped slow_memory_bound_kernel: strategy segment_reduce: sort the indices once" in r.stderr
+    assert "skipped slow_memory_bound_kernel: strategy fusion:" in r.stderr

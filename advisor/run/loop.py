@@ -45,7 +45,8 @@ def strategies_for(rules=None) -> dict[str, list[str]]:
 
 # Strategies whose remedy changes the program, not one kernel: --run lists them in `skipped`.
 NOT_RUNNABLE = {
-    "fusion": "fuse the elementwise kernels (torch.compile) or batch them (torch._foreach_* ops) in the program",
+    "fusion": "fuse or regenerate the kernels with torch.compile (or batch them: torch._foreach_* ops) in the program",
+    "segment_reduce": "sort the indices once and reduce by segments (torch.segment_reduce, torch.sparse.mm) in the program",
     "cuda_graph": "capture the loop in a CUDA graph (torch.cuda.graph, torch.compile(mode=\"reduce-overhead\")) in the program",
     "fused_attention": "call torch.nn.functional.scaled_dot_product_attention in the attention layer "
                        "(attn_implementation=\"sdpa\", nn.MultiheadAttention(need_weights=False))",
