@@ -69,6 +69,21 @@ def _autocast(device: str, dtype):
     return torch.autocast(device_type=device.split(":")[0], dtype=dtype)
 
 
+def _sgd_classifier_step(model, x: torch.Tensor, classes: int, dev: str):
+    """One bf16-autocast training step of an image classifier on `x` with random labels:
+    cross entropy, backward, SGD with momentum (the timm training models share it)."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    y = torch.randint(0, classes, (x.shape[0],), device=dev)
+
+    def step():
+        with _autocast(dev, torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
 def t5_train(dev: str, tiny: bool):
     from transformers import T5Config, T5ForConditionalGeneration
 
@@ -94,17 +109,8 @@ def vit_train(dev: str, tiny: bool):
     import timm
 
     model = timm.create_model("vit_tiny_patch16_224" if tiny else "vit_base_patch16_224", pretrained=False).to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(2 if tiny else 64, 3, 224, 224, device=dev)
-    y = torch.randint(0, 1000, (x.shape[0],), device=dev)
-
-    def step():
-        with _autocast(dev, torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    return _sgd_classifier_step(model, x, 1000, dev)
 
 
 def whisper_generate(dev: str, tiny: bool):
@@ -230,17 +236,8 @@ def resnet50_train(dev: str, tiny: bool, channels_last: bool = False):
 
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     model = timm.create_model("resnet18" if tiny else "resnet50", pretrained=False).to(dev).to(memory_format=fmt)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(2 if tiny else 64, 3, 224, 224, device=dev).contiguous(memory_format=fmt)
-    y = torch.randint(0, 1000, (x.shape[0],), device=dev)
-
-    def step():
-        with _autocast(dev, torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    return _sgd_classifier_step(model, x, 1000, dev)
 
 
 def qwen2_prefill(dev: str, tiny: bool):
@@ -416,17 +413,8 @@ def efficientnet_train_cl(dev: str, tiny: bool):
     import timm
 
     model = timm.create_model("efficientnet_b0", pretrained=False).to(dev).to(memory_format=torch.channels_last)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(2 if tiny else 128, 3, 224, 224, device=dev).contiguous(memory_format=torch.channels_last)
-    y = torch.randint(0, 1000, (x.shape[0],), device=dev)
-
-    def step():
-        with _autocast(dev, torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    return _sgd_classifier_step(model, x, 1000, dev)
 
 
 def deberta_infer_fp16(dev: str, tiny: bool):
@@ -890,18 +878,8 @@ def resnetv2_bit_train(dev: str, tiny: bool):
     import timm
 
     model = timm.create_model("resnetv2_50x1_bit", pretrained=False, num_classes=100).to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     n, r = (2, 64) if tiny else (32, 224)
-    x = torch.randn(n, 3, r, r, device=dev)
-    y = torch.randint(0, 100, (n,), device=dev)
-
-    def step():
-        with _autocast(dev, torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    return _sgd_classifier_step(model, torch.randn(n, 3, r, r, device=dev), 100, dev)
 
 
 def dpt_depth_infer_fp16(dev: str, tiny: bool, compiled: bool = False):
