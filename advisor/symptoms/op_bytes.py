@@ -134,6 +134,7 @@ def op_bytes(name: str, dims_text: str | None, types_text: str | None, strides_t
     concrete = _load(concrete_text)
     concrete = concrete if isinstance(concrete, list) and len(concrete) == len(dims) else None
     tensors = []  # (dims, elt, stored elements) of each tensor argument, in order
+    shaped_types = []  # the type of each of them with dimensions (not 0-dim), in order
     float_scalar = False  # a floating 0-dim tensor or Python number among the arguments
     for i, (d, t, st) in enumerate(zip(dims, types, strides)):
         if not isinstance(t, str):
@@ -152,6 +153,8 @@ def op_bytes(name: str, dims_text: str | None, types_text: str | None, strides_t
             continue
         if not d and t not in _INTEGER:
             float_scalar = True
+        if d:
+            shaped_types.append(t)
         tensors.append((d, elt, _elements(d, _ints(st))))
     if not tensors:
         return None
@@ -159,7 +162,7 @@ def op_bytes(name: str, dims_text: str | None, types_text: str | None, strides_t
     # the output's element size: type promotion among the dimensioned arguments (the widest;
     # an integer tensor with a floating scalar makes a float)
     base = _base(name)
-    out_elt = _out_elt(base, tensors, _dimensioned_types(dims, types), float_scalar, concrete)
+    out_elt = _out_elt(base, tensors, shaped_types, float_scalar, concrete)
     fam = family(name)
     if fam == "reduction" and sum(1 for d, _, _ in tensors if d) > 1:
         fam = "other"  # max(a, b), min(a, b): elementwise
@@ -184,9 +187,10 @@ def op_bytes(name: str, dims_text: str | None, types_text: str | None, strides_t
         out = _upsample_out(name, tensors[0], concrete)
         return None if out is None else read + out
     # out of place: writes the broadcast of its arguments (at least its largest) in the promoted dtype
-    out = _broadcast_elements([d for d, _, _ in tensors]) * out_elt
+    elements = _broadcast_elements([d for d, _, _ in tensors])
+    out = elements * out_elt
     if base == "native_dropout":
-        out += _broadcast_elements([d for d, _, _ in tensors])  # and its bool mask
+        out += elements  # and its bool mask
     return read + out
 
 
@@ -196,15 +200,16 @@ _KEEPS_INPUT_DTYPE = re.compile(r"norm|softmax|dropout|pool|upsample|pad|roll|fl
 
 
 def _out_elt(base: str, tensors, dtypes: list[str], float_scalar: bool, concrete=None) -> int:
-    """The output's element size. Elementwise ops promote: the widest floating dimensioned
-    argument (bf16 + fp32 -> fp32); integer tensors only where there is no floating one, and an
-    integer tensor with a floating number makes fp32 (uint8 / 255.0). Index tensors (int64)
-    beside floating ones do not set it."""
+    """The output's element size (`dtypes`: the types of the dimensioned ones among `tensors`,
+    in order). Elementwise ops promote: the widest floating dimensioned argument (bf16 + fp32 ->
+    fp32); integer tensors only where there is no floating one, and an integer tensor with a
+    floating number makes fp32 (uint8 / 255.0). Index tensors (int64) beside floating ones do
+    not set it."""
     if base in ("_softmax", "_log_softmax") and concrete and len(concrete) > 2 and concrete[2] == "True":
         return 4  # half_to_float: softmax(x_fp16, dtype=torch.float32)
     if _KEEPS_INPUT_DTYPE.search(base):
         return tensors[0][1]
-    shaped = [(elt, t) for (d, elt, _), t in zip([x for x in tensors if x[0]], dtypes)]
+    shaped = list(zip([elt for d, elt, _ in tensors if d], dtypes))
     floats = [elt for elt, t in shaped if t not in _INTEGER]
     if floats:
         return max(floats)
@@ -213,10 +218,6 @@ def _out_elt(base: str, tensors, dtypes: list[str], float_scalar: bool, concrete
     if float_scalar or (base in _FLOAT_RESULT and not rounding):
         return max(max(ints), 4)
     return max(ints)
-
-
-def _dimensioned_types(dims: list, types: list) -> list[str]:
-    return [t for d, t in zip(dims, types) if t in ELEMENT_BYTES and _ints(d)]
 
 
 def _reduced_elements(d: list[int], concrete, types, at: int = 1) -> int | None:
