@@ -485,6 +485,7 @@ def marginals(rows):
         words = r["config"].split()
         values = {"BLOCK_N": words[0], "warps": words[2], "stages": words[3], "combine": words[5],
                   "load": "tma" if "tma" in words else "pointer", "pdl": "pdl" if "pdl" in words else "no pdl",
+                  "schedule": "stream" if "stream" in words else "split",
                   "programs/SM": words[-1]}
         for knob, value in values.items():
             key = (knob, value, r["shape"])

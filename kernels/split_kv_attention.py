@@ -27,6 +27,13 @@ What
     Both sum the splits in split order: deterministic. With one split the first kernel stores
     the output itself and no combine runs.
 
+    The `stream` knob swaps the (split, row block, unit) grid for Stream-K's: CTAS_PER_SM x SMs
+    programs, the units' key groups laid end to end and cut into that many equal shares, so
+    every SM streams the same number of bytes whatever B x Hkv is (a split grid of 192
+    programs on 132 SMs leaves 60 SMs with twice the work of the others). A program whose
+    share crosses into the next unit carries on there; the programs of one unit combine by
+    the last arriver as above (Lean Attention applies Stream-K to attention this way).
+
     Causal semantics for Lq > 1: the queries are the LAST Lq positions of the sequence, so
     query i (0-based) sees keys 0 .. S - Lq + i (what a speculative-decoding verify step or a
     chunk of prefill appended to a cache needs). Lq = 1 sees every key. S >= Lq is required
@@ -59,7 +66,9 @@ Source of the idea
     Flash-decoding (Tri Dao, Daniel Haziza, Francisco Massa, Grigory Sizov, "Flash-Decoding for
     long-context inference", PyTorch blog, 2023) and FlashAttention 2's split-KV path with its
     num_splits heuristic (Dao, arXiv 2307.08691; the heuristic's rule as described above). The
-    online softmax is FlashAttention's (Dao et al., arXiv 2205.14135).
+    online softmax is FlashAttention's (Dao et al., arXiv 2205.14135). The stream schedule:
+    Stream-K (Osama et al., arXiv 2301.03598) as Lean Attention applies it to decode
+    (Sanovar et al., arXiv 2405.10480).
 """
 
 from __future__ import annotations
@@ -111,7 +120,8 @@ def attention_launch_metadata(hook_name: str):
         k = getattr(args.get("k_ptr"), "base", args.get("k_ptr"))  # a TensorDescriptor carries its tensor
         elt = k.element_size() if hasattr(k, "element_size") else 2
         return {
-            "name": f"{hook_name} [B={B}, Hkv={Hkv}, S={S}, D={D}, splits={args['num_splits']}]",
+            "name": f"{hook_name} [B={B}, Hkv={Hkv}, S={S}, D={D}, {'programs' if 'max_segments' in args else 'splits'}"
+                    f"={args['num_splits']}]",
             "bytes": 2 * B * Hkv * S * D * elt,
         }
 
@@ -138,6 +148,9 @@ class Config:
     combine: str = "last_arriver"  # "last_arriver" (one launch) | "kernel" (module docstring)
     tma: bool = False  # K/V through TMA tensor descriptors where the layout allows, else pointer loads
     pdl: bool = False  # "kernel" combine: launch it behind the split kernel (programmatic dependent launch, sm_90+)
+    # The "stream" schedule (stream_kv_kernel): CTAS_PER_SM x SMs programs, each walking an equal
+    # share of all (unit, key) work end to end; NUM_SPLITS unused (0), the last arriver combines.
+    stream: bool = False
 
     def __post_init__(self):
         for name in ("BLOCK_N", "BLOCK_H", "COMBINE_CHUNK"):
@@ -154,7 +167,10 @@ class Config:
             raise ValueError(f"combine={self.combine!r}: must be one of {COMBINES}")
         if not isinstance(self.NUM_SPLITS, int) or self.NUM_SPLITS < 0:
             raise ValueError(f"NUM_SPLITS={self.NUM_SPLITS!r}: must be 0 (automatic) or a positive integer")
-        for name in ("tma", "pdl"):
+        if self.stream and (self.combine != "last_arriver" or self.NUM_SPLITS or self.pdl):
+            raise ValueError("stream=True sizes its grid by CTAS_PER_SM and combines by the last arriver: "
+                             "NUM_SPLITS must be 0, combine 'last_arriver', pdl False")
+        for name in ("tma", "pdl", "stream"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r}: must be True or False")
 
@@ -163,9 +179,9 @@ class Config:
         return pipeline_bytes(self.BLOCK_N, self.num_stages, head_dim, dtype.itemsize, self.tma)
 
     def describe(self) -> str:
-        splits = self.NUM_SPLITS or "auto"
-        flags = (" tma" if self.tma else "") + (" pdl" if self.pdl else "")
-        return f"n{self.BLOCK_N} h{self.BLOCK_H} w{self.num_warps} s{self.num_stages} splits{splits} {self.combine}{flags}"
+        grid = f"{self.CTAS_PER_SM}/SM" if self.stream else f"splits{self.NUM_SPLITS or 'auto'}"
+        flags = (" tma" if self.tma else "") + (" pdl" if self.pdl else "") + (" stream" if self.stream else "")
+        return f"n{self.BLOCK_N} h{self.BLOCK_H} w{self.num_warps} s{self.num_stages} {grid} {self.combine}{flags}"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -215,16 +231,25 @@ def resolve_splits(config: Config, B: int, Hq: int, Hkv: int, Lq: int, S: int, s
 
 
 def search_space(B: int, Hq: int, Hkv: int, Lq: int, S: int, D: int, dtype: torch.dtype, sms: int) -> list[Config]:
-    """At most 12 candidates: the default first, then its twins with the other combine, with
-    TMA loads and with half its splits, then the sweep's structures (split_kv_tuning: tile keys,
-    stages, warps, TMA) that fit two programs an SM, at 2 programs an SM. The full sweep is
-    bench/bench_split_kv.py --sweep."""
+    """At most 12 candidates: the default first, then its twin in the other schedule (split or
+    stream, at about the same programs per SM), its twins with the other combine, with TMA
+    loads and with half its splits (split schedule), then the sweep's structures
+    (split_kv_tuning: tile keys, stages, warps, TMA) that fit two programs an SM, at 2
+    programs an SM. The full sweep is bench/bench_split_kv.py --sweep."""
     default = default_config(B, Hq, Hkv, Lq, S, D, dtype, sms)
-    out = [default, replace(default, combine="kernel" if default.combine == "last_arriver" else "last_arriver"),
-           replace(default, tma=not default.tma)]
-    if default.NUM_SPLITS >= 2:
-        out.append(replace(default, NUM_SPLITS=default.NUM_SPLITS // 2))
     units = work_units(B, Hq, Hkv, Lq)
+    knobs = {k: getattr(default, k) for k in ("BLOCK_N", "num_warps", "num_stages", "tma")}
+    if default.stream:
+        out = [default, Config(**candidate_knobs(units, S, sms, dict(
+            knobs, combine="last_arriver", pdl=False, stream=False, programs_per_sm=default.CTAS_PER_SM)))]
+    else:
+        per_sm = max(1, round(units * split_plan(S, resolve_splits(default, B, Hq, Hkv, Lq, S, sms))[0] / sms))
+        out = [default, Config(**candidate_knobs(units, S, sms, dict(
+            knobs, combine="last_arriver", pdl=False, stream=True, programs_per_sm=min(4, per_sm))))]
+        out += [replace(default, combine="kernel" if default.combine == "last_arriver" else "last_arriver")]
+        if default.NUM_SPLITS >= 2:
+            out.append(replace(default, NUM_SPLITS=default.NUM_SPLITS // 2))
+    out.append(replace(default, tma=not default.tma))
     for knobs in structure_candidates(D, dtype.itemsize):
         cfg = Config(**candidate_knobs(units, S, sms, knobs))
         if 2 * cfg.smem_bytes(D, dtype) <= SMEM_PER_BLOCK_SM90 and cfg not in out:
@@ -237,42 +262,16 @@ def search_space(B: int, Hq: int, Hkv: int, Lq: int, S: int, D: int, dtype: torc
 # --------------------------------------------------------------------------------------------
 
 
-@triton.jit(launch_metadata=attention_launch_metadata("split_kv_attention"))
-def split_kv_kernel(
-    # pointers: Q (B, Hq, Lq, D), K and V (B, Hkv, S, D) (host tensor descriptors with blocks
-    # [1, 1, BLOCK_N, BLOCK_D] when USE_TMA), O (B, Hq, Lq, D);
-    # partials: O_part fp32 (B x Hkv x R, num_splits, D), LSE fp32 (B x Hkv x R, num_splits)
-    q_ptr, k_ptr, v_ptr, o_ptr, opart_ptr, lse_ptr,
-    # "last_arriver": int32 arrival counters, one per (batch x kv-head, row block), zeroed
-    counter_ptr,
-    # problem size: R = (Hq / Hkv) x Lq query rows per kv-head
-    B, H_KV, S, D, LQ, R, GROUP,
-    # element strides
-    stride_qb, stride_qh, stride_qm, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_ob, stride_oh, stride_om, stride_od,
-    # the split: chunks over the S / ALIGN key groups (chunk c holds groups
-    # [c x GROUPS / num_splits, (c + 1) x GROUPS / num_splits)); softmax scale x log2(e)
-    num_splits, key_groups, qk_scale,
-    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    EVEN_D: tl.constexpr,  # D == BLOCK_D: no mask along D (16-byte vector loads)
-    DIRECT: tl.constexpr,  # one split: normalise and store O here, no partials
-    LAST_ARRIVER: tl.constexpr,  # the last program of a row block combines the splits
-    COMBINE_ROWS: tl.constexpr,  # last arriver: rows it combines at once (pow2 of the block's rows)
-    COMBINE_SPLITS: tl.constexpr,  # last arriver: splits it loads at once for all those rows
-    INT64: tl.constexpr,  # a key's offset within one (batch, head) can pass 2**31
-    USE_TMA: tl.constexpr,  # K and V through tensor descriptors (TMA) instead of pointer loads
-    PDL: tl.constexpr,  # programmatic dependent launch: let the combine kernel launch early
-    ALIGN: tl.constexpr,  # keys per group: chunk boundaries fall on multiples of it
-    NUM_STAGES: tl.constexpr,
-):
-    split = tl.program_id(0)
-    row_block = tl.program_id(1)
-    bh = tl.program_id(2)  # batch x kv-head
-    b = bh // H_KV
-    kvh = bh % H_KV
-
+@triton.jit
+def _attend(q_ptr, k_ptr, v_ptr, b, kvh, row_block, n_begin, n_end, S, D, LQ, R, GROUP,
+            stride_qb, stride_qh, stride_qm, stride_qd,
+            stride_kb, stride_kh, stride_kn, stride_kd,
+            stride_vb, stride_vh, stride_vn, stride_vd,
+            qk_scale,
+            BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr,
+            INT64: tl.constexpr, USE_TMA: tl.constexpr, NUM_STAGES: tl.constexpr):
+    """The online softmax of one row block of (batch b, kv-head kvh) over keys [n_begin, n_end):
+    (running max m, sum l, unnormalised output acc), all fp32, in base 2."""
     # Query rows of this program: row r is query head kvh x GROUP + r // LQ at position r % LQ.
     rows = row_block * BLOCK_H + tl.arange(0, BLOCK_H)
     row_ok = rows < R
@@ -288,10 +287,6 @@ def split_kv_kernel(
         q = tl.load(q_ptr + q_off, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
     # the last key each row may see (causal: the queries are the last LQ positions)
     last_key = S - LQ + qi
-
-    # equal chunks (+-ALIGN keys) for any split count; int64: split x groups can pass 2**31
-    n_begin = ((split.to(tl.int64) * key_groups) // num_splits).to(tl.int32) * ALIGN
-    n_end = tl.minimum((((split + 1).to(tl.int64) * key_groups) // num_splits).to(tl.int32) * ALIGN, S)
 
     # Online softmax in base 2. m starts finite so that a row with no visible key in this chunk
     # (an early query of the last chunk) gives exp2(-inf - m) = 0 rather than NaN.
@@ -329,20 +324,90 @@ def split_kv_kernel(
         l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
+    return m_i, l_i, acc
+
+
+@triton.jit
+def _store_rows(o_ptr, out, b, kvh, row0, R, D, LQ, GROUP, stride_ob, stride_oh, stride_om, stride_od,
+                ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Store `out` [ROWS, BLOCK_D] (fp32) as rows row0.. of (batch b, kv-head kvh) of O."""
+    rows = row0 + tl.arange(0, ROWS)
+    offs_d = tl.arange(0, BLOCK_D)
+    g = rows // LQ
+    qi = rows % LQ
+    o_off = (b.to(tl.int64) * stride_ob + (kvh * GROUP + g).to(tl.int64)[:, None] * stride_oh
+             + qi[:, None] * stride_om + offs_d[None, :] * stride_od)
+    tl.store(o_ptr + o_off, out.to(o_ptr.dtype.element_ty), mask=(rows < R)[:, None] & (offs_d < D)[None, :])
+
+
+@triton.jit
+def _store_partial(opart_ptr, lse_ptr, m_i, l_i, acc, bh, row0, slot, split_stride, R, D,
+                   BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr):
+    """A chunk's partial: its output normalised by its own sum, and its log-sum-exp (base 2;
+    -inf for a row that saw no key), at split `slot` of rows row0.. of bh."""
+    rows = row0 + tl.arange(0, BLOCK_H)
+    row_ok = rows < R
+    offs_d = tl.arange(0, BLOCK_D)
+    seen = l_i > 0.0
+    out = acc / tl.where(seen, l_i, 1.0)[:, None]
+    prow = (bh.to(tl.int64) * R + rows) * split_stride + slot  # (row, split) of the partials
+    tl.store(opart_ptr + (prow[:, None] * D + offs_d[None, :]), out, mask=row_ok[:, None] & (offs_d < D)[None, :])
+    lse = tl.where(seen, m_i + tl.math.log2(tl.where(seen, l_i, 1.0)), float("-inf"))
+    tl.store(lse_ptr + prow, lse, mask=row_ok)
+
+
+@triton.jit(launch_metadata=attention_launch_metadata("split_kv_attention"))
+def split_kv_kernel(
+    # pointers: Q (B, Hq, Lq, D), K and V (B, Hkv, S, D) (host tensor descriptors with blocks
+    # [1, 1, BLOCK_N, BLOCK_D] when USE_TMA), O (B, Hq, Lq, D);
+    # partials: O_part fp32 (B x Hkv x R, num_splits, D), LSE fp32 (B x Hkv x R, num_splits)
+    q_ptr, k_ptr, v_ptr, o_ptr, opart_ptr, lse_ptr,
+    # "last_arriver": int32 arrival counters, one per (batch x kv-head, row block), zeroed
+    counter_ptr,
+    # problem size: R = (Hq / Hkv) x Lq query rows per kv-head
+    B, H_KV, S, D, LQ, R, GROUP,
+    # element strides
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_om, stride_od,
+    # the split: chunks over the S / ALIGN key groups (chunk c holds groups
+    # [c x GROUPS / num_splits, (c + 1) x GROUPS / num_splits)); softmax scale x log2(e)
+    num_splits, key_groups, qk_scale,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    EVEN_D: tl.constexpr,  # D == BLOCK_D: no mask along D (16-byte vector loads)
+    DIRECT: tl.constexpr,  # one split: normalise and store O here, no partials
+    LAST_ARRIVER: tl.constexpr,  # the last program of a row block combines the splits
+    COMBINE_ROWS: tl.constexpr,  # last arriver: rows it combines at once (pow2 of the block's rows)
+    COMBINE_SPLITS: tl.constexpr,  # last arriver: splits it loads at once for all those rows
+    INT64: tl.constexpr,  # a key's offset within one (batch, head) can pass 2**31
+    USE_TMA: tl.constexpr,  # K and V through tensor descriptors (TMA) instead of pointer loads
+    PDL: tl.constexpr,  # programmatic dependent launch: let the combine kernel launch early
+    ALIGN: tl.constexpr,  # keys per group: chunk boundaries fall on multiples of it
+    NUM_STAGES: tl.constexpr,
+):
+    split = tl.program_id(0)
+    row_block = tl.program_id(1)
+    bh = tl.program_id(2)  # batch x kv-head
+    b = bh // H_KV
+    kvh = bh % H_KV
+    # equal chunks (+-ALIGN keys) for any split count; int64: split x groups can pass 2**31
+    n_begin = ((split.to(tl.int64) * key_groups) // num_splits).to(tl.int32) * ALIGN
+    n_end = tl.minimum((((split + 1).to(tl.int64) * key_groups) // num_splits).to(tl.int32) * ALIGN, S)
+    m_i, l_i, acc = _attend(q_ptr, k_ptr, v_ptr, b, kvh, row_block, n_begin, n_end, S, D, LQ, R, GROUP,
+                            stride_qb, stride_qh, stride_qm, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
+                            stride_vb, stride_vh, stride_vn, stride_vd, qk_scale,
+                            BLOCK_H, BLOCK_N, BLOCK_D, EVEN_D, INT64, USE_TMA, NUM_STAGES)
     if PDL:
         gdc_launch_dependents()  # the combine kernel may launch now; it waits for our partials
 
-    seen = l_i > 0.0
-    out = acc / tl.where(seen, l_i, 1.0)[:, None]
     if DIRECT:
-        o_off = (b.to(tl.int64) * stride_ob + (kvh * GROUP + g).to(tl.int64)[:, None] * stride_oh
-                 + qi[:, None] * stride_om + offs_d[None, :] * stride_od)
-        tl.store(o_ptr + o_off, out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+        out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
+        _store_rows(o_ptr, out, b, kvh, row_block * BLOCK_H, R, D, LQ, GROUP,
+                    stride_ob, stride_oh, stride_om, stride_od, BLOCK_H, BLOCK_D)
     else:
-        prow = (bh.to(tl.int64) * R + rows) * num_splits + split  # (row, split) of the partials
-        tl.store(opart_ptr + (prow[:, None] * D + offs_d[None, :]), out, mask=row_ok[:, None] & d_ok[None, :])
-        lse = tl.where(seen, m_i + tl.math.log2(tl.where(seen, l_i, 1.0)), float("-inf"))
-        tl.store(lse_ptr + prow, lse, mask=row_ok)
+        _store_partial(opart_ptr, lse_ptr, m_i, l_i, acc, bh, row_block * BLOCK_H, split, num_splits, R, D,
+                       BLOCK_H, BLOCK_D)
         if LAST_ARRIVER:
             # Every thread's partial must be in memory before this program announces itself:
             # the barrier orders the block, the acq_rel atomic publishes to (and, for the last
@@ -352,13 +417,75 @@ def split_kv_kernel(
             arrived = tl.atomic_add(counter_ptr + slot, 1, sem="acq_rel")
             if arrived == num_splits - 1:
                 _combine_rows(opart_ptr, lse_ptr, o_ptr, bh, b, kvh, row_block * BLOCK_H, R, D, LQ, GROUP,
-                              num_splits, stride_ob, stride_oh, stride_om, stride_od,
+                              num_splits, num_splits, stride_ob, stride_oh, stride_om, stride_od,
                               COMBINE_ROWS, COMBINE_SPLITS, BLOCK_D)
                 tl.store(counter_ptr + slot, 0)  # back to zero for the next launch
 
 
+@triton.jit(launch_metadata=attention_launch_metadata("stream_kv_attention"))
+def stream_kv_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, opart_ptr, lse_ptr,
+    counter_ptr,  # int32 arrival counters, one per work unit (batch x kv-head x row block), zeroed
+    B, H_KV, S, D, LQ, R, GROUP, ROW_BLOCKS,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_om, stride_od,
+    # the work: units x key_groups groups of ALIGN keys laid end to end (unit-major), program p
+    # walking groups [p x total / P, (p + 1) x total / P), P = the grid; a unit's partials sit
+    # at most max_segments apart
+    num_splits, key_groups, total_groups, max_segments, qk_scale,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr,
+    COMBINE_ROWS: tl.constexpr, COMBINE_SPLITS: tl.constexpr,
+    INT64: tl.constexpr, USE_TMA: tl.constexpr, ALIGN: tl.constexpr, NUM_STAGES: tl.constexpr,
+):
+    """The "stream" schedule (Stream-K for decode; Lean Attention): every program walks the
+    same number of key groups (+-1), crossing from one work unit into the next, so that a grid
+    of whole SMs finishes together whatever the unit count. The programs that share a unit each
+    leave a partial; the last of them to arrive combines them (as split_kv_kernel's last
+    arriver). A unit walked by one program alone is stored directly."""
+    pid = tl.program_id(0).to(tl.int64)
+    P = num_splits  # programs in the grid
+    cur = (pid * total_groups) // P
+    end = ((pid + 1) * total_groups) // P
+    while cur < end:
+        u = cur // key_groups  # the work unit: (batch x kv-head) x ROW_BLOCKS + row block
+        u0 = u * key_groups
+        seg_end = tl.minimum(end, u0 + key_groups)
+        # the programs holding the unit's first and last groups: group x lies in the largest p
+        # with p x total / P <= x, i.e. p = ((x + 1) x P - 1) // total
+        p_first = ((u0 + 1) * P - 1) // total_groups
+        p_last = ((u0 + key_groups) * P - 1) // total_groups
+        segments = (p_last - p_first + 1).to(tl.int32)
+        bh = (u // ROW_BLOCKS).to(tl.int32)
+        row_block = (u % ROW_BLOCKS).to(tl.int32)
+        b = bh // H_KV
+        kvh = bh % H_KV
+        n_begin = ((cur - u0) * ALIGN).to(tl.int32)
+        n_end = tl.minimum(((seg_end - u0) * ALIGN).to(tl.int32), S)
+        m_i, l_i, acc = _attend(q_ptr, k_ptr, v_ptr, b, kvh, row_block, n_begin, n_end, S, D, LQ, R, GROUP,
+                                stride_qb, stride_qh, stride_qm, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
+                                stride_vb, stride_vh, stride_vn, stride_vd, qk_scale,
+                                BLOCK_H, BLOCK_N, BLOCK_D, EVEN_D, INT64, USE_TMA, NUM_STAGES)
+        if segments == 1:
+            out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
+            _store_rows(o_ptr, out, b, kvh, row_block * BLOCK_H, R, D, LQ, GROUP,
+                        stride_ob, stride_oh, stride_om, stride_od, BLOCK_H, BLOCK_D)
+        else:
+            _store_partial(opart_ptr, lse_ptr, m_i, l_i, acc, bh, row_block * BLOCK_H,
+                           (pid - p_first).to(tl.int32), max_segments, R, D, BLOCK_H, BLOCK_D)
+            tl.debug_barrier()  # as split_kv_kernel's last arriver
+            arrived = tl.atomic_add(counter_ptr + u, 1, sem="acq_rel")
+            if arrived == segments - 1:
+                _combine_rows(opart_ptr, lse_ptr, o_ptr, bh, b, kvh, row_block * BLOCK_H, R, D, LQ, GROUP,
+                              segments, max_segments, stride_ob, stride_oh, stride_om, stride_od,
+                              COMBINE_ROWS, COMBINE_SPLITS, BLOCK_D)
+                tl.store(counter_ptr + u, 0)  # back to zero for the next launch
+        cur = seg_end
+
+
 @triton.jit
-def _combine_rows(opart_ptr, lse_ptr, o_ptr, bh, b, kvh, row0, R, D, LQ, GROUP, num_splits,
+def _combine_rows(opart_ptr, lse_ptr, o_ptr, bh, b, kvh, row0, R, D, LQ, GROUP, num_splits, split_stride,
                   stride_ob, stride_oh, stride_om, stride_od,
                   ROWS: tl.constexpr, SPLITS: tl.constexpr, BLOCK_D: tl.constexpr):
     """O for rows row0 .. row0 + ROWS of (batch, kv-head) bh from every split's partial, read
@@ -370,7 +497,7 @@ def _combine_rows(opart_ptr, lse_ptr, o_ptr, bh, b, kvh, row0, R, D, LQ, GROUP, 
     row_ok = rows < R
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < D
-    base = (bh.to(tl.int64) * R + rows) * num_splits  # [ROWS]
+    base = (bh.to(tl.int64) * R + rows) * split_stride  # [ROWS]; splits 0 .. num_splits - 1 follow
     offs_s = tl.arange(0, SPLITS)
     m_c = tl.full((ROWS,), -1.0e30, dtype=tl.float32)
     l_c = tl.zeros((ROWS,), dtype=tl.float32)
@@ -388,12 +515,8 @@ def _combine_rows(opart_ptr, lse_ptr, o_ptr, bh, b, kvh, row0, R, D, LQ, GROUP, 
         l_c = l_c * scale + tl.sum(w, axis=1)
         acc_c = acc_c * scale[:, None] + tl.sum(o_s * w[:, :, None], axis=1)
         m_c = m_new
-    g = rows // LQ
-    qi = rows % LQ
-    o_off = (b.to(tl.int64) * stride_ob + (kvh * GROUP + g).to(tl.int64)[:, None] * stride_oh
-             + qi[:, None] * stride_om + offs_d[None, :] * stride_od)
     res = acc_c / tl.where(l_c > 0.0, l_c, 1.0)[:, None]
-    tl.store(o_ptr + o_off, res.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+    _store_rows(o_ptr, res, b, kvh, row0, R, D, LQ, GROUP, stride_ob, stride_oh, stride_om, stride_od, ROWS, BLOCK_D)
 
 
 @triton.jit
@@ -491,40 +614,60 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: 
     R = group * Lq
     block_h = rows_per_program(group, Lq, config.BLOCK_H)
     block_d = _pow2(D)
-    splits, _ = split_plan(S, resolve_splits(config, B, Hq, Hkv, Lq, S, sms))
     out = _prepare_output(out, q)
-    direct = splits == 1
     rows_total = B * Hkv * R
-    opart = out if direct else torch.empty((rows_total * splits * D,), dtype=torch.float32, device=q.device)
-    lse = out if direct else torch.empty((rows_total * splits,), dtype=torch.float32, device=q.device)
     int64 = max((S - 1) * abs(t.stride(2)) + (D - 1) * abs(t.stride(3)) for t in (k, v)) >= 2**31 - 1
     use_tma = config.tma and tma_ok(k, v, block_d)
-    # PDL (the combine kernel only: launching the split kernel early behind whatever kernel came
-    # before would need that kernel's cooperation) is an sm_90 launch attribute the CPU
-    # interpreter, which replaces the jitted kernels, lacks
-    pdl = (config.pdl and not direct and config.combine == "kernel" and gdc_wait is not None
-           and isinstance(split_kv_kernel, triton.runtime.JITFunction))
     if use_tma:
         k_arg, v_arg = (TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, config.BLOCK_N, block_d])
                         for t in (k, v))
     else:
         k_arg, v_arg = k, v
+    # the last arriver's [rows, splits, D] fp32 tile: about 64 registers a thread at most (not
+    # tied to the split count, so that one compiled kernel serves every split count)
+    combine_rows = min(block_h, _pow2(R))
+    combine_splits = max(1, _floor_pow2(2048 * config.num_warps // (combine_rows * block_d)))
+    common_args = (B, Hkv, S, D, Lq, R, group)
+    strides = (*q.stride(), *k.stride(), *v.stride(), *out.stride())
 
+    if config.stream:
+        units = B * Hkv * cdiv(R, block_h)
+        groups = cdiv(S, SPLIT_ALIGN)
+        total = units * groups
+        programs = min(config.CTAS_PER_SM * sms, total)
+        max_segments = stream_segments(groups, total, programs)
+        opart = torch.empty((rows_total * max_segments * D,), dtype=torch.float32, device=q.device)
+        lse = torch.empty((rows_total * max_segments,), dtype=torch.float32, device=q.device)
+        counters = SCRATCH.get("split_kv_counters", units, torch.int32, q.device)
+        stream_kv_kernel[(programs,)](
+            q, k_arg, v_arg, out, opart, lse, counters, *common_args, cdiv(R, block_h), *strides,
+            programs, groups, total, max_segments, scale * LOG2E,
+            BLOCK_H=block_h, BLOCK_N=config.BLOCK_N, BLOCK_D=block_d, EVEN_D=D == block_d,
+            COMBINE_ROWS=combine_rows, COMBINE_SPLITS=combine_splits,
+            INT64=int64, USE_TMA=use_tma, ALIGN=SPLIT_ALIGN, NUM_STAGES=config.num_stages,
+            num_warps=config.num_warps, num_stages=config.num_stages,
+        )
+        return out
+
+    splits, _ = split_plan(S, resolve_splits(config, B, Hq, Hkv, Lq, S, sms))
+    direct = splits == 1
+    opart = out if direct else torch.empty((rows_total * splits * D,), dtype=torch.float32, device=q.device)
+    lse = out if direct else torch.empty((rows_total * splits,), dtype=torch.float32, device=q.device)
+    # PDL (the combine kernel only: launching the split kernel early behind whatever kernel came
+    # before would need that kernel's cooperation) is an sm_90 launch attribute the CPU
+    # interpreter, which replaces the jitted kernels, lacks
+    pdl = (config.pdl and not direct and config.combine == "kernel" and gdc_wait is not None
+           and isinstance(split_kv_kernel, triton.runtime.JITFunction))
     grid = (splits, cdiv(R, block_h), B * Hkv)
     last = not direct and config.combine == "last_arriver"
     counters = SCRATCH.get("split_kv_counters", grid[1] * grid[2], torch.int32, q.device) if last else out
-    # the last arriver's [rows, splits, D] fp32 tile: about 64 registers a thread at most (not
-    # tied to the split count, so that one compiled kernel serves every split count; 1 x 1 when
-    # unused, so that other row counts share the compiled kernel)
-    combine_rows = min(block_h, _pow2(R)) if last else 1
-    combine_splits = max(1, _floor_pow2(2048 * config.num_warps // (combine_rows * block_d))) if last else 1
     split_kv_kernel[grid](
-        q, k_arg, v_arg, out, opart, lse, counters,
-        B, Hkv, S, D, Lq, R, group,
-        *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+        q, k_arg, v_arg, out, opart, lse, counters, *common_args, *strides,
         splits, cdiv(S, SPLIT_ALIGN), scale * LOG2E,
         BLOCK_H=block_h, BLOCK_N=config.BLOCK_N, BLOCK_D=block_d, EVEN_D=D == block_d,
-        DIRECT=direct, LAST_ARRIVER=last, COMBINE_ROWS=combine_rows, COMBINE_SPLITS=combine_splits,
+        DIRECT=direct, LAST_ARRIVER=last,
+        # 1 x 1 when unused, so that other row counts share the compiled kernel
+        COMBINE_ROWS=combine_rows if last else 1, COMBINE_SPLITS=combine_splits if last else 1,
         INT64=int64, USE_TMA=use_tma, PDL=pdl, ALIGN=SPLIT_ALIGN, NUM_STAGES=config.num_stages,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
@@ -537,6 +680,14 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: 
             BLOCK_D=block_d, PDL=pdl, num_warps=4 if block_d >= 128 else 2, **({"launch_pdl": True} if pdl else {}),
         )
     return out
+
+
+def stream_segments(groups: int, total: int, programs: int) -> int:
+    """Most programs that share one work unit under the stream schedule: each of `programs`
+    walks total // programs or one more key groups, so a unit of `groups` groups meets one
+    program on its first group and at most ceil((groups - 1) / (total // programs)) more."""
+    least = max(1, total // max(1, programs))
+    return max(1, min(groups, programs, 1 + cdiv(groups - 1, least)))
 
 
 def _floor_pow2(n: int) -> int:

@@ -75,21 +75,34 @@ def pipeline_bytes(block_n: int, stages: int, head_dim: int, elt: int, tma: bool
 # BEGIN TABLE
 TABLE_SOURCE = 'bench/bench_split_kv.py --sweep on 132 SMs: the fastest config per shape (rows: bench/results/split_kv/)'
 TABLE = [
-    {"units": 8, "S": 8192, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "programs_per_sm": 2},
-    {"units": 8, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False, "pdl": True, "programs_per_sm": 2},
-    {"units": 8, "S": 131072, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "programs_per_sm": 2},
-    {"units": 16, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "programs_per_sm": 3},
-    {"units": 16, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "programs_per_sm": 3},
-    {"units": 16, "S": 131072, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "programs_per_sm": 4},
-    {"units": 32, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "programs_per_sm": 3},
-    {"units": 32, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "programs_per_sm": 3},
-    {"units": 32, "S": 131072, "BLOCK_N": 128, "num_warps": 4, "num_stages": 4, "combine": "kernel", "tma": True, "pdl": True, "programs_per_sm": 3},
-    {"units": 64, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "last_arriver", "tma": True, "pdl": False, "programs_per_sm": 1},
-    {"units": 64, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "last_arriver", "tma": True, "pdl": False, "programs_per_sm": 1},
-    {"units": 64, "S": 131072, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": True, "pdl": True, "programs_per_sm": 1},
+    {"units": 8, "S": 8192, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 2},
+    {"units": 8, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False, "pdl": True, "stream": False, "programs_per_sm": 2},
+    {"units": 8, "S": 131072, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 2},
+    {"units": 16, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 3},
+    {"units": 16, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 3},
+    {"units": 16, "S": 131072, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 4},
+    {"units": 32, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 3},
+    {"units": 32, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 3},
+    {"units": 32, "S": 131072, "BLOCK_N": 128, "num_warps": 4, "num_stages": 4, "combine": "kernel", "tma": True, "pdl": True, "stream": False, "programs_per_sm": 3},
+    {"units": 64, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 1},
+    {"units": 64, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 1},
+    {"units": 64, "S": 131072, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": True, "pdl": True, "stream": False, "programs_per_sm": 1},
 ]
 # END TABLE
-TABLE_KNOBS = ("BLOCK_N", "num_warps", "num_stages", "combine", "tma", "pdl")
+TABLE_KNOBS = ("BLOCK_N", "num_warps", "num_stages", "combine", "tma", "pdl", "stream")
+
+
+def point_knobs(point: dict) -> dict:
+    """A table point's or sweep candidate's TABLE_KNOBS."""
+    return {k: point[k] for k in TABLE_KNOBS}
+
+
+def grid_knobs(units: int, S: int, sms: int, knobs: dict) -> dict:
+    """The grid of a point's programs_per_sm for a shape: the split schedule's split count
+    (fill_splits), or the stream schedule's programs per SM (CTAS_PER_SM, no split count)."""
+    if knobs.get("stream"):
+        return {"NUM_SPLITS": 0, "CTAS_PER_SM": max(1, round(knobs["programs_per_sm"]))}
+    return {"NUM_SPLITS": fill_splits(units, sms, knobs["programs_per_sm"], S)}
 
 
 def nearest_point(units: int, S: int, table: list[dict] | None = None) -> dict:
@@ -109,7 +122,7 @@ def table_knobs(units: int, S: int, head_dim: int, elt: int, sms: int, table: li
     shrink until one program fits an SM), and the split count fills the point's programs per
     SM."""
     p = nearest_point(units, S, table)
-    knobs = {k: p[k] for k in TABLE_KNOBS}
+    knobs = point_knobs(p)
     scale = 256 / (pow2(head_dim) * elt)
     knobs["BLOCK_N"] = int(min(128, max(16, pow2(max(1, round(p["BLOCK_N"] * scale))))))
     while knobs["num_stages"] > 2 and pipeline_bytes(knobs["BLOCK_N"], knobs["num_stages"], head_dim, elt,
@@ -118,7 +131,7 @@ def table_knobs(units: int, S: int, head_dim: int, elt: int, sms: int, table: li
     while knobs["BLOCK_N"] > 16 and pipeline_bytes(knobs["BLOCK_N"], knobs["num_stages"], head_dim, elt,
                                                    knobs["tma"]) > SMEM_PER_SM:
         knobs["BLOCK_N"] //= 2
-    knobs["NUM_SPLITS"] = fill_splits(units, sms, p["programs_per_sm"], S)
+    knobs.update(grid_knobs(units, S, sms, p))
     return knobs
 
 
@@ -142,28 +155,33 @@ def structure_candidates(head_dim: int, elt: int) -> list[dict]:
                     if pipeline_bytes(block_n, stages, head_dim, elt, tma) > SMEM_PER_SM:
                         continue
                     out.append({"BLOCK_N": block_n, "num_warps": warps, "num_stages": stages, "combine": "kernel",
-                                "tma": tma, "pdl": False, "programs_per_sm": 2})
+                                "tma": tma, "pdl": False, "stream": False, "programs_per_sm": 2})
     return out
 
 
 COMBINE_CHOICES = (("last_arriver", False), ("kernel", False), ("kernel", True))  # (combine, pdl)
+STREAM_PROGRAMS_PER_SM = (1, 2, 3, 4)  # the stream schedule: whole SMs, each an equal share
 
 
 def balance_candidates(best: list[dict]) -> list[dict]:
-    """Stage B: for each of the best structures, the combine (last arriver; second kernel,
-    launched plainly or behind the split kernel by PDL) and the programs per SM."""
+    """Stage B: for each of the best structures, the stream schedule at 1-4 programs an SM
+    (first: the newer schedule, never swept before), then the split schedule's combine (last
+    arriver; second kernel, launched plainly or behind the split kernel by PDL) and programs
+    per SM."""
     out = []
     for s in best:
+        for pps in STREAM_PROGRAMS_PER_SM:
+            c = dict(s, combine="last_arriver", pdl=False, stream=True, programs_per_sm=pps)
+            if c not in out:
+                out.append(c)
         for pps in PROGRAMS_PER_SM:
             for combine, pdl in COMBINE_CHOICES:
-                c = dict(s, combine=combine, pdl=pdl, programs_per_sm=pps)
+                c = dict(s, combine=combine, pdl=pdl, stream=False, programs_per_sm=pps)
                 if c not in out:
                     out.append(c)
     return out
 
 
 def candidate_knobs(units: int, S: int, sms: int, knobs: dict) -> dict:
-    """A sweep candidate as Config fields: its split count resolved for the shape."""
-    out = {k: knobs[k] for k in TABLE_KNOBS}
-    out["NUM_SPLITS"] = fill_splits(units, sms, knobs["programs_per_sm"], S)
-    return out
+    """A sweep candidate as Config fields: its grid resolved for the shape."""
+    return {**point_knobs(knobs), **grid_knobs(units, S, sms, knobs)}

@@ -71,7 +71,7 @@ def test_apply_table_rewrites_only_the_table(tmp_path):
     original = (REPO / "kernels" / "split_kv_tuning.py").read_text()
     target.write_text(original)
     point = {"units": 24, "S": 20000, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2, "combine": "last_arriver",
-             "tma": True, "pdl": True, "programs_per_sm": 3, "us": 50.1}
+             "tma": True, "pdl": True, "stream": False, "programs_per_sm": 3, "us": 50.1}
     src = tmp_path / "t.json"
     src.write_text(json.dumps({"source": "a test's sweep", "sms": 132, "table": [point]}))
     mod.apply_table(src, target)

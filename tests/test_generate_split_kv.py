@@ -88,6 +88,17 @@ def test_generate_split_kv_cli(tmp_path):
     r = CliRunner().invoke(cli, ["generate", "dp", "--attn", "1:32:8:128:100", "-o", str(tmp_path / "x.py")])
     assert r.exit_code == 2 and "--attn is for the split_kv strategy" in r.output
 
+    # --config stream=true alone gives the stream schedule's grid (no split count, last arriver);
+    # a split count asked for with it is refused in one line
+    r = CliRunner().invoke(cli, ["generate", "split_kv", "--attn", "1:32:8:128:8192", "--config", "stream=true",
+                                 "--config", "CTAS_PER_SM=3", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "NUM_SPLITS=0" in r.output and "stream=True" in r.output and "CTAS_PER_SM=3" in r.output
+    assert "combine=last_arriver" in r.output
+    r = CliRunner().invoke(cli, ["generate", "split_kv", "--attn", "1:32:8:128:8192", "--config", "stream=true",
+                                 "--config", "NUM_SPLITS=4", "-o", str(out)])
+    assert r.exit_code == 2 and "NUM_SPLITS must be 0" in r.output, r.output
+
 
 def test_knob_split_rule_matches_the_kernel():
     # advisor.symptoms.attention and the kernel file each carry the rule (a kernel file stands alone)

@@ -149,6 +149,51 @@ def test_deterministic_and_both_combines_agree():
     assert torch.allclose(first, other, rtol=1e-5, atol=1e-6)
 
 
+
+def stream(per_sm, block_n=16, tma=False):
+    return kv.Config(BLOCK_N=block_n, num_stages=2, stream=True, CTAS_PER_SM=per_sm, tma=tma)
+
+
+@pytest.mark.parametrize("dims, per_sm", [
+    ((1, 8, 2, 1, 300, 32), 3),  # 2 units x 19 groups on 12 programs: every unit cut 6-7 ways
+    ((2, 8, 2, 3, 1000, 32), 5),  # causal Lq 3, 4 units of 63 groups over 20 programs
+    ((3, 6, 3, 1, 77, 16), 40),  # more programs than groups: one 16-key group each, 5 per unit
+    ((1, 4, 2, 2, 33, 64), 1),  # 4 programs over 2 units of 3 groups: programs cross units
+    ((2, 8, 1, 1, 513, 48), 7),  # D not a power of two; 28 programs over 2 units of 33 groups
+    ((1, 64, 1, 2, 200, 32), 1),  # 128 rows in two row blocks (two units of one kv-head)
+])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_stream_schedule(dims, per_sm, dtype, monkeypatch):
+    # equal shares of all (unit, key) work per program, partials combined by the last arriver
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "4")
+    run_checked(*dims, dtype, stream(per_sm))
+    assert_counters_clean()
+
+
+def test_stream_schedule_tma_strided_and_deterministic(monkeypatch):
+    monkeypatch.setenv("ADVISOR_NUM_SMS", "3")
+    run_checked(2, 8, 2, 3, 333, 32, torch.bfloat16, stream(2, block_n=32, tma=True), layout="bshd")
+    first, (q, k, v) = run_checked(1, 4, 1, 2, 120, 16, torch.float32, stream(2), seed=3)
+    assert torch.equal(first, kv.decode_attention(q, k, v, stream(2)))
+    # a unit walked by one program alone (2 programs, 2 units) is stored directly, no partials
+    run_checked(2, 4, 1, 1, 64, 32, torch.float16, stream(1, block_n=32))
+    assert_counters_clean()
+
+
+def test_stream_segments_bound():
+    # the partials' stride: the most programs any unit meets, checked against the walk itself
+    for groups, units, programs in ((19, 2, 12), (63, 4, 20), (5, 9, 45), (3, 2, 4), (8192, 64, 132), (1, 7, 3)):
+        total = units * groups
+        programs = min(programs, total)
+        owner = [max(p for p in range(programs) if p * total // programs <= x) for x in range(total)]
+        most = max(len({owner[x] for x in range(u * groups, (u + 1) * groups)}) for u in range(units))
+        assert most <= kv.stream_segments(groups, total, programs), (groups, units, programs)
+    with pytest.raises(ValueError, match="stream=True"):
+        kv.Config(stream=True, NUM_SPLITS=4)
+    with pytest.raises(ValueError, match="stream=True"):
+        kv.Config(stream=True, combine="kernel")
+    assert "2/SM" in kv.Config(stream=True, CTAS_PER_SM=2).describe()
+
 def test_default_config_runs():
     # the rule on the test's 3 SMs: one kv-head's program would fill a third of 6 slots -> split
     q, k, v = kv.random_inputs(1, 4, 1, 1, 700, 32, torch.float16, DEVICE, seed=5)
@@ -196,7 +241,10 @@ def test_default_config_on_the_h200_suite():
             c = kv.default_config(B, 32, 8, 1, S, 128, torch.bfloat16, 132)
             point = tuning.nearest_point(B * 8, S)
             assert (point["units"], point["S"]) == (B * 8, S)
-            assert (c.BLOCK_N, c.num_warps, c.num_stages, c.combine, c.tma, c.pdl) == tuple(point[k] for k in tuning.TABLE_KNOBS)
+            assert tuple(getattr(c, k) for k in tuning.TABLE_KNOBS) == tuple(tuning.point_knobs(point).values())
+            if c.stream:  # whole SMs: the point's programs per SM, no split count
+                assert (c.CTAS_PER_SM, c.NUM_SPLITS) == (point["programs_per_sm"], 0), (B, S, c)
+                continue
             splits, per = kv.split_plan(S, c.NUM_SPLITS)
             assert per >= 128, (B, S, c)
             assert abs(B * 8 * splits - point["programs_per_sm"] * 132) <= B * 8, (B, S, c)

@@ -24,16 +24,16 @@ def test_fill_splits_fills_the_target_programs():
 def test_nearest_point_and_knobs_carry_over():
     table = [
         {"units": 8, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False,
-         "pdl": True, "programs_per_sm": 2},
+         "pdl": True, "stream": False, "programs_per_sm": 2},
         {"units": 64, "S": 131072, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2, "combine": "last_arriver",
-         "tma": True, "pdl": False, "programs_per_sm": 1},
+         "tma": True, "pdl": False, "stream": False, "programs_per_sm": 1},
     ]
     # log distance: units 12 / S 20000 is nearer (8, 8192) (0.58 + 1.29) than (64, 131072) (2.4 + 2.7)
     assert tuning.nearest_point(12, 20000, table) is table[0]
     assert tuning.nearest_point(40, 65536, table) is table[1]
     k = tuning.table_knobs(12, 20000, 128, 2, 132, table)
     assert k == {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False, "pdl": True,
-                 "NUM_SPLITS": 22}
+                 "stream": False, "NUM_SPLITS": 22}
     # D 64 in bf16 doubles the keys of a tile (same bytes); fp32 at D 256 quarters them and
     # keeps two programs an SM (2 x (stages - 1) x 2 x BLOCK_N x 256 x 4 <= 227 KB)
     assert tuning.table_knobs(12, 20000, 64, 2, 132, table)["BLOCK_N"] == 128
@@ -54,14 +54,20 @@ def test_nearest_point_and_knobs_carry_over():
 def test_sweep_candidates():
     structures = tuning.structure_candidates(128, 2)
     assert structures[0] == {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False,
-                             "pdl": False, "programs_per_sm": 2}
+                             "pdl": False, "stream": False, "programs_per_sm": 2}
     assert {s["tma"] for s in structures} == {False, True}
     assert all(tuning.pipeline_bytes(s["BLOCK_N"], s["num_stages"], 128, 2, s["tma"]) <= tuning.SMEM_PER_SM
                for s in structures)
     # 128-key tiles at 4 stages in fp32 do not fit: left out
     assert not any(s["BLOCK_N"] == 128 and s["num_stages"] == 4 for s in tuning.structure_candidates(128, 4))
     balance = tuning.balance_candidates(structures[:3])
-    assert len(balance) == 3 * len(tuning.PROGRAMS_PER_SM) * 3
-    # PDL only where there is a second kernel to launch early
-    assert {(c["combine"], c["pdl"]) for c in balance} == {("last_arriver", False), ("kernel", False), ("kernel", True)}
-    assert tuning.candidate_knobs(8, 8192, 132, balance[0])["NUM_SPLITS"] == 17  # 1 program an SM: ceil(132 / 8)
+    assert len(balance) == 3 * (len(tuning.STREAM_PROGRAMS_PER_SM) + len(tuning.PROGRAMS_PER_SM) * 3)
+    # PDL only where there is a second kernel to launch early; the stream schedule only with
+    # the last arriver
+    assert {(c["combine"], c["pdl"], c["stream"]) for c in balance} == {
+        ("last_arriver", False, True), ("last_arriver", False, False), ("kernel", False, False), ("kernel", True, False)}
+    # the stream candidates come first and keep whole SMs, no split count
+    assert balance[0]["stream"] and tuning.candidate_knobs(8, 8192, 132, balance[0])["CTAS_PER_SM"] == 1
+    assert tuning.candidate_knobs(8, 8192, 132, balance[1])["NUM_SPLITS"] == 0
+    split = next(c for c in balance if not c["stream"] and c["programs_per_sm"] == 1)
+    assert tuning.candidate_knobs(8, 8192, 132, split)["NUM_SPLITS"] == 17  # 1 program an SM: ceil(132 / 8)

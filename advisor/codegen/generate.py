@@ -506,7 +506,12 @@ def generate_split_kv(
     dev = device or Device()
     final, modelled = _split_kv_knobs(shape, dtype, dev)
     if knobs:
-        final.update(coerce_knobs(SPLIT_KV, knobs))
+        asked = coerce_knobs(SPLIT_KV, knobs)
+        if asked.get("stream") and not final.get("stream"):
+            # the stream schedule's grid: whole SMs, no split count, the last arriver combining;
+            # what the user set explicitly stays (and Config says if it conflicts)
+            final.update(NUM_SPLITS=0, combine="last_arriver", pdl=False)
+        final.update(asked)
         modelled = dict(modelled, overridden=sorted(knobs))
     chosen_by = chosen_by or modelled
     final = coerce_knobs(SPLIT_KV, final)
