@@ -75,18 +75,18 @@ def pipeline_bytes(block_n: int, stages: int, head_dim: int, elt: int, tma: bool
 # BEGIN TABLE
 TABLE_SOURCE = 'bench/bench_split_kv.py --sweep on 132 SMs: the fastest config per shape (rows: bench/results/split_kv/)'
 TABLE = [
-    {"units": 8, "S": 8192, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 2},
-    {"units": 8, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": False, "pdl": True, "stream": False, "programs_per_sm": 2},
-    {"units": 8, "S": 131072, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 2},
-    {"units": 16, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 3},
-    {"units": 16, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 3},
-    {"units": 16, "S": 131072, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 4},
+    {"units": 8, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 2},
+    {"units": 8, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 2},
+    {"units": 8, "S": 131072, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 2},
+    {"units": 16, "S": 8192, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 2},
+    {"units": 16, "S": 32768, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": True, "programs_per_sm": 2},
+    {"units": 16, "S": 131072, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "last_arriver", "tma": False, "pdl": False, "stream": True, "programs_per_sm": 2},
     {"units": 32, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 3},
-    {"units": 32, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 3},
-    {"units": 32, "S": 131072, "BLOCK_N": 128, "num_warps": 4, "num_stages": 4, "combine": "kernel", "tma": True, "pdl": True, "stream": False, "programs_per_sm": 3},
+    {"units": 32, "S": 32768, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": True, "programs_per_sm": 2},
+    {"units": 32, "S": 131072, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "last_arriver", "tma": True, "pdl": False, "stream": True, "programs_per_sm": 2},
     {"units": 64, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 1},
     {"units": 64, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 1},
-    {"units": 64, "S": 131072, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "kernel", "tma": True, "pdl": True, "stream": False, "programs_per_sm": 1},
+    {"units": 64, "S": 131072, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "last_arriver", "tma": True, "pdl": False, "stream": True, "programs_per_sm": 3},
 ]
 # END TABLE
 TABLE_KNOBS = ("BLOCK_N", "num_warps", "num_stages", "combine", "tma", "pdl", "stream")
@@ -116,12 +116,19 @@ def nearest_point(units: int, S: int, table: list[dict] | None = None) -> dict:
 
 
 def table_knobs(units: int, S: int, head_dim: int, elt: int, sms: int, table: list[dict] | None = None) -> dict:
-    """Knobs (Config field -> value, NUM_SPLITS resolved) for a shape from its nearest table
-    point: the tile keeps the point's bytes (BLOCK_N scales with 256 / (D x element bytes),
-    the table being bf16 at D 128; where the 16..128 clamp breaks that, stages and then the tile
-    shrink until one program fits an SM), and the split count fills the point's programs per
-    SM."""
+    """Knobs (Config field -> value, the grid resolved) for a shape from its nearest table
+    point (a stream point only for a KV at least as long as it was measured at): the tile keeps
+    the point's bytes (BLOCK_N scales with 256 / (D x element bytes), the table being bf16 at D
+    128; where the 16..128 clamp breaks that, stages and then the tile shrink until one program
+    fits an SM), and the grid fills the point's programs per SM."""
+    table = TABLE if table is None else table
     p = nearest_point(units, S, table)
+    if p["stream"] and S < p["S"]:
+        # the stream schedule's gain over the split one grows with the KV length and is a loss
+        # at 8k keys (the 2026-12-03 sweep, docs/split_kv.md): it does not carry over to a
+        # shorter cache than the one it won at; the nearest split point does
+        split = [q for q in table if not q["stream"]]
+        p = nearest_point(units, S, split) if split else p
     knobs = point_knobs(p)
     scale = 256 / (pow2(head_dim) * elt)
     knobs["BLOCK_N"] = int(min(128, max(16, pow2(max(1, round(p["BLOCK_N"] * scale))))))

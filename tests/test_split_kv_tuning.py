@@ -71,3 +71,21 @@ def test_sweep_candidates():
     assert tuning.candidate_knobs(8, 8192, 132, balance[1])["NUM_SPLITS"] == 0
     split = next(c for c in balance if not c["stream"] and c["programs_per_sm"] == 1)
     assert tuning.candidate_knobs(8, 8192, 132, split)["NUM_SPLITS"] == 17  # 1 program an SM: ceil(132 / 8)
+
+
+def test_a_stream_point_carries_only_to_longer_caches():
+    # the measured stream winners lose to split configs on shorter caches: a shape nearer a
+    # stream point than any other takes it only from that point's KV length up
+    table = [
+        {"units": 32, "S": 32768, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver",
+         "tma": True, "pdl": False, "stream": True, "programs_per_sm": 2},
+        {"units": 32, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver",
+         "tma": True, "pdl": False, "stream": False, "programs_per_sm": 3},
+    ]
+    longer = tuning.table_knobs(24, 40000, 128, 2, 132, table)
+    assert longer["stream"] and (longer["CTAS_PER_SM"], longer["NUM_SPLITS"], longer["BLOCK_N"]) == (2, 0, 128)
+    shorter = tuning.table_knobs(24, 20000, 128, 2, 132, table)  # nearer the stream point (1.13 vs 1.70)
+    assert tuning.nearest_point(24, 20000, table) is table[0]
+    assert not shorter["stream"] and shorter["BLOCK_N"] == 64 and shorter["NUM_SPLITS"] == 17  # ceil(396 / 24)
+    # a table of stream points only still answers
+    assert tuning.table_knobs(24, 20000, 128, 2, 132, table[:1])["stream"]
