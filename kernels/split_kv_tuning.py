@@ -125,7 +125,7 @@ def table_knobs(units: int, S: int, head_dim: int, elt: int, sms: int, table: li
     p = nearest_point(units, S, table)
     if p["stream"] and S < p["S"]:
         # the stream schedule's gain over the split one grows with the KV length and is a loss
-        # at 8k keys (the 2026-12-03 sweep, docs/split_kv.md): it does not carry over to a
+        # at 8k keys (the stream sweep in docs/split_kv.md): it does not carry over to a
         # shorter cache than the one it won at; the nearest split point does
         split = [q for q in table if not q["stream"]]
         p = nearest_point(units, S, split) if split else p
