@@ -12,7 +12,8 @@ than twice the L2):
 - `dp`: the same config data-parallel (whole tiles: 2 waves when the tiles pass the SMs);
 - `dp_full_wave`: data-parallel on the largest M below the shape's with whole waves of tiles,
   same N and K: the per-step time of a full wave, the rate the Stream-K split would need;
-- the model: full-wave time x (the shape's tile steps / the full-wave shape's) + the fixup.
+- the model: full-wave time x (the shape's tile steps / the full-wave shape's): an even split
+  at the full-wave rate with free partials and no fixup.
 
 Every timed call except `sk_no_fixup` is first checked against a float64 reference into a
 NaN-poisoned output. Writes probe_cluster_tail.csv (long format) and .md into --out ($OUT,

@@ -117,16 +117,17 @@ def nearest_point(units: int, S: int, table: list[dict] | None = None) -> dict:
 
 def table_knobs(units: int, S: int, head_dim: int, elt: int, sms: int, table: list[dict] | None = None) -> dict:
     """Knobs (Config field -> value, the grid resolved) for a shape from its nearest table
-    point (a stream point only for a KV at least as long as it was measured at): the tile keeps
+    point (a stream point only for a KV at least half as long as it was measured at): the tile keeps
     the point's bytes (BLOCK_N scales with 256 / (D x element bytes), the table being bf16 at D
     128; where the 16..128 clamp breaks that, stages and then the tile shrink until one program
     fits an SM), and the grid fills the point's programs per SM."""
     table = TABLE if table is None else table
     p = nearest_point(units, S, table)
-    if p["stream"] and S < p["S"]:
+    if p["stream"] and 2 * S < p["S"]:
         # the stream schedule's gain over the split one grows with the KV length and is a loss
-        # at 8k keys (the stream sweep in docs/split_kv.md): it does not carry over to a
-        # shorter cache than the one it won at; the nearest split point does
+        # at 8k keys (the stream sweep in docs/split_kv.md): it carries to caches down to half
+        # the length it won at (nearer it than the next shorter measured one, a quarter), not
+        # further; there the nearest split point does
         split = [q for q in table if not q["stream"]]
         p = nearest_point(units, S, split) if split else p
     knobs = point_knobs(p)

@@ -65,6 +65,9 @@ def test_backends_by_kernel_name():
     assert attention_backend("fmha_cutlassF_bf16_aligned_64x128_rf_sm80")[0] == "efficient"
     assert attention_backend("void flashinfer::BatchDecodeWithPagedKVCacheKernel<...>")[0] == "flashinfer"
     assert attention_backend("split_kv_combine_kernel")[1:] == (True, True)
+    # our stream schedule, by kernel name and by its launch-metadata name: split, no combine kernel
+    assert attention_backend("stream_kv_kernel") == ("advisor", True, False)
+    assert attention_backend("stream_kv_attention [B=8, Hkv=8, S=131072, D=128, programs=396]") == ("advisor", True, False)
     assert attention_backend("_attn_fwd")[0] == "triton"
     assert attention_backend("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT") is None
     assert attention_backend(None) is None

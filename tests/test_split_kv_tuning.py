@@ -73,19 +73,23 @@ def test_sweep_candidates():
     assert tuning.candidate_knobs(8, 8192, 132, split)["NUM_SPLITS"] == 17  # 1 program an SM: ceil(132 / 8)
 
 
-def test_a_stream_point_carries_only_to_longer_caches():
-    # the measured stream winners lose to split configs on shorter caches: a shape nearer a
-    # stream point than any other takes it only from that point's KV length up
+def test_a_stream_point_carries_down_to_half_its_length():
+    # the measured stream winners lose to split configs on much shorter caches: a shape nearest a
+    # stream point takes it down to half that point's KV length, below that the nearest split point
     table = [
         {"units": 32, "S": 32768, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver",
          "tma": True, "pdl": False, "stream": True, "programs_per_sm": 2},
-        {"units": 32, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver",
-         "tma": True, "pdl": False, "stream": False, "programs_per_sm": 3},
+        {"units": 8, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "last_arriver",
+         "tma": True, "pdl": False, "stream": False, "programs_per_sm": 2},
     ]
-    longer = tuning.table_knobs(24, 40000, 128, 2, 132, table)
+    longer = tuning.table_knobs(32, 40000, 128, 2, 132, table)
     assert longer["stream"] and (longer["CTAS_PER_SM"], longer["NUM_SPLITS"], longer["BLOCK_N"]) == (2, 0, 128)
-    shorter = tuning.table_knobs(24, 20000, 128, 2, 132, table)  # nearer the stream point (1.13 vs 1.70)
-    assert tuning.nearest_point(24, 20000, table) is table[0]
-    assert not shorter["stream"] and shorter["BLOCK_N"] == 64 and shorter["NUM_SPLITS"] == 17  # ceil(396 / 24)
+    # no cliff just below the measured length: 32000 and 16384 keys keep it
+    assert tuning.table_knobs(32, 32000, 128, 2, 132, table)["stream"]
+    assert tuning.table_knobs(32, 16384, 128, 2, 132, table)["stream"]
+    # 12000 keys: still nearest the stream point (1.45 against 2.55), but under half its length
+    assert tuning.nearest_point(32, 12000, table) is table[0]
+    shorter = tuning.table_knobs(32, 12000, 128, 2, 132, table)
+    assert not shorter["stream"] and shorter["BLOCK_N"] == 64 and shorter["NUM_SPLITS"] == 9  # ceil(264 / 32)
     # a table of stream points only still answers
-    assert tuning.table_knobs(24, 20000, 128, 2, 132, table[:1])["stream"]
+    assert tuning.table_knobs(32, 12000, 128, 2, 132, table[:1])["stream"]

@@ -472,9 +472,7 @@ def _split_kv_knobs(shape: dict[str, int], dtype: str, dev: Device) -> tuple[dic
         from ..symptoms.attention import num_splits_for
 
         base = _defaults(SPLIT_KV)
-        rows = shape["Hq"] // shape["Hkv"] * shape["Lq"]
-        per_program = min(base["BLOCK_H"], 1 << max(0, max(16, rows) - 1).bit_length())
-        units = shape["B"] * shape["Hkv"] * -(-rows // per_program)
+        units = _attn_units(shape, base["BLOCK_H"])
         base["NUM_SPLITS"] = num_splits_for(units, dev.sm_count * base["CTAS_PER_SM"], -(-shape["S"] // base["MIN_CHUNK"]))
         return base, {"how": "defaults + the wave rule", "device_model": device_model,
                       "candidates_from": "the schedule's Config defaults (torch/triton not importable here)"}
@@ -484,6 +482,31 @@ def _split_kv_knobs(shape: dict[str, int], dtype: str, dev: Device) -> tuple[dic
     cfg = mod.default_config(*args, tdtype, dev.sm_count)
     return asdict(cfg), {"how": "the schedule's default_config", "device_model": device_model,
                          "candidates_from": "its tile rules and the wave-efficiency split rule"}
+
+
+def _attn_units(shape: dict[str, int], block_h: int) -> int:
+    """Programs one split of the split-KV kernel launches: batch x kv-heads x row blocks (the
+    kernel file's work_units, here without torch)."""
+    rows = shape["Hq"] // shape["Hkv"] * shape["Lq"]
+    per_program = min(block_h, 1 << max(0, max(16, rows) - 1).bit_length())
+    return shape["B"] * shape["Hkv"] * -(-rows // per_program)
+
+
+def _switch_schedule(final: dict[str, Any], asked: dict[str, Any], shape: dict[str, int], dev: Device) -> None:
+    """Make `final` (the default's knobs) fit what the user asked for with --config when that
+    names the other schedule: stream=true, or a split knob (stream=false, a split count, the
+    combine kernel, PDL) on a stream default. The other schedule's grid at about the same
+    programs per SM; what the user set explicitly is applied after (Config says if it conflicts)."""
+    split_asked = asked.get("stream") is False or ("stream" not in asked and bool(
+        asked.get("NUM_SPLITS") or asked.get("combine") == "kernel" or asked.get("pdl")))
+    if asked.get("stream") and not final.get("stream"):
+        final.update(stream=True, NUM_SPLITS=0, combine="last_arriver", pdl=False)
+    elif split_asked and final.get("stream"):
+        from .kernel_lib import load
+
+        fill_splits = load("split_kv_tuning").fill_splits  # pure Python: no torch needed
+        final.update(stream=False, NUM_SPLITS=fill_splits(_attn_units(shape, final["BLOCK_H"]), dev.sm_count,
+                                                          final["CTAS_PER_SM"], shape["S"]))
 
 
 def generate_split_kv(
@@ -507,10 +530,7 @@ def generate_split_kv(
     final, modelled = _split_kv_knobs(shape, dtype, dev)
     if knobs:
         asked = coerce_knobs(SPLIT_KV, knobs)
-        if asked.get("stream") and not final.get("stream"):
-            # the stream schedule's grid: whole SMs, no split count, the last arriver combining;
-            # what the user set explicitly stays (and Config says if it conflicts)
-            final.update(NUM_SPLITS=0, combine="last_arriver", pdl=False)
+        _switch_schedule(final, asked, shape, dev)
         final.update(asked)
         modelled = dict(modelled, overridden=sorted(knobs))
     chosen_by = chosen_by or modelled

@@ -41,7 +41,8 @@ _BACKENDS: list[tuple[str, re.Pattern, bool]] = [
     ("paged", re.compile(r"paged_attention_v2|_fwd_kernel_stage1|paged_attention_ll4mi", re.I), True),
     ("paged", re.compile(r"paged_attention", re.I), False),
     # advisor's own split-KV schedule (kernels/split_kv_attention.py)
-    ("advisor", re.compile(r"split_kv_combine_kernel|split_kv_kernel|split_kv_attention", re.I), True),
+    ("advisor", re.compile(r"split_kv_combine_kernel|split_kv_kernel|split_kv_attention|stream_kv_kernel"
+                           r"|stream_kv_attention", re.I), True),
     # Triton attention kernels (tutorial `_attn_fwd`, user kernels named after attention)
     ("triton", re.compile(r"_attn_fwd|attn_fwd|attention_fwd|triton\w*attn|flash_decod", re.I), False),
 ]
