@@ -306,7 +306,7 @@ def floor_row(sh):
 def settle(fn, sh):
     """One CUDA-graph timing of fn, discarded (GPU only). The first graph timing of a shape ran
     slow on every replay (1083 against 949 us at batch 8 / 128k keys, clocks at 1980 MHz
-    throughout), whatever ran eagerly before it; the second and later agreed within 0.1%
+    throughout), whatever ran eagerly before it; the second and later agreed within 0.4%
     (bench/probe_first_timing.py, docs/split_kv.md)."""
     if sh["device"] != "cuda":
         return
@@ -487,7 +487,7 @@ def table_point(sh, sms):
     """The shape's winner as a split_kv_tuning.TABLE point (units, S, knobs, programs per SM)."""
     p50, knobs, cfg = min(sh["results"], key=lambda r: r[0])
     point = {"units": sh["units"], "S": sh["dims"][4]}
-    point.update({k: knobs[k] for k in tuning.TABLE_KNOBS})
+    point.update(tuning.point_knobs(knobs))
     point["programs_per_sm"] = knobs["programs_per_sm"]
     point["us"] = round(p50, 2)
     return point

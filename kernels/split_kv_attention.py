@@ -82,8 +82,8 @@ import triton
 import triton.language as tl
 
 from .common import SCRATCH, SMEM_PER_BLOCK_SM90, SUPPORTED_DTYPES, cdiv, fix_interpreter_bf16_dot, num_sms
-from .split_kv_tuning import (SPLIT_ALIGN, candidate_knobs, num_splits_for, pipeline_bytes, structure_candidates,
-                              table_knobs)
+from .split_kv_tuning import (SPLIT_ALIGN, candidate_knobs, num_splits_for, pipeline_bytes, rows_per_program,
+                              structure_candidates, table_knobs, work_units)
 
 try:  # Triton >= 3.4: host tensor descriptors (TMA) and grid dependency control (PDL)
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -199,16 +199,6 @@ def split_plan(S: int, splits: int) -> tuple[int, int]:
     groups = cdiv(S, SPLIT_ALIGN)
     chunks = max(1, min(splits, groups))
     return chunks, cdiv(groups, chunks) * SPLIT_ALIGN
-
-
-def rows_per_program(group: int, lq: int, block_h: int) -> int:
-    """Query rows a program holds: the group's heads x Lq, at least 16, at most BLOCK_H."""
-    return min(block_h, _pow2(max(16, group * lq)))
-
-
-def work_units(B: int, Hq: int, Hkv: int, Lq: int, block_h: int = 64) -> int:
-    """Programs one split launches: batch x kv-heads x row blocks."""
-    return B * Hkv * cdiv((Hq // Hkv) * Lq, rows_per_program(Hq // Hkv, Lq, block_h))
 
 
 def default_config(B: int, Hq: int, Hkv: int, Lq: int, S: int, D: int, dtype: torch.dtype, sms: int) -> Config:
@@ -328,9 +318,11 @@ def _attend(q_ptr, k_ptr, v_ptr, b, kvh, row_block, n_begin, n_end, S, D, LQ, R,
 
 
 @triton.jit
-def _store_rows(o_ptr, out, b, kvh, row0, R, D, LQ, GROUP, stride_ob, stride_oh, stride_om, stride_od,
+def _store_rows(o_ptr, acc, l, b, kvh, row0, R, D, LQ, GROUP, stride_ob, stride_oh, stride_om, stride_od,
                 ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
-    """Store `out` [ROWS, BLOCK_D] (fp32) as rows row0.. of (batch b, kv-head kvh) of O."""
+    """Store acc / l ([ROWS, BLOCK_D] over [ROWS], fp32; a row with l = 0 saw no key and stays
+    0) as rows row0.. of (batch b, kv-head kvh) of O."""
+    out = acc / tl.where(l > 0.0, l, 1.0)[:, None]
     rows = row0 + tl.arange(0, ROWS)
     offs_d = tl.arange(0, BLOCK_D)
     g = rows // LQ
@@ -402,24 +394,15 @@ def split_kv_kernel(
         gdc_launch_dependents()  # the combine kernel may launch now; it waits for our partials
 
     if DIRECT:
-        out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
-        _store_rows(o_ptr, out, b, kvh, row_block * BLOCK_H, R, D, LQ, GROUP,
+        _store_rows(o_ptr, acc, l_i, b, kvh, row_block * BLOCK_H, R, D, LQ, GROUP,
                     stride_ob, stride_oh, stride_om, stride_od, BLOCK_H, BLOCK_D)
     else:
         _store_partial(opart_ptr, lse_ptr, m_i, l_i, acc, bh, row_block * BLOCK_H, split, num_splits, R, D,
                        BLOCK_H, BLOCK_D)
         if LAST_ARRIVER:
-            # Every thread's partial must be in memory before this program announces itself:
-            # the barrier orders the block, the acq_rel atomic publishes to (and, for the last
-            # arriver, acquires from) the other programs (as kernels/split_k_gemm.py's fixup).
-            tl.debug_barrier()
-            slot = bh * tl.num_programs(1) + row_block
-            arrived = tl.atomic_add(counter_ptr + slot, 1, sem="acq_rel")
-            if arrived == num_splits - 1:
-                _combine_rows(opart_ptr, lse_ptr, o_ptr, bh, b, kvh, row_block * BLOCK_H, R, D, LQ, GROUP,
-                              num_splits, num_splits, stride_ob, stride_oh, stride_om, stride_od,
-                              COMBINE_ROWS, COMBINE_SPLITS, BLOCK_D)
-                tl.store(counter_ptr + slot, 0)  # back to zero for the next launch
+            _arrive(counter_ptr, bh * tl.num_programs(1) + row_block, opart_ptr, lse_ptr, o_ptr, bh, b, kvh,
+                    row_block * BLOCK_H, R, D, LQ, GROUP, num_splits, num_splits,
+                    stride_ob, stride_oh, stride_om, stride_od, COMBINE_ROWS, COMBINE_SPLITS, BLOCK_D)
 
 
 @triton.jit(launch_metadata=attention_launch_metadata("stream_kv_attention"))
@@ -468,20 +451,33 @@ def stream_kv_kernel(
                                 stride_vb, stride_vh, stride_vn, stride_vd, qk_scale,
                                 BLOCK_H, BLOCK_N, BLOCK_D, EVEN_D, INT64, USE_TMA, NUM_STAGES)
         if segments == 1:
-            out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
-            _store_rows(o_ptr, out, b, kvh, row_block * BLOCK_H, R, D, LQ, GROUP,
+            _store_rows(o_ptr, acc, l_i, b, kvh, row_block * BLOCK_H, R, D, LQ, GROUP,
                         stride_ob, stride_oh, stride_om, stride_od, BLOCK_H, BLOCK_D)
         else:
             _store_partial(opart_ptr, lse_ptr, m_i, l_i, acc, bh, row_block * BLOCK_H,
                            (pid - p_first).to(tl.int32), max_segments, R, D, BLOCK_H, BLOCK_D)
-            tl.debug_barrier()  # as split_kv_kernel's last arriver
-            arrived = tl.atomic_add(counter_ptr + u, 1, sem="acq_rel")
-            if arrived == segments - 1:
-                _combine_rows(opart_ptr, lse_ptr, o_ptr, bh, b, kvh, row_block * BLOCK_H, R, D, LQ, GROUP,
-                              segments, max_segments, stride_ob, stride_oh, stride_om, stride_od,
-                              COMBINE_ROWS, COMBINE_SPLITS, BLOCK_D)
-                tl.store(counter_ptr + u, 0)  # back to zero for the next launch
+            _arrive(counter_ptr, u, opart_ptr, lse_ptr, o_ptr, bh, b, kvh, row_block * BLOCK_H, R, D, LQ, GROUP,
+                    segments, max_segments, stride_ob, stride_oh, stride_om, stride_od,
+                    COMBINE_ROWS, COMBINE_SPLITS, BLOCK_D)
         cur = seg_end
+
+
+@triton.jit
+def _arrive(counter_ptr, slot, opart_ptr, lse_ptr, o_ptr, bh, b, kvh, row0, R, D, LQ, GROUP, num_splits, split_stride,
+            stride_ob, stride_oh, stride_om, stride_od,
+            ROWS: tl.constexpr, SPLITS: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The last arriver: after storing its partial, a program bumps the row block's arrival
+    counter `slot`; the one that arrives last of num_splits combines them (_combine_rows) and
+    resets the counter to zero for the next launch."""
+    # Every thread's partial must be in memory before this program announces itself: the
+    # barrier orders the block, the acq_rel atomic publishes to (and, for the last arriver,
+    # acquires from) the other programs (as kernels/split_k_gemm.py's fixup).
+    tl.debug_barrier()
+    arrived = tl.atomic_add(counter_ptr + slot, 1, sem="acq_rel")
+    if arrived == num_splits - 1:
+        _combine_rows(opart_ptr, lse_ptr, o_ptr, bh, b, kvh, row0, R, D, LQ, GROUP, num_splits, split_stride,
+                      stride_ob, stride_oh, stride_om, stride_od, ROWS, SPLITS, BLOCK_D)
+        tl.store(counter_ptr + slot, 0)
 
 
 @triton.jit
@@ -515,8 +511,7 @@ def _combine_rows(opart_ptr, lse_ptr, o_ptr, bh, b, kvh, row0, R, D, LQ, GROUP, 
         l_c = l_c * scale + tl.sum(w, axis=1)
         acc_c = acc_c * scale[:, None] + tl.sum(o_s * w[:, :, None], axis=1)
         m_c = m_new
-    res = acc_c / tl.where(l_c > 0.0, l_c, 1.0)[:, None]
-    _store_rows(o_ptr, res, b, kvh, row0, R, D, LQ, GROUP, stride_ob, stride_oh, stride_om, stride_od, ROWS, BLOCK_D)
+    _store_rows(o_ptr, acc_c, l_c, b, kvh, row0, R, D, LQ, GROUP, stride_ob, stride_oh, stride_om, stride_od, ROWS, BLOCK_D)
 
 
 @triton.jit

@@ -29,6 +29,16 @@ def pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
+def rows_per_program(group: int, lq: int, block_h: int) -> int:
+    """Query rows a program holds: the group's heads x Lq, at least 16, at most BLOCK_H."""
+    return min(block_h, pow2(max(16, group * lq)))
+
+
+def work_units(B: int, Hq: int, Hkv: int, Lq: int, block_h: int = 64) -> int:
+    """Programs one split launches: batch x kv-heads x row blocks."""
+    return B * Hkv * cdiv((Hq // Hkv) * Lq, rows_per_program(Hq // Hkv, Lq, block_h))
+
+
 def num_splits_for(units: int, slots: int, key_blocks: int, max_splits: int = 128, keep: float = 0.85) -> int:
     """FlashAttention's split heuristic: `units` programs without a split (batch x kv-heads x
     row blocks) on `slots` program slots (SMs x programs per SM). A grid already filling 80% of

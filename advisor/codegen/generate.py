@@ -485,11 +485,11 @@ def _split_kv_knobs(shape: dict[str, int], dtype: str, dev: Device) -> tuple[dic
 
 
 def _attn_units(shape: dict[str, int], block_h: int) -> int:
-    """Programs one split of the split-KV kernel launches: batch x kv-heads x row blocks (the
-    kernel file's work_units, here without torch)."""
-    rows = shape["Hq"] // shape["Hkv"] * shape["Lq"]
-    per_program = min(block_h, 1 << max(0, max(16, rows) - 1).bit_length())
-    return shape["B"] * shape["Hkv"] * -(-rows // per_program)
+    """Programs one split of the split-KV kernel launches (kernels/split_kv_tuning.py's
+    work_units: pure Python, so no torch needed)."""
+    from .kernel_lib import load
+
+    return load("split_kv_tuning").work_units(shape["B"], shape["Hq"], shape["Hkv"], shape["Lq"], block_h)
 
 
 def _switch_schedule(final: dict[str, Any], asked: dict[str, Any], shape: dict[str, int], dev: Device) -> None:
@@ -504,7 +504,7 @@ def _switch_schedule(final: dict[str, Any], asked: dict[str, Any], shape: dict[s
     elif split_asked and final.get("stream"):
         from .kernel_lib import load
 
-        fill_splits = load("split_kv_tuning").fill_splits  # pure Python: no torch needed
+        fill_splits = load("split_kv_tuning").fill_splits
         final.update(stream=False, NUM_SPLITS=fill_splits(_attn_units(shape, final["BLOCK_H"]), dev.sm_count,
                                                           final["CTAS_PER_SM"], shape["S"]))
 
