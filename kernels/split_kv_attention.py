@@ -191,14 +191,25 @@ def _pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
-def split_plan(S: int, splits: int) -> tuple[int, int]:
-    """(chunks, most keys in a chunk): the S keys in groups of SPLIT_ALIGN, chunk c holding
-    groups [c x G / chunks, (c + 1) x G / chunks), G = ceil(S / SPLIT_ALIGN), so chunks differ
-    by at most one group whatever the split count (8192 keys in 33 chunks: 240 or 256 keys),
-    and there are at most G chunks (65 keys asked for 6 -> 5 chunks of 16, the last 1)."""
-    groups = cdiv(S, SPLIT_ALIGN)
+def split_plan(S: int, splits: int, align: int = SPLIT_ALIGN) -> tuple[int, int]:
+    """(chunks, most keys in a chunk): the S keys in groups of `align` (SPLIT_ALIGN, or the tile
+    where loads are whole tiles: key_align), chunk c holding groups [c x G / chunks,
+    (c + 1) x G / chunks), G = ceil(S / align), so chunks differ by at most one group whatever
+    the split count (8192 keys in 33 chunks: 240 or 256 keys), and there are at most G chunks
+    (65 keys asked for 6 -> 5 chunks of 16, the last 1)."""
+    groups = cdiv(S, align)
     chunks = max(1, min(splits, groups))
-    return chunks, cdiv(groups, chunks) * SPLIT_ALIGN
+    return chunks, cdiv(groups, chunks) * align
+
+
+def key_align(config: Config, use_tma: bool) -> int:
+    """Keys per group, the unit that chunk and stream boundaries fall on. A TMA load fetches a
+    whole BLOCK_N tile even where a boundary cuts it (the keys past it are masked out of the
+    scores, not out of the load), so with TMA a boundary inside a tile reads that tile twice,
+    once by each side: about 3% more HBM bytes at batch 2 / 32k keys, counted with Nsight
+    Compute (docs/split_kv.md). Pointer loads skip masked rows, so there the finer SPLIT_ALIGN
+    keeps the programs' bytes even."""
+    return config.BLOCK_N if use_tma else SPLIT_ALIGN
 
 
 def default_config(B: int, Hq: int, Hkv: int, Lq: int, S: int, D: int, dtype: torch.dtype, sms: int) -> Config:
@@ -627,7 +638,8 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: 
 
     if config.stream:
         units = B * Hkv * cdiv(R, block_h)
-        groups = cdiv(S, SPLIT_ALIGN)
+        align = key_align(config, use_tma)
+        groups = cdiv(S, align)
         total = units * groups
         programs = min(config.CTAS_PER_SM * sms, total)
         max_segments = stream_segments(groups, total, programs)
@@ -639,12 +651,13 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: 
             programs, groups, total, max_segments, scale * LOG2E,
             BLOCK_H=block_h, BLOCK_N=config.BLOCK_N, BLOCK_D=block_d, EVEN_D=D == block_d,
             COMBINE_ROWS=combine_rows, COMBINE_SPLITS=combine_splits,
-            INT64=int64, USE_TMA=use_tma, ALIGN=SPLIT_ALIGN, NUM_STAGES=config.num_stages,
+            INT64=int64, USE_TMA=use_tma, ALIGN=align, NUM_STAGES=config.num_stages,
             num_warps=config.num_warps, num_stages=config.num_stages,
         )
         return out
 
-    splits, _ = split_plan(S, resolve_splits(config, B, Hq, Hkv, Lq, S, sms))
+    align = key_align(config, use_tma)
+    splits, _ = split_plan(S, resolve_splits(config, B, Hq, Hkv, Lq, S, sms), align)
     direct = splits == 1
     opart = out if direct else torch.empty((rows_total * splits * D,), dtype=torch.float32, device=q.device)
     lse = out if direct else torch.empty((rows_total * splits,), dtype=torch.float32, device=q.device)
@@ -658,12 +671,12 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: 
     counters = SCRATCH.get("split_kv_counters", grid[1] * grid[2], torch.int32, q.device) if last else out
     split_kv_kernel[grid](
         q, k_arg, v_arg, out, opart, lse, counters, *common_args, *strides,
-        splits, cdiv(S, SPLIT_ALIGN), scale * LOG2E,
+        splits, cdiv(S, align), scale * LOG2E,
         BLOCK_H=block_h, BLOCK_N=config.BLOCK_N, BLOCK_D=block_d, EVEN_D=D == block_d,
         DIRECT=direct, LAST_ARRIVER=last,
         # 1 x 1 when unused, so that other row counts share the compiled kernel
         COMBINE_ROWS=combine_rows if last else 1, COMBINE_SPLITS=combine_splits if last else 1,
-        INT64=int64, USE_TMA=use_tma, PDL=pdl, ALIGN=SPLIT_ALIGN, NUM_STAGES=config.num_stages,
+        INT64=int64, USE_TMA=use_tma, PDL=pdl, ALIGN=align, NUM_STAGES=config.num_stages,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if not direct and not last:

@@ -86,16 +86,16 @@ def pipeline_bytes(block_n: int, stages: int, head_dim: int, elt: int, tma: bool
 TABLE_SOURCE = 'bench/bench_split_kv.py --sweep on 132 SMs: the fastest config per shape (rows: bench/results/split_kv/)'
 TABLE = [
     {"units": 8, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 2},
-    {"units": 8, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 2},
-    {"units": 8, "S": 131072, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 2},
-    {"units": 16, "S": 8192, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 2},
-    {"units": 16, "S": 32768, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": True, "programs_per_sm": 2},
-    {"units": 16, "S": 131072, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "last_arriver", "tma": False, "pdl": False, "stream": True, "programs_per_sm": 2},
+    {"units": 8, "S": 32768, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 2},
+    {"units": 8, "S": 131072, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 2},
+    {"units": 16, "S": 8192, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": True, "programs_per_sm": 2},
+    {"units": 16, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 3},
+    {"units": 16, "S": 131072, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": True, "programs_per_sm": 3},
     {"units": 32, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 3},
     {"units": 32, "S": 32768, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": True, "programs_per_sm": 2},
-    {"units": 32, "S": 131072, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "last_arriver", "tma": True, "pdl": False, "stream": True, "programs_per_sm": 2},
+    {"units": 32, "S": 131072, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "combine": "last_arriver", "tma": True, "pdl": False, "stream": True, "programs_per_sm": 3},
     {"units": 64, "S": 8192, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 1},
-    {"units": 64, "S": 32768, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "last_arriver", "tma": True, "pdl": False, "stream": False, "programs_per_sm": 1},
+    {"units": 64, "S": 32768, "BLOCK_N": 128, "num_warps": 4, "num_stages": 3, "combine": "last_arriver", "tma": True, "pdl": False, "stream": True, "programs_per_sm": 1},
     {"units": 64, "S": 131072, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "combine": "last_arriver", "tma": True, "pdl": False, "stream": True, "programs_per_sm": 3},
 ]
 # END TABLE

@@ -99,9 +99,12 @@ def test_generate_split_kv_cli(tmp_path):
                                  "--config", "NUM_SPLITS=4", "-o", str(out)])
     assert r.exit_code == 2 and "NUM_SPLITS must be 0" in r.output, r.output
     # and back: a split knob on a stream default (batch 4 at 128k keys) gives the split
-    # schedule at the same programs per SM (32 units, 2 an SM: 9 splits), never an error
-    for extra, want in ((["NUM_SPLITS=8"], "NUM_SPLITS=8"), (["combine=kernel"], "NUM_SPLITS=9"),
-                        (["stream=false"], "NUM_SPLITS=9")):
+    # schedule at the same programs per SM (32 units: ceil(per SM x 132 / 32) splits, 9 at 2
+    # an SM), never an error
+    point = nearest_point(32, 131072)
+    assert point["stream"], point
+    fill = f"NUM_SPLITS={-(-point['programs_per_sm'] * 132 // 32)}"
+    for extra, want in ((["NUM_SPLITS=8"], "NUM_SPLITS=8"), (["combine=kernel"], fill), (["stream=false"], fill)):
         args = [a for e in extra for a in ("--config", e)]
         r = CliRunner().invoke(cli, ["generate", "split_kv", "--attn", "4:32:8:128:131072", *args, "-o", str(out)])
         assert r.exit_code == 0 and want in r.output and "stream=False" in r.output, (extra, r.output)

@@ -93,6 +93,19 @@ def test_split_plan_cuts_equal_chunks_at_16_keys():
     assert kv.split_plan(5, 1) == (1, 16)
 
 
+def test_tma_boundaries_fall_on_whole_tiles():
+    # a TMA load fetches a whole BLOCK_N tile, so chunk and stream boundaries fall on tiles (a
+    # boundary inside one read it twice, once from each side); pointer loads keep 16-key groups
+    assert kv.key_align(small(block_n=32, tma=True), True) == 32
+    assert kv.key_align(small(block_n=32, tma=True), False) == kv.SPLIT_ALIGN
+    assert kv.split_plan(333, 7, 32) == (7, 64)  # 11 tiles: 4 chunks of 2 tiles, 3 of 1
+    assert kv.split_plan(333, 20, 32) == (11, 32)  # at most one chunk a tile
+    # more splits than tiles, the last tile 4 keys: split and stream schedules, both combines
+    for config in (small(splits=8, block_n=32, tma=True), small(splits=3, block_n=32, tma=True, combine="kernel"),
+                   stream(4, block_n=32, tma=True)):
+        run_checked(1, 4, 2, 1, 100, 32, torch.bfloat16, config)
+
+
 @pytest.mark.parametrize("combine", kv.COMBINES)
 def test_chunks_that_end_mid_tile(combine):
     # 7 chunks of 48 keys (the last 45) in 32-key tiles: each chunk's second tile holds 16
@@ -245,17 +258,21 @@ def test_default_config_on_the_h200_suite():
             if c.stream:  # whole SMs: the point's programs per SM, no split count
                 assert (c.CTAS_PER_SM, c.NUM_SPLITS) == (point["programs_per_sm"], 0), (B, S, c)
                 continue
-            splits, per = kv.split_plan(S, c.NUM_SPLITS)
+            splits, per = kv.split_plan(S, c.NUM_SPLITS, kv.key_align(c, c.tma))
             assert per >= 128, (B, S, c)
             assert abs(B * 8 * splits - point["programs_per_sm"] * 132) <= B * 8, (B, S, c)
             assert c.smem_bytes(128, torch.bfloat16) <= common.SMEM_PER_BLOCK_SM90
     # batch 64 x 8 kv-heads = 512 programs already fill the GPU: no split
     assert kv.default_config(64, 32, 8, 1, 8192, 128, torch.bfloat16, 132).NUM_SPLITS == 1
-    # other head dims and dtypes keep the tile's bytes (so they fit as the measured point did)
+    # other head dims and dtypes keep the tile's bytes (so they fit as the measured point did),
+    # except where that would pass the 128-key cap on tiles (D 64 from a 128-key point)
     ref = kv.default_config(1, 32, 8, 1, 32768, 128, torch.bfloat16, 132)
+    ref_bytes = ref.smem_bytes(128, torch.bfloat16)
     for D, dtype in ((64, torch.bfloat16), (256, torch.bfloat16), (128, torch.float32), (256, torch.float32)):
         c = kv.default_config(1, 32, 8, 1, 32768, D, dtype, 132)
-        assert c.smem_bytes(D, dtype) == ref.smem_bytes(128, torch.bfloat16) <= common.SMEM_PER_BLOCK_SM90, (D, dtype, c)
+        want = ref_bytes if ref.BLOCK_N * 128 * 2 // (D * dtype.itemsize) <= 128 else c.smem_bytes(D, dtype)
+        assert c.smem_bytes(D, dtype) == want <= ref_bytes <= common.SMEM_PER_BLOCK_SM90, (D, dtype, c)
+        assert c.BLOCK_N == min(128, ref.BLOCK_N * 128 * 2 // (D * dtype.itemsize)), (D, dtype, c)
 
 
 def test_validation():
