@@ -58,6 +58,29 @@ def test_generated_source_parses_and_names_its_knobs(tmp_path):
     assert "from ." not in src and "def decode_attention" in src and "def variant_attention" in src
 
 
+def test_generated_bench_settles_before_it_times(tmp_path, monkeypatch):
+    # the variant is timed first, so its --bench discards graph timings first: at least 3, then
+    # until two agree within 2%, at most 5 (two slow ones agreed on the H200: 1083.3, 1082.9)
+    import importlib.util
+
+    path = tmp_path / "decode_settle.py"
+    generate_split_kv(parse_attn("1:8:2:16:90"), dtype="bf16", path=path)
+    spec = importlib.util.spec_from_file_location("decode_settle", path)
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, mod)  # its dataclasses look themselves up there
+    spec.loader.exec_module(mod)
+
+    def script(times):
+        it = iter(times)
+        return lambda: next(it)
+
+    assert mod._settle(script([1083.3, 1082.9, 948.9, 949.2, 0.0])) == [1083.3, 1082.9, 948.9, 949.2]
+    assert mod._settle(script([15.8, 15.6, 15.6, 0.0])) == [15.8, 15.6, 15.6]
+    assert mod._settle(script([5.0, 6.0, 7.0, 8.0, 9.0, 0.0])) == [5.0, 6.0, 7.0, 8.0, 9.0]
+    src = path.read_text()
+    assert src.index("settled = _settle(") < src.index("for name, fn in providers.items():")
+
+
 @pytest.mark.interpreter
 def test_generated_check_runs_under_the_interpreter(tmp_path):
     # GQA 4, three causal query positions, bf16, a ragged last chunk; then a bad --attn
