@@ -244,7 +244,8 @@ def search_space(B: int, Hq: int, Hkv: int, Lq: int, S: int, D: int, dtype: torc
         out = [default, Config(**candidate_knobs(units, S, sms, dict(
             knobs, combine="last_arriver", pdl=False, stream=False, programs_per_sm=default.CTAS_PER_SM)))]
     else:
-        per_sm = max(1, round(units * split_plan(S, resolve_splits(default, B, Hq, Hkv, Lq, S, sms))[0] / sms))
+        chunks = split_plan(S, resolve_splits(default, B, Hq, Hkv, Lq, S, sms), key_align(default, default.tma))[0]
+        per_sm = max(1, round(units * chunks / sms))
         out = [default, Config(**candidate_knobs(units, S, sms, dict(
             knobs, combine="last_arriver", pdl=False, stream=True, programs_per_sm=min(4, per_sm))))]
         out += [replace(default, combine="kernel" if default.combine == "last_arriver" else "last_arriver")]
@@ -704,7 +705,8 @@ def _floor_pow2(n: int) -> int:
 
 def tma_ok(k: torch.Tensor, v: torch.Tensor, block_d: int) -> bool:
     """K and V can be read through TMA descriptors over (B, Hkv, S, D): D a power of two (the box
-    is BLOCK_D wide), contiguous along D, other strides positive multiples of 16 bytes, bases
+    is BLOCK_D wide), contiguous along D, other strides multiples of 16 bytes (a size-1 dim's
+    too: the descriptor checks them all) and positive where the dim is longer than 1, bases
     16-byte aligned. Otherwise the launch reads them with pointer loads."""
     if TensorDescriptor is None or k.shape[-1] != block_d:
         return False
@@ -712,7 +714,7 @@ def tma_ok(k: torch.Tensor, v: torch.Tensor, block_d: int) -> bool:
         elt = t.element_size()
         if t.stride(3) != 1 or t.data_ptr() % 16:
             return False
-        if any(st <= 0 or (st * elt) % 16 for st, n in zip(t.stride()[:3], t.shape[:3]) if n > 1):
+        if any((st * elt) % 16 or (st <= 0 and n > 1) for st, n in zip(t.stride()[:3], t.shape[:3])):
             return False
     return True
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-SPLIT_ALIGN = 16  # chunk boundaries fall on multiples of this many keys
+SPLIT_ALIGN = 16  # chunk boundaries fall on multiples of this many keys (of BLOCK_N with TMA loads)
 # Fewest keys a chunk keeps on average: two 64-key tiles. The first measured runs capped chunks
 # at 256 keys, which held batch 1 at 8k keys to 256 programs; the sweep tries more, shorter ones.
 MIN_CHUNK_KEYS = 128
@@ -64,8 +64,9 @@ def fill_splits(units: int, sms: int, programs_per_sm: float, S: int, min_chunk:
                 max_splits: int = 128) -> int:
     """The split count that launches about programs_per_sm x sms programs: ceil(target / units),
     at most S / min_chunk (chunks of >= min_chunk keys on average) and max_splits. With chunks
-    cut at SPLIT_ALIGN keys every program walks the same number of keys (+-16), so the programs
-    are of equal cost and a target of whole SMs fills whole waves."""
+    cut at SPLIT_ALIGN keys (whole tiles with TMA loads, at most 128 keys) every program walks
+    the same number of keys to within one group, so the programs are of about equal cost and a
+    target of whole SMs fills whole waves."""
     target = max(1, round(programs_per_sm * sms))
     return max(1, min(cdiv(target, max(1, units)), max(1, S // min_chunk), max_splits))
 

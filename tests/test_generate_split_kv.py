@@ -81,6 +81,69 @@ def test_generated_bench_settles_before_it_times(tmp_path, monkeypatch):
     assert src.index("settled = _settle(") < src.index("for name, fn in providers.items():")
 
 
+@pytest.mark.parametrize("mode", ["graph", "eager", "refused"])
+def test_generated_bench_order_and_fallbacks(tmp_path, monkeypatch, mode):
+    # run_bench on the CPU with the GPU calls faked: the variant is settled and timed first,
+    # timed again (with the timer it got) just before the math backend, which goes last; a
+    # variant that cannot be captured in a graph is timed eagerly both times; a refused one
+    # is recorded, never raised
+    import importlib.util
+    import types
+
+    import torch
+
+    path = tmp_path / f"decode_{mode}.py"
+    generate_split_kv(parse_attn("1:8:2:16:90"), dtype="bf16", path=path)
+    spec = importlib.util.spec_from_file_location(f"decode_{mode}", path)
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, mod)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(L2_cache_size=60 << 20))
+    calls, who = [], {"now": None}
+
+    def variant_attention(q, k, v, out=None):
+        who["now"] = "variant"
+        if mode == "refused":
+            raise ValueError("refused for the test")
+        return q
+
+    def sdpa(backend):
+        def call(q, k, v, mask):
+            who["now"] = str(backend).rsplit(".", 1)[-1]
+            return q
+        return call
+
+    def timer(kind, us):
+        def time_it(fn, sets, reps=20):
+            fn(0)
+            calls.append((kind, who["now"]))
+            if kind == "graph" and who["now"] == "variant" and mode == "eager":
+                raise RuntimeError("operation not permitted when stream is capturing")
+            return us
+        return time_it
+
+    monkeypatch.setattr(mod, "variant_attention", variant_attention)
+    monkeypatch.setattr(mod, "_sdpa", sdpa)
+    monkeypatch.setattr(mod, "_causal_mask", lambda lq, s, dev: None)
+    monkeypatch.setattr(mod, "random_inputs", lambda B, HQ, HKV, LQ, S, D, dt, dev, seed=0: (
+        torch.randn(B, HQ, LQ, D), torch.randn(B, HKV, S, D), torch.randn(B, HKV, S, D)))
+    monkeypatch.setattr(mod, "_time_graph", timer("graph", 100.0))
+    monkeypatch.setattr(mod, "_time_eager", timer("eager", 200.0))
+    res = mod.run_bench(dict(mod.SHAPE), mod.DTYPE)
+    var = res["variant"]
+    order = [w for _, w in calls]
+    assert order[-1] == "MATH" and order.index("MATH") > max(i for i, w in enumerate(order) if w != "MATH")
+    if mode == "refused":
+        assert "refused" in var and "variant" not in order
+        return
+    assert var["median_us"] == (100.0 if mode == "graph" else 200.0) and var["repeat_us"] == var["median_us"]
+    assert var["timer"] == mode and var["speedup_vs_best_sdpa"] == pytest.approx(100.0 / var["median_us"])
+    assert order[-2] == "variant" and order.index("FLASH_ATTENTION") < len(order) - 2
+    assert len(var["settle_us"]) == (3 if mode == "graph" else 0)  # the graph settle fails when it cannot capture
+
+
 @pytest.mark.interpreter
 def test_generated_check_runs_under_the_interpreter(tmp_path):
     # GQA 4, three causal query positions, bf16, a ragged last chunk; then a bad --attn

@@ -128,6 +128,13 @@ def test_tma_loads(combine, layout):
     assert kv.tma_ok(k[:, :, ::3], v[:, :, ::3], 32)  # every third key: 192-byte strides are fine
     kk = torch.randn(1, 2, 50, 20, dtype=torch.float16)[..., :16]  # 40-byte key stride: not 16-byte aligned
     assert not kv.tma_ok(kk, kk, 16)
+    # a size-1 dim's stride counts too (the descriptor checks every stride but the last): a
+    # single key sliced from a 17-wide row has a 34-byte key stride
+    one = torch.randn(1, 1, 1, 17, dtype=torch.bfloat16)[..., :16]
+    assert not kv.tma_ok(one, one, 16)
+    q1 = torch.randn(1, 2, 1, 16, dtype=torch.bfloat16)
+    res = kv.decode_attention(q1, one, one, small(splits=1, tma=True), out=common.poison_(torch.empty_like(q1)))
+    assert kv.rel_error(res, kv.reference(q1, one, one)) <= kv.TOLERANCE[torch.bfloat16]
     # the pointer path runs when TMA is asked for and impossible (D 48: not a power of two)
     run_checked(1, 2, 1, 1, 40, 48, torch.bfloat16, small(splits=2, tma=True))
 
