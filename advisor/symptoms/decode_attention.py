@@ -11,8 +11,9 @@ while the pair runs well above the HBM floor. Why it matters: in decode each pro
 the whole KV cache, so most SMs idle while a few stream it; the floor is reading K and V once.
 What to do: split the KV sequence (flash-decoding): the library's knob where it has one, a
 backend already near the floor where there is one, else `advisor generate split_kv`.
-Estimated recoverable time: the launch time minus the larger of the perfectly spread time
-(launch x grid / SMs) and `floor_reach` x the HBM floor of reading K and V once.
+Estimated recoverable time: the launch time minus the largest of the perfectly spread time
+(launch x grid / SMs), `floor_reach` x the HBM floor of reading K and V once, and that floor
+plus `fixed_cost_ns` a launch (what the fastest measured decode kernels paid beyond the read).
 """
 
 from __future__ import annotations
@@ -240,6 +241,7 @@ def _library(backend: str, name: str, shape: dict | None, split: int, rule: Rule
 def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
     out = []
     reach = float(rule["floor_reach"])
+    fixed = float(rule["fixed_cost_ns"])
     for row in ev.to_dict("records"):
         sms = int(row["sm_count"])
         grid = int(row["grid_blocks"])
@@ -259,9 +261,10 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
             pair = total + combine_ns
             if combine_ns / pair < rule["min_combine_share"]:
                 continue
-            ideal = reach * floor
+            ideal = max(reach * floor, floor + fixed * row["launches"])
             basis = (f"split kernel + combine ({pair / 1e3:.0f} us over {row['launches']} launches) minus "
-                     f"{reach:g} x the HBM floor of reading K and V once")
+                     f"{reach:g} x the HBM floor of reading K and V once, or that floor plus {fixed / 1e3:g} us a "
+                     "launch where that is more")
             spent = pair
         else:
             if row["followed_by_combine"] >= 0.5 or fill >= rule["max_sm_fill"]:
@@ -270,14 +273,16 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                 continue
             if shape is not None and grid > _unsplit_programs(shape, rule):
                 continue  # more programs than (batch, head, query block): the kernel splits the KV itself
-            ideal = max(reach * floor, total * fill)
+            ideal = max(reach * floor, floor + fixed * row["launches"] if floor else 0.0, total * fill)
             basis = (f"launch time x grid / SMs ({fill:.2f}: the work spread over every SM), never below {reach:g} x "
-                     "the HBM floor of reading K and V once" if floor else
+                     f"the HBM floor of reading K and V once nor below that floor plus {fixed / 1e3:g} us a launch"
+                     if floor else
                      f"launch time x grid / SMs ({fill:.2f}); no HBM floor (KV shape or bandwidth unknown)")
             spent = total
         if floor:  # the floor's rate and where it comes from (the rule's achievable_hbm_fraction)
             basis += (f" (K and V at {float(row['read_bps']) / 1e12:.2f} TB/s, {float(rule['achievable_hbm_fraction']):g} "
-                      "of the device's bandwidth: the K/V read rate cuDNN SDPA reached in decode on the H200)")
+                      "of the device's bandwidth: the K/V read rate cuDNN SDPA reached in decode on the H200; "
+                      f"{fixed / 1e3:g} us: the most the fastest measured decode kernels paid a call beyond that read)")
         savings = max(0.0, spent - ideal)
         share = ctx.share(row["rank"], row["device_id"], spent)
         if share < rule["min_share"] or savings < rule["min_savings_ns"]:
