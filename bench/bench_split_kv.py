@@ -306,7 +306,7 @@ def floor_row(sh):
 def settle(fn, sh, least=3, most=5, agree=0.02):
     """Discard CUDA-graph timings of fn, at least `least`, then until the last two agree within
     `agree` (at most `most`; GPU only); return their p50s. A shape's first graph timings ran
-    10-14% slow on every replay (1083 against 949 us at batch 8 / 128k keys, clocks at 1980 MHz
+    up to 14% slow on every replay (1083 against 949 us at batch 8 / 128k keys, clocks at 1980 MHz
     throughout), sometimes two in a row that agreed with each other (1083.3, 1082.9; the next
     948.9), so agreement alone does not end it (bench/probe_first_timing.py, docs/split_kv.md)."""
     if sh["device"] != "cuda":
