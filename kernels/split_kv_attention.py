@@ -625,6 +625,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: 
     rows_total = B * Hkv * R
     int64 = max((S - 1) * abs(t.stride(2)) + (D - 1) * abs(t.stride(3)) for t in (k, v)) >= 2**31 - 1
     use_tma = config.tma and tma_ok(k, v, block_d)
+    align = key_align(config, use_tma)
     if use_tma:
         k_arg, v_arg = (TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, config.BLOCK_N, block_d])
                         for t in (k, v))
@@ -638,8 +639,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: 
     strides = (*q.stride(), *k.stride(), *v.stride(), *out.stride())
 
     if config.stream:
-        units = B * Hkv * cdiv(R, block_h)
-        align = key_align(config, use_tma)
+        units = work_units(B, Hq, Hkv, Lq, config.BLOCK_H)
         groups = cdiv(S, align)
         total = units * groups
         programs = min(config.CTAS_PER_SM * sms, total)
@@ -657,7 +657,6 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: 
         )
         return out
 
-    align = key_align(config, use_tma)
     splits, _ = split_plan(S, resolve_splits(config, B, Hq, Hkv, Lq, S, sms), align)
     direct = splits == 1
     opart = out if direct else torch.empty((rows_total * splits * D,), dtype=torch.float32, device=q.device)
