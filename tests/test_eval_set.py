@@ -62,6 +62,9 @@ def test_precision_and_recall_over_the_set(tmp_path):
         fp += len(false)
         problems += [f"{entry['path']}: missed {m}" for m in missed]
         problems += [f"{entry['path']}: unexpected {f.symptom} -> {f.strategy} on {f.kernel[:60]}" for f in false]
+        # every gate's value is a share of something (busy, idle after syncs, copies, roofline)
+        problems += [f"{entry['path']}: gate {g.check} at {g.value:.0%}, outside 0-100%" for g in d.gates
+                     if not 0 <= g.value <= 1]
     if not ran:
         pytest.skip("no trace of the set is here")
     precision = tp / (tp + fp) if tp + fp else 1.0

@@ -337,6 +337,19 @@ def test_run_of_one_custom_kernel_stays_persistent():
     assert f.strategy == "persistent" and f.suggestion["schedule"] == "persistent"
 
 
+def test_run_of_one_runtime_copy_kernel_is_graphed_not_made_persistent():
+    # A real MI350X trace: 1,472 of a run's 1,907 tiny launches are the ROCm runtime's blit copy
+    # (__amd_rocclr_copyBuffer). Nobody can make the runtime's copy persistent: the headline
+    # names what can be done (graph the launches; fewer, larger copies), as a basic (tier 1).
+    ks = back_to_back(100, 3_000, 7_000, name="__amd_rocclr_copyBuffer", grid=(4, 1, 1))
+    d = diagnose(make_trace(ks))
+    (f,) = by_symptom(d, "launch_overhead")
+    assert f.strategy == "cuda_graph" and f.tier == 1 and f.evidence["run_kind"] == "library_run"
+    assert "fewer, larger copies" in f.evidence["library_change"]
+    md = render("diagnosis.md.j2", d=d)
+    assert "is one kernel of the ROCm runtime: copy and fill, whose code is not yours to make persistent" in md
+
+
 def test_busy_stream_of_small_kernels_is_not_flagged():
     ks = back_to_back(100, 3_000, 500, name="vectorized_elementwise_kernel", grid=(4, 1, 1))
     assert by_symptom(diagnose(make_trace(ks)), "launch_overhead") == []
@@ -465,6 +478,19 @@ def test_async_hip_copy_is_not_a_sync_call():
     ks = [kernel(i * 1_000_000, 100_000, name="Cijk_Alik_Bljk_MT64x16x32", grid=(12, 11, 1)) for i in range(10)]
     rt = [launch(i + 1, i * 1_000_000 + 5_000, dur=97_000, name="hipMemcpyAsync") for i in range(10)]
     assert not [g for g in diagnose(make_trace(ks, runtime=rt)).gates if g.check == "sync_calls"]
+
+
+def test_synchronise_before_any_gpu_work_is_free():
+    # A synchronise at set-up, 200 ms before the first kernel (a real H100 trace has one), drains
+    # nothing: the wait that follows is start-up, not a stall inside the span. Then the usual
+    # steps: 9 stalls of 898 us in 9.1 ms, as in test_gate_gpu_idle_and_sync.
+    t0 = 200_000_000
+    ks = [kernel(t0 + i * 1_000_000, 100_000, name="matmul_kernel", grid=(12, 11, 1)) for i in range(10)]
+    rt = [launch(1, 0, dur=14_000, name="cudaDeviceSynchronize")]
+    rt += [launch(i + 2, t0 + i * 1_000_000 + 5_000, dur=97_000, name="cudaDeviceSynchronize") for i in range(10)]
+    (g,) = [g for g in diagnose(make_trace(ks, runtime=rt)).gates if g.check == "sync_calls"]
+    assert g.value == pytest.approx(9 * 898_000 / 9_100_000, abs=1e-3)
+    assert "9 synchronising calls" in g.message
 
 
 def test_final_synchronise_is_free():

@@ -500,12 +500,16 @@ def _run_pattern(row, rule: Rule) -> str:
             return "compiled_run"
         return "elementwise_run"
     top_share = row["top_kernel_ns"] / row["kernel_ns"] if row["kernel_ns"] else 1.0
-    return "mixed_run" if top_share < rule["mixed_top_share"] else "kernel_run"
+    if top_share < rule["mixed_top_share"]:
+        return "mixed_run"
+    # one kernel dominates, but a library's or the runtime's (a ROCm blit copy, a cuDNN layout
+    # kernel): no one can make it persistent; the launches can be graphed, the call changed
+    return "library_run" if _library(str(row["name"])) else "kernel_run"
 
 
 # tier of each pattern's remedy: fusing, graphing or feeding the GPU is a basic (1); one
 # grouped or persistent launch is a kernel schedule (4)
-_TIER = {"gemm_loop": 4, "elementwise_run": 1, "compiled_run": 1, "recurrent_run": 1, "mixed_run": 1, "kernel_run": 4,
+_TIER = {"gemm_loop": 4, "elementwise_run": 1, "compiled_run": 1, "recurrent_run": 1, "mixed_run": 1, "library_run": 1, "kernel_run": 4,
          "host_bound": 1, "big_grid": 4}
 
 
