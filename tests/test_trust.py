@@ -126,6 +126,21 @@ def test_ws_read_from_the_block_shape():
     assert not [f.symptom for f in diag(384).findings if f.symptom == "hopper_no_ws"]
 
 
+def test_cudnn_bf16_conv_on_its_generic_kernel_gets_no_dtype_or_ws_advice():
+    """VideoMAE's Conv3d under bf16 autocast on the H200 ran cuDNN's generic
+    implicit_convolveNd_sgemm<__nv_bfloat16, ...>: "sgemm" named the algorithm, not fp32, so it
+    was told to cast an fp32 part to bf16; read as bf16, it was told to warp-specialize. Neither
+    is the user's lever: the convolution is already bf16, and cuDNN picks its kernel."""
+    name = ("void implicit_convolveNd_sgemm<__nv_bfloat16, 3, 128, 6, 7, 3, 3, 5, 1, false, false, true>"
+            "(int, int, int, __nv_bfloat16 const*, int, __nv_bfloat16*, __nv_bfloat16 const*, kernel_convNd_params)")
+    ks = [kernel(i * 2_000_000, 700_000, name=name, grid=(98, 6, 1), block=(128, 1, 1), corr=i) for i in range(4)]
+    ks += [kernel(8_000_000 + i * 100_000, 90_000, name="sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64",
+                  grid=(132, 1, 1), block=(384, 1, 1), corr=10 + i) for i in range(8)]
+    d = diagnose(make_trace(ks, devices=(H200_DEV,), runtime=[launch(i, i * 2_000_000 - 3000) for i in range(4)]))
+    assert not [f for f in d.findings if f.symptom in ("dtype_churn", "tensor_cores_unused", "hopper_no_ws")
+                and "convolveNd" in (f.kernel or "")]
+
+
 # ------------------------------------------------------------------ class 7: shapes users write
 
 

@@ -34,7 +34,9 @@ clip_infer_fp16, mamba_prefill, llama_train_bf16_ckpt. A fifth: lstm_lm_train, d
 flex_attention_train, segformer_infer_fp16, fp8_mlp. A sixth: gnn_train, grouped_mm_moe,
 pageable_feed_train. A seventh (for slow_memory_bound_kernel): poolformer_infer_fp16,
 resnetv2_bit_train, dpt_depth_infer_fp16, upernet_convnext_infer_fp16, with `_compiled`
-variants of the three inference models. See each builder's docstring.
+variants of the three inference models. An eighth (2026-12-03, fourth session): mistral_generate_b4,
+bloom_generate_fp16, esm_train_bf16, videomae_train_bf16, phi3_prefill_fp32, mobilevit_infer_fp16.
+See each builder's docstring.
 
 The second set's three models with the fix advisor named (bert_train_fp32_tf32, resnet50_train_cl,
 mobilenet_b8_graph: a CUDA graph of the forward), timed against the originals with
@@ -924,6 +926,127 @@ def upernet_convnext_infer_fp16(dev: str, tiny: bool, compiled: bool = False):
     return step
 
 
+def mistral_generate_b4(dev: str, tiny: bool):
+    """Mistral (2048 wide, 8 layers, 32 query / 8 KV heads, sliding window 4096) bf16 greedy
+    decode at batch 4: 4096-token prompts, 32 new tokens, eager, dynamic cache (long-context
+    decode through SDPA's default backend choice)."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    cfg = MistralConfig(hidden_size=64 if tiny else 2048, intermediate_size=128 if tiny else 5632,
+                        num_hidden_layers=1 if tiny else 8, num_attention_heads=2 if tiny else 32,
+                        num_key_value_heads=1 if tiny else 8, vocab_size=1000 if tiny else 32000,
+                        sliding_window=4096, max_position_embeddings=8192)
+    dtype = torch.float32 if dev == "cpu" else torch.bfloat16
+    with torch.device(dev):
+        model = MistralForCausalLM(cfg).to(dtype).eval()
+    ids = torch.randint(0, cfg.vocab_size, (1 if tiny else 4, 16 if tiny else 4096), device=dev)
+    n = 4 if tiny else 32
+
+    @torch.no_grad()
+    def step():
+        model.generate(input_ids=ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+    return step
+
+
+def bloom_generate_fp16(dev: str, tiny: bool):
+    """BLOOM (1024 wide, 8 layers, 16 heads, ALiBi) fp16 greedy decode at batch 8: 256-token
+    prompts, 32 new tokens (its attention is baddbmm + softmax + bmm, not SDPA)."""
+    from transformers import BloomConfig, BloomForCausalLM
+
+    cfg = BloomConfig(hidden_size=64 if tiny else 1024, n_layer=1 if tiny else 8, n_head=2 if tiny else 16,
+                      vocab_size=1000 if tiny else 250880)
+    dtype = torch.float32 if dev == "cpu" else torch.float16
+    with torch.device(dev):
+        model = BloomForCausalLM(cfg).to(dtype).eval()
+    ids = torch.randint(0, cfg.vocab_size, (2 if tiny else 8, 16 if tiny else 256), device=dev)
+    n = 4 if tiny else 32
+
+    @torch.no_grad()
+    def step():
+        model.generate(input_ids=ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+    return step
+
+
+def esm_train_bf16(dev: str, tiny: bool):
+    """ESM-2-style protein language model (640 wide, 8 layers, 20 heads, rotary) masked-LM
+    training step, bf16 autocast, AdamW, 16 sequences of 512 residues (vocabulary 33)."""
+    from transformers import EsmConfig, EsmForMaskedLM
+
+    cfg = EsmConfig(hidden_size=64 if tiny else 640, num_hidden_layers=1 if tiny else 8,
+                    num_attention_heads=2 if tiny else 20, intermediate_size=128 if tiny else 2560,
+                    vocab_size=33, position_embedding_type="rotary", pad_token_id=1, mask_token_id=32,
+                    max_position_embeddings=1026)
+    model = EsmForMaskedLM(cfg).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    b, s = (2, 16) if tiny else (16, 512)
+    ids = torch.randint(4, 24, (b, s), device=dev)
+
+    def step():
+        with _autocast(dev, torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def videomae_train_bf16(dev: str, tiny: bool):
+    """VideoMAE (768 wide, 6 layers) video classification training step, bf16 autocast, AdamW:
+    4 clips of 16 frames at 224 (tubelets of 2 x 16 x 16: 1568 tokens a clip)."""
+    from transformers import VideoMAEConfig, VideoMAEForVideoClassification
+
+    cfg = VideoMAEConfig(image_size=32 if tiny else 224, num_frames=4 if tiny else 16,
+                         hidden_size=64 if tiny else 768, num_hidden_layers=1 if tiny else 6,
+                         num_attention_heads=2 if tiny else 12, intermediate_size=128 if tiny else 3072,
+                         num_labels=400)
+    model = VideoMAEForVideoClassification(cfg).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(1 if tiny else 4, cfg.num_frames, 3, cfg.image_size, cfg.image_size, device=dev)
+    labels = torch.randint(0, 400, (x.shape[0],), device=dev)
+
+    def step():
+        with _autocast(dev, torch.bfloat16):
+            loss = model(pixel_values=x, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def phi3_prefill_fp32(dev: str, tiny: bool):
+    """Phi-3-style decoder (2048 wide, 4 layers, 32 heads) forward over 1 x 4096 tokens in fp32
+    (the dtype from_config gives when nobody asks for another)."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    cfg = Phi3Config(hidden_size=64 if tiny else 2048, intermediate_size=128 if tiny else 8192,
+                     num_hidden_layers=1 if tiny else 4, num_attention_heads=2 if tiny else 32,
+                     num_key_value_heads=2 if tiny else 32, vocab_size=1000 if tiny else 32064,
+                     max_position_embeddings=4096, pad_token_id=0)
+    with torch.device(dev):
+        model = Phi3ForCausalLM(cfg).eval()
+    ids = torch.randint(0, cfg.vocab_size, (1, 32 if tiny else 4096), device=dev)
+
+    @torch.no_grad()
+    def step():
+        model(input_ids=ids, logits_to_keep=1)
+    return step
+
+
+def mobilevit_infer_fp16(dev: str, tiny: bool):
+    """timm mobilevit_s inference, fp16, batch 32 at 256, NCHW (convolutions with small
+    transformer blocks over unfolded patches)."""
+    import timm
+
+    dtype = torch.float32 if dev == "cpu" else torch.float16
+    model = timm.create_model("mobilevit_xxs" if tiny else "mobilevit_s", pretrained=False).to(dev, dtype).eval()
+    x = torch.randn(2 if tiny else 32, 3, 64 if tiny else 256, 64 if tiny else 256, device=dev, dtype=dtype)
+
+    @torch.no_grad()
+    def step():
+        model(x)
+    return step
+
+
 MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_prefill, convnext_infer,
                                   distilbert_b1, bert_train_fp32, mixtral_moe, llama_generate, resnet50_train,
                                   qwen2_prefill, mobilenet_b8, bert_train_fp32_tf32, resnet50_train_cl,
@@ -935,7 +1058,9 @@ MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_p
                                   lstm_lm_train_tf32_graph, dlrm_train, dlrm_train_tf32, gnn_train, grouped_mm_moe,
                                   pageable_feed_train,
                                   flex_attention_train, segformer_infer_fp16, fp8_mlp, poolformer_infer_fp16,
-                                  resnetv2_bit_train, dpt_depth_infer_fp16, upernet_convnext_infer_fp16)}
+                                  resnetv2_bit_train, dpt_depth_infer_fp16, upernet_convnext_infer_fp16,
+                                  mistral_generate_b4, bloom_generate_fp16, esm_train_bf16,
+                                  videomae_train_bf16, phi3_prefill_fp32, mobilevit_infer_fp16)}
 # the seventh set's fixes (slow_memory_bound_kernel: torch.compile), timed against the originals
 MODELS.update({f"{n}_compiled": _compiled(MODELS[n])
                for n in ("poolformer_infer_fp16", "dpt_depth_infer_fp16", "upernet_convnext_infer_fp16")})

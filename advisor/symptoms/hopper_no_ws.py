@@ -34,7 +34,7 @@ from .calibration import ShapeClasses, bound_gemm_estimate, ceiling, is_library_
 from ..findings import Finding
 from ..rules import Rule
 from .context import Context, finding_for, gemm_bytes, gemm_flop, group_launches, id_array, launch_rows, shape_of
-from .kernel_kinds import schedule_excluded
+from .kernel_kinds import kinds, schedule_excluded
 from .tail_wave import work_units
 
 SYMPTOM = "hopper_no_ws"
@@ -57,8 +57,12 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     on = np.zeros(len(k), dtype=bool)
     for r, d in hopper:
         on |= (rank == r) & (dev == d)
-    # kernels whose lever is a Tier 1-3 one (fp32 SIMT, misaligned) get no schedule
+    # kernels whose lever is a Tier 1-3 one (fp32 SIMT, misaligned) get no schedule; nor do
+    # convolutions without a GEMM shape (as in small_grid_long_k): our warp-specialized kernel
+    # is a GEMM, and cuDNN's choice of kernel is not the user's (a VideoMAE Conv3d on cuDNN's
+    # generic implicit_convolveNd_sgemm was told to use warp specialization, H200)
     on &= ~schedule_excluded(ctx)
+    on &= ~(kinds(ctx)["is_conv"].to_numpy(dtype=bool) & k["M"].isna().to_numpy(dtype=bool))
     g = launch_rows(k, on & (k["is_gemm"] & ~k["is_ws"] & ~ws_launch(k) & k["sm_count"].notna() & k["grid_blocks"].notna()).to_numpy(),
                     ["tiles", "grid_blocks", "sm_count"])
     if g.empty:

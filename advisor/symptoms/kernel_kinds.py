@@ -35,6 +35,12 @@ _TF32 = re.compile(r"tf32|xf32|tensorop_s1688gemm(?!_(?:bf16|f16))|_s1688gemm_tf
 _BIT16 = re.compile(
     r"bf16|f16|fp16|half|bfloat16|h884|h1688|h16816|h161616|s884gemm|s16816gemm|s161616gemm|hgemm|_h_?gemm", re.I
 )
+# a kernel template's first argument, its element type: cuDNN's generic implicit_convolveNd_sgemm
+# runs bf16 convolutions too (a VideoMAE Conv3d on the H200) without being fp32 ("sgemm" is the
+# algorithm's name there, not the precision)
+_TEMPLATE_16BIT = re.compile(
+    r"^[^<(]*<\s*(?:const\s+)?(?:__nv_bfloat16|nv_bfloat16|__half|half|c10::BFloat16|c10::Half|"
+    r"cutlass::half_t|cutlass::bfloat16_t|at::BFloat16|at::Half)\b")
 _FP8 = re.compile(r"fp8|e4m3|e5m2|f8f8|_qgmma|i8i8", re.I)
 _FP64 = re.compile(r"dgemm|f64|fp64|double|dmma", re.I)
 # Tensile / hipBLASLt: Cijk_<A index>_<B index>_<types>_...: the first type letter is the input
@@ -43,7 +49,7 @@ _TENSILE_TYPES = re.compile(r"^Cijk_A[a-z]+_B[a-z]+_([A-Z0-9]+)_", re.I)
 _TENSILE_PREC = {"S": "fp32", "X": "tf32", "H": "16bit", "B": "16bit", "D": "fp64", "F": "fp8", "I": "fp8"}
 
 _ALIGN = re.compile(r"_align(\d+)(?=_|>|$|\W)", re.I)
-_ELT_FROM_NAME = ((re.compile(r"bf16|f16|h1688|h16816|h884|half", re.I), 2),
+_ELT_FROM_NAME = ((re.compile(r"bf16|f16|bfloat16|h1688|h16816|h884|half", re.I), 2),
                   (re.compile(r"tf32|s1688gemm|sgemm|f32", re.I), 4),
                   (re.compile(r"i8|s8|fp8|e4m3|e5m2", re.I), 1),
                   (re.compile(r"f64|dgemm", re.I), 8))
@@ -71,6 +77,8 @@ def gemm_precision(name: str) -> str | None:
         return _TENSILE_PREC.get(m.group(1)[0].upper())
     if _FP8.search(name):
         return "fp8"
+    if _TEMPLATE_16BIT.search(name):
+        return "16bit"
     if _FP32_SIMT.search(name):
         return "fp32"
     if _TF32.search(name):
