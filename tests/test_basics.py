@@ -87,11 +87,12 @@ class Builder:
     ("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x192x64", "16bit"),
     (NVJET, None),  # the name does not say: the Kineto dtype decides
     # cuDNN's generic convolution is named after its algorithm (implicit sgemm): its template's
-    # element type says the precision (a VideoMAE Conv3d under bf16 autocast, H200)
+    # element type says the data is 16-bit (a VideoMAE Conv3d under bf16 autocast, H200): no cast to advise
     ("void implicit_convolveNd_sgemm<__nv_bfloat16, 3, 128, 6, 7, 3, 3, 5, 1, false, false, true>(int, int, int)",
-     "16bit"),
+     "16bit_simt"),
     ("void implicit_convolve_sgemm<float, float, 1024, 6, 7, 3, 3, 5, 1, false, false, true>(int, int, int)", "fp32"),
-    ("void implicit_convolveNd_sgemm<__half, 3, 128, 6, 7, 3, 3, 5, 1, false, false, true>(int, int, int)", "16bit"),
+    ("void implicit_convolveNd_sgemm<__half, 3, 128, 6, 7, 3, 3, 5, 1, false, false, true>(int, int, int)", "16bit_simt"),
+    ("void cutlass::Kernel<cutlass::half_t>(Params)", "16bit"),
 ])
 def test_gemm_precision_from_names(name, precision):
     assert gemm_precision(name) == precision

@@ -350,6 +350,15 @@ def test_run_of_one_runtime_copy_kernel_is_graphed_not_made_persistent():
     assert "is one kernel of the ROCm runtime: copy and fill, whose code is not yours to make persistent" in md
 
 
+def test_custom_kernel_templated_on_library_types_is_not_a_library_kernel():
+    # an extension kernel templated on c10::Half (as vLLM's in a real MI300 trace) is not ATen's: the run
+    # is the user's kernel: no "library kernel" line, and not the library run's remedy
+    ks = back_to_back(100, 3_000, 7_000, name="void myext::paged_gather_kernel<c10::Half, 8>(c10::Half*, int)",
+                      grid=(4, 1, 1))
+    (f,) = by_symptom(diagnose(make_trace(ks)), "launch_overhead")
+    assert f.evidence["run_kind"] != "library_run" and "library" not in f.evidence
+
+
 def test_busy_stream_of_small_kernels_is_not_flagged():
     ks = back_to_back(100, 3_000, 500, name="vectorized_elementwise_kernel", grid=(4, 1, 1))
     assert by_symptom(diagnose(make_trace(ks)), "launch_overhead") == []
@@ -478,6 +487,16 @@ def test_async_hip_copy_is_not_a_sync_call():
     ks = [kernel(i * 1_000_000, 100_000, name="Cijk_Alik_Bljk_MT64x16x32", grid=(12, 11, 1)) for i in range(10)]
     rt = [launch(i + 1, i * 1_000_000 + 5_000, dur=97_000, name="hipMemcpyAsync") for i in range(10)]
     assert not [g for g in diagnose(make_trace(ks, runtime=rt)).gates if g.check == "sync_calls"]
+
+
+def test_several_synchronises_in_one_gap_count_it_once():
+    # test_gate_gpu_idle_and_sync's steps, with 5 synchronising calls returning one after another
+    # in each gap: the GPU idles 898 us a step, not 5 x that (it read as 386% of the span)
+    ks = [kernel(i * 1_000_000, 100_000, name="matmul_kernel", grid=(12, 11, 1)) for i in range(10)]
+    rt = [launch(100 * i + j, i * 1_000_000 + 5_000 + 10_000 * j, dur=97_000, name="cudaDeviceSynchronize")
+          for i in range(10) for j in range(5)]
+    (g,) = [g for g in diagnose(make_trace(ks, runtime=rt)).gates if g.check == "sync_calls"]
+    assert g.value == pytest.approx(9 * 898_000 / 9_100_000, abs=1e-3)
 
 
 def test_synchronise_before_any_gpu_work_is_free():

@@ -1015,7 +1015,7 @@ def videomae_train_bf16(dev: str, tiny: bool):
 
 def phi3_prefill_fp32(dev: str, tiny: bool):
     """Phi-3-style decoder (2048 wide, 4 layers, 32 heads) forward over 1 x 4096 tokens in fp32
-    (the dtype from_config gives when nobody asks for another)."""
+    (the dtype a model built from its config gets when nobody asks for another)."""
     from transformers import Phi3Config, Phi3ForCausalLM
 
     cfg = Phi3Config(hidden_size=64 if tiny else 2048, intermediate_size=128 if tiny else 8192,

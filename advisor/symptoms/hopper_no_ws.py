@@ -2,7 +2,8 @@
 
 What it detects: on devices of compute capability 9.x, GEMM kernels whose names show no warp
 specialization (CUTLASS `warpspecialized`, cuBLAS `nvjet`, Triton kernels named `*_ws_*`)
-holding a significant share of GPU time. Why it matters: a TMA producer warp feeding wgmma
+holding a significant share of GPU time; convolutions without a GEMM shape are left out (no
+GEMM schedule of ours replaces them). Why it matters: a TMA producer warp feeding wgmma
 consumer warpgroups keeps the tensor cores busy while loads are in flight. GEMMs whose arithmetic
 intensity is far under the ridge point are skipped: they wait on memory. What to do: a
 warp-specialized persistent TMA kernel, then measure: it does not always win. Estimated
@@ -58,8 +59,8 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     for r, d in hopper:
         on |= (rank == r) & (dev == d)
     # kernels whose lever is a Tier 1-3 one (fp32 SIMT, misaligned) get no schedule; nor do
-    # convolutions without a GEMM shape (as in small_grid_long_k): our warp-specialized kernel
-    # is a GEMM, and cuDNN's choice of kernel is not the user's (a VideoMAE Conv3d on cuDNN's
+    # convolutions without a GEMM shape (as in small_grid_long_k), library or not: our
+    # warp-specialized kernel is a GEMM and replaces none of them (a VideoMAE Conv3d on cuDNN's
     # generic implicit_convolveNd_sgemm was told to use warp specialization, H200)
     on &= ~schedule_excluded(ctx)
     on &= ~(kinds(ctx)["is_conv"].to_numpy(dtype=bool) & k["M"].isna().to_numpy(dtype=bool))

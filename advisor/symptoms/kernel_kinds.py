@@ -70,7 +70,8 @@ _NOCAST = re.compile(r"_nocast", re.I)
 
 
 def gemm_precision(name: str) -> str | None:
-    """"fp32" (full fp32 arithmetic, no tensor cores or fp32 MFMA), "tf32", "16bit", "fp8",
+    """"fp32" (full fp32 arithmetic, no tensor cores or fp32 MFMA), "tf32", "16bit",
+    "16bit_simt" (16-bit data on a SIMT kernel: no tensor cores, but no cast or TF32 to advise), "fp8",
     "fp64", or None when the name does not say."""
     m = _TENSILE_TYPES.match(name)
     if m:
@@ -78,7 +79,8 @@ def gemm_precision(name: str) -> str | None:
     if _FP8.search(name):
         return "fp8"
     if _TEMPLATE_16BIT.search(name):
-        return "16bit"
+        # 16-bit data; a SIMT algorithm name (cuDNN's implicit sgemm) means FMA, not tensor cores
+        return "16bit_simt" if _FP32_SIMT.search(name) else "16bit"
     if _FP32_SIMT.search(name):
         return "fp32"
     if _TF32.search(name):
@@ -243,7 +245,7 @@ def gemm_time_by_precision(ctx: Context) -> pd.DataFrame:
     g = k.loc[k["is_gemm"].to_numpy(dtype=bool), ["rank", "device_id", "dur_ns"]].copy()
     g["device_id"] = g["device_id"].fillna(-1).astype("int64")
     g["precision"] = kk.loc[g.index, "precision"].astype(object).fillna("unknown").astype(str).to_numpy()
-    cols = ["fp32", "tf32", "fp32_dtype", "16bit", "fp8", "fp64", "unknown"]
+    cols = ["fp32", "tf32", "fp32_dtype", "16bit", "16bit_simt", "fp8", "fp64", "unknown"]
     out = g.pivot_table(index=["rank", "device_id"], columns="precision", values="dur_ns", aggfunc="sum", fill_value=0)
     out = out.reindex(columns=cols, fill_value=0).astype("int64")
     out["gemm"] = out.sum(axis=1)

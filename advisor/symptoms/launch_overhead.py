@@ -472,9 +472,20 @@ _LIBRARY_KERNELS = [
 ]
 
 
+def _own_name(name: str) -> str:
+    """The kernel's own qualified name: without `void` and its template arguments and
+    parameters, which may name library types (a custom kernel templated on c10::Half is not
+    ATen's)."""
+    text = name.strip()
+    if text.startswith("void "):
+        text = text[5:]
+    return re.split(r"[<(]", text, maxsplit=1)[0]
+
+
 def _library(name: str) -> tuple[str, str] | None:
+    own = _own_name(name)
     for pattern, library, change in _LIBRARY_KERNELS:
-        if pattern.search(name):
+        if pattern.search(own):
             return library, change
     return None
 

@@ -60,7 +60,7 @@ def misaligned_dims(shape: dict, elt: int) -> dict[str, int]:
 def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     k = ctx.kernels
     kk = kinds(ctx)
-    gemm = k["is_gemm"].to_numpy(dtype=bool) & (kk["precision"] != "fp32").to_numpy(dtype=bool)
+    gemm = k["is_gemm"].to_numpy(dtype=bool) & ~kk["precision"].isin(["fp32", "16bit_simt"]).to_numpy(dtype=bool)
     tagged = kk["misaligned"].to_numpy(dtype=bool)
     shaped = gemm & k["M"].notna().to_numpy(dtype=bool)
     conv = launched_inside(ctx) & tagged & ~shaped
