@@ -36,7 +36,9 @@ pageable_feed_train. A seventh (for slow_memory_bound_kernel): poolformer_infer_
 resnetv2_bit_train, dpt_depth_infer_fp16, upernet_convnext_infer_fp16, with `_compiled`
 variants of the three inference models. An eighth (2026-12-03, fourth session): mistral_generate_b4,
 bloom_generate_fp16, esm_train_bf16, videomae_train_bf16, phi3_prefill_fp32, mobilevit_infer_fp16.
-See each builder's docstring.
+A ninth (2026-12-04, for kv_cache_copies): mistral_decode_dynamic, mistral_decode_static,
+llama_decode_dynamic, llama_decode_static (`_gqa_decode`), and the fixes it names timed:
+mistral_decode_grouped, mistral_decode_static_grouped. See each builder's docstring.
 
 The second set's three models with the fix advisor named (bert_train_fp32_tf32, resnet50_train_cl,
 mobilenet_b8_graph: a CUDA graph of the forward), timed against the originals with
@@ -69,6 +71,16 @@ from kineto_out import export_gz  # beside this script
 
 def _autocast(device: str, dtype):
     return torch.autocast(device_type=device.split(":")[0], dtype=dtype)
+
+
+def _generate_step(model, n: int, **inputs):
+    """A step that generates exactly `n` new tokens without sampling from `inputs` (input_ids=...,
+    input_features=..., plus generate() options such as num_beams or cache_implementation)."""
+
+    @torch.no_grad()
+    def step():
+        model.generate(**inputs, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+    return step
 
 
 def _sgd_classifier_step(model, x: torch.Tensor, classes: int, dev: str):
@@ -127,11 +139,7 @@ def whisper_generate(dev: str, tiny: bool):
     model = WhisperForConditionalGeneration(cfg).to(dev, dtype).eval()
     feats = torch.randn(1, cfg.num_mel_bins, 3000, device=dev, dtype=dtype)
     n = 4 if tiny else 24
-
-    @torch.no_grad()
-    def step():
-        model.generate(input_features=feats, max_new_tokens=n, min_new_tokens=n, do_sample=False)
-    return step
+    return _generate_step(model, n, input_features=feats)
 
 
 def gemma_prefill(dev: str, tiny: bool):
@@ -226,11 +234,7 @@ def llama_generate(dev: str, tiny: bool):
         model = LlamaForCausalLM(cfg).to(dtype).eval()
     ids = torch.randint(0, cfg.vocab_size, (1, 16 if tiny else 512), device=dev)
     n = 4 if tiny else 32
-
-    @torch.no_grad()
-    def step():
-        model.generate(input_ids=ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
-    return step
+    return _generate_step(model, n, input_ids=ids)
 
 
 def resnet50_train(dev: str, tiny: bool, channels_last: bool = False):
@@ -402,11 +406,7 @@ def opt_generate_b16(dev: str, tiny: bool):
         model = OPTForCausalLM(cfg).to(dtype).eval()
     ids = torch.randint(4, cfg.vocab_size, (2 if tiny else 16, 16 if tiny else 128), device=dev)
     n = 4 if tiny else 48
-
-    @torch.no_grad()
-    def step():
-        model.generate(input_ids=ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
-    return step
+    return _generate_step(model, n, input_ids=ids)
 
 
 def efficientnet_train_cl(dev: str, tiny: bool):
@@ -503,11 +503,7 @@ def bart_beam_generate(dev: str, tiny: bool):
         model = BartForConditionalGeneration(cfg).to(dtype).eval()
     ids = torch.randint(4, cfg.vocab_size, (2 if tiny else 4, 16 if tiny else 256), device=dev)
     n = 4 if tiny else 32
-
-    @torch.no_grad()
-    def step():
-        model.generate(input_ids=ids, num_beams=4, max_new_tokens=n, min_new_tokens=n, do_sample=False)
-    return step
+    return _generate_step(model, n, input_ids=ids, num_beams=4)
 
 
 def clip_infer_fp16(dev: str, tiny: bool, channels_last: bool = False):
@@ -941,11 +937,86 @@ def mistral_generate_b4(dev: str, tiny: bool):
         model = MistralForCausalLM(cfg).to(dtype).eval()
     ids = torch.randint(0, cfg.vocab_size, (1 if tiny else 4, 16 if tiny else 4096), device=dev)
     n = 4 if tiny else 32
+    return _generate_step(model, n, input_ids=ids)
 
-    @torch.no_grad()
-    def step():
-        model.generate(input_ids=ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
-    return step
+
+def _register_sdpa_grouped() -> str:
+    """Register with transformers an SDPA attention that takes the grouped K/V as they are
+    (`enable_gqa=True`, mask or not) instead of repeating them to the query heads: the fix
+    kv_cache_copies names (native_gqa). Returns its attn_implementation name."""
+    import torch.nn.functional as F
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    def sdpa_grouped(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+        if attention_mask is not None and attention_mask.ndim == 4:
+            attention_mask = attention_mask[:, :, :, : key.shape[-2]]
+        causal = query.shape[2] > 1 and attention_mask is None and getattr(module, "is_causal", True)
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
+                                             scale=scaling, is_causal=causal,
+                                             enable_gqa=key.shape[1] != query.shape[1])
+        return out.transpose(1, 2).contiguous(), None
+
+    AttentionInterface.register("sdpa_grouped", sdpa_grouped)
+    AttentionMaskInterface.register("sdpa_grouped", sdpa_mask)
+    return "sdpa_grouped"
+
+
+def _gqa_decode(dev: str, tiny: bool, arch: str, cache: str, grouped: bool = False):
+    """A 4-layer bf16 decoder (2048 wide, 32 query / 8 KV heads of 64) generating 16 tokens
+    greedily after 4096-token prompts at batch 4, eager SDPA. arch "mistral" has a 4096-token
+    sliding window (decode past it needs an explicit mask, so transformers repeats K/V to the
+    query heads), "llama" none (no mask in decode: SDPA gets grouped K/V with enable_gqa).
+    cache "dynamic" grows the KV cache by torch.cat every step; "static" preallocates it.
+    grouped: attention through `_register_sdpa_grouped` (no repeat, whatever the mask)."""
+    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+
+    common = dict(hidden_size=64 if tiny else 2048, intermediate_size=128 if tiny else 5632,
+                  num_hidden_layers=1 if tiny else 4, num_attention_heads=2 if tiny else 32,
+                  num_key_value_heads=1 if tiny else 8, vocab_size=1000 if tiny else 32000,
+                  max_position_embeddings=8192)
+    if arch == "mistral":
+        cfg, cls = MistralConfig(sliding_window=8 if tiny else 4096, **common), MistralForCausalLM
+    else:
+        cfg, cls = LlamaConfig(**common), LlamaForCausalLM
+    if grouped:
+        cfg._attn_implementation = _register_sdpa_grouped()
+    dtype = torch.float32 if dev == "cpu" else torch.bfloat16
+    with torch.device(dev):
+        model = cls(cfg).to(dtype).eval()
+    ids = torch.randint(0, cfg.vocab_size, (2 if tiny else 4, 16 if tiny else 4096), device=dev)
+    extra = {"cache_implementation": "static"} if cache == "static" else {}
+    return _generate_step(model, 4 if tiny else 16, input_ids=ids, **extra)
+
+
+def mistral_decode_dynamic(dev: str, tiny: bool):
+    """_gqa_decode: Mistral, dynamic cache (KV cache concatenated, K/V repeated)."""
+    return _gqa_decode(dev, tiny, "mistral", "dynamic")
+
+
+def mistral_decode_static(dev: str, tiny: bool):
+    """_gqa_decode: Mistral, static cache (K/V repeated over the preallocated length)."""
+    return _gqa_decode(dev, tiny, "mistral", "static")
+
+
+def mistral_decode_grouped(dev: str, tiny: bool):
+    """mistral_decode_dynamic with SDPA on the grouped K/V (`_register_sdpa_grouped`)."""
+    return _gqa_decode(dev, tiny, "mistral", "dynamic", grouped=True)
+
+
+def mistral_decode_static_grouped(dev: str, tiny: bool):
+    """mistral_decode_static with SDPA on the grouped K/V: both fixes kv_cache_copies names."""
+    return _gqa_decode(dev, tiny, "mistral", "static", grouped=True)
+
+
+def llama_decode_dynamic(dev: str, tiny: bool):
+    """_gqa_decode: Llama, dynamic cache (KV cache concatenated, grouped K/V to SDPA)."""
+    return _gqa_decode(dev, tiny, "llama", "dynamic")
+
+
+def llama_decode_static(dev: str, tiny: bool):
+    """_gqa_decode: Llama, static cache (its mask of unused slots makes transformers repeat K/V)."""
+    return _gqa_decode(dev, tiny, "llama", "static")
 
 
 def bloom_generate_fp16(dev: str, tiny: bool):
@@ -960,11 +1031,7 @@ def bloom_generate_fp16(dev: str, tiny: bool):
         model = BloomForCausalLM(cfg).to(dtype).eval()
     ids = torch.randint(0, cfg.vocab_size, (2 if tiny else 8, 16 if tiny else 256), device=dev)
     n = 4 if tiny else 32
-
-    @torch.no_grad()
-    def step():
-        model.generate(input_ids=ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
-    return step
+    return _generate_step(model, n, input_ids=ids)
 
 
 def esm_train_bf16(dev: str, tiny: bool):
@@ -1060,7 +1127,9 @@ MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_p
                                   flex_attention_train, segformer_infer_fp16, fp8_mlp, poolformer_infer_fp16,
                                   resnetv2_bit_train, dpt_depth_infer_fp16, upernet_convnext_infer_fp16,
                                   mistral_generate_b4, bloom_generate_fp16, esm_train_bf16,
-                                  videomae_train_bf16, phi3_prefill_fp32, mobilevit_infer_fp16)}
+                                  videomae_train_bf16, phi3_prefill_fp32, mobilevit_infer_fp16,
+                                  mistral_decode_dynamic, mistral_decode_static, mistral_decode_grouped,
+                                  mistral_decode_static_grouped, llama_decode_dynamic, llama_decode_static)}
 # the seventh set's fixes (slow_memory_bound_kernel: torch.compile), timed against the originals
 MODELS.update({f"{n}_compiled": _compiled(MODELS[n])
                for n in ("poolformer_infer_fp16", "dpt_depth_infer_fp16", "upernet_convnext_infer_fp16")})

@@ -22,7 +22,7 @@ PAD_TO = 64
 
 @dataclass(frozen=True)
 class CodeChange:
-    kind: str  # pad_dimension | cuda_graph | grouped | comm_overlap | fusion | channels_last | cast_dtype | fused_attention
+    kind: str  # pad_dimension | cuda_graph | grouped | comm_overlap | fusion | channels_last | cast_dtype | fused_attention | static_kv_cache | native_gqa
     why: str  # one line: what it fixes, from which finding
     code: str  # the change, as Python (ints and our own text only)
     finding: str  # symptom of the finding it answers
@@ -131,8 +131,39 @@ def _attention_change(f: Finding) -> CodeChange:
     return CodeChange("fused_attention", "attention computed op by op", code, f.symptom, int(f.est_savings_ns))
 
 
+def _static_cache_change(f: Finding) -> CodeChange:
+    code = ("# preallocate the KV cache and write each step's tokens in place (no torch.cat of the whole cache)\n"
+            "out = model.generate(input_ids, max_new_tokens=n, cache_implementation=\"static\")   # transformers\n"
+            "# a decode loop of your own: one buffer of the longest length, written at the step's position\n"
+            "k_cache = torch.empty(B, H_kv, max_len, D, dtype=dtype, device=device)\n"
+            "k_cache[:, :, pos:pos + n_new] = k_new   # was: k_cache = torch.cat([k_cache, k_new], dim=2)")
+    return CodeChange("static_kv_cache", "the KV cache copied by torch.cat every step", code, f.symptom,
+                      int(f.est_savings_ns))
+
+
+def _native_gqa_change(f: Finding) -> CodeChange:
+    code = ("# attention on the grouped K/V (k, v: [B, H_kv, S, D]), not repeated to the query heads\n"
+            "out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)   # torch >= 2.5\n"
+            "# transformers repeats K/V whenever SDPA gets a mask: register an attention that does not\n"
+            "from transformers import AttentionInterface\n"
+            "from transformers.masking_utils import AttentionMaskInterface, sdpa_mask\n"
+            "def sdpa_grouped(module, q, k, v, mask, dropout=0.0, scaling=None, **kwargs):\n"
+            "    if mask is not None:\n"
+            "        mask = mask[:, :, :, : k.shape[-2]]\n"
+            "    causal = mask is None and q.shape[2] > 1 and getattr(module, \"is_causal\", True)\n"
+            "    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scaling,\n"
+            "                                         is_causal=causal, enable_gqa=k.shape[1] != q.shape[1])\n"
+            "    return out.transpose(1, 2).contiguous(), None\n"
+            "AttentionInterface.register(\"sdpa_grouped\", sdpa_grouped)\n"
+            "AttentionMaskInterface.register(\"sdpa_grouped\", sdpa_mask)\n"
+            "model.set_attn_implementation(\"sdpa_grouped\")")
+    return CodeChange("native_gqa", "K/V repeated to the query heads before attention", code, f.symptom,
+                      int(f.est_savings_ns))
+
+
 _BY_STRATEGY = {"comm_overlap": _comm_change, "fusion": _fusion_change, "channels_last": _channels_last_change,
-                "cast_dtype": _cast_change, "cuda_graph": _graph_change, "fused_attention": _attention_change}
+                "cast_dtype": _cast_change, "cuda_graph": _graph_change, "fused_attention": _attention_change,
+                "static_kv_cache": _static_cache_change, "native_gqa": _native_gqa_change}
 
 
 def code_change(f: Finding) -> CodeChange | None:

@@ -12,6 +12,7 @@ from . import (
     exposed_comm,
     gate,
     hopper_no_ws,
+    kv_cache_copies,
     launch_overhead,
     layout_churn,
     memory_bound,
@@ -28,6 +29,7 @@ from .context import Context
 PATTERNS = (
     layout_churn,
     dtype_churn,
+    kv_cache_copies,
     misaligned_gemm,
     tensor_cores_unused,
     unfused_attention,

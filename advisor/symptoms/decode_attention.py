@@ -38,7 +38,7 @@ SHAPE_KEYS = ("B", "Hq", "Hkv", "Lq", "D")
 _RANGE_COLUMNS = ["rank", "thread_id", "start_ns", "end_ns", *SHAPE_KEYS, "S", "dtype", "op"]
 
 
-def _attention_ranges(trace: Trace) -> pd.DataFrame:
+def attention_ranges(trace: Trace) -> pd.DataFrame:
     """Host ranges naming an attention problem: Kineto cpu_ops with Input Dims, emit_nvtx texts."""
     parts = []
     ops = trace.cpu_ops
@@ -113,7 +113,7 @@ def attention_launches(ctx: Context) -> pd.DataFrame:
     next_grid = np.full(len(pos), np.nan)
     next_grid[has_next] = k["grid_blocks"].take(at).to_numpy(dtype=float)
     out["next_grid"] = next_grid
-    ranges, hit = innermost_ranges(ctx.trace, _attention_ranges(ctx.trace) if len(pos) else pd.DataFrame())
+    ranges, hit = innermost_ranges(ctx.trace, attention_ranges(ctx.trace) if len(pos) else pd.DataFrame())
     all_hit, hit = hit, hit[pos]
     has = hit >= 0
     for col in (*SHAPE_KEYS, "S"):
