@@ -44,6 +44,9 @@ class Rule:
     # what to watch for per strategy id where one symptom has several remedies (a CUDA graph
     # has other pitfalls than a persistent kernel): the `[watch_for_by_strategy]` table
     watch_for_by_strategy: dict[str, str] = field(default_factory=dict, hash=False)
+    # what to try first per strategy id, likewise (the `[try_first_by_strategy]` table): a
+    # finding headed sdpa_backend is not told to cast a PEFT adapter
+    try_first_by_strategy: dict[str, str] = field(default_factory=dict, hash=False)
     # what a fix measured on a named case (the `[measured.<case>]` tables: speedup, fix, what it
     # was measured on), for rules whose estimates are capped by measurement per case
     measured: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False)
@@ -55,6 +58,10 @@ class Rule:
     def watch_for_with(self, strategy: str) -> str:
         """The watch-for text for a finding whose remedy is `strategy`."""
         return self.watch_for_by_strategy.get(strategy, self.watch_for)
+
+    def try_first_with(self, strategy: str) -> str:
+        """The try-first text for a finding whose remedy is `strategy`."""
+        return self.try_first_by_strategy.get(strategy, self.try_first)
 
     def __getitem__(self, name: str) -> Any:
         try:
@@ -93,6 +100,9 @@ def _load_one(path: Path) -> Rule:
     watch_by = data.get("watch_for_by_strategy") or {}
     if not isinstance(watch_by, dict) or not all(isinstance(v, str) and v.strip() for v in watch_by.values()):
         raise AdvisorError(f"{path}: [watch_for_by_strategy] maps a strategy id to a non-empty string")
+    try_by = data.get("try_first_by_strategy") or {}
+    if not isinstance(try_by, dict) or not all(isinstance(v, str) and v.strip() for v in try_by.values()):
+        raise AdvisorError(f"{path}: [try_first_by_strategy] maps a strategy id to a non-empty string")
     measured = data.get("measured") or {}
     for case, spec in measured.items():
         if (not isinstance(spec, dict) or not isinstance(spec.get("speedup"), (int, float))
@@ -124,6 +134,7 @@ def _load_one(path: Path) -> Rule:
         source=path.name,
         strategies={str(k): v.strip() for k, v in strategies.items()},
         watch_for_by_strategy={str(k): v.strip() for k, v in watch_by.items()},
+        try_first_by_strategy={str(k): v.strip() for k, v in try_by.items()},
         run_candidates=tuple(candidates) if "run" in data else None,
         measured={str(k): dict(v) for k, v in measured.items()},
     )

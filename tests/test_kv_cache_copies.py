@@ -261,3 +261,26 @@ def test_mistral_decode_nsys_reads_as_kineto(tmp_path):
         a, b = by(kineto, strategy), by(nsys, strategy)
         assert [f.launches for f in a] == [f.launches for f in b] != []
         assert [f.est_savings_ns for f in b] == pytest.approx([f.est_savings_ns for f in a], rel=0.02)
+
+
+def test_each_strategy_gets_its_own_try_line():
+    from advisor.report.render import render
+
+    d = diagnose(decode(Loop()).trace())
+    md = render("diagnosis.md.j2", d=d)
+    tries = [ln.replace("\\", "") for ln in md.splitlines() if ln.startswith("- Try: ")]  # markdown escapes
+    assert any("cache_implementation" in t and "enable_gqa" not in t for t in tries)
+    assert any("enable_gqa=True" in t and "cache_implementation" not in t for t in tries)
+    assert RULE.try_first_with("no_such_strategy") == RULE.try_first
+
+
+def test_try_first_table_is_checked(tmp_path):
+    from advisor.errors import AdvisorError
+    from advisor.resources import rules_dir
+
+    text = (rules_dir() / RULE.source).read_text(encoding="utf-8")
+    bad = text.replace('native_gqa = "Give attention', 'native_gqa = 3\nx = "Give attention', 1)
+    assert bad != text
+    (tmp_path / RULE.source).write_text(bad, encoding="utf-8")
+    with pytest.raises(AdvisorError, match="try_first_by_strategy"):
+        load_rules(tmp_path)

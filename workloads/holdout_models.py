@@ -38,7 +38,9 @@ variants of the three inference models. An eighth (2026-12-03, fourth session): 
 bloom_generate_fp16, esm_train_bf16, videomae_train_bf16, phi3_prefill_fp32, mobilevit_infer_fp16.
 A ninth (2026-12-04, for kv_cache_copies): mistral_decode_dynamic, mistral_decode_static,
 llama_decode_dynamic, llama_decode_static (`_gqa_decode`), and the fixes it names timed:
-mistral_decode_grouped, mistral_decode_static_grouped. See each builder's docstring.
+mistral_decode_grouped, mistral_decode_static_grouped. A tenth (2026-12-04): falcon_decode_mqa,
+t5_beam_generate, gpt_neox_train_bf16, qwen2_moe_decode, regnety_train_bf16, dinov2_reg_infer_fp16,
+llama_decode_static_b1. See each builder's docstring.
 
 The second set's three models with the fix advisor named (bert_train_fp32_tf32, resnet50_train_cl,
 mobilenet_b8_graph: a CUDA graph of the forward), timed against the originals with
@@ -1019,6 +1021,114 @@ def llama_decode_static(dev: str, tiny: bool):
     return _gqa_decode(dev, tiny, "llama", "static")
 
 
+def falcon_decode_mqa(dev: str, tiny: bool):
+    """Falcon (2048 wide, 4 layers, 32 query heads, one KV head: multi-query) bf16 greedy decode at
+    batch 8: 1024-token prompts, 16 new tokens, dynamic cache."""
+    from transformers import FalconConfig, FalconForCausalLM
+
+    cfg = FalconConfig(hidden_size=64 if tiny else 2048, num_hidden_layers=1 if tiny else 4,
+                       num_attention_heads=2 if tiny else 32, multi_query=True, new_decoder_architecture=False,
+                       vocab_size=1000 if tiny else 65024)
+    dtype = torch.float32 if dev == "cpu" else torch.bfloat16
+    with torch.device(dev):
+        model = FalconForCausalLM(cfg).to(dtype).eval()
+    ids = torch.randint(0, cfg.vocab_size, (2 if tiny else 8, 16 if tiny else 1024), device=dev)
+    return _generate_step(model, 4 if tiny else 16, input_ids=ids)
+
+
+def t5_beam_generate(dev: str, tiny: bool):
+    """T5 (512 wide, 6+6 layers) fp16 beam search: 8 inputs of 512 tokens, 4 beams, 24 new tokens
+    (the self-attention cache grows and is reordered by beam every step)."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    cfg = T5Config(d_model=64 if tiny else 512, d_ff=128 if tiny else 2048, num_layers=1 if tiny else 6,
+                   num_decoder_layers=1 if tiny else 6, num_heads=2 if tiny else 8, vocab_size=1000 if tiny else 32128,
+                   decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    dtype = torch.float32 if dev == "cpu" else torch.float16
+    with torch.device(dev):
+        model = T5ForConditionalGeneration(cfg).to(dtype).eval()
+    ids = torch.randint(2, cfg.vocab_size, (2 if tiny else 8, 16 if tiny else 512), device=dev)
+    return _generate_step(model, 4 if tiny else 24, input_ids=ids, num_beams=4)
+
+
+def gpt_neox_train_bf16(dev: str, tiny: bool):
+    """GPT-NeoX (1024 wide, 6 layers, rotary on a quarter of each head, parallel residual)
+    training step under bf16 autocast, AdamW, 8 x 1024 tokens."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    cfg = GPTNeoXConfig(hidden_size=64 if tiny else 1024, intermediate_size=128 if tiny else 4096,
+                        num_hidden_layers=1 if tiny else 6, num_attention_heads=2 if tiny else 16,
+                        vocab_size=1000 if tiny else 50432, rotary_pct=0.25)
+    model = GPTNeoXForCausalLM(cfg).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, cfg.vocab_size, (2 if tiny else 8, 16 if tiny else 1024), device=dev)
+
+    def step():
+        with _autocast(dev, torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def qwen2_moe_decode(dev: str, tiny: bool):
+    """Qwen2-MoE (1024 wide, 4 layers, 16 / 4 heads, 16 experts top 4 plus a shared expert) bf16
+    greedy decode at batch 4: 512-token prompts, 16 new tokens."""
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+    cfg = Qwen2MoeConfig(hidden_size=64 if tiny else 1024, intermediate_size=128 if tiny else 2816,
+                         moe_intermediate_size=32 if tiny else 704, shared_expert_intermediate_size=128 if tiny else 2816,
+                         num_hidden_layers=1 if tiny else 4, num_attention_heads=2 if tiny else 16,
+                         num_key_value_heads=1 if tiny else 4, num_experts=4 if tiny else 16,
+                         num_experts_per_tok=2 if tiny else 4, vocab_size=1000 if tiny else 32000)
+    dtype = torch.float32 if dev == "cpu" else torch.bfloat16
+    with torch.device(dev):
+        model = Qwen2MoeForCausalLM(cfg).to(dtype).eval()
+    ids = torch.randint(0, cfg.vocab_size, (2 if tiny else 4, 16 if tiny else 512), device=dev)
+    return _generate_step(model, 4 if tiny else 16, input_ids=ids)
+
+
+def regnety_train_bf16(dev: str, tiny: bool):
+    """timm regnety_016 (grouped convolutions, squeeze-excite) training step, bf16 autocast,
+    batch 64 at 224, NCHW."""
+    import timm
+
+    model = timm.create_model("regnety_002" if tiny else "regnety_016", pretrained=False).to(dev)
+    x = torch.randn(2 if tiny else 64, 3, 224, 224, device=dev)
+    return _sgd_classifier_step(model, x, 1000, dev)
+
+
+def dinov2_reg_infer_fp16(dev: str, tiny: bool):
+    """timm DINOv2 ViT-S/14 with 4 register tokens (cls, registers and patches concatenated) fp16
+    inference, batch 64 at 224."""
+    import timm
+
+    dtype = torch.float32 if dev == "cpu" else torch.float16
+    model = timm.create_model("vit_small_patch14_reg4_dinov2", pretrained=False, img_size=224).to(dev, dtype).eval()
+    x = torch.randn(2 if tiny else 64, 3, 224, 224, device=dev, dtype=dtype)
+
+    @torch.no_grad()
+    def step():
+        model(x)
+    return step
+
+
+def llama_decode_static_b1(dev: str, tiny: bool):
+    """Llama (2048 wide, 4 layers, 32 / 8 heads) bf16 greedy decode at batch 1 with a static cache
+    (transformers compiles the decode step): a 1024-token prompt, 32 new tokens."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=64 if tiny else 2048, intermediate_size=128 if tiny else 5632,
+                      num_hidden_layers=1 if tiny else 4, num_attention_heads=2 if tiny else 32,
+                      num_key_value_heads=1 if tiny else 8, vocab_size=1000 if tiny else 32000)
+    dtype = torch.float32 if dev == "cpu" else torch.bfloat16
+    with torch.device(dev):
+        model = LlamaForCausalLM(cfg).to(dtype).eval()
+    ids = torch.randint(0, cfg.vocab_size, (1, 16 if tiny else 1024), device=dev)
+    return _generate_step(model, 4 if tiny else 32, input_ids=ids, cache_implementation="static")
+
+
 def bloom_generate_fp16(dev: str, tiny: bool):
     """BLOOM (1024 wide, 8 layers, 16 heads, ALiBi) fp16 greedy decode at batch 8: 256-token
     prompts, 32 new tokens (its attention is baddbmm + softmax + bmm, not SDPA)."""
@@ -1129,7 +1239,9 @@ MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_p
                                   mistral_generate_b4, bloom_generate_fp16, esm_train_bf16,
                                   videomae_train_bf16, phi3_prefill_fp32, mobilevit_infer_fp16,
                                   mistral_decode_dynamic, mistral_decode_static, mistral_decode_grouped,
-                                  mistral_decode_static_grouped, llama_decode_dynamic, llama_decode_static)}
+                                  mistral_decode_static_grouped, llama_decode_dynamic, llama_decode_static,
+                                  falcon_decode_mqa, t5_beam_generate, gpt_neox_train_bf16, qwen2_moe_decode,
+                                  regnety_train_bf16, dinov2_reg_infer_fp16, llama_decode_static_b1)}
 # the seventh set's fixes (slow_memory_bound_kernel: torch.compile), timed against the originals
 MODELS.update({f"{n}_compiled": _compiled(MODELS[n])
                for n in ("poolformer_infer_fp16", "dpt_depth_infer_fp16", "upernet_convnext_infer_fp16")})

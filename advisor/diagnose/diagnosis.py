@@ -274,6 +274,7 @@ def rules_table(rules: dict[str, Rule]) -> list[dict[str, Any]]:
             "strategies": dict(r.strategies),
             "title": r.title,
             "try_first": r.try_first,
+            "try_first_by_strategy": dict(r.try_first_by_strategy),
             "watch_for": r.watch_for,
             "enabled": r.enabled,
             "thresholds": {k: {"value": t.value, "unit": t.unit, "why": t.why} for k, t in r.thresholds.items()},

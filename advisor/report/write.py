@@ -142,6 +142,8 @@ def rules_text(table: list[dict]) -> str:
         lines.append(f"  watch for: {r['watch_for']}")
         if r["strategies"]:
             lines.append(f"  strategy by pattern: {', '.join(f'{k} -> {v}' for k, v in r['strategies'].items())}")
+        for strategy, text in (r.get("try_first_by_strategy") or {}).items():
+            lines.append(f"  try first for {strategy}: {text}")
         for name, t in r["thresholds"].items():
             unit = f" {t['unit']}" if t["unit"] else ""
             lines.append(f"    {name} = {t['value']}{unit}")
