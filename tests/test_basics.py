@@ -20,6 +20,7 @@ from advisor.diagnose.diagnosis import diagnose
 from advisor.report.render import render
 from advisor.rules import load_rules
 from advisor.symptoms.kernel_kinds import align_bytes, gemm_precision
+from advisor.symptoms.gemm import leading_dims
 from advisor.symptoms.calibration import measured_bandwidth, peak_flops
 from advisor.traces import load_trace
 
@@ -52,20 +53,21 @@ class Builder:
     def __init__(self):
         self.kernels, self.runtime, self.ops, self.t, self.corr = [], [], [], 0, 0
 
-    def add(self, name, dur, grid=(1, 1, 1), op=None, dims=None, dtype="bf16", block=(256, 1, 1), stream=7):
+    def add(self, name, dur, grid=(1, 1, 1), op=None, dims=None, dtype="bf16", block=(256, 1, 1), stream=7, strides=None):
         self.corr += 1
         t = self.t
         if op is not None:
             self.ops.append({"rank": 0, "thread_id": 1, "start_ns": t, "end_ns": t + 3000, "dur_ns": 3000, "name": op,
-                             "input_dims": json.dumps(dims), "input_types": json.dumps([TYPES[dtype]] * len(dims))})
+                             "input_dims": json.dumps(dims), "input_types": json.dumps([TYPES[dtype]] * len(dims)),
+                             "input_strides": None if strides is None else json.dumps(strides)})
         self.runtime.append(launch(self.corr, t + 500, dur=1000))
         self.kernels.append(kernel(t + 5000, dur, name=name, grid=grid, block=block, corr=self.corr, stream=stream))
         self.t = t + 5000 + dur + 1000
         return self
 
-    def mm(self, name, M, N, K, dur, dtype="bf16", grid=(1, 1, 1), n=1):
+    def mm(self, name, M, N, K, dur, dtype="bf16", grid=(1, 1, 1), n=1, strides=None):
         for _ in range(n):
-            self.add(name, dur, grid=grid, op="aten::mm", dims=[[M, K], [K, N]], dtype=dtype)
+            self.add(name, dur, grid=grid, op="aten::mm", dims=[[M, K], [K, N]], dtype=dtype, strides=strides)
         return self
 
     def trace(self, **kw):
@@ -319,6 +321,40 @@ def test_report_prints_the_fix_line():
     assert "covers_kernels" not in md  # the ranking hook stays in the JSON
 
 
+NVJET_SKINNY = "nvjet_sm90_tst_8x64_64x16_2x1_v_bz_TNN"
+
+
+@pytest.mark.parametrize("strides", [None, [[2048, 1], [1, 2048]]])
+def test_odd_row_count_is_not_misaligned(strides):
+    # a Gemma-2 decode step's projections on the H200: 4 tokens x 1024 x 2048 (M = 4, 8-byte
+    # rows of nothing: M counts rows of the row-major A and C, it is no operand's row length),
+    # with or without Kineto's Input Strides saying so; slow, so no roofline excuse hides it
+    d = diagnose(Builder().mm(NVJET_SKINNY, 4, 1024, 2048, 200_000, grid=(16, 1, 1), n=20, strides=strides).trace())
+    assert by_symptom(d, "misaligned_gemm") == []
+
+
+def test_transposed_operand_makes_m_a_row_length():
+    # a weight gradient dW = dY^T @ X: A is a transposed view ([50257, 8192], strides [1, 50257]),
+    # so its rows run along M = 50257 (100514 bytes): misaligned, as the strides show
+    d = diagnose(Builder().mm(NVJET_SKINNY, 50257, 768, 8192, 5_000_000, grid=(393, 6, 1), n=3,
+                              strides=[[1, 50257], [768, 1]]).trace())
+    (f,) = by_symptom(d, "misaligned_gemm")
+    assert f.evidence["misaligned_dims"] == {"M": 50257} and f.confidence == "medium"
+
+
+@pytest.mark.parametrize("op, dims, strides, lead", [
+    ("aten::linear", [[1, 4, 2048], [1024, 2048], [1024]], [[8192, 2048, 1], [2048, 1], [1]], "NK"),
+    ("aten::mm", [[4, 2048], [2048, 1024]], [[2048, 1], [1, 2048]], "NK"),  # x @ W^T as mm
+    ("aten::mm", [[50257, 8192], [8192, 768]], [[1, 50257], [768, 1]], "MN"),  # dY^T @ X
+    ("aten::addmm", [[30522], [141, 512], [512, 30522], [], []], [[1], [512, 1], [1, 512], [], []], "NK"),
+    ("aten::mm", [[1, 2048], [2048, 1024]], [[1, 1], [1024, 1]], "NK"),  # one row: its stride says nothing
+    ("aten::mm", [[64, 2048], [2048, 1024]], [[4096, 2], [1024, 1]], "MNK"),  # no unit stride: both count
+    ("aten::mm", [[64, 2048], [2048, 1024]], None, None),
+])
+def test_leading_dims_from_strides(op, dims, strides, lead):
+    assert leading_dims(op, dims, strides) == lead
+
+
 # ----------------------------------------------------------------------------- real traces
 
 # (file, symptom that must fire, evidence that must hold, measured gain of the fix in ns of GPU
@@ -331,7 +367,7 @@ REAL_EXPECT = [
     # fused attention is the lever there (docs/tier13.md), not padding 3137
     ("corpus:kineto/tracelens_h100_timesformer.json.gz", "unfused_attention", {"chains": 24}, None),
     # H100 BERT-small: the MLM head aten::addmm to vocab 30522 (61044-byte rows) on ..._align2
-    ("corpus:kineto/tracelens_h100_bert_small.json.gz", "misaligned_gemm", {"misaligned_dims": {"M": 141, "N": 30522}}, None),
+    ("corpus:kineto/tracelens_h100_bert_small.json.gz", "misaligned_gemm", {"misaligned_dims": {"N": 30522}}, None),
     # A100 fp32/TF32 convnet: 474 cudnn nchwToNhwcKernel + 159 nhwcToNchw, bn_bw_1C11 on 64/256 blocks (108 SMs)
     ("corpus:kineto/hta_a100_nccl.json.gz", "layout_churn", {}, None),
     # MI300X bf16 ResNet: MIOpen batched_transpose_* (925 launches) around igemm_*_nhwc convs, NCHW ATen batch norm

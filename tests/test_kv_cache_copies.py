@@ -14,7 +14,7 @@ from synthetic import H100, kernel, launch, make_trace, nvtx
 from advisor.diagnose.diagnosis import diagnose
 from advisor.diagnose.remedies import code_change
 from advisor.rules import load_rules
-from advisor.symptoms.kv_cache_copies import _tensors
+from advisor.symptoms.kv_cache_copies import _score_matmul, _tensors
 from advisor.traces import load_trace
 
 CAT = ("void at::native::(anonymous namespace)::CatArrayBatchedCopy<at::native::(anonymous namespace)::OpaqueType<2u>, "
@@ -156,6 +156,15 @@ def test_eager_attention_score_matmul():
     (cat,), (rep,) = by(d, "static_kv_cache"), by(d, "native_gqa")
     assert rep.est_savings_ns == 8 * 2 * 2 * 70_000 and rep.confidence == "medium"
     assert cat.est_savings_ns == pytest.approx(32 * (50_000 - 6200), abs=32)
+
+
+def test_output_matmul_is_not_a_score_matmul():
+    # eager attention's q @ k^T and p @ v have one form: [B, H, 1, D] @ [B, H, D, S] and
+    # [B, H, 1, S] @ [B, H, S, D]. The second read as a score matmul (Llama eager decode on the
+    # H200) was a "head dim" of 4097 over a "cache" of 64 positions.
+    assert _score_matmul("matmul", [[4, 32, 1, 64], [4, 32, 64, 4097]]) == (4, 32, 32, 1, 4097, 64)
+    assert _score_matmul("matmul", [[4, 32, 1, 4097], [4, 32, 4097, 64]]) is None
+    assert _score_matmul("baddbmm", [[4, 1, 4097], [4, 1, 256], [4, 256, 4097]]) is None  # 3-D: not this form
 
 
 def test_prefill_is_not_a_decode_step():

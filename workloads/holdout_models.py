@@ -40,7 +40,8 @@ A ninth (2026-12-04, for kv_cache_copies): mistral_decode_dynamic, mistral_decod
 llama_decode_dynamic, llama_decode_static (`_gqa_decode`), and the fixes it names timed:
 mistral_decode_grouped, mistral_decode_static_grouped. A tenth (2026-12-04): falcon_decode_mqa,
 t5_beam_generate, gpt_neox_train_bf16, qwen2_moe_decode, regnety_train_bf16, dinov2_reg_infer_fp16,
-llama_decode_static_b1. See each builder's docstring.
+llama_decode_static_b1. An eleventh (2026-12-04, eager attention around a KV cache):
+llama_decode_eager, gemma2_decode. See each builder's docstring.
 
 The second set's three models with the fix advisor named (bert_train_fp32_tf32, resnet50_train_cl,
 mobilenet_b8_graph: a CUDA graph of the forward), timed against the originals with
@@ -1129,6 +1130,41 @@ def llama_decode_static_b1(dev: str, tiny: bool):
     return _generate_step(model, 4 if tiny else 32, input_ids=ids, cache_implementation="static")
 
 
+def llama_decode_eager(dev: str, tiny: bool):
+    """_gqa_decode's Llama with attn_implementation="eager" (repeat_kv, then matmul, softmax,
+    matmul): 4-layer bf16 greedy decode at batch 4, 4096-token prompts, 16 new tokens."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=64 if tiny else 2048, intermediate_size=128 if tiny else 5632,
+                      num_hidden_layers=1 if tiny else 4, num_attention_heads=2 if tiny else 32,
+                      num_key_value_heads=1 if tiny else 8, vocab_size=1000 if tiny else 32000,
+                      max_position_embeddings=8192)
+    cfg._attn_implementation = "eager"
+    dtype = torch.float32 if dev == "cpu" else torch.bfloat16
+    with torch.device(dev):
+        model = LlamaForCausalLM(cfg).to(dtype).eval()
+    ids = torch.randint(0, cfg.vocab_size, (2 if tiny else 4, 16 if tiny else 4096), device=dev)
+    return _generate_step(model, 4 if tiny else 16, input_ids=ids)
+
+
+def gemma2_decode(dev: str, tiny: bool):
+    """Gemma-2 (2048 wide, 4 layers, 8 query / 4 KV heads of 256, a 4096-token sliding window on
+    alternate layers, logit soft-capping) bf16 greedy decode at batch 4: 4096-token prompts, 16 new
+    tokens, the attention transformers picks for it."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    cfg = Gemma2Config(hidden_size=64 if tiny else 2048, intermediate_size=128 if tiny else 8192,
+                       num_hidden_layers=2 if tiny else 4, num_attention_heads=2 if tiny else 8,
+                       num_key_value_heads=1 if tiny else 4, head_dim=32 if tiny else 256,
+                       sliding_window=8 if tiny else 4096, vocab_size=1000 if tiny else 256000,
+                       max_position_embeddings=8192)
+    dtype = torch.float32 if dev == "cpu" else torch.bfloat16
+    with torch.device(dev):
+        model = Gemma2ForCausalLM(cfg).to(dtype).eval()
+    ids = torch.randint(0, cfg.vocab_size, (2 if tiny else 4, 16 if tiny else 4096), device=dev)
+    return _generate_step(model, 4 if tiny else 16, input_ids=ids)
+
+
 def bloom_generate_fp16(dev: str, tiny: bool):
     """BLOOM (1024 wide, 8 layers, 16 heads, ALiBi) fp16 greedy decode at batch 8: 256-token
     prompts, 32 new tokens (its attention is baddbmm + softmax + bmm, not SDPA)."""
@@ -1241,7 +1277,8 @@ MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_p
                                   mistral_decode_dynamic, mistral_decode_static, mistral_decode_grouped,
                                   mistral_decode_static_grouped, llama_decode_dynamic, llama_decode_static,
                                   falcon_decode_mqa, t5_beam_generate, gpt_neox_train_bf16, qwen2_moe_decode,
-                                  regnety_train_bf16, dinov2_reg_infer_fp16, llama_decode_static_b1)}
+                                  regnety_train_bf16, dinov2_reg_infer_fp16, llama_decode_static_b1,
+                                  llama_decode_eager, gemma2_decode)}
 # the seventh set's fixes (slow_memory_bound_kernel: torch.compile), timed against the originals
 MODELS.update({f"{n}_compiled": _compiled(MODELS[n])
                for n in ("poolformer_infer_fp16", "dpt_depth_infer_fp16", "upernet_convnext_infer_fp16")})

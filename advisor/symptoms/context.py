@@ -146,15 +146,17 @@ def launch_rows(k: pd.DataFrame, mask, extra: list[str]) -> pd.DataFrame:
     return k.loc[np.asarray(mask, dtype=bool), cols]
 
 
-def group_launches(df: pd.DataFrame, mean_cols: list[str], source: pd.DataFrame | None = None) -> pd.DataFrame:
+def group_launches(df: pd.DataFrame, mean_cols: list[str], source: pd.DataFrame | None = None,
+                   first_cols: tuple[str, ...] = ()) -> pd.DataFrame:
     """Collapse launches of the same kernel, launch shape and problem shape into one row:
-    launches, total_ns, median_ns and the mean of `mean_cols`. `source`: the frame `df`'s
-    rows were taken from (by index label), where its key columns are, for a `df` from
-    launch_rows."""
+    launches, total_ns, median_ns, the mean of `mean_cols` and the first row's value of
+    `first_cols` (columns of `source`, or of `df`). `source`: the frame `df`'s rows were
+    taken from (by index label), where its key columns are, for a `df` from launch_rows."""
     if df.empty:
-        return pd.DataFrame(columns=GROUP_KEYS + ["launches", "total_ns", "median_ns"] + mean_cols)
+        return pd.DataFrame(columns=GROUP_KEYS + list(first_cols) + ["launches", "total_ns", "median_ns"] + mean_cols)
     src = df if source is None else source
     keys = [c for c in GROUP_KEYS if c in src.columns]
+    firsts = [c for c in first_cols if c in src.columns and c not in keys]
     if "_launch_group" in df.columns:
         # Context.kernels numbered the groups once: group by that integer, and take each
         # group's key values from its first row (groups in order of first appearance, as
@@ -164,13 +166,15 @@ def group_launches(df: pd.DataFrame, mean_cols: list[str], source: pd.DataFrame 
         if mean_cols:
             out = out.join(g[mean_cols].mean())
         at = df.index[~df["_launch_group"].duplicated().to_numpy()]
-        first = src.loc[at, [*keys, "_launch_group"]].set_index("_launch_group")
+        first = src.loc[at, [*keys, *firsts, "_launch_group"]].set_index("_launch_group")
         out = first.join(out).reset_index(drop=True)
     else:
         g = df.groupby(keys, dropna=False, sort=False)
         out = g["dur_ns"].agg(launches="count", total_ns="sum", median_ns="median")
         if mean_cols:
             out = out.join(g[mean_cols].mean())
+        if firsts:
+            out = out.join(g[firsts].first())
         out = out.reset_index()
     out["median_ns"] = out["median_ns"].round().astype("int64")
     return out.sort_values("total_ns", ascending=False, kind="stable").reset_index(drop=True)

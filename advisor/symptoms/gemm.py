@@ -258,7 +258,44 @@ def parse_range_text(text: str) -> dict[str, Any] | None:
     return shape
 
 
-def parse_cpu_op(name: str, input_dims_text: str | None, input_types: str | None) -> dict[str, Any] | None:
+def leading_dims(op: str, dims: list[Any], strides: Any) -> str | None:
+    """Which of M, N, K are the row length (leading dimension) of some operand of a GEMM
+    operator, from Kineto's `Input Strides`: "NK" for x @ W^T. A row-major A [M, K] has rows
+    of K elements, a transposed view of one (a weight gradient's dY^T) rows of M; B [K, N]
+    rows of N, or of K when it is a transposed weight; C is allocated row-major, rows of N.
+    Only a leading dimension must be a whole number of 16-byte units for the fast kernels.
+    None when the strides are missing or do not match the dims."""
+    if not isinstance(strides, list) or len(strides) != len(dims):
+        return None
+    base = op_base(op)
+    # the operands as shape_from_op picks them (addmm's and baddbmm's added term first)
+    mats = [(d, s) for d, s in zip(dims, strides) if isinstance(d, list) and all(isinstance(x, int) for x in d)]
+    first = {"addmm": 1, "baddbmm": 1}.get(base, 0)
+    if len(mats) < first + 2:
+        return None
+    (a, sa), (b, sb) = mats[first], mats[first + 1]
+    if not (len(a) >= 2 and len(b) >= 2 and isinstance(sa, list) and isinstance(sb, list)
+            and len(sa) == len(a) and len(sb) == len(b)):
+        return None
+
+    def rows(extents, st, along_last: str, along_other: str) -> set[str]:
+        # the dimension of stride 1 is the row; a matrix of one row (or column) has only the
+        # other, whatever the strides of a size-1 dimension say
+        if extents[-2] == 1:
+            return {along_last}
+        if extents[-1] == 1:
+            return {along_other}
+        out = {d for d, s in ((along_last, st[-1]), (along_other, st[-2])) if s == 1}
+        return out or {along_last, along_other}  # neither unit-stride: a strided view, both count
+
+    lead = {"N"} | rows(a, sa, "K", "M")
+    # linear's weight is [N, K] (B = W^T); the others' second matrix is B [K, N] itself
+    lead |= rows(b, sb, "K", "N") if base == "linear" else rows(b, sb, "N", "K")
+    return "".join(d for d in "MNK" if d in lead)
+
+
+def parse_cpu_op(name: str, input_dims_text: str | None, input_types: str | None,
+                 input_strides: str | None = None) -> dict[str, Any] | None:
     dims = input_dims(input_dims_text)
     if not isinstance(name, str) or dims is None:
         return None
@@ -266,13 +303,14 @@ def parse_cpu_op(name: str, input_dims_text: str | None, input_types: str | None
     if shape is None:
         return None
     dtype = next((d for d in input_dtypes(input_types) if d), None)  # the first input of a known type
-    shape.update(dtype=dtype, op=name, source="kineto-input-dims")
+    strides = input_dims(input_strides)  # (the same JSON list-of-lists form as the dims)
+    shape.update(dtype=dtype, op=name, source="kineto-input-dims", lead=leading_dims(name, dims, strides))
     return shape
 
 
 # --------------------------------------------------------------------------- joining
 
-_RANGE_COLUMNS = ["rank", "thread_id", "start_ns", "end_ns", "M", "N", "K", "batch", "dtype", "op", "source"]
+_RANGE_COLUMNS = ["rank", "thread_id", "start_ns", "end_ns", "M", "N", "K", "batch", "dtype", "op", "source", "lead"]
 
 
 def _ranges_with_shapes(rows: pd.DataFrame, codes: np.ndarray, shapes: list[dict | None]) -> pd.DataFrame:
@@ -284,7 +322,7 @@ def _ranges_with_shapes(rows: pd.DataFrame, codes: np.ndarray, shapes: list[dict
 
     def col(key: str, dtype=object) -> np.ndarray:
         missing = 0 if dtype == "int64" else None  # never picked: rows without a shape are dropped
-        return np.array([s[key] if s is not None else missing for s in shapes], dtype=dtype)[codes]
+        return np.array([s.get(key) if s is not None else missing for s in shapes], dtype=dtype)[codes]
 
     return pd.DataFrame(
         {
@@ -295,7 +333,7 @@ def _ranges_with_shapes(rows: pd.DataFrame, codes: np.ndarray, shapes: list[dict
             **{k: col(k, "int64") for k in ("M", "N", "K", "batch")},
             # object columns: a column of str objects would become pandas 3's Arrow strings
             # (a copy of every text into Arrow's pool, which keeps the memory once freed)
-            **{k: pd.Series(col(k), dtype=object, copy=False) for k in ("dtype", "op", "source")},
+            **{k: pd.Series(col(k), dtype=object, copy=False) for k in ("dtype", "op", "source", "lead")},
         }
     )
 
@@ -320,14 +358,17 @@ def _shape_ranges(trace: Trace) -> pd.DataFrame:
             # codes combined (each product stays below rows**2); a groupby and drop_duplicates
             # over the strings themselves took ~0.4 s at 2M events
             codes = None
-            for col in ("name", "input_dims", "input_types"):
+            by = [c for c in ("name", "input_dims", "input_types", "input_strides") if c in cand.columns]
+            for col in by:
                 c, u = factorize(cand[col])
                 c = c.astype(np.int64) + 1  # -1 (missing) -> 0
                 codes = c if codes is None else pd.factorize(codes * (len(u) + 1) + c)[0].astype(np.int64)
             first_at = np.empty(int(codes.max()) + 1, dtype=np.intp)
             first_at[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)  # last write wins: the first row
             first = cand.iloc[first_at]
-            shapes = [parse_cpu_op(n, d, t) for n, d, t in zip(first["name"], first["input_dims"], first["input_types"])]
+            strides = first["input_strides"] if "input_strides" in first.columns else [None] * len(first)
+            shapes = [parse_cpu_op(n, d, t, st) for n, d, t, st in
+                      zip(first["name"], first["input_dims"], first["input_types"], strides)]
             parts.append(_ranges_with_shapes(cand, codes, shapes))
     parts = [p for p in parts if len(p)]
     if not parts:
@@ -542,7 +583,8 @@ def innermost_ranges(trace: Trace, ranges: pd.DataFrame) -> tuple[pd.DataFrame, 
 
 
 def assign_shapes(trace: Trace) -> pd.DataFrame:
-    """Per kernel: M, N, K, batch, dtype, op, shape_source from the innermost enclosing range."""
+    """Per kernel: M, N, K, batch, dtype, op, shape_source and lead (leading_dims, where the
+    range recorded strides) from the innermost enclosing range."""
     k = trace.kernels
     n = len(k)
     ranges, hit = innermost_ranges(trace, _shape_ranges(trace) if n else pd.DataFrame())
@@ -571,7 +613,8 @@ def assign_shapes(trace: Trace) -> pd.DataFrame:
 
     return pd.DataFrame(
         {"M": ints("M"), "N": ints("N"), "K": ints("K"), "batch": ints("batch"),
-         "dtype": texts("dtype"), "op": texts("op", True), "shape_source": texts("source", True)},
+         "dtype": texts("dtype"), "op": texts("op", True), "shape_source": texts("source", True),
+         "lead": texts("lead", True)},
         index=k.index,
     )
 
@@ -593,14 +636,15 @@ def _apply_overrides(out: pd.DataFrame, uniq: pd.Series, codes: np.ndarray, over
                     and value not in out[col].cat.categories:
                 out[col] = out[col].cat.add_categories([value])
             out.loc[mask, col] = value
+        out.loc[mask, "lead"] = pd.NA  # the user's shape says nothing of the operands' layout
         hit |= mask
     return pd.Series(hit, index=out.index)
 
 
 def gemm_table(trace: Trace, overrides: list[tuple[str, dict]] | None = None) -> pd.DataFrame:
     """Per kernel (same index as trace.kernels): is_gemm, is_comm, is_split_k, is_ws,
-    tile_m/n/k, M, N, K, batch, dtype, op, shape_source, tiles (output tiles when both shape
-    and tile are known, else NA). `overrides`: the user's (kernel pattern, shape) pairs."""
+    tile_m/n/k, M, N, K, batch, dtype, op, shape_source, lead (leading_dims or NA), tiles
+    (output tiles when both shape and tile are known, else NA). `overrides`: the user's (kernel pattern, shape) pairs."""
     k = trace.kernels
     # Name facts are computed once per distinct name and spread to the kernels by their
     # factorized code (`_name_code`, -1 for a missing name, which counts as "").
@@ -632,7 +676,7 @@ def gemm_table(trace: Trace, overrides: list[tuple[str, dict]] | None = None) ->
     # names say GEMM; the others in the range keep no shape.
     free = (out["shape_source"] == "nvtx-text").fillna(False).to_numpy(dtype=bool) & ~out["is_gemm_name"].to_numpy(dtype=bool)
     if free.any():
-        for col in ("M", "N", "K", "batch", "dtype", "op", "shape_source"):
+        for col in ("M", "N", "K", "batch", "dtype", "op", "shape_source", "lead"):
             out.loc[free, col] = pd.NA
     user = _apply_overrides(out, uniq, codes, overrides or [])
     # A kernel launched inside a GEMM operator's range is a GEMM even when its name says

@@ -126,6 +126,11 @@ def _host_ranges(ctx: Context, pattern: str, nvtx_filter: str | None = None) -> 
     return out[out["start_ns"].notna() & out["end_ns"].notna()].reset_index(drop=True)
 
 
+# Head dims in use run to 256 (Gemma, 576 for MLA's absorbed keys); a longer "head dim" is a
+# sequence length
+_MAX_HEAD_DIM = 1024
+
+
 def _score_matmul(op: str, tensors: list[list[int]]) -> tuple | None:
     """(B, Hq, Hkv, Lq, S, D) of eager attention's score matmul q [B, Hq, Lq, D] @ k^T
     [B, Hkv, D, S] (baddbmm's added term first dropped), else None."""
@@ -133,7 +138,9 @@ def _score_matmul(op: str, tensors: list[list[int]]) -> tuple | None:
     if len(ts) != 2 or len(ts[0]) != 4 or len(ts[1]) != 4:
         return None
     (B, Hq, Lq, D), (Bk, Hk, Dk, S) = ts[0], ts[1]
-    if Bk != B or Dk != D or min(B, Hq, Hk, Lq, D, S) < 1:
+    # D <= _MAX_HEAD_DIM: the output matmul p [B, H, Lq, S] @ v [B, H, S, D] has the same
+    # form with S and D swapped, and reads no K
+    if Bk != B or Dk != D or min(B, Hq, Hk, Lq, D, S) < 1 or D > _MAX_HEAD_DIM:
         return None
     return B, Hq, Hk, Lq, S, D
 

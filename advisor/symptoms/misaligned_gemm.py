@@ -4,7 +4,9 @@ What it detects: GEMM kernels whose name carries a CUTLASS alignment under 16 by
 `_align2` on 16-bit data: cuBLAS falls back to such kernels, often Turing-era `cutlass_75_...`,
 when a leading dimension is not a multiple of 8 elements), or whose known shape has such a
 dimension (e.g. a vocabulary of 50257 in bf16: 100514-byte rows) while the launch runs far
-under the roofline of the same GEMM padded to aligned sizes. It names the dimension, the
+under the roofline of the same GEMM padded to aligned sizes. Only a leading dimension (an
+operand's row length: K and N for row-major operands, M where A is stored transposed, as a
+weight gradient's is; Kineto's Input Strides say which) counts. It names the dimension, the
 operands it sizes (M: A and C, N: B and C, K: A and B) and the alignment needed.
 Why it matters: without 16-byte rows the fast kernels (vectorized/TMA loads) cannot run; on the
 H200 a GPT-2 step's LM-head GEMMs ran at 95-146 TFLOP/s on `cutlass_75_..._align1` and padding
@@ -52,9 +54,18 @@ def _elt(row) -> int:
     return element_bytes_from_name(str(row["name"])) or 2
 
 
-def misaligned_dims(shape: dict, elt: int) -> dict[str, int]:
-    """The GEMM dimensions whose rows are not a whole number of 16-byte units."""
-    return {d: int(shape[d]) for d in ("M", "N", "K") if (int(shape[d]) * elt) % 16}
+def misaligned_dims(shape: dict, elt: int, lead: str | None = None, tagged: bool = False) -> dict[str, int]:
+    """The GEMM dimensions that are some operand's row length (leading dimension) and whose
+    rows are not a whole number of 16-byte units. `lead`: the leading dimensions the trace's
+    strides show (gemm.leading_dims). Without them, a kernel whose name says misaligned may
+    owe it to any dimension; for any other, M counts only when A is stored transposed, which
+    the strides alone show: an odd M of row-major operands (a decode batch of 4 tokens) is a
+    row count, not a row length, and padding it aligns nothing."""
+    if isinstance(lead, str):
+        dims = [d for d in ("M", "N", "K") if d in lead]
+    else:
+        dims = ["M", "N", "K"] if tagged else ["N", "K"]
+    return {d: int(shape[d]) for d in dims if (int(shape[d]) * elt) % 16}
 
 
 def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
@@ -71,13 +82,15 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     attn = (chain_kernels(ctx) >= 0) & (tagged | shaped) if _enabled(ctx, "unfused_attention") else np.zeros(len(k), dtype=bool)
     if (attn & tagged).any():
         _note_attention(ctx, k, attn & tagged)
-    out = group_launches(launch_rows(k, ((tagged & ~conv) | shaped) & ~attn, []), [], k)
+    out = group_launches(launch_rows(k, ((tagged & ~conv) | shaped) & ~attn, []), [], k, first_cols=("lead",))
     if out.empty:
         return out
     out["align_bytes"] = [align_bytes(str(n)) for n in out["name"]]
     out["elt_bytes"] = [_elt(r) for r in out.to_dict("records")]
-    out["odd_dims"] = [misaligned_dims(shape_of(r), r["elt_bytes"]) if shape_of(r) else {} for r in out.to_dict("records")]
     tag_hit = out["align_bytes"].notna() & (out["align_bytes"].fillna(16) < 16)
+    lead = out["lead"].astype(object).where(out["lead"].notna(), None) if "lead" in out.columns else [None] * len(out)
+    out["odd_dims"] = [misaligned_dims(shape_of(r), r["elt_bytes"], ld, bool(t)) if shape_of(r) else {}
+                       for r, ld, t in zip(out.to_dict("records"), lead, tag_hit)]
     keep = tag_hit | out["odd_dims"].map(bool)
     return out[keep.to_numpy()].reset_index(drop=True).assign(tagged=tag_hit[keep.to_numpy()].to_numpy())
 
