@@ -1,4 +1,5 @@
-"""Compile cluster_gemm (kernels/gluon_gemm.py, Gluon) for sm_90a on a machine without a GPU.
+"""Compile cluster_gemm (kernels/gluon_gemm.py, Gluon) for sm_90a on a machine without a GPU;
+with --split-kv, split_kv_gluon (decode attention) instead.
 
 Run it under Triton >= 3.9 (here: a separate process with PYTHONPATH=/tmp/triton39; the main
 environment's Triton 3.6 has no cluster Gluon):
@@ -42,6 +43,8 @@ def main(argv=None) -> int:
     parser.add_argument("--default-only", action="store_true")
     parser.add_argument("--json", default=None, help="also write the rows here")
     parser.add_argument("--dump-ptx", default=None, help="write each kernel's PTX into this folder")
+    parser.add_argument("--split-kv", action="store_true",
+                        help="instead: split_kv_gluon (decode attention) on the shapes and dtypes it takes")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     os.environ["ADVISOR_COMPILE_ONLY"] = "1"
@@ -55,6 +58,8 @@ def main(argv=None) -> int:
     from kernels import gluon_gemm as mod
     from tools.sm90_compile_check import SM90_SMEM, _resource_usage, _Sm90Driver
 
+    if args.split_kv:
+        return _split_kv(driver, JITFunction, _Sm90Driver, _resource_usage, SM90_SMEM)
     why = mod.unavailable_reason()
     if why:
         print(why)
@@ -115,6 +120,56 @@ def main(argv=None) -> int:
         JITFunction.run = original_run
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
+    print(f"{failures} failure(s)")
+    return 1 if failures else 0
+
+
+# (B, Hq, Hkv, Lq, S, D, dtype name, K/V cache length: a longer cache sliced to S keys)
+SPLIT_KV_CASES = [(2, 32, 8, 1, 32768, 128, "bfloat16", 32768), (1, 32, 8, 4, 1000, 64, "float16", 1000),
+                  (4, 64, 8, 8, 8193, 128, "bfloat16", 9000), (3, 28, 4, 1, 20000, 128, "float16", 20000)]
+
+
+def _split_kv(driver, JITFunction, Sm90Driver, resource_usage, smem_limit) -> int:
+    """Build split_kv_gluon's kernels for each SPLIT_KV_CASES entry at both stage counts
+    (`supports` bypassed: there is no GPU to ask), through its own host `decode_attention`."""
+    import torch
+
+    from kernels import split_kv_gluon as g
+
+    if g._WHY:
+        print(g._WHY)
+        return 2
+    driver.set_active(Sm90Driver())
+    original, built, failures = JITFunction.run, [], 0
+
+    def compile_only(self, *a, grid, warmup, **kw):
+        kernel = original(self, *a, grid=grid, warmup=True, **kw)
+        built.append((self.fn.__name__, kernel))
+        return kernel
+
+    JITFunction.run, g.supports = compile_only, (lambda q, k, v: None)
+    try:
+        for B, Hq, Hkv, Lq, S, D, dname, cache in SPLIT_KV_CASES:
+            dtype = getattr(torch, dname)
+            q = torch.empty((B, Hq, Lq, D), dtype=dtype)
+            k = torch.empty((B, Hkv, cache, D), dtype=dtype)[:, :, :S]
+            for stages in (3, 4):
+                built.clear()
+                case = f"{B}x{Hq}x{Hkv}x{Lq}x{S}x{D} {dname} cache {cache} stages {stages}"
+                try:
+                    g.decode_attention(q, k, k, sms=132, stages=stages)
+                except Exception as exc:  # noqa: BLE001  (report each failing case, exit 1)
+                    failures += 1
+                    print(f"FAIL  {case}: {type(exc).__name__}: {str(exc)[:600]}".replace("\n", " "))
+                    continue
+                for name, kernel in built:
+                    res, smem, ptx = resource_usage(kernel.asm["cubin"]), kernel.metadata.shared, kernel.asm["ptx"]
+                    failures += smem > smem_limit
+                    flags = " ".join(k for k, v in ptx_features(ptx).items() if v)
+                    print(f"{'FAIL' if smem > smem_limit else 'ok':5s} {case:50s} {name:16s} smem={smem // 1024:3d}KB "
+                          f"regs={res['regs']:3d} stack={res['stack']} [{flags}]")
+    finally:
+        JITFunction.run = original
     print(f"{failures} failure(s)")
     return 1 if failures else 0
 

@@ -73,6 +73,7 @@ Source of the idea
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 from dataclasses import asdict, dataclass, replace
@@ -128,9 +129,7 @@ def attention_launch_metadata(hook_name: str):
     return hook
 
 
-# --------------------------------------------------------------------------------------------
-# Knobs
-# --------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------- Knobs
 
 
 @dataclass(frozen=True)
@@ -259,9 +258,7 @@ def search_space(B: int, Hq: int, Hkv: int, Lq: int, S: int, D: int, dtype: torc
     return out[:12]
 
 
-# --------------------------------------------------------------------------------------------
-# Kernels
-# --------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------- Kernels
 
 
 @triton.jit
@@ -565,9 +562,7 @@ def split_kv_combine_kernel(
              out.to(o_ptr.dtype.element_ty), mask=d_ok)
 
 
-# --------------------------------------------------------------------------------------------
-# Host launcher
-# --------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------- Host launcher
 
 
 def check_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, ...]:
@@ -607,16 +602,19 @@ def check_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) ->
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: Config | None = None,
                      scale: float | None = None, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """Causal decode attention, O (B, Hq, Lq, D) in q's dtype. q: (B, Hq, Lq, D) with Lq 1..16;
-    k, v: (B, Hkv, S, D) with Hq a multiple of Hkv and S >= Lq; any strides. Query i sees keys
-    0 .. S - Lq + i. `scale` defaults to 1 / sqrt(D). Returns `out` (filled, any strides) when
-    given, else a new tensor."""
+    k, v: (B, Hkv, S, D), Hq a multiple of Hkv, S >= Lq; any strides. Query i sees keys 0 ..
+    S - Lq + i. `scale`: 1 / sqrt(D) by default. Returns `out` (any strides) or a new tensor.
+    Without a config, kernels/split_kv_gluon.py runs where it can (Triton >= 3.9, sm_90)."""
     B, Hq, Hkv, Lq, S, D = check_attention_inputs(q, k, v)
-    sms = num_sms(q.device)
-    if config is None:
-        config = default_config(B, Hq, Hkv, Lq, S, D, q.dtype, sms)
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     if not math.isfinite(scale):
         raise ValueError(f"scale {scale!r} must be finite")
+    fast = _written_pipeline(q, k, v) if config is None else None
+    if fast is not None:
+        return fast.decode_attention(q, k, v, scale, out=_prepare_output(out, q))
+    sms = num_sms(q.device)
+    if config is None:
+        config = default_config(B, Hq, Hkv, Lq, S, D, q.dtype, sms)
     group = Hq // Hkv
     R = group * Lq
     block_h = rows_per_program(group, Lq, config.BLOCK_H)
@@ -718,6 +716,16 @@ def tma_ok(k: torch.Tensor, v: torch.Tensor, block_d: int) -> bool:
     return True
 
 
+def _written_pipeline(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    """kernels/split_kv_gluon.py (this schedule with its K/V pipeline written out in Gluon)
+    where it runs these inputs: Triton >= 3.9, sm_90, its shapes; else None. Never in a
+    generated variant, which has no package to import it from and bakes its own config."""
+    if not __package__ or not q.is_cuda:
+        return None
+    mod = importlib.import_module(f"{__package__}.split_kv_gluon")
+    return mod if mod.supports(q, k, v) is None else None
+
+
 def _prepare_output(out: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor:
     if out is None:
         return torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -729,9 +737,7 @@ def _prepare_output(out: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor:
     return out
 
 
-# --------------------------------------------------------------------------------------------
-# Checking
-# --------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------- Checking
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
@@ -762,10 +768,8 @@ def random_inputs(B: int, Hq: int, Hkv: int, Lq: int, S: int, D: int, dtype: tor
     """Fresh normal q, k, v (never zeros) in `dtype` on `device`."""
     g = torch.Generator(device="cpu")
     g.manual_seed(seed)
-    q = torch.randn((B, Hq, Lq, D), generator=g).to(dtype).to(device)
-    k = torch.randn((B, Hkv, S, D), generator=g).to(dtype).to(device)
-    v = torch.randn((B, Hkv, S, D), generator=g).to(dtype).to(device)
-    return q, k, v
+    return tuple(torch.randn(shape, generator=g).to(dtype).to(device)
+                 for shape in ((B, Hq, Lq, D), (B, Hkv, S, D), (B, Hkv, S, D)))
 
 
 def self_check(shapes, dtypes=(torch.float16, torch.bfloat16, torch.float32), config: Config | None = None) -> None:
