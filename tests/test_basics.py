@@ -157,6 +157,35 @@ def test_schedules_on_simt_gemms_only_when_the_basic_rules_are_off(shape, dur, g
     assert by_symptom(off, schedule) and not by_symptom(off, "tensor_cores_unused")
 
 
+CONV_TF32 = "sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize64x32x64_stage5_warpsize2x2x1_g1_tensor16x8x8"
+CONV_SIMT = "void implicit_convolve_sgemm<float, float, 1024, 5, 5, 3, 3, 3, 1, false, false, true>(int, int, int)"
+
+
+def _fp32_convnet(tf32_convs: bool) -> Builder:
+    # an fp32 ResNet-18 at batch 1 on the H200: the 3-channel stem convolution on cuDNN's SIMT
+    # kernel, the others on its TF32 kernels (cudnn.allow_tf32, on by default), or, with the
+    # switch off, all on SIMT kernels
+    b = Builder()
+    for _ in range(4):
+        b.add(CONV_SIMT, 30_000, grid=(98, 2, 1))
+        for _ in range(16):
+            b.add(CONV_TF32 if tf32_convs else CONV_SIMT, 12_000, grid=(49, 2, 1))
+    return b
+
+
+def test_fp32_stem_conv_beside_tf32_convs_is_cudnns_pick():
+    # holdout_resnet18_b1_fp32: a tensor_cores_unused finding told the user to set the *matmul*
+    # TF32 switch for the stem convolution, which no switch moves to tensor cores
+    d = diagnose(_fp32_convnet(True).trace())
+    assert by_symptom(d, "tensor_cores_unused") == []
+    assert any("cuDNN's TF32 switch is on" in n for n in d.notes)
+
+
+def test_fp32_convs_without_any_tf32_conv_name_the_cudnn_switch():
+    (f,) = by_symptom(diagnose(_fp32_convnet(False).trace()), "tensor_cores_unused")
+    assert "cudnn.allow_tf32" in f.suggestion["fix"] and "matmul" not in f.suggestion["fix"]
+
+
 def test_tensor_cores_unused_without_tf32_says_autocast():
     M, N, K = TAIL
     v100 = dict(H100, name="Tesla V100-SXM2-32GB", arch="7.0", cc_major=7, sm_count=80, peak_tensor_tflops=125.0,

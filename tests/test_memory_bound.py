@@ -18,6 +18,7 @@ from advisor.diagnose.diagnosis import diagnose
 from advisor.errors import AdvisorError
 from advisor.rules import Threshold, load_rules
 from advisor.symptoms.op_bytes import op_bytes, skipped
+from advisor.symptoms import memory_bound
 from advisor.traces import load_trace
 
 EAGER = DATA / "h200" / "memory_bound" / "memory_bound_eager.kineto.json.gz"
@@ -263,3 +264,30 @@ def test_a_measured_cap_below_the_unmeasured_one_holds_in_other_dtypes():
     key, entry, holds = measured_case(rule, "max_pool2d_with_indices_backward", "float")
     assert entry is not None and not holds and entry["speedup"] < rule["unmeasured_max_speedup"]
     assert measured_case(rule, "max_pool2d_with_indices_backward", "c10::BFloat16")[2]
+
+
+# ------------------------------------------------------------------------------ placements, not reductions
+
+@pytest.mark.parametrize("dims, got", [
+    # XLNet's relative shift: index_select of torch.arange(512) out of 1023 positions; its gradient
+    ('[[8, 12, 512, 1023], [], [512], [8, 12, 512, 512], []]', {"dim": 3, "count": 512, "extent": 1023}),
+    ('[[100, 8], [], [100], [100, 8], []]', {"dim": 0, "count": 100, "extent": 100}),  # as many as positions
+    ('[[200000, 256], [], [4000000], [4000000, 256], []]', None),  # a GNN's messages into nodes: a reduction
+    ('[[100, 8], [], [5000], [5000, 8], []]', None),
+    ('[[100, 8], [], [], [100, 8], []]', None),  # no index dims: unknown
+])
+def test_index_add_placement_or_reduction(dims, got):
+    assert memory_bound.selection("aten::index_add_", dims) == got
+    assert memory_bound.selection("aten::scatter_add_", dims) is None
+
+
+def test_xlnet_relative_shift_gradient_is_a_slice_not_segments():
+    # holdout_xlnet_train_bf16 (H200): index_add_ (IndexSelectBackward0) of 512 slices into 1023
+    # positions, 0.19 of the bandwidth; it was told to sort an edge list and reduce by segments
+    (f,) = [f for f in _findings(DATA / "h200/holdout/holdout_xlnet_train_bf16.kineto.json.gz")
+            if "indexFuncLargeIndex" in f.kernel]
+    assert f.strategy == "slice_not_index" and f.confidence == "low"
+    assert "narrow" in f.evidence["fix"] and "segment" not in f.evidence["fix"].split("which")[0]
+    assert f.evidence["measured_case"] is None and f.evidence["autograd_node"] == "IndexSelectBackward0"
+    # no measured fix: never more than the rule's unmeasured cap claims
+    assert f.est_savings_ns <= f.total_ns * (1 - 1 / load_rules()[SYMPTOM]["unmeasured_max_speedup"]) + 1

@@ -41,7 +41,9 @@ llama_decode_dynamic, llama_decode_static (`_gqa_decode`), and the fixes it name
 mistral_decode_grouped, mistral_decode_static_grouped. A tenth (2026-12-04): falcon_decode_mqa,
 t5_beam_generate, gpt_neox_train_bf16, qwen2_moe_decode, regnety_train_bf16, dinov2_reg_infer_fp16,
 llama_decode_static_b1. An eleventh (2026-12-04, eager attention around a KV cache):
-llama_decode_eager, gemma2_decode. See each builder's docstring.
+llama_decode_eager, gemma2_decode. A twelfth set (2026-12-04): detr_train, longformer_train_bf16,
+resnet18_b1_fp32, sam_vision_infer_fp16, eva02_train_bf16, xlnet_train_bf16. See each builder's
+docstring.
 
 The second set's three models with the fix advisor named (bert_train_fp32_tf32, resnet50_train_cl,
 mobilenet_b8_graph: a CUDA graph of the forward), timed against the originals with
@@ -1165,6 +1167,157 @@ def gemma2_decode(dev: str, tiny: bool):
     return _generate_step(model, 4 if tiny else 16, input_ids=ids)
 
 
+# A twelfth set (2026-12-04): a detector whose loss matches boxes on the CPU, sliding-window
+# attention, a ResNet at batch 1 in fp32, a windowed-attention image encoder with prompts, a ViT
+# with rotary embeddings and SwiGLU, and relative positional attention written as einsums.
+
+def detr_train(dev: str, tiny: bool):
+    """DETR (timm resnet18 backbone with frozen batch norm, 256 wide, 6+6 layers, 100 queries)
+    object-detection training step, bf16 autocast, AdamW: 8 images at 512 x 512 with 4 boxes each;
+    the loss's Hungarian matcher copies the cost matrix to the host and runs scipy's
+    linear_sum_assignment per image."""
+    from transformers import DetrConfig, DetrForObjectDetection
+
+    cfg = DetrConfig(use_timm_backbone=True, backbone="resnet18", use_pretrained_backbone=False,
+                     encoder_layers=1 if tiny else 6, decoder_layers=1 if tiny else 6, d_model=32 if tiny else 256,
+                     encoder_attention_heads=2 if tiny else 8, decoder_attention_heads=2 if tiny else 8,
+                     encoder_ffn_dim=64 if tiny else 2048, decoder_ffn_dim=64 if tiny else 2048,
+                     num_queries=8 if tiny else 100, num_labels=91)
+    model = DetrForObjectDetection(cfg).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=1e-4)
+    b, hw, k = (2, 64, 2) if tiny else (8, 512, 4)
+    x = torch.randn(b, 3, hw, hw, device=dev)
+    xy = torch.rand(b, k, 2, device=dev) * 0.5 + 0.25
+    labels = [{"class_labels": torch.randint(0, 91, (k,), device=dev),
+               "boxes": torch.cat([xy[i], torch.full((k, 2), 0.2, device=dev)], 1)} for i in range(b)]
+
+    def step():
+        with _autocast(dev, torch.bfloat16):
+            loss = model(pixel_values=x, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def longformer_train_bf16(dev: str, tiny: bool):
+    """Longformer (512 wide, 4 layers, 8 heads, a 256-token sliding window, no global attention)
+    masked-LM training step, bf16 autocast, AdamW, 4 x 4096 tokens: its attention is chunked
+    matmuls over overlapping windows, padded, diagonals gathered (no SDPA)."""
+    from transformers import LongformerConfig, LongformerForMaskedLM
+
+    s = 64 if tiny else 4096
+    cfg = LongformerConfig(hidden_size=64 if tiny else 512, intermediate_size=128 if tiny else 2048,
+                           num_hidden_layers=1 if tiny else 4, num_attention_heads=2 if tiny else 8,
+                           attention_window=8 if tiny else 256, vocab_size=1000 if tiny else 50265,
+                           max_position_embeddings=s + 2, pad_token_id=1)
+    model = LongformerForMaskedLM(cfg).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(3, cfg.vocab_size, (2 if tiny else 4, s), device=dev)
+
+    def step():
+        with _autocast(dev, torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def resnet18_b1_fp32(dev: str, tiny: bool):
+    """timm resnet18 inference at batch 1, 224 x 224, fp32, NCHW, PyTorch's defaults (a serving
+    loop's shape): cuDNN convolutions may use TF32 (torch.backends.cudnn.allow_tf32 is True by
+    default) while matmuls, the classifier's, do not."""
+    import timm
+
+    model = timm.create_model("resnet18", pretrained=False).to(dev).eval()
+    x = torch.randn(1, 3, 224, 224, device=dev)
+
+    @torch.no_grad()
+    def step():
+        for _ in range(4):  # a serving loop: one request after another
+            model(x)
+    return step
+
+
+def sam_vision_infer_fp16(dev: str, tiny: bool):
+    """SAM ViT-B (SamConfig's defaults: 768 wide, 12 layers, 14 x 14 windowed attention with
+    global attention at layers 2, 5, 8 and 11) fp16 inference of the whole model: image encoder,
+    prompt encoder and two-way mask decoder, one point prompt per image, batch 2 at 1024 x 1024
+    (64 x 64 patches), three masks per prompt (multimask_output's default). The encoder's SDPA
+    takes its decomposed relative positions as a dense additive mask (4096 x 4096 a head on the
+    global layers)."""
+    from transformers import SamConfig, SamModel
+
+    hw = 64 if tiny else 1024
+    if tiny:
+        cfg = SamConfig(vision_config=dict(image_size=hw, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                           window_size=2, global_attn_indexes=[1], output_channels=32,
+                                           num_pos_feats=16),
+                        prompt_encoder_config=dict(image_size=hw, hidden_size=32),
+                        mask_decoder_config=dict(hidden_size=32, mlp_dim=64, num_attention_heads=2,
+                                                 iou_head_hidden_dim=32))
+    else:
+        cfg = SamConfig()
+    dtype = torch.float32 if dev == "cpu" else torch.float16
+    with torch.device(dev):
+        model = SamModel(cfg).to(dtype).eval()
+    b = 2
+    x = torch.randn(b, 3, hw, hw, device=dev, dtype=dtype)
+    points = torch.rand(b, 1, 1, 2, device=dev) * hw
+    point_labels = torch.ones(b, 1, 1, dtype=torch.long, device=dev)
+
+    @torch.no_grad()
+    def step():
+        model(pixel_values=x, input_points=points, input_labels=point_labels)
+    return step
+
+
+def eva02_train_bf16(dev: str, tiny: bool):
+    """timm eva02_small_patch14_224 (384 wide, 12 layers, 2D rotary embeddings, SwiGLU MLP) with
+    a 1000-class head, training step, bf16 autocast, AdamW, batch 64 at 224 (257 tokens)."""
+    import timm
+
+    if tiny:
+        model = timm.create_model("eva02_tiny_patch14_224", pretrained=False, img_size=28, num_classes=1000, depth=1)
+    else:
+        model = timm.create_model("eva02_small_patch14_224", pretrained=False, num_classes=1000)
+    model = model.to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05)
+    hw = 28 if tiny else 224
+    x = torch.randn(2 if tiny else 64, 3, hw, hw, device=dev)
+    y = torch.randint(0, 1000, (x.shape[0],), device=dev)
+
+    def step():
+        with _autocast(dev, torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def xlnet_train_bf16(dev: str, tiny: bool):
+    """XLNet (768 wide, 6 layers, 12 heads) language-model training step, bf16 autocast, AdamW,
+    8 x 512 tokens, no permutation mask: relative positional attention written as einsums (content
+    and position scores, the relative shift by reshapes and an index_select), no SDPA."""
+    from transformers import XLNetConfig, XLNetLMHeadModel
+
+    cfg = XLNetConfig(d_model=64 if tiny else 768, n_layer=1 if tiny else 6, n_head=2 if tiny else 12,
+                      d_inner=128 if tiny else 3072, vocab_size=1000 if tiny else 32000)
+    model = XLNetLMHeadModel(cfg).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, cfg.vocab_size, (2 if tiny else 8, 16 if tiny else 512), device=dev)
+
+    def step():
+        with _autocast(dev, torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
 def bloom_generate_fp16(dev: str, tiny: bool):
     """BLOOM (1024 wide, 8 layers, 16 heads, ALiBi) fp16 greedy decode at batch 8: 256-token
     prompts, 32 new tokens (its attention is baddbmm + softmax + bmm, not SDPA)."""
@@ -1278,7 +1431,9 @@ MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_p
                                   mistral_decode_static_grouped, llama_decode_dynamic, llama_decode_static,
                                   falcon_decode_mqa, t5_beam_generate, gpt_neox_train_bf16, qwen2_moe_decode,
                                   regnety_train_bf16, dinov2_reg_infer_fp16, llama_decode_static_b1,
-                                  llama_decode_eager, gemma2_decode)}
+                                  llama_decode_eager, gemma2_decode, detr_train, longformer_train_bf16,
+                                  resnet18_b1_fp32, sam_vision_infer_fp16, eva02_train_bf16,
+                                  xlnet_train_bf16)}
 # the seventh set's fixes (slow_memory_bound_kernel: torch.compile), timed against the originals
 MODELS.update({f"{n}_compiled": _compiled(MODELS[n])
                for n in ("poolformer_infer_fp16", "dpt_depth_infer_fp16", "upernet_convnext_infer_fp16")})

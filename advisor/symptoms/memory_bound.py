@@ -12,7 +12,9 @@ dtype (PyTorch's dynamic-cast path).
 Why it matters: a memory-bound kernel's floor is its bytes over the bandwidth; these run
 5-20x over it, and the fix is a different implementation, not a schedule.
 What to do (the finding's strategy): `segment_reduce` for the scatter family (sort the
-indices once and reduce by segments: 9.7x measured), else `fusion` (torch.compile writes a
+indices once and reduce by segments: 9.7x measured), `slice_not_index` for an index_add_ that
+only places slices (no more indices than positions: index_select's gradient where the forward
+picked a range, as XLNet's relative shift does; unmeasured), else `fusion` (torch.compile writes a
 bandwidth-bound kernel and fuses it with its neighbours: 3-10x measured, 1.3x on the max-pool
 backward); the evidence names the operator and its cheapest known fix.
 Estimate: per launch, its time minus the larger of its bytes at `achievable_fraction` of the
@@ -73,8 +75,42 @@ _FAMILY_FIX = {
                 "in segment order, then reduce by segments (torch.segment_reduce(..., \"sum\", lengths=...)); or a "
                 "CSR sparse matrix product (torch.sparse.mm) for the gather and the sum in one"),
 }
+# index_add_ that only places rows (as many indices as the target has positions along the dim,
+# or fewer: index_select's gradient when the forward picked positions, e.g. XLNet's relative
+# shift picking torch.arange(klen)): no two indices need to meet, so segments are no remedy
+_SELECTION_FIX = ("the call adds {count} source slices into {extent} positions along dim {dim}: a placement, not a "
+                  "reduction (no index needs to repeat), which segment sums do not speed up. Where the indices are "
+                  "one range (torch.arange), slice instead: x.narrow({dim}, start, {count}) or x[..., start:start + "
+                  "{count}] in the forward, whose gradient is a plain copy into zeros, no atomic adds")
 _GENERIC_FIX = ("torch.compile the function that calls it: Inductor writes a bandwidth-bound kernel for the operator and "
                 "fuses it with its neighbours")
+
+
+def selection(op: str, dims: str | None) -> dict | None:
+    """{"dim", "count", "extent"} of an index_add_ whose index holds no more entries than the
+    target has positions along the dim (a placement, see _SELECTION_FIX), else None. The dim is
+    the one where source and target differ (Kineto records no scalar's value there)."""
+    if op.split("::", 1)[-1].split(".", 1)[0] not in ("index_add_", "index_add"):
+        return None
+    try:
+        d = json.loads(dims) if isinstance(dims, str) else None
+    except ValueError:
+        return None
+    if not isinstance(d, list) or len(d) < 4:
+        return None
+    target, index, source = d[0], d[2], d[3]
+    if not (isinstance(target, list) and isinstance(source, list) and isinstance(index, list) and len(index) == 1
+            and len(target) == len(source) >= 1):
+        return None
+    differ = [i for i, (a, b) in enumerate(zip(target, source)) if a != b]
+    if not differ:  # same shapes: the one dim as long as the index, if only one is
+        differ = [i for i, a in enumerate(target) if a == index[0]]
+    if len(differ) != 1:
+        return None
+    dim = differ[0]
+    if source[dim] != index[0] or index[0] > target[dim]:
+        return None
+    return {"dim": dim, "count": int(index[0]), "extent": int(target[dim])}
 
 
 def case_key(op: str, dims: str | None, types: str | None, strides: str | None) -> str:
@@ -187,12 +223,15 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     sub = ranges.loc[rows]
     strides = sub["input_strides"] if "input_strides" in sub.columns else pd.Series([None] * len(sub), index=sub.index)
     concrete = sub["concrete_inputs"] if "concrete_inputs" in sub.columns else pd.Series([None] * len(sub), index=sub.index)
-    nbytes, speedup, case = [], [], []
+    nbytes, speedup, case, placed = [], [], [], []
     default_speedup = float(rule["unmeasured_max_speedup"])
     for n, d, t, st, c in zip(sub["name"], sub["input_dims"], sub["input_types"], strides, concrete):
         st = st if isinstance(st, str) else None
         nbytes.append(op_bytes(n, d, t, st, c if isinstance(c, str) else None) or 0)
+        placed.append(selection(n, d))
         key, entry, holds = measured_case(rule, case_key(n, d, t, st), _first_dtype(d, t))
+        if placed[-1] is not None:  # the segment_reduce measurement is not this call's fix
+            entry, holds = None, False
         case.append(key if entry and holds else None)
         cap = float(entry["speedup"]) if entry else default_speedup
         speedup.append(cap if holds else min(cap, default_speedup))
@@ -201,6 +240,7 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     launch_speedup = np.ones(len(k))
     launch_speedup[mask] = pd.Series(np.array(speedup, dtype=float), index=rows).reindex(hit[mask]).to_numpy()
     case_of = pd.Series(np.array(case, dtype=object), index=rows)
+    placed_of = pd.Series(np.array(placed + [None], dtype=object)[:-1], index=rows)
     mask &= launch_bytes >= float(rule["min_bytes"])
     if not mask.any():
         return empty
@@ -234,6 +274,7 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     sel = sel.assign(_bytes=launch_bytes[at], _floor_ns=floor[at], _save_ns=np.maximum(dur[at] - reach[at], 0.0),
                      _bw_fraction=fraction[at], _speedup_cap=launch_speedup[at],
                      measured_case=case_of.reindex(hit[at]).to_numpy(),
+                     _selection=placed_of.reindex(hit[at]).to_numpy(),
                      autograd_node=_autograd_nodes(ctx)[at],
                      **{"op_" + c: op[c].astype(object).where(op[c].notna(), None).to_numpy()
                         for c in ("name", "input_dims", "input_types", "input_strides") if c in op.columns})
@@ -242,6 +283,7 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
                 _bytes=("_bytes", "median"), _floor_ns=("_floor_ns", "sum"), _save_ns=("_save_ns", "sum"),
                 _bw_fraction=("_bw_fraction", "median"), overlap_fraction=("overlap_fraction", "mean"),
                 _speedup_cap=("_speedup_cap", "max"), measured_case=("measured_case", "first"),
+                _selection=("_selection", "first"),
                 autograd_node=("autograd_node", "first"), backward_launches=("autograd_node", "count"),
                 **{c: (c, "first") for c in ("op_input_dims", "op_input_types", "op_input_strides") if c in sel.columns})
     out = out.reset_index()
@@ -280,14 +322,19 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
             node = row.get("autograd_node")
             node = node if isinstance(node, str) else None
             backward = int(row.get("backward_launches") or 0)
-            if node and fam == "scatter":
+            placed = row.get("_selection") if isinstance(row.get("_selection"), dict) else None
+            if placed:
+                fix = _SELECTION_FIX.format(**placed)
+                if node:
+                    fix += f" ({backward} of these {int(row['launches'])} launches are the gradient of {node})"
+            elif node and fam == "scatter":
                 fix += (f". {backward} of these {int(row['launches'])} launches are the gradient of {node} (autograd): "
                         "there the change is in the forward, e.g. a CSR sparse matrix product (torch.sparse.mm) in "
                         "place of the index_select / gather it differentiates, whose backward is a sparse product too")
             per_launch_floor = float(row["_bytes"]) / bw * 1e9
             out.append(finding_for(
                 rule, row,
-                strategy=rule.strategy_for(fam),
+                strategy=rule.strategy_for("placement" if placed else fam),
                 shape=None,
                 total_ns=int(total),
                 est_savings_ns=int(save),

@@ -10,7 +10,9 @@ than it could; no kernel schedule (Split-K, Stream-K, warp specialization) close
 and those are not offered on these kernels (kernel_kinds.schedule_excluded).
 What to do: `torch.backends.cuda.matmul.allow_tf32 = True` (or
 `torch.set_float32_matmul_precision("high")`), or bf16 autocast; on devices without TF32
-(Volta, Turing, CDNA4) fp16/bf16 autocast.
+(Volta, Turing, CDNA4) fp16/bf16 autocast. Convolutions follow cuDNN's own switch
+(`torch.backends.cudnn.allow_tf32`, on by default): fp32 convolution kernels beside TF32 ones
+on the same device are cuDNN's pick for their shapes (a 3-channel stem), a note, not a finding.
 Estimate: per GEMM group, its time minus its floor on the TF32 path (16-bit where there is no
 TF32): the larger of flops / the measured-or-derated peak (calibration.peak_flops) and bytes /
 the measured bandwidth, at least a launch's latency; without a shape, its time x fp32 peak /
@@ -37,6 +39,18 @@ FIX_TF32 = 'torch.backends.cuda.matmul.allow_tf32 = True  # or torch.set_float32
 FIX_16BIT = "with torch.autocast(\"cuda\", dtype=torch.float16): ...  # this GPU has no TF32: fp16 autocast (bf16 where supported)"
 
 
+FIX_CUDNN = "torch.backends.cudnn.allow_tf32 = True  # PyTorch's default for convolutions: something turned it off"
+
+
+def _fix(tf32: bool, conv) -> str:
+    """The switch for the groups judged: matmuls', convolutions' (cuDNN's own), or both."""
+    if not tf32:
+        return FIX_16BIT
+    if conv.all():
+        return FIX_CUDNN
+    return FIX_TF32 + ("; for the convolutions: torch.backends.cudnn.allow_tf32 = True" if conv.any() else "")
+
+
 def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     """Launch groups of full-fp32 GEMMs, with the device's GEMM time and its fp32 share."""
     k = ctx.kernels
@@ -46,10 +60,16 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
         # an op-by-op attention's GEMMs are unfused_attention's: fused attention replaces them
         # (two rules claiming the same kernels could add up to more than their time)
         fp32 &= chain_kernels(ctx) < 0
-    g = launch_rows(k, fp32, [])
-    out = group_launches(g, [], k)
-    if out.empty:
-        return out
+    # convolutions (cuDNN's, by name or by the op that launched them) apart from matmuls: the
+    # two follow different switches (cudnn.allow_tf32, on by default, and matmul.allow_tf32)
+    conv = kk["is_conv"].to_numpy(dtype=bool) | launched_inside(ctx, CUDNN_OPS)
+    parts = [group_launches(launch_rows(k, fp32 & (conv if c else ~conv), []), [], k).assign(conv=c)
+             for c in (False, True)]
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return pd.DataFrame()
+    out = pd.concat(parts, ignore_index=True).sort_values("total_ns", ascending=False, kind="stable")
+    out = out.reset_index(drop=True)
     by = gemm_time_by_precision(ctx)
     key = list(zip(out["rank"].astype("int64"), out["device_id"].fillna(-1).astype("int64")))
     out["device_gemm_ns"] = [int(by.loc[x, "gemm"]) for x in key]
@@ -64,7 +84,28 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
                        "dev": k["device_id"].fillna(-1).astype("int64").to_numpy()[tf32_mm],
                        "ns": k["dur_ns"].to_numpy()[tf32_mm]}).groupby(["rank", "dev"])["ns"].sum()
     out["device_tf32_matmul_ns"] = [int(mm.get(x, 0)) for x in key]
+    tf32_cv = k["is_gemm"].to_numpy(dtype=bool) & (kk["precision"] == "tf32").to_numpy(dtype=bool) & conv
+    cv = pd.DataFrame({"rank": k["rank"].to_numpy()[tf32_cv].astype("int64"),
+                       "dev": k["device_id"].fillna(-1).astype("int64").to_numpy()[tf32_cv],
+                       "ns": k["dur_ns"].to_numpy()[tf32_cv]}).groupby(["rank", "dev"])["ns"].sum()
+    out["device_tf32_conv_ns"] = [int(cv.get(x, 0)) for x in key]
     return out
+
+
+def _cudnn_picked(ctx: Context, grp: pd.DataFrame) -> pd.DataFrame:
+    """The fp32 convolution groups of a device whose other convolutions run TF32: cuDNN's TF32
+    switch is on there (it is by default), so these kernels are cuDNN's pick for their shapes
+    (a 3-channel input layer, typically), which no precision switch changes. Said in a note;
+    returns the other groups and the time of these."""
+    picked = grp["conv"].to_numpy(dtype=bool) & (grp["device_tf32_conv_ns"].to_numpy() > 0)
+    ns = 0
+    if picked.any():
+        ns = int(grp.loc[picked, "total_ns"].sum())
+        ctx.notes.append(
+            f"{int(grp.loc[picked, 'launches'].sum()):,} launches ({ns / 1e6:.2f} ms) of fp32 convolution kernels ran on "
+            "CUDA cores while the device's other convolutions ran TF32: cuDNN's TF32 switch is on, and these are its "
+            "pick for their shapes (e.g. a 3-channel input layer), not a precision switch to flip")
+    return grp[~picked], ns
 
 
 def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
@@ -73,6 +114,10 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         return out
     for (rank, dev), grp in by_device(ev):
         gemm_ns, fp32_ns = int(grp["device_gemm_ns"].iloc[0]), int(grp["device_fp32_gemm_ns"].iloc[0])
+        grp, picked_ns = _cudnn_picked(ctx, grp)
+        if grp.empty:
+            continue
+        fixable_ns = fp32_ns - picked_ns  # the fp32 GEMM time a switch moves to tensor cores
         # the share of the GEMM *work* in full fp32 (time weighted by rate: kernel_kinds.gemm_work);
         # GEMMs of unknown precision count as other work
         other = gemm_ns - fp32_ns - int(grp["device_tf32_ns"].iloc[0]) - int(grp["device_16bit_ns"].iloc[0])
@@ -87,7 +132,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         model_share = (w32 + wt) / (w32 + wt + w16) if tf32_cudnn_only and (w32 + wt + w16) else fp32_share
         if model_share < rule["min_fp32_gemm_share"]:
             continue  # a 16-bit or TF32 majority of the work: dtype_churn's case
-        share = ctx.share(rank, dev, fp32_ns)
+        share = ctx.share(rank, dev, fixable_ns)
         if share < rule["min_share"]:
             continue
         device = device_row(ctx, rank, dev)
@@ -108,7 +153,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         if not rows or savings < rule["min_savings_ns"]:
             continue
         top, top_shape, top_est = rows[0]
-        shaped = shaped_ns / fp32_ns if fp32_ns else 0.0
+        shaped = shaped_ns / fixable_ns if fixable_ns else 0.0
         # the kernels' precision is certain from their names; without shapes the size is a rate ratio
         confidence = "high" if shaped >= 0.5 else "low"
         out.append(
@@ -118,12 +163,12 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                 device_id=None if dev < 0 else int(dev),
                 shape=top_shape,
                 launches=int(grp["launches"].sum()),
-                total_ns=fp32_ns,
+                total_ns=fixable_ns,
                 est_savings_ns=int(savings),
                 confidence=confidence,
                 tier=3,
                 evidence={
-                    "fp32_gemm_ns": fp32_ns,
+                    "fp32_gemm_ns": fixable_ns,
                     "gemm_ns": gemm_ns,
                     "fp32_gemm_share": round(fp32_share, 3),
                     "tf32_in_cudnn_only": tf32_cudnn_only,
@@ -138,7 +183,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                     "covers_kernels": sorted({str(r["name"]) for r, _, _ in rows}),
                 },
                 strategy=rule.strategy if tf32 else rule.strategy_for("no_tf32"),
-                suggestion={"fix": FIX_TF32 if tf32 else FIX_16BIT, "precision": target},
+                suggestion={"fix": _fix(tf32, grp["conv"].to_numpy(dtype=bool)), "precision": target},
             )
         )
     return out
