@@ -345,7 +345,7 @@ def bench_shape(B, Hq, Hkv, D, S, dtype, device, tune_s, log, sms):
         log(f"  settle: {len(settled)} discarded graph timings, p50 " + ", ".join(f"{t:.1f}" for t in settled) + " us")
     # split_kv: the library's default call (config=None), which runs kernels/split_kv_gluon.py
     # where it can (Triton >= 3.9, sm_90); then the Triton kernel's default config beside it
-    fast = device == "cuda" and kv._written_pipeline(*sh["inputs"][0]) is not None
+    fast = device == "cuda" and load("split_kv_gluon").supports(*sh["inputs"][0]) is None
     p50 = measure(sh, "split_kv", ours(sh, None), rows, log, "gluon ring" if fast else default.describe())
     if fast:
         p50 = measure(sh, "split_kv_triton", ours(sh, default), rows, log, default.describe())

@@ -41,7 +41,8 @@ VARIANTS = [(4, 1), (6, 1), (3, 2), (2, 3)]
 CASES = [(1, 32, 8, 1, 8192, 128, "bfloat16", 8192, False), (2, 32, 8, 4, 1000, 64, "float16", 1000, False),
          (4, 64, 8, 8, 8193, 128, "bfloat16", 9000, True), (3, 28, 4, 1, 20000, 128, "float16", 20000, False),
          (1, 8, 2, 16, 300, 64, "bfloat16", 333, True), (2, 16, 16, 1, 65, 128, "float16", 65, False),
-         (1, 4, 1, 3, 4097, 128, "bfloat16", 5000, True)]
+         (1, 4, 1, 3, 4097, 128, "bfloat16", 5000, True),
+         (1, 8, 1, 1, 300000, 64, "bfloat16", 300000, False)]  # one kv head: hundreds of splits to combine
 
 
 def check_cases(kv, g, log) -> list[dict]:

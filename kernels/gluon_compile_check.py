@@ -126,7 +126,8 @@ def main(argv=None) -> int:
 
 # (B, Hq, Hkv, Lq, S, D, dtype name, K/V cache length: a longer cache sliced to S keys)
 SPLIT_KV_CASES = [(2, 32, 8, 1, 32768, 128, "bfloat16", 32768), (1, 32, 8, 4, 1000, 64, "float16", 1000),
-                  (4, 64, 8, 8, 8193, 128, "bfloat16", 9000), (3, 28, 4, 1, 20000, 128, "float16", 20000)]
+                  (4, 64, 8, 8, 8193, 128, "bfloat16", 9000), (3, 28, 4, 1, 20000, 128, "float16", 20000),
+                  (1, 8, 1, 1, 300000, 64, "bfloat16", 300000)]  # one kv head, long: 469 splits to combine
 
 
 def _split_kv(driver, JITFunction, Sm90Driver, resource_usage, smem_limit) -> int:

@@ -609,9 +609,9 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: 
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     if not math.isfinite(scale):
         raise ValueError(f"scale {scale!r} must be finite")
-    fast = _written_pipeline(q, k, v) if config is None else None
-    if fast is not None:
-        return fast.decode_attention(q, k, v, scale, out=_prepare_output(out, q))
+    done = _written_pipeline(q, k, v, scale, out) if config is None else None
+    if done is not None:
+        return done
     sms = num_sms(q.device)
     if config is None:
         config = default_config(B, Hq, Hkv, Lq, S, D, q.dtype, sms)
@@ -716,14 +716,14 @@ def tma_ok(k: torch.Tensor, v: torch.Tensor, block_d: int) -> bool:
     return True
 
 
-def _written_pipeline(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
-    """kernels/split_kv_gluon.py (this schedule with its K/V pipeline written out in Gluon)
-    where it runs these inputs: Triton >= 3.9, sm_90, its shapes; else None. Never in a
-    generated variant, which has no package to import it from and bakes its own config."""
-    if not __package__ or not q.is_cuda:
-        return None
-    mod = importlib.import_module(f"{__package__}.split_kv_gluon")
-    return mod if mod.supports(q, k, v) is None else None
+def _written_pipeline(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, out):
+    """O by kernels/split_kv_gluon.py (this schedule, its K/V pipeline written out in Gluon) where it
+    runs these inputs (Triton >= 3.9, sm_90, its shapes); else, and in a generated variant, None."""
+    try:
+        mod = importlib.import_module(f"{__package__}.split_kv_gluon") if __package__ and q.is_cuda else None
+    except ImportError:
+        mod = None
+    return mod.try_decode(q, k, v, scale, _prepare_output(out, q)) if mod else None
 
 
 def _prepare_output(out: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor:

@@ -29,8 +29,10 @@ Caveats
     - Split count: one wave of 1 (4 stages) or 2 (3 stages) programs an SM, equal whole-tile
       shares; a split grid that does not divide the SMs leaves some idle (the Triton kernel's
       stream schedule does not).
-    - Partials: rows x splits x (D + 1) fp32, cached per device and shape (capture a CUDA graph
-      after one eager call, as with the other schedules' workspaces).
+    - Partials: rows x splits x (D + 1) fp32, allocated per call. More units than SMs (batch x
+      kv heads over the SM count) run as several waves of one split each.
+    - ADVISOR_SPLIT_KV_GLUON=0 turns the hand-over off; a failed build or launch turns it off
+      for the process with one warning (try_decode).
 
 Source of the idea
     Flash-decoding (Dao, Haziza, Massa, Sizov, PyTorch blog, 2023); the TMA + mbarrier ring of
@@ -42,8 +44,11 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 
 import torch
+
+from .common import num_sms
 
 LOG2E = 1.4426950408889634
 MIN_TRITON = (3, 9)
@@ -109,6 +114,16 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
     return None
 
 
+def _metadata(grid, kernel, args):
+    """Triton's launch_metadata hook: the kernel and problem by name, and the bytes it must move
+    (K and V once), so a profile of this kernel is diagnosable as advisor's split-KV schedule."""
+    k = args["k_desc"].base
+    B, Hkv, _, D = k.shape
+    S = args["S"]
+    return {"name": f"split_kv_kernel_ring [B={B}, Hkv={Hkv}, S={S}, D={D}, splits={args['n_splits']}]",
+            "bytes": 2 * B * Hkv * S * D * k.element_size()}
+
+
 if _WHY is None:
 
     _ROWS = gl.constexpr(ROWS)
@@ -142,8 +157,9 @@ if _WHY is None:
         acc = warpgroup_mma(p_dot, v_slot, acc)
         return m_new, l_i, acc
 
-    @gluon.jit
-    def _split_kernel(q_ptr, k_desc, v_desc, po_ptr, plse_ptr, sqb, sqh, sql, sqd, S, Lq, tiles_per_split, n_splits,
+    @gluon.jit(launch_metadata=_metadata)
+    def split_kv_kernel_ring(q_ptr, k_desc, v_desc, po_ptr, plse_ptr, sqb, sqh, sql, sqd, S, Lq, tiles_per_split,
+                             n_splits,
                       qk_scale, Hkv, G: gl.constexpr, STAGES: gl.constexpr,
                       S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr):
         BN: gl.constexpr = k_desc.block_shape[2]
@@ -205,34 +221,51 @@ if _WHY is None:
         gl.store(plse_ptr + (bh * R + rows) * n_splits + split, lse, mask=rows < R)
 
     @triton.jit
-    def _combine_kernel(po_ptr, plse_ptr, out_ptr, n_splits, Hkv, Lq, sob, soh, sol, sod,
-                        G: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr):
-        # one program per output row, the splits summed in order with weights 2^(lse_s - max)
+    def split_kv_combine_kernel_ring(po_ptr, plse_ptr, out_ptr, n_splits, Hkv, Lq, sob, soh, sol, sod,
+                                     G: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr):
+        # one program per output row, the splits summed in order, SPLITS at a time with a
+        # running maximum (a long cache at one kv head has hundreds of splits)
         row = tl.program_id(0)
         R = G * Lq
         bh = row // R
         r = row - bh * R
         b = bh // Hkv
         hq = (bh - b * Hkv) * G + r // Lq
-        sp = tl.arange(0, SPLITS)
         c = tl.arange(0, D)
-        lse = tl.load(plse_ptr + row * n_splits + sp, mask=sp < n_splits, other=float("-inf"))
-        w = tl.exp2(lse - tl.max(lse, 0))
-        o = tl.load(po_ptr + (row.to(tl.int64) * n_splits + sp[:, None]) * D + c[None, :],
-                    mask=sp[:, None] < n_splits, other=0.0)
-        out = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
+        m = float("-inf")
+        wsum = 0.0
+        acc = tl.zeros([D], dtype=tl.float32)
+        for s0 in range(0, n_splits, SPLITS):
+            sp = s0 + tl.arange(0, SPLITS)
+            lse = tl.load(plse_ptr + row * n_splits + sp, mask=sp < n_splits, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(lse, 0))
+            rescale = tl.exp2(m - m_new)
+            w = tl.exp2(lse - m_new)
+            o = tl.load(po_ptr + (row.to(tl.int64) * n_splits + sp[:, None]) * D + c[None, :],
+                        mask=sp[:, None] < n_splits, other=0.0)
+            acc = acc * rescale + tl.sum(o * w[:, None], 0)
+            wsum = wsum * rescale + tl.sum(w, 0)
+            m = m_new
+        out = acc / wsum
         tl.store(out_ptr + b.to(tl.int64) * sob + hq * soh + (r % Lq) * sol + c * sod, out.to(out_ptr.dtype.element_ty))
 
 
-_PARTIALS: dict = {}
+_FAILED: list[str] = []
 
 
-def _partials(device, rows: int, splits: int, D: int):
-    key = (device, rows, splits, D)
-    if key not in _PARTIALS:
-        _PARTIALS[key] = (torch.empty((rows, splits, D), dtype=torch.float32, device=device),
-                          torch.empty((rows, splits), dtype=torch.float32, device=device))
-    return _PARTIALS[key]
+def try_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, out: torch.Tensor):
+    """decode_attention where `supports` says it runs and no earlier call failed, else None (the
+    caller runs the Triton kernel). Gluon is experimental: a build or launch error in a Triton
+    this was not tried on warns once and hands every later call back."""
+    if _FAILED or supports(q, k, v) is not None:
+        return None
+    try:
+        return decode_attention(q, k, v, scale, out=out)
+    except Exception as exc:  # noqa: BLE001  (any failure: the Triton kernel runs instead)
+        _FAILED.append(f"{type(exc).__name__}: {exc}"[:300])
+        warnings.warn(f"split_kv_gluon failed ({_FAILED[0]}); decode_attention runs the Triton kernel from now on",
+                      RuntimeWarning, stacklevel=3)
+        return None
 
 
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None, *,
@@ -249,7 +282,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     Hkv, S = k.shape[1], k.shape[2]
     G = Hq // Hkv
     if sms is None:
-        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+        sms = num_sms(q.device)
     n_splits, per, st = plan(B, Hkv, S, sms)
     if splits is not None:
         per = math.ceil(math.ceil(S / BLOCK_N) / splits)
@@ -258,14 +291,18 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    po, plse = _partials(q.device, B * Hkv * G * Lq, n_splits, D)
+    # per call, as the Triton kernel's: a cached pair would be shared by calls on other streams
+    # (the caching allocator makes these cheap; under graph capture they come from its pool)
+    rows = B * Hkv * G * Lq
+    po = torch.empty((rows, n_splits, D), dtype=torch.float32, device=q.device)
+    plse = torch.empty((rows, n_splits), dtype=torch.float32, device=q.device)
     dt = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
     box = gl.NVMMASharedLayout.get_default_for([1, 1, BLOCK_N, D], dt)
     k_desc, v_desc = (TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, BLOCK_N, D], box) for t in (k, v))
     s_layout = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
     o_layout = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
-    _split_kernel[(n_splits, B * Hkv)](q, k_desc, v_desc, po, plse, *q.stride(), S, Lq, per, n_splits,
+    split_kv_kernel_ring[(n_splits, B * Hkv)](q, k_desc, v_desc, po, plse, *q.stride(), S, Lq, per, n_splits,
                                        scale * LOG2E, Hkv, G, st, s_layout, o_layout, num_warps=4)
-    _combine_kernel[(B * Hkv * G * Lq,)](po, plse, out, n_splits, Hkv, Lq, *out.stride(), G, D,
-                                         triton.next_power_of_2(n_splits), num_warps=4)
+    split_kv_combine_kernel_ring[(rows,)](po, plse, out, n_splits, Hkv, Lq, *out.stride(), G, D,
+                                          min(64, triton.next_power_of_2(n_splits)), num_warps=4)
     return out

@@ -264,3 +264,16 @@ def test_a_kernel_time_finding_says_when_the_host_would_eat_it():
     lo, hi = bert.evidence["step_effect_ns"]
     assert bert.symptom == "tensor_cores_unused" and lo > 0.8 * bert.est_savings_ns
     assert "step_time_caveat" not in bert.evidence
+
+
+def test_a_graph_finding_counts_the_host_syncs_it_cannot_hold():
+    # holdout_detr_train: DETR's Hungarian matcher copies its cost matrix to the host and runs
+    # scipy (39 cudaStreamSynchronize on the forward thread, not the autograd thread that
+    # launches most); a CUDA graph of the whole step is out of reach, and the finding says so
+    (f,) = [f for f in diagnose(load_trace(DATA / "h200/holdout/holdout_detr_train.kineto.json.gz")).findings
+            if f.suggestion.get("cuda_graph")]
+    assert f.evidence["host_syncs"] == 39 and "39 times" in f.suggestion["graph_caveat"]
+    # ResNet-18 at batch 1: its two synchronising calls fall outside its GPU work: nothing to say
+    (g,) = [f for f in diagnose(load_trace(DATA / "h200/holdout/holdout_resnet18_b1_fp32.kineto.json.gz")).findings
+            if f.suggestion.get("cuda_graph")]
+    assert "host_syncs" not in g.evidence and "graph_caveat" not in g.suggestion

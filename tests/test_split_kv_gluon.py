@@ -49,6 +49,36 @@ def test_short_context_takes_one_program_an_sm_and_long_two():
     assert splits == 16 and per == 128
 
 
+class _Desc:
+    def __init__(self, base):
+        self.base = base
+
+
+def test_profiles_name_the_kernel_as_advisors_split_kv():
+    from advisor.symptoms.attention import attention_backend
+
+    k = torch.empty((2, 8, 40000, 128), dtype=torch.bfloat16)
+    meta = g._metadata(None, None, {"k_desc": _Desc(k), "S": 32768, "n_splits": 16})
+    assert meta["bytes"] == 2 * 2 * 8 * 32768 * 128 * 2 and "S=32768" in meta["name"]
+    # the diagnosis reads both kernels as advisor's own split schedule, the second as its combine
+    assert attention_backend("split_kv_kernel_ring")[0] == "advisor"
+    assert attention_backend("split_kv_combine_kernel_ring")[1:] == (True, True)
+
+
+def test_a_failed_gluon_call_hands_back_to_triton_once(monkeypatch):
+    monkeypatch.setattr(g, "supports", lambda q, k, v: None)
+    monkeypatch.setattr(g, "_FAILED", [])
+
+    def broken(*a, **kw):
+        raise RuntimeError("ptxas failed")
+
+    monkeypatch.setattr(g, "decode_attention", broken)
+    q = torch.randn(1, 8, 1, 64)
+    with pytest.warns(RuntimeWarning, match="runs the Triton kernel"):
+        assert g.try_decode(q, q, q, 0.1, q) is None
+    assert g.try_decode(q, q, q, 0.1, q) is None and len(g._FAILED) == 1  # no second try, no second warning
+
+
 def test_why_it_does_not_run_here():
     q = torch.randn(1, 8, 1, 64)
     k = torch.randn(1, 2, 100, 64)
@@ -58,36 +88,36 @@ def test_why_it_does_not_run_here():
         g.decode_attention(q, k, k)
 
 
-class _Fake:
-    def __init__(self):
-        self.calls = []
-
-    def decode_attention(self, q, k, v, scale, out):
-        self.calls.append(scale)
-        return out.fill_(7.0)
-
-
 def test_default_call_hands_over_only_without_a_config(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    fake = _Fake()
-    monkeypatch.setattr(kv, "_written_pipeline", lambda q, k, v: fake)
+    calls = []
+
+    def fast(q, k, v, scale, out):
+        calls.append(scale)
+        return torch.full_like(q, 7.0)
+
+    monkeypatch.setattr(kv, "_written_pipeline", fast)
     q, k, v = kv.random_inputs(1, 4, 2, 1, 80, 32, torch.float32, "cpu")
-    out = kv.decode_attention(q, k, v, scale=0.5)
-    assert fake.calls == [0.5] and bool((out == 7.0).all())
+    assert bool((kv.decode_attention(q, k, v, scale=0.5) == 7.0).all()) and calls == [0.5]
+    with pytest.raises(ValueError, match="finite"):  # validation still comes first
+        kv.decode_attention(q, k, v, scale=float("inf"))
     # an explicit config is the Triton kernel's, whatever Gluon could run
     cfg = kv.Config(BLOCK_N=16, num_stages=2, NUM_SPLITS=2, MIN_CHUNK=16)
     got = kv.decode_attention(q, k, v, cfg)
-    assert len(fake.calls) == 1
+    assert calls == [0.5]
     assert kv.rel_error(got, kv.reference(q, k, v)) <= kv.TOLERANCE[torch.float32]
 
 
 def test_no_hand_over_on_the_cpu_or_in_a_generated_variant(monkeypatch):
     q = torch.randn(1, 8, 1, 64)
     k = torch.randn(1, 2, 100, 64)
-    assert kv._written_pipeline(q, k, k) is None  # CPU tensors: the interpreter's path
-    monkeypatch.setattr(kv, "__package__", "")  # a generated variant: no package to import from
+    assert kv._written_pipeline(q, k, k, 0.1, None) is None  # CPU tensors: the interpreter's path
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
-    assert kv._written_pipeline(q, k, k) is None
+    # a generated variant: a bare file (no package), or a file in someone's package, which has
+    # no split_kv_gluon beside it
+    for package in ("", "someones_package"):
+        monkeypatch.setattr(kv, "__package__", package)
+        assert kv._written_pipeline(q, k, k, 0.1, None) is None
 
 
 @pytest.mark.slow
@@ -98,5 +128,5 @@ def test_sm90_build_under_triton_39():
     r = subprocess.run([sys.executable, "-m", "kernels.gluon_compile_check", "--split-kv"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    built = [ln for ln in r.stdout.splitlines() if ln.startswith("ok") and "_split_kernel" in ln]
-    assert len(built) == 8 and all("wgmma" in ln and "tma_load" in ln and "stack=0" in ln for ln in built)
+    built = [ln for ln in r.stdout.splitlines() if ln.startswith("ok") and "split_kv_kernel_ring" in ln]
+    assert len(built) == 10 and all("wgmma" in ln and "tma_load" in ln and "stack=0" in ln for ln in built)

@@ -33,6 +33,7 @@ from . import intervals
 from .context import Context, as_int, gemm_bytes, gemm_flop, group_ids, id_array, shape_of
 from .idle import gaps as idle_gaps
 from .idle import host_context
+from .idle import SYNC_CALLS as _SYNC
 from .idle import named as idle_named
 from .launch_overhead import find_runs
 from .strings import contains
@@ -41,15 +42,6 @@ from .tail_wave import work_units
 SYMPTOM = "gate"
 REQUIRES = ()
 
-# Calls that return only when the GPU has drained: the synchronises, and the blocking copies:
-# cudaMemcpy/cuMemcpyDtoH and their HIP twins, plus hipMemcpyWithStream, which PyTorch on ROCm
-# uses for every blocking copy (.item(), .cpu()) where CUDA builds call cudaMemcpyAsync +
-# cudaStreamSynchronize (c10 memcpy_and_sync).
-_SYNC = re.compile(
-    r"synchronize|^cudaMemcpy(?:2D|3D)?(?:_v\d+)?$|^cuMemcpy[DH]to[DH](?:_v\d+)?$|"
-    r"^hipMemcpy(?:2D|3D|WithStream|[DH]to[DH])?$|cudaStreamWaitEvent_blocking",
-    re.I,
-)
 
 
 def _idle(ctx: Context, rule: Rule) -> list[dict]:

@@ -14,6 +14,8 @@ it and the innermost NVTX range or framework op around it.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -21,6 +23,16 @@ from ..model import constant_view
 from . import intervals
 from .context import Context, id_array
 from .gemm import _launch_arrays
+
+# Calls that return only when the GPU has drained: the synchronises, and the blocking copies:
+# cudaMemcpy/cuMemcpyDtoH and their HIP twins, plus hipMemcpyWithStream, which PyTorch on ROCm
+# uses for every blocking copy (.item(), .cpu()) where CUDA builds call cudaMemcpyAsync +
+# cudaStreamSynchronize (c10 memcpy_and_sync).
+SYNC_CALLS = re.compile(
+    r"synchronize|^cudaMemcpy(?:2D|3D)?(?:_v\d+)?$|^cuMemcpy[DH]to[DH](?:_v\d+)?$|"
+    r"^hipMemcpy(?:2D|3D|WithStream|[DH]to[DH])?$|cudaStreamWaitEvent_blocking",
+    re.I,
+)
 
 _COLS = ["rank", "device_id", "gap_start_ns", "gap_ns", "next_pos", "thread_id", "host_bound"]
 

@@ -37,12 +37,12 @@ from ..rules import Rule
 from ..traces.graphs import is_graph_replayed
 from .context import Context, finding_for, gemm_bytes, id_array, sort_keys
 from .idle import gaps as idle_gaps
-from .idle import host_context
+from .idle import SYNC_CALLS, host_context
 from .idle import next_names as idle_next_names
 from .idle import rank_start as idle_rank_start
 from .kernel_kinds import schedule_excluded
 from .occupancy import waves_at
-from .strings import factorize
+from .strings import contains, factorize
 
 SYMPTOM = "launch_overhead"
 REQUIRES = ()  # runs need only kernel times; the big-grid half also needs grids and SM counts
@@ -739,7 +739,42 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
             f = _host_bound_finding(row, rule, ctx, counted)
             if f is not None:
                 out.append(f)
-    return _less_profiler_cost(out, rule, ctx)
+    return [_with_host_syncs(f, ctx) for f in _less_profiler_cost(out, rule, ctx)]
+
+
+def _host_syncs(ctx: Context, rank: int | None) -> int:
+    """Synchronising calls (gate's list) on any thread of the rank that return while its GPU
+    work is under way (between its first kernel's start and its last kernel's end)."""
+    key = ("launch_overhead.host_syncs", rank)
+    if key not in ctx.cache:
+        rt, k = ctx.trace.runtime, ctx.trace.kernels
+        r = 0 if rank is None else rank
+        on_k = (k["rank"] == r).to_numpy(dtype=bool)
+        n = 0
+        if len(rt) and on_k.any():
+            lo, hi = int(k["start_ns"].to_numpy()[on_k].min()), int(k["end_ns"].to_numpy()[on_k].max())
+            on = (rt["rank"] == r).to_numpy(dtype=bool)
+            ends = rt["end_ns"].to_numpy()[on]
+            inside = (ends > lo) & (ends < hi)
+            if inside.any():
+                n = int(contains(rt["name"][on][inside], SYNC_CALLS).sum())
+        ctx.cache[key] = n
+    return ctx.cache[key]
+
+
+def _with_host_syncs(f: Finding, ctx: Context) -> Finding:
+    """A CUDA-graph finding on a rank whose host waits for the GPU inside the window (.item(),
+    .cpu(), a blocking copy: gate's sync_calls count) says how many times: a graph cannot hold
+    a host sync, so it covers only the stretches between them, or the syncs leave the step."""
+    if not f.suggestion.get("cuda_graph"):
+        return f
+    n = _host_syncs(ctx, f.rank)
+    if not n:
+        return f
+    note = (f"the host waits for the GPU {n} times in this window (synchronising calls: .item(), .cpu(), blocking "
+            "copies): a CUDA graph cannot hold them, so capture the stretches between them (the model's forward and "
+            "backward) or move the host-side work out of the step; torch.compile needs no capture")
+    return replace(f, evidence={**f.evidence, "host_syncs": int(n)}, suggestion={**f.suggestion, "graph_caveat": note})
 
 
 _SUMMED = ("runs", "kernels_in_runs", "kernel_ns", "gap_ns", "recurrent_launches")
