@@ -140,6 +140,18 @@ if _WHY is None:
         return gl.convert_layout(q, LAYOUT)
 
     @gluon.jit
+    def _load_tile(k_desc, v_desc, k_bufs, v_bufs, ready, slot, b, hkv, tile, nbytes: gl.constexpr, pred):
+        """TMA loads of K/V tile `tile` of (b, hkv) into ring slot `slot`, both on its mbarrier
+        (the [1, 1, BN, D] box of the descriptors is the slot's [BN, D])."""
+        BN: gl.constexpr = k_desc.block_shape[2]
+        D: gl.constexpr = k_desc.block_shape[3]
+        mbarrier.expect(ready.index(slot), nbytes, pred=pred)
+        tma.async_load(k_desc, [b, hkv, tile * BN, 0], ready.index(slot),
+                       k_bufs.index(slot).reshape([1, 1, BN, D]), pred=pred)
+        tma.async_load(v_desc, [b, hkv, tile * BN, 0], ready.index(slot),
+                       v_bufs.index(slot).reshape([1, 1, BN, D]), pred=pred)
+
+    @gluon.jit
     def _tile(q_dot, k_slot, v_slot, m_i, l_i, acc, t, limit, qk_scale,
               S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr, BN: gl.constexpr):
         """One K/V tile of the online softmax (base 2). Keys past a row's limit (S - Lq + i:
@@ -180,12 +192,7 @@ if _WHY is None:
             mbarrier.init(ready.index(i), count=1)
         nbytes: gl.constexpr = 2 * BN * D * dtype.primitive_bitwidth // 8
         for i in gl.static_range(STAGES - 1):
-            pred = i < n
-            mbarrier.expect(ready.index(i), nbytes, pred=pred)
-            tma.async_load(k_desc, [b, hkv, (t0 + i) * BN, 0], ready.index(i),
-                           k_bufs.index(i).reshape([1, 1, BN, D]), pred=pred)
-            tma.async_load(v_desc, [b, hkv, (t0 + i) * BN, 0], ready.index(i),
-                           v_bufs.index(i).reshape([1, 1, BN, D]), pred=pred)
+            _load_tile(k_desc, v_desc, k_bufs, v_bufs, ready, i, b, hkv, t0 + i, nbytes, i < n)
         q_dot = _load_q(q_ptr, b, hkv, sqb, sqh, sql, sqd, Lq, G, D,
                         gl.DotOperandLayout(operand_index=0, parent=S_LAYOUT, k_width=2))
         rows = gl.arange(0, _ROWS, layout=gl.SliceLayout(1, S_LAYOUT))
@@ -196,13 +203,7 @@ if _WHY is None:
         for j in range(n):
             # refill the slot tile j - 1 used: its (synchronous) math is done
             nj = j + STAGES - 1
-            ps = nj % STAGES
-            pred = nj < n
-            mbarrier.expect(ready.index(ps), nbytes, pred=pred)
-            tma.async_load(k_desc, [b, hkv, (t0 + nj) * BN, 0], ready.index(ps),
-                           k_bufs.index(ps).reshape([1, 1, BN, D]), pred=pred)
-            tma.async_load(v_desc, [b, hkv, (t0 + nj) * BN, 0], ready.index(ps),
-                           v_bufs.index(ps).reshape([1, 1, BN, D]), pred=pred)
+            _load_tile(k_desc, v_desc, k_bufs, v_bufs, ready, nj % STAGES, b, hkv, t0 + nj, nbytes, nj < n)
             s = j % STAGES
             mbarrier.wait(ready.index(s), (j // STAGES) & 1)
             m_i, l_i, acc = _tile(q_dot, k_bufs.index(s), v_bufs.index(s), m_i, l_i, acc, t0 + j, limit, qk_scale,
