@@ -88,19 +88,26 @@ def _generate_step(model, n: int, **inputs):
     return step
 
 
+def _train_step(opt, dev: str, loss_fn):
+    """A training step: `loss_fn()` under bf16 autocast, backward, the optimizer's step, the
+    gradients dropped."""
+
+    def step():
+        with _autocast(dev, torch.bfloat16):
+            loss = loss_fn()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
 def _sgd_classifier_step(model, x: torch.Tensor, classes: int, dev: str):
     """One bf16-autocast training step of an image classifier on `x` with random labels:
     cross entropy, backward, SGD with momentum (the timm training models share it)."""
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     y = torch.randint(0, classes, (x.shape[0],), device=dev)
 
-    def step():
-        with _autocast(dev, torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    return _train_step(opt, dev, lambda: torch.nn.functional.cross_entropy(model(x), y))
 
 
 def t5_train(dev: str, tiny: bool):
@@ -115,13 +122,7 @@ def t5_train(dev: str, tiny: bool):
     ids = torch.randint(0, cfg.vocab_size, (b, s), device=dev)
     labels = torch.randint(0, cfg.vocab_size, (b, s // 4), device=dev)
 
-    def step():
-        with _autocast(dev, torch.bfloat16):
-            loss = model(input_ids=ids, labels=labels).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    return _train_step(opt, dev, lambda: model(input_ids=ids, labels=labels).loss)
 
 
 def vit_train(dev: str, tiny: bool):
@@ -338,13 +339,7 @@ def gpt2_compile_train(dev: str, tiny: bool):
     ids = torch.randint(0, cfg.vocab_size, (b, s), device=dev)
     fwd = torch.compile(lambda x: model(input_ids=x, labels=x).loss)
 
-    def step():
-        with _autocast(dev, torch.bfloat16):
-            loss = fwd(ids)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    return _train_step(opt, dev, lambda: fwd(ids))
 
 
 def swin_infer(dev: str, tiny: bool, fused: bool = False):
@@ -379,13 +374,7 @@ def gpt2_eager_train(dev: str, tiny: bool, attn: str = "eager"):
     b, s = (2, 16) if tiny else (8, 1024)
     ids = torch.randint(0, cfg.vocab_size, (b, s), device=dev)
 
-    def step():
-        with _autocast(dev, torch.bfloat16):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    return _train_step(opt, dev, lambda: model(input_ids=ids, labels=ids).loss)
 
 
 def gpt2_sdpa_train(dev: str, tiny: bool):
@@ -1066,13 +1055,7 @@ def gpt_neox_train_bf16(dev: str, tiny: bool):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.randint(0, cfg.vocab_size, (2 if tiny else 8, 16 if tiny else 1024), device=dev)
 
-    def step():
-        with _autocast(dev, torch.bfloat16):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    return _train_step(opt, dev, lambda: model(input_ids=ids, labels=ids).loss)
 
 
 def qwen2_moe_decode(dev: str, tiny: bool):
@@ -1191,13 +1174,7 @@ def detr_train(dev: str, tiny: bool):
     labels = [{"class_labels": torch.randint(0, 91, (k,), device=dev),
                "boxes": torch.cat([xy[i], torch.full((k, 2), 0.2, device=dev)], 1)} for i in range(b)]
 
-    def step():
-        with _autocast(dev, torch.bfloat16):
-            loss = model(pixel_values=x, labels=labels).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    return _train_step(opt, dev, lambda: model(pixel_values=x, labels=labels).loss)
 
 
 def longformer_train_bf16(dev: str, tiny: bool):
@@ -1215,13 +1192,7 @@ def longformer_train_bf16(dev: str, tiny: bool):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.randint(3, cfg.vocab_size, (2 if tiny else 4, s), device=dev)
 
-    def step():
-        with _autocast(dev, torch.bfloat16):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    return _train_step(opt, dev, lambda: model(input_ids=ids, labels=ids).loss)
 
 
 def resnet18_b1_fp32(dev: str, tiny: bool):
@@ -1288,13 +1259,7 @@ def eva02_train_bf16(dev: str, tiny: bool):
     x = torch.randn(2 if tiny else 64, 3, hw, hw, device=dev)
     y = torch.randint(0, 1000, (x.shape[0],), device=dev)
 
-    def step():
-        with _autocast(dev, torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    return _train_step(opt, dev, lambda: torch.nn.functional.cross_entropy(model(x), y))
 
 
 def xlnet_train_bf16(dev: str, tiny: bool):
@@ -1309,13 +1274,7 @@ def xlnet_train_bf16(dev: str, tiny: bool):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.randint(0, cfg.vocab_size, (2 if tiny else 8, 16 if tiny else 512), device=dev)
 
-    def step():
-        with _autocast(dev, torch.bfloat16):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    return _train_step(opt, dev, lambda: model(input_ids=ids, labels=ids).loss)
 
 
 def bloom_generate_fp16(dev: str, tiny: bool):
@@ -1347,13 +1306,7 @@ def esm_train_bf16(dev: str, tiny: bool):
     b, s = (2, 16) if tiny else (16, 512)
     ids = torch.randint(4, 24, (b, s), device=dev)
 
-    def step():
-        with _autocast(dev, torch.bfloat16):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    return _train_step(opt, dev, lambda: model(input_ids=ids, labels=ids).loss)
 
 
 def videomae_train_bf16(dev: str, tiny: bool):
@@ -1370,13 +1323,7 @@ def videomae_train_bf16(dev: str, tiny: bool):
     x = torch.randn(1 if tiny else 4, cfg.num_frames, 3, cfg.image_size, cfg.image_size, device=dev)
     labels = torch.randint(0, 400, (x.shape[0],), device=dev)
 
-    def step():
-        with _autocast(dev, torch.bfloat16):
-            loss = model(pixel_values=x, labels=labels).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    return _train_step(opt, dev, lambda: model(pixel_values=x, labels=labels).loss)
 
 
 def phi3_prefill_fp32(dev: str, tiny: bool):
