@@ -1,6 +1,6 @@
 """Split-KV decode attention with its K/V pipeline written out (kernels/split_kv_gluon.py, Gluon,
-Triton >= 3.9): is it right on the inputs users pass, and which ring depth and programs an SM
-win? (docs/split_kv.md, "Sixth round")
+Triton >= 3.9): is it right on the inputs users pass, and which combine (a second kernel or the
+last arriver) and ring depth win? (docs/split_kv.md, "Sixth round" and "Seventh round")
 
     PYTHONPATH=<triton 3.9> python3 bench/probe_gluon_decode.py [--out DIR]    (GPU; ~2 minutes)
 
@@ -10,13 +10,15 @@ num_stages=2 one K and one V buffer, and deeper Triton pipelines were slower (fi
 Gluon kernel keeps STAGES - 1 tiles in flight in every program.
 
 Part 1, correctness: split_kv_attention.decode_attention with its default config (which runs
-the Gluon kernel where `supports` allows; the row says which ran) on odd cases: Lq 1-16, ragged
-S, fp16 and bf16, D 64 and 128, a cache sliced to S keys, 28 / 4 heads, strided q and out;
-each against the float64 reference into a NaN-poisoned output, at the dtype's tolerance.
-Part 2, timing: per bench shape cuDNN, the flash backend, the plan's pick and each (stages,
-programs an SM) variant, and the plain read, with bench_split_kv's harness (CUDA-graph replays
-over K/V sets 3x the L2, settled first). Writes probe_gluon_decode.csv (long format, as
-split_kv.csv) and probe_gluon_decode.md.
+the Gluon kernel where `supports` allows; the row says which ran), then the Gluon kernel with
+each combine, on odd cases: Lq 1-16, ragged S, fp16 and bf16, D 64 and 128, a cache sliced to
+S keys, 28 / 4 heads, strided q and out, one split and 469; each against the float64 reference
+into a NaN-poisoned output, at the dtype's tolerance, twice in a row (the last arriver's
+counters must come back zeroed).
+Part 2, timing: per bench shape cuDNN, the flash backend, the plan with each combine and each
+(stages, programs an SM) variant with the last arriver, and the plain read, with
+bench_split_kv's harness (CUDA-graph replays over K/V sets 3x the L2, settled first). Writes
+probe_gluon_decode.csv (long format, as split_kv.csv) and probe_gluon_decode.md.
 """
 
 from __future__ import annotations
@@ -33,16 +35,17 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-SHAPES = [(b, 32, 8, 128, s) for b, s in ((1, 8192), (2, 8192), (2, 32768), (4, 8192), (4, 32768), (8, 32768),
-                                           (2, 131072))]
-# (stages, programs an SM): the ring depths that fit once or twice in shared memory
-VARIANTS = [(4, 1), (6, 1), (3, 2), (2, 3)]
+SHAPES = [(b, 32, 8, 128, s) for b, s in ((1, 8192), (1, 32768), (2, 8192), (4, 8192), (8, 8192), (4, 32768),
+                                           (8, 32768), (1, 131072), (2, 131072), (8, 131072))]
+# (stages, programs an SM) with the last arriver: one and two programs an SM
+VARIANTS = [(4, 1), (3, 2)]
 # (B, Hq, Hkv, Lq, S, D, dtype, cache length: a longer cache sliced to S keys, strided q/out)
 CASES = [(1, 32, 8, 1, 8192, 128, "bfloat16", 8192, False), (2, 32, 8, 4, 1000, 64, "float16", 1000, False),
          (4, 64, 8, 8, 8193, 128, "bfloat16", 9000, True), (3, 28, 4, 1, 20000, 128, "float16", 20000, False),
          (1, 8, 2, 16, 300, 64, "bfloat16", 333, True), (2, 16, 16, 1, 65, 128, "float16", 65, False),
          (1, 4, 1, 3, 4097, 128, "bfloat16", 5000, True),
-         (1, 8, 1, 1, 300000, 64, "bfloat16", 300000, False)]  # one kv head: hundreds of splits to combine
+         (1, 8, 1, 1, 300000, 64, "bfloat16", 300000, False),  # one kv head: hundreds of splits to combine
+         (64, 64, 8, 8, 2000, 128, "bfloat16", 2000, True)]  # 512 units: one split, O written directly
 
 
 def check_cases(kv, g, log) -> list[dict]:
@@ -55,21 +58,30 @@ def check_cases(kv, g, log) -> list[dict]:
         q = torch.randn((B, Lq, Hq, D) if strided else (B, Hq, Lq, D), generator=gen, device="cuda").to(dtype)
         q = q.transpose(1, 2) if strided else q
         k, v = (torch.randn((B, Hkv, cache, D), generator=gen, device="cuda").to(dtype)[:, :, :S] for _ in range(2))
-        out = torch.full((B, Lq, Hq, D) if strided else (B, Hq, Lq, D), float("nan"), dtype=dtype, device="cuda")
-        out = out.transpose(1, 2) if strided else out
-        ran = "gluon" if g.supports(q, k, v) is None else f"triton ({g.supports(q, k, v)})"
-        kv.decode_attention(q, k, v, out=out)
-        err = kv.rel_error(out, kv.reference(q, k, v))
-        ok = err <= kv.TOLERANCE[dtype]
-        case = f"B{B} Hq{Hq} Hkv{Hkv} Lq{Lq} S{S} D{D} {dname} cache{cache}{' strided' if strided else ''}"
-        log(f"{'ok  ' if ok else 'FAIL'} {case:58s} rel_err {err:.2e} ({ran})")
-        rows.append(dict(kernel="decode_attention", provider=ran.split()[0], config="default", metric="rel_err",
-                         unit="within tolerance" if ok else "over tolerance", shape=case, p50=err, p20=err, p80=err))
+        ref = kv.reference(q, k, v)
+        why = g.supports(q, k, v)
+        runs = [("default", lambda o: kv.decode_attention(q, k, v, out=o))]
+        if why is None:
+            runs += [(f"gluon {c}", lambda o, c=c: g.decode_attention(q, k, v, out=o, combine=c)) for c in g.COMBINES]
+        for label, call in runs:
+            for attempt in (1, 2):  # the second call finds the counters the first handed back
+                out = torch.full((B, Lq, Hq, D) if strided else (B, Hq, Lq, D), float("nan"), dtype=dtype,
+                                 device="cuda")
+                out = out.transpose(1, 2) if strided else out
+                call(out)
+                err = kv.rel_error(out, ref)
+                ok = err <= kv.TOLERANCE[dtype]
+                ran = label if label != "default" else ("gluon" if why is None else f"triton ({why})")
+                case = f"B{B} Hq{Hq} Hkv{Hkv} Lq{Lq} S{S} D{D} {dname} cache{cache}{' strided' if strided else ''}"
+                log(f"{'ok  ' if ok else 'FAIL'} {case:58s} rel_err {err:.2e} ({ran}, call {attempt})")
+                rows.append(dict(kernel="decode_attention", provider=ran.split()[0], config=f"{label} call {attempt}",
+                                 metric="rel_err", unit="within tolerance" if ok else "over tolerance", shape=case,
+                                 p50=err, p20=err, p80=err))
     return rows
 
 
-def _variant(g, out, stages, splits):
-    return lambda q, k, v: g.decode_attention(q, k, v, out=out, stages=stages, splits=splits)
+def _variant(g, out, stages, splits, combine):
+    return lambda q, k, v: g.decode_attention(q, k, v, out=out, stages=stages, splits=splits, combine=combine)
 
 
 def main(argv=None) -> int:
@@ -109,18 +121,19 @@ def main(argv=None) -> int:
             got[name] = bench.measure(sh, name, provs[name], rows, log)
         splits, _, stages = g.plan(B, Hkv, S, sms)
         tiles = math.ceil(S / g.BLOCK_N)
-        picks = [("plan", None, None)] + [(f"s{st} {pps}/SM", st, max(1, min(tiles, pps * sms // (B * Hkv))))
-                                          for st, pps in VARIANTS]
+        picks = [(f"plan {c}", None, None, c) for c in g.COMBINES] + [
+            (f"s{st} {pps}/SM last_arriver", st, max(1, min(tiles, pps * sms // (B * Hkv))), "last_arriver")
+            for st, pps in VARIANTS]
         best = None
-        for label, st, sp in picks:
-            fn = _variant(g, sh["out"], st, sp)
+        for label, st, sp, comb in picks:
+            fn = _variant(g, sh["out"], st, sp, comb)
             text = f"gluon {label}" + (f" (s{stages}, {splits} splits)" if st is None else "")
             bench.settle(fn, sh)
             t = bench.measure(sh, "gluon", fn, rows, log, text)
             if t is not None and (best is None or t < best[0]):
                 best = (t, text)
-        plan_t = next((r["p50"] for r in reversed(rows) if r["shape"] == sh["name"] and r["metric"] == "time"
-                       and r["config"].startswith("gluon plan")), None)
+        plan_t = {c: next((r["p50"] for r in reversed(rows) if r["shape"] == sh["name"] and r["metric"] == "time"
+                           and r["config"].startswith(f"gluon plan {c}")), None) for c in g.COMBINES}
         bench.measure_read_floor(sh, rows, log, sms)
         rows.append(bench.floor_row(sh))
         summary.append((sh["name"], sh["floor_us"], got["sdpa_cudnn"], got["sdpa_flash"], plan_t, best))
@@ -131,14 +144,16 @@ def main(argv=None) -> int:
         w.writeheader()
         for r in rows:
             w.writerow({**r, "gpu": gpu, "timestamp": stamp, "version": version})
-    lines += ["| shape | floor | cuDNN | flash | gluon (plan) | best gluon (variant) | cuDNN / plan |",
-              "|---|---:|---:|---:|---:|---|---:|"]
+    lines += ["| shape | floor | cuDNN | flash | plan, combine kernel | plan, last arriver | best gluon (variant) | "
+              "cuDNN / kernel | cuDNN / last arriver |", "|---|---:|---:|---:|---:|---:|---|---:|---:|"]
+    nan = float("nan")
     for name, floor, cud, fl, plan_t, best in summary:
         b = f"{best[0]:.1f} ({best[1]})" if best else "failed"
-        ratio = f"{cud / plan_t:.2f}x" if plan_t and cud else "-"
-        lines.append(f"| {name} | {floor:.1f} | {cud or float('nan'):.1f} | {fl or float('nan'):.1f} | "
-                     f"{plan_t or float('nan'):.1f} | {b} | {ratio} |")
-    lines += ["", f"correctness: {len(CASES) - len(failed)} of {len(CASES)} cases within tolerance" +
+        ratios = [f"{cud / plan_t[c]:.3f}x" if plan_t[c] and cud else "-" for c in ("kernel", "last_arriver")]
+        lines.append(f"| {name} | {floor:.1f} | {cud or nan:.1f} | {fl or nan:.1f} | {plan_t['kernel'] or nan:.1f} | "
+                     f"{plan_t['last_arriver'] or nan:.1f} | {b} | {ratios[0]} | {ratios[1]} |")
+    checks = [r for r in rows if r["metric"] == "rel_err"]
+    lines += ["", f"correctness: {len(checks) - len(failed)} of {len(checks)} calls ({len(CASES)} cases) within tolerance" +
               (f"; FAILED: {', '.join(r['shape'] for r in failed)}" if failed else "")]
     (out_dir / "probe_gluon_decode.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -154,11 +154,11 @@ def _split_kv(driver, JITFunction, Sm90Driver, resource_usage, smem_limit) -> in
             dtype = getattr(torch, dname)
             q = torch.empty((B, Hq, Lq, D), dtype=dtype)
             k = torch.empty((B, Hkv, cache, D), dtype=dtype)[:, :, :S]
-            for stages in (3, 4):
+            for stages, combine in ((3, "kernel"), (4, "kernel"), (3, "last_arriver"), (4, "last_arriver")):
                 built.clear()
-                case = f"{B}x{Hq}x{Hkv}x{Lq}x{S}x{D} {dname} cache {cache} stages {stages}"
+                case = f"{B}x{Hq}x{Hkv}x{Lq}x{S}x{D} {dname} cache {cache} stages {stages} {combine}"
                 try:
-                    g.decode_attention(q, k, k, sms=132, stages=stages)
+                    g.decode_attention(q, k, k, sms=132, stages=stages, combine=combine)
                 except Exception as exc:  # noqa: BLE001  (report each failing case, exit 1)
                     failures += 1
                     print(f"FAIL  {case}: {type(exc).__name__}: {str(exc)[:600]}".replace("\n", " "))
@@ -167,7 +167,7 @@ def _split_kv(driver, JITFunction, Sm90Driver, resource_usage, smem_limit) -> in
                     res, smem, ptx = resource_usage(kernel.asm["cubin"]), kernel.metadata.shared, kernel.asm["ptx"]
                     failures += smem > smem_limit
                     flags = " ".join(k for k, v in ptx_features(ptx).items() if v)
-                    print(f"{'FAIL' if smem > smem_limit else 'ok':5s} {case:50s} {name:16s} smem={smem // 1024:3d}KB "
+                    print(f"{'FAIL' if smem > smem_limit else 'ok':5s} {case:64s} {name:16s} smem={smem // 1024:3d}KB "
                           f"regs={res['regs']:3d} stack={res['stack']} [{flags}]")
     finally:
         JITFunction.run = original

@@ -4,7 +4,8 @@ What
     The same flash-decoding as kernels/split_kv_attention.py (one program walks a chunk of the
     keys of one (batch, kv head) for all its query heads and query positions, writes a partial
     output normalised by its own softmax sum and its base-2 log-sum-exp; a second kernel sums
-    the splits in order), with the load pipeline explicit instead of left to Triton's
+    the splits in order, or with combine="last_arriver" the last program of a unit does; one
+    split writes O directly), with the load pipeline explicit instead of left to Triton's
     pipeliner: a ring of STAGES shared-memory slots, each holding one BLOCK_N-key tile of K and
     of V, filled by TMA with one mbarrier a slot. Before tile j's math the program issues the
     loads of tile j + STAGES - 1 into the slot tile j - 1 used, so STAGES - 1 tiles are always
@@ -48,13 +49,27 @@ import warnings
 
 import torch
 
-from .common import num_sms
+from .common import SCRATCH, num_sms
 
 LOG2E = 1.4426950408889634
 MIN_TRITON = (3, 9)
 ROWS = 64  # query rows of one program: one m64 wgmma tile (one warpgroup)
 HEAD_DIMS = (64, 128)
 BLOCK_N = 64
+# how the splits are summed: "kernel" (a second kernel, one program an output row) or
+# "last_arriver" (the last program of a (batch, kv head) to finish, by an acq_rel arrival
+# counter, reads the others' partials back and writes O: one launch). Measured level on the
+# H200 within 0.5 us at 8k keys and up to 0.8% slower at 128k (docs/split_kv.md, "Seventh
+# round"): the second kernel stays the default
+COMBINES = ("kernel", "last_arriver")
+COMBINE = "kernel"
+
+
+def combine_tile(R: int) -> tuple[int, int]:
+    """(rows, splits) of the last arriver's combine tile for R rows a unit: all rows (a power of
+    two) by as many splits as keep it at 64 rows x splits (64 fp32 registers a thread at D 128)."""
+    cr = 1 << max(0, (R - 1).bit_length())
+    return cr, max(1, ROWS // cr)
 
 
 def _triton_version() -> tuple[int, int]:
@@ -169,11 +184,61 @@ if _WHY is None:
         acc = warpgroup_mma(p_dot, v_slot, acc)
         return m_new, l_i, acc
 
+    @gluon.jit
+    def _store_out(out_ptr, o, b, hkv, R, Lq, sob, soh, sol, sod, G: gl.constexpr, D: gl.constexpr,
+                   LAYOUT: gl.constexpr):
+        # row r of a (batch, kv head): query head hkv * G + r // Lq, position r % Lq
+        r = gl.expand_dims(gl.arange(0, o.shape[0], layout=gl.SliceLayout(1, LAYOUT)), 1)
+        c = gl.expand_dims(gl.arange(0, D, layout=gl.SliceLayout(0, LAYOUT)), 0)
+        g = r // Lq
+        offs = b.to(gl.int64) * sob + (hkv * G + g) * soh + (r - g * Lq) * sol + c * sod
+        gl.store(out_ptr + offs, o.to(out_ptr.dtype.element_ty), mask=(r < R) & (c < D))
+
+    @gluon.jit
+    def _combine_unit(po_ptr, plse_ptr, out_ptr, bh, b, hkv, n_splits, R, Lq, sob, soh, sol, sod,
+                      G: gl.constexpr, D: gl.constexpr, CR: gl.constexpr, CS: gl.constexpr):
+        """The last arriver's combine: O for the R rows of unit bh from every split's partial,
+        read through L2 (.cg: other SMs wrote them) as [CR rows, CS splits, D] tiles (64 fp32
+        registers a thread), so that a unit's splits are one or two round trips, summed in split
+        order with a running maximum (deterministic)."""
+        # a warp's lanes 4 fp32 apart along D, the rest along splits then rows; the 4 warps along
+        # splits where there are enough, else along rows (no thread holds a replicated copy)
+        TD: gl.constexpr = D // 4
+        TS: gl.constexpr = min(32 // TD, CS)
+        WS: gl.constexpr = min(4, max(1, CS // TS))
+        L3: gl.constexpr = gl.BlockedLayout([1, 1, 4], [32 // TD // TS, TS, TD], [4 // WS, WS, 1], [2, 1, 0])
+        LS: gl.constexpr = gl.SliceLayout(2, L3)  # [CR, CS]
+        LO: gl.constexpr = gl.SliceLayout(1, L3)  # [CR, D]
+        r2 = gl.expand_dims(gl.arange(0, CR, layout=gl.SliceLayout(1, LS)), 1)
+        s2 = gl.expand_dims(gl.arange(0, CS, layout=gl.SliceLayout(0, LS)), 0)
+        d3 = gl.expand_dims(gl.expand_dims(gl.arange(0, D, layout=gl.SliceLayout(0, LO)), 0), 1)
+        base = (bh * R + r2).to(gl.int64) * n_splits  # [CR, 1]
+        # -1e30, not -inf: a split that saw no key of a row (lse -inf) then weighs 0, not NaN
+        m = gl.full([CR], -1.0e30, gl.float32, gl.SliceLayout(1, LS))
+        wsum = gl.zeros([CR], gl.float32, gl.SliceLayout(1, LS))
+        acc = gl.zeros([CR, D], gl.float32, LO)
+        for s0 in range(0, n_splits, CS):
+            idx = base + s0 + s2  # [CR, CS]
+            ok = (r2 < R) & (s0 + s2 < n_splits)
+            lse = gl.load(plse_ptr + idx, mask=ok, other=float("-inf"), cache_modifier=".cg")
+            o = gl.load(po_ptr + gl.expand_dims(idx, 2) * D + d3, mask=gl.expand_dims(ok, 2), other=0.0,
+                        cache_modifier=".cg")
+            m_new = gl.maximum(m, gl.max(lse, axis=1))
+            rescale = gl.exp2(m - m_new)
+            w = gl.exp2(lse - gl.expand_dims(m_new, 1))
+            wsum = wsum * rescale + gl.sum(w, axis=1)
+            acc = acc * gl.expand_dims(gl.convert_layout(rescale, gl.SliceLayout(1, LO)), 1) \
+                + gl.sum(o * gl.expand_dims(w, 2), axis=1)
+            m = m_new
+        # padding rows (r >= R) divide 0 by 0; _store_out masks them
+        o_fin = acc / gl.expand_dims(gl.convert_layout(wsum, gl.SliceLayout(1, LO)), 1)
+        _store_out(out_ptr, o_fin, b, hkv, R, Lq, sob, soh, sol, sod, G, D, LO)
+
     @gluon.jit(launch_metadata=_metadata)
-    def split_kv_kernel_ring(q_ptr, k_desc, v_desc, po_ptr, plse_ptr, sqb, sqh, sql, sqd, S, Lq, tiles_per_split,
-                             n_splits,
-                      qk_scale, Hkv, G: gl.constexpr, STAGES: gl.constexpr,
-                      S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr):
+    def split_kv_kernel_ring(q_ptr, k_desc, v_desc, po_ptr, plse_ptr, out_ptr, counter_ptr, sqb, sqh, sql, sqd,
+                             sob, soh, sol, sod, S, Lq, tiles_per_split, n_splits, qk_scale, Hkv,
+                             G: gl.constexpr, STAGES: gl.constexpr, S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr,
+                             DIRECT: gl.constexpr, LAST: gl.constexpr, CR: gl.constexpr, CS: gl.constexpr):
         BN: gl.constexpr = k_desc.block_shape[2]
         D: gl.constexpr = k_desc.block_shape[3]
         dtype: gl.constexpr = k_desc.dtype
@@ -213,13 +278,26 @@ if _WHY is None:
         # partial output normalised by its own sum, and its log-sum-exp (-inf: no key seen)
         l_o = gl.convert_layout(l_i, gl.SliceLayout(1, O_LAYOUT))
         o = acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)
-        r = gl.expand_dims(gl.arange(0, _ROWS, layout=gl.SliceLayout(1, O_LAYOUT)), 1)
-        c = gl.expand_dims(gl.arange(0, D, layout=gl.SliceLayout(0, O_LAYOUT)), 0)
         R = G * Lq
-        row = bh * R + r
-        gl.store(po_ptr + (row.to(gl.int64) * n_splits + split) * D + c, o, mask=(r < R) & (c < D))
-        lse = gl.where(l_i == 0.0, float("-inf"), m_i + gl.log2(l_i))
-        gl.store(plse_ptr + (bh * R + rows) * n_splits + split, lse, mask=rows < R)
+        if DIRECT:  # one split: the partial is the output
+            _store_out(out_ptr, o, b, hkv, R, Lq, sob, soh, sol, sod, G, D, O_LAYOUT)
+        else:
+            r = gl.expand_dims(gl.arange(0, _ROWS, layout=gl.SliceLayout(1, O_LAYOUT)), 1)
+            c = gl.expand_dims(gl.arange(0, D, layout=gl.SliceLayout(0, O_LAYOUT)), 0)
+            row = bh * R + r
+            gl.store(po_ptr + (row.to(gl.int64) * n_splits + split) * D + c, o, mask=(r < R) & (c < D))
+            lse = gl.where(l_i == 0.0, float("-inf"), m_i + gl.log2(l_i))
+            gl.store(plse_ptr + (bh * R + rows) * n_splits + split, lse, mask=rows < R)
+            if LAST:
+                # every thread's partial is in memory before the program announces itself: the
+                # barrier orders the CTA, the acq_rel atomic publishes it to (and, for the last
+                # arriver, acquires the others' from) the rest of the grid
+                gl.barrier()
+                arrived = gl.atomic_add(counter_ptr + bh, 1, sem="acq_rel")
+                if arrived == n_splits - 1:
+                    _combine_unit(po_ptr, plse_ptr, out_ptr, bh, b, hkv, n_splits, R, Lq, sob, soh, sol, sod,
+                                  G, D, CR, CS)
+                    gl.store(counter_ptr + bh, 0)  # handed back zeroed for the next call
 
     @triton.jit
     def split_kv_combine_kernel_ring(po_ptr, plse_ptr, out_ptr, n_splits, Hkv, Lq, sob, soh, sol, sod,
@@ -271,11 +349,13 @@ def try_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, 
 
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None, *,
                      out: torch.Tensor | None = None, sms: int | None = None, stages: int | None = None,
-                     splits: int | None = None) -> torch.Tensor:
+                     splits: int | None = None, combine: str = COMBINE) -> torch.Tensor:
     """O (B, Hq, Lq, D) for q (B, Hq, Lq, D), k and v (B, Hkv, S, D), the queries the last Lq
     positions (split_kv_attention's semantics). Inputs split_kv_attention.check_attention_inputs
-    accepts and `supports` passes; `out` any strides. `stages` / `splits` override plan()
-    (probes)."""
+    accepts and `supports` passes; `out` any strides. `stages` / `splits` / `combine` override
+    plan() and the default combine (probes)."""
+    if combine not in COMBINES:
+        raise ValueError(f"combine must be one of {COMBINES}, got {combine!r}")
     why = supports(q, k, v)
     if why is not None:
         raise RuntimeError(f"split_kv_gluon: {why}")
@@ -292,18 +372,31 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    direct = n_splits == 1
+    last = not direct and combine == "last_arriver"
     # per call, as the Triton kernel's: a cached pair would be shared by calls on other streams
     # (the caching allocator makes these cheap; under graph capture they come from its pool)
     rows = B * Hkv * G * Lq
-    po = torch.empty((rows, n_splits, D), dtype=torch.float32, device=q.device)
-    plse = torch.empty((rows, n_splits), dtype=torch.float32, device=q.device)
+    if direct:
+        po = plse = out  # unused
+    else:
+        po = torch.empty((rows, n_splits, D), dtype=torch.float32, device=q.device)
+        plse = torch.empty((rows, n_splits), dtype=torch.float32, device=q.device)
+    # arrival counters, one a (batch, kv head), zeroed by the pool and handed back zeroed by the
+    # last arriver; cached per stream (kernels/common.py)
+    counters = SCRATCH.get("split_kv_gluon_counters", B * Hkv, torch.int32, q.device) if last else out
+    cr, cs = combine_tile(G * Lq)
     dt = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
     box = gl.NVMMASharedLayout.get_default_for([1, 1, BLOCK_N, D], dt)
     k_desc, v_desc = (TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, BLOCK_N, D], box) for t in (k, v))
     s_layout = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
     o_layout = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
-    split_kv_kernel_ring[(n_splits, B * Hkv)](q, k_desc, v_desc, po, plse, *q.stride(), S, Lq, per, n_splits,
-                                       scale * LOG2E, Hkv, G, st, s_layout, o_layout, num_warps=4)
-    split_kv_combine_kernel_ring[(rows,)](po, plse, out, n_splits, Hkv, Lq, *out.stride(), G, D,
-                                          min(64, triton.next_power_of_2(n_splits)), num_warps=4)
+    split_kv_kernel_ring[(n_splits, B * Hkv)](
+        q, k_desc, v_desc, po, plse, out, counters, *q.stride(), *out.stride(), S, Lq, per, n_splits,
+        scale * LOG2E, Hkv, G, st, s_layout, o_layout, direct, last,
+        # 1 x 1 where no program combines, so that those share one compiled kernel
+        cr if last else 1, cs if last else 1, num_warps=4)
+    if not direct and not last:
+        split_kv_combine_kernel_ring[(rows,)](po, plse, out, n_splits, Hkv, Lq, *out.stride(), G, D,
+                                              min(64, triton.next_power_of_2(n_splits)), num_warps=4)
     return out

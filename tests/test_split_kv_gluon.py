@@ -130,3 +130,16 @@ def test_sm90_build_under_triton_39():
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     built = [ln for ln in r.stdout.splitlines() if ln.startswith("ok") and "split_kv_kernel_ring" in ln]
     assert len(built) == 10 and all("wgmma" in ln and "tma_load" in ln and "stack=0" in ln for ln in built)
+
+
+@pytest.mark.parametrize("R, tile", [(1, (1, 64)), (4, (4, 16)), (5, (8, 8)), (32, (32, 2)), (64, (64, 1))])
+def test_last_arrivers_combine_tile_holds_every_row_and_64_row_splits(R, tile):
+    # all R rows of a unit at once (a power of two), splits filling the rest of 64 (registers)
+    assert g.combine_tile(R) == tile
+
+
+def test_an_unknown_combine_is_refused_before_anything_runs():
+    q = torch.randn(1, 8, 1, 64)
+    with pytest.raises(ValueError, match="combine must be one of"):
+        g.decode_attention(q, q, q, combine="atomic")
+    assert g.COMBINE in g.COMBINES
