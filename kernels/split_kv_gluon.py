@@ -58,9 +58,9 @@ HEAD_DIMS = (64, 128)
 BLOCK_N = 64
 # how the splits are summed: "kernel" (a second kernel, one program an output row) or
 # "last_arriver" (the last program of a (batch, kv head) to finish, by an acq_rel arrival
-# counter, reads the others' partials back and writes O: one launch). Measured level on the
-# H200 within 0.5 us at 8k keys and up to 0.8% slower at 128k (docs/split_kv.md, "Seventh
-# round"): the second kernel stays the default
+# counter, reads the others' partials back and writes O: one launch). The last arriver measured
+# level at short contexts and slower at long ones (docs/split_kv.md, "Seventh round"): the
+# second kernel stays the default
 COMBINES = ("kernel", "last_arriver")
 COMBINE = "kernel"
 
