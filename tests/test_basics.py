@@ -336,6 +336,35 @@ def test_channels_last_convnet_is_clean():
     assert [f.symptom for f in diagnose(b.trace()).findings if f.symptom in BASICS] == []
 
 
+DW_BWD = "void at::native::(anonymous namespace)::conv_depthwise2d_backward_kernel<3, 2, c10::BFloat16, int>(...)"
+DW_WGRAD = "void at::native::(anonymous namespace)::conv_depthwise2d_grad_weight_kernel<c10::BFloat16, unsigned int>(...)"
+DW_FP32 = "void at::native::(anonymous namespace)::conv_depthwise2d_forward_kernel<3, float, int>(...)"
+
+
+def test_bf16_depthwise_kernels_are_layout_churn_on_nvidia():
+    # an NCHW MBConv net in bf16: PyTorch's own depthwise kernels (channels_last hands them to
+    # cuDNN: 3.84-5.26x measured on the H200), no transposes, no batch norm
+    b = Builder()
+    for _ in range(10):
+        b.add(CONV, 100_000, grid=(132, 1, 1))
+        b.add(DW_BWD, 1_300_000, grid=(25088, 1, 1))
+        b.add(DW_WGRAD, 300_000, grid=(384, 1, 1))
+        b.add(DW_FP32, 500_000, grid=(25088, 1, 1))  # fp32 and fp16: not counted (the swap was measured in bf16)
+        b.add(DW_FP32.replace("float", "c10::Half"), 500_000, grid=(25088, 1, 1))
+    d = diagnose(b.trace())
+    (f,) = by_symptom(d, "layout_churn")
+    rule = load_rules()["layout_churn"]
+    dw_ns = 10 * (1_300_000 + 300_000)
+    assert f.evidence["depthwise_native_ns"] == dw_ns and f.evidence["depthwise_native_launches"] == 20
+    assert f.est_savings_ns == int(dw_ns * (1 - 1 / rule["depthwise_channels_last_speedup"]))
+    assert f.confidence == "high" and "depthwise" in f.evidence["basis"]
+    # no kernel schedule for them: the layout is their lever
+    assert not [x for x in d.findings if x.symptom in SCHEDULES and x.kernel in (DW_BWD, DW_WGRAD)]
+    # on an AMD device (MIOpen's choice under channels_last unmeasured) they are not counted
+    amd = dict(H100, name="AMD Instinct MI300X", vendor="amd")
+    assert by_symptom(diagnose(b.trace(devices=(amd,))), "layout_churn") == []
+
+
 def test_transposes_without_convolutions_are_not_layout_churn():
     b = Builder()
     for _ in range(20):

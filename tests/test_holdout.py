@@ -100,7 +100,8 @@ def _bare_steps():
         # captures only (time-only rows time the fixes; some captures are not committed: size)
         if "step_ms" in r and r.get("file") and (HOLD / r["file"]).exists():
             t = sorted(times[r["model"]])
-            out.append((HOLD / r["file"], 2 * t[len(t) // 2]))  # holdout_models.py profiles --steps 2
+            # the profiled window holds --steps steps: 2 by default, 1 where the row says so
+            out.append((HOLD / r["file"], r.get("steps", 2) * t[len(t) // 2]))
     step = {}
     for line in (HF / "timings.jsonl").read_text().splitlines():
         r = json.loads(line)

@@ -42,8 +42,9 @@ mistral_decode_grouped, mistral_decode_static_grouped. A tenth (2026-12-04): fal
 t5_beam_generate, gpt_neox_train_bf16, qwen2_moe_decode, regnety_train_bf16, dinov2_reg_infer_fp16,
 llama_decode_static_b1. An eleventh (2026-12-04, eager attention around a KV cache):
 llama_decode_eager, gemma2_decode. A twelfth set (2026-12-04): detr_train, longformer_train_bf16,
-resnet18_b1_fp32, sam_vision_infer_fp16, eva02_train_bf16, xlnet_train_bf16. See each builder's
-docstring.
+resnet18_b1_fp32, sam_vision_infer_fp16, eva02_train_bf16, xlnet_train_bf16. A thirteenth
+(2026-12-04): rwkv_generate_fp16, recurrent_gemma_generate_bf16, deformable_detr_train,
+maxvit_train_bf16, densenet121_train_bf16, autoformer_train_fp32. See each builder's docstring.
 
 The second set's three models with the fix advisor named (bert_train_fp32_tf32, resnet50_train_cl,
 mobilenet_b8_graph: a CUDA graph of the forward), timed against the originals with
@@ -542,7 +543,7 @@ def mamba_prefill(dev: str, tiny: bool):
     dtype = torch.float32 if dev == "cpu" else torch.bfloat16
     with torch.device(dev):
         model = MambaForCausalLM(cfg).to(dtype).eval()
-    ids = torch.randint(0, cfg.vocab_size, (2, 16 if tiny else 512), device=dev)
+    ids = torch.randint(0, cfg.vocab_size, (2, 16 if tiny else 256), device=dev)
 
     @torch.no_grad()
     def step():
@@ -1277,6 +1278,128 @@ def xlnet_train_bf16(dev: str, tiny: bool):
     return _train_step(opt, dev, lambda: model(input_ids=ids, labels=ids).loss)
 
 
+def rwkv_generate_fp16(dev: str, tiny: bool):
+    """RWKV-4 (768 wide, 6 layers) fp16 greedy decode at batch 4: 64-token prompts, 24 new tokens.
+    transformers fetches RWKV's CUDA kernel from the Hub's `kernels` package; without it (no
+    package, no network: the default here) the WKV recurrence runs as a Python loop over the
+    prompt's tokens, a few elementwise kernels a token a layer."""
+    from transformers import RwkvConfig, RwkvForCausalLM
+
+    cfg = RwkvConfig(vocab_size=1000 if tiny else 50277, hidden_size=64 if tiny else 768,
+                     num_hidden_layers=2 if tiny else 6, context_length=1024)
+    dtype = torch.float32 if dev == "cpu" else torch.float16
+    with torch.device(dev):
+        model = RwkvForCausalLM(cfg).to(dtype).eval()
+    ids = torch.randint(0, cfg.vocab_size, (2 if tiny else 4, 16 if tiny else 64), device=dev)
+    return _generate_step(model, 4 if tiny else 24, input_ids=ids)
+
+
+def recurrent_gemma_generate_bf16(dev: str, tiny: bool):
+    """RecurrentGemma (Griffin: 1024 wide, 6 layers in the config's recurrent, recurrent, attention
+    pattern, RG-LRU width 1024) bf16 greedy decode at batch 2: 256-token prompts, 24 new tokens.
+    Its prefill runs the RG-LRU recurrence as a Python loop over the tokens (the linear-mode
+    scan), a handful of kernels a token a recurrent layer."""
+    from transformers import RecurrentGemmaConfig, RecurrentGemmaForCausalLM
+
+    cfg = RecurrentGemmaConfig(hidden_size=64 if tiny else 1024, lru_width=64 if tiny else 1024,
+                               intermediate_size=128 if tiny else 3072, num_hidden_layers=3 if tiny else 6,
+                               num_attention_heads=2 if tiny else 8, num_key_value_heads=1, head_dim=32 if tiny else 128,
+                               vocab_size=1000 if tiny else 256000, attention_window_size=2048)
+    dtype = torch.float32 if dev == "cpu" else torch.bfloat16
+    with torch.device(dev):
+        model = RecurrentGemmaForCausalLM(cfg).to(dtype).eval()
+    ids = torch.randint(0, cfg.vocab_size, (2, 16 if tiny else 256), device=dev)
+    return _generate_step(model, 4 if tiny else 24, input_ids=ids)
+
+
+def deformable_detr_train(dev: str, tiny: bool):
+    """Deformable DETR (timm resnet50 backbone, 4 feature levels, 256 wide, 6+6 layers, 300
+    queries) object-detection training step, bf16 autocast, AdamW: 4 images at 640 x 640 with 6
+    boxes each. Multi-scale deformable attention runs as transformers' PyTorch code (grid_sample
+    per level; the Hub kernel needs the `kernels` package); the Hungarian matcher runs on the
+    host."""
+    from transformers import DeformableDetrConfig, DeformableDetrForObjectDetection
+
+    cfg = DeformableDetrConfig(use_timm_backbone=True, backbone="resnet18" if tiny else "resnet50",
+                               use_pretrained_backbone=False, encoder_layers=1 if tiny else 6,
+                               decoder_layers=2 if tiny else 6, d_model=32 if tiny else 256,
+                               encoder_attention_heads=2 if tiny else 8, decoder_attention_heads=2 if tiny else 8,
+                               encoder_ffn_dim=64 if tiny else 1024, decoder_ffn_dim=64 if tiny else 1024,
+                               num_queries=8 if tiny else 300, num_labels=91)
+    model = DeformableDetrForObjectDetection(cfg).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=1e-4)
+    b, hw, k = (2, 64, 2) if tiny else (4, 640, 6)
+    x = torch.randn(b, 3, hw, hw, device=dev)
+    xy = torch.rand(b, k, 2, device=dev) * 0.5 + 0.25
+    labels = [{"class_labels": torch.randint(0, 91, (k,), device=dev),
+               "boxes": torch.cat([xy[i], torch.full((k, 2), 0.2, device=dev)], 1)} for i in range(b)]
+
+    return _train_step(opt, dev, lambda: model(pixel_values=x, labels=labels).loss)
+
+
+def maxvit_train_bf16(dev: str, tiny: bool, channels_last: bool = False):
+    """timm maxvit_tiny_tf_224 (MBConv, then block and grid attention over 7 x 7 partitions in
+    every stage) training step, bf16 autocast, AdamW, batch 64 at 224, NCHW."""
+    import timm
+
+    hw = 64 if tiny else 224
+    model = timm.create_model("maxvit_tiny_tf_224", pretrained=False, img_size=hw).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05)
+    x = torch.randn(2 if tiny else 64, 3, hw, hw, device=dev)
+    if channels_last:
+        model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (x.shape[0],), device=dev)
+
+    return _train_step(opt, dev, lambda: torch.nn.functional.cross_entropy(model(x), y))
+
+
+def maxvit_train_bf16_cl(dev: str, tiny: bool):
+    """maxvit_train_bf16 with model and images in channels_last (what layout_churn names)."""
+    return maxvit_train_bf16(dev, tiny, channels_last=True)
+
+
+def densenet121_train_bf16(dev: str, tiny: bool, channels_last: bool = False):
+    """timm densenet121 (every layer's input the concatenation of all earlier ones in its block)
+    training step, bf16 autocast, SGD, batch 64 at 224, NCHW."""
+    import timm
+
+    model = timm.create_model("densenet121", pretrained=False).to(dev)
+    x = torch.randn(2 if tiny else 64, 3, 64 if tiny else 224, 64 if tiny else 224, device=dev)
+    if channels_last:
+        model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
+    return _sgd_classifier_step(model, x, 1000, dev)
+
+
+def densenet121_train_bf16_cl(dev: str, tiny: bool):
+    """densenet121_train_bf16 with model and images in channels_last (what layout_churn names)."""
+    return densenet121_train_bf16(dev, tiny, channels_last=True)
+
+
+def autoformer_train_fp32(dev: str, tiny: bool):
+    """Autoformer (time-series forecasting: series decomposition and FFT auto-correlation in
+    place of attention; 64 wide, 2+1 layers) training step in fp32 (the dtype from_config gives),
+    AdamW, 64 series of 7 variates, 192 steps of context, 96 predicted."""
+    from transformers import AutoformerConfig, AutoformerForPrediction
+
+    ctx, pred, nv = (16, 8, 2) if tiny else (192, 96, 7)
+    cfg = AutoformerConfig(prediction_length=pred, context_length=ctx, input_size=nv, num_time_features=2,
+                           d_model=16 if tiny else 64, encoder_layers=1 if tiny else 2, decoder_layers=1,
+                           encoder_attention_heads=2, decoder_attention_heads=2,
+                           encoder_ffn_dim=32 if tiny else 256, decoder_ffn_dim=32 if tiny else 256)
+    model = AutoformerForPrediction(cfg).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    b, past = (2 if tiny else 64), ctx + max(cfg.lags_sequence)
+    inputs = dict(past_values=torch.randn(b, past, nv, device=dev), past_time_features=torch.randn(b, past, 2, device=dev),
+                  past_observed_mask=torch.ones(b, past, nv, device=dev),
+                  future_values=torch.randn(b, pred, nv, device=dev), future_time_features=torch.randn(b, pred, 2, device=dev))
+
+    def step():  # fp32 as from_config gives: no autocast
+        model(**inputs).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
 def bloom_generate_fp16(dev: str, tiny: bool):
     """BLOOM (1024 wide, 8 layers, 16 heads, ALiBi) fp16 greedy decode at batch 8: 256-token
     prompts, 32 new tokens (its attention is baddbmm + softmax + bmm, not SDPA)."""
@@ -1380,7 +1503,9 @@ MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_p
                                   regnety_train_bf16, dinov2_reg_infer_fp16, llama_decode_static_b1,
                                   llama_decode_eager, gemma2_decode, detr_train, longformer_train_bf16,
                                   resnet18_b1_fp32, sam_vision_infer_fp16, eva02_train_bf16,
-                                  xlnet_train_bf16)}
+                                  xlnet_train_bf16, rwkv_generate_fp16, recurrent_gemma_generate_bf16,
+                                  deformable_detr_train, maxvit_train_bf16, densenet121_train_bf16,
+                                  autoformer_train_fp32, maxvit_train_bf16_cl, densenet121_train_bf16_cl)}
 # the seventh set's fixes (slow_memory_bound_kernel: torch.compile), timed against the originals
 MODELS.update({f"{n}_compiled": _compiled(MODELS[n])
                for n in ("poolformer_infer_fp16", "dpt_depth_infer_fp16", "upernet_convnext_infer_fp16")})
@@ -1423,7 +1548,8 @@ def run(name: str, dev: str, tiny: bool, out: Path, steps: int, warmup: int, nsy
                 step()
             _sync(dev)
     path = export_gz(prof, out / f"holdout_{name}.kineto.json")
-    return {"model": name, "step_ms": round(step_ms, 3), "file": path.name, "bytes": path.stat().st_size}
+    return {"model": name, "step_ms": round(step_ms, 3), "steps": steps, "file": path.name,
+            "bytes": path.stat().st_size}
 
 
 def main(argv=None) -> int:

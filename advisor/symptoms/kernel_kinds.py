@@ -57,6 +57,10 @@ _ELT_FROM_NAME = ((re.compile(r"bf16|f16|bfloat16|h1688|h16816|h884|half", re.I)
 _TRANSPOSE = re.compile(r"nchw_?to_?nhwc|nhwc_?to_?nchw|nchw2nhwc|nhwc2nchw|convertTensor|batched_transpose", re.I)
 _BN = re.compile(r"batch_?norm|(?:^|\W|_)bn_(?:fw|bw|fwd|bwd)", re.I)
 _BN_CHANNELS_LAST = re.compile(r"channels_last|nhwc", re.I)
+# PyTorch's own depthwise convolution kernels on bf16 data: what every NCHW depthwise conv runs
+# in bf16; channels_last sends depthwise convolutions to cuDNN instead (layout_churn). fp16 NCHW
+# runs them only where cuDNN's own NCHW heuristic declined, and fp32 is unmeasured: left out
+_DEPTHWISE_NATIVE = re.compile(r"conv_depthwise2d_(?:forward|backward|grad_weight)_kernel<[^>]*c10::BFloat16")
 # kernels that convolve: implicit-GEMM and direct convolutions of cuDNN, CUTLASS and MIOpen
 _CONV = re.compile(r"conv|fprop|dgrad|wgrad|igemm_|implicit_?gemm|winograd|scudnn|hcudnn", re.I)
 _CAST = re.compile(
@@ -119,6 +123,7 @@ def _classify(name: str) -> dict:
         "is_transpose": bool(_TRANSPOSE.search(name)),
         "is_bn_nchw": bn and not _BN_CHANNELS_LAST.search(name),
         "is_bn": bn,
+        "is_depthwise_native": bool(_DEPTHWISE_NATIVE.search(name)),
         "is_conv": bool(_CONV.search(name)),
         "is_cast": cast,
     }
@@ -131,7 +136,8 @@ def kinds(ctx: Context) -> pd.DataFrame:
     """Per kernel (same index as ctx.kernels): precision (GEMMs only: the name's, else the
     Kineto dtype's; "fp32_dtype" where only the dtype says fp32, which may run as TF32),
     align_bytes, misaligned (a GEMM whose named alignment is under 16 bytes, not a SIMT
-    kernel, which loads scalars by design), is_transpose, is_bn_nchw, is_conv, is_cast.
+    kernel, which loads scalars by design), is_transpose, is_bn_nchw, is_bn, is_depthwise_native,
+    is_conv, is_cast.
     Computed once per distinct name and cached."""
     if "kernel_kinds" in ctx.cache:
         return ctx.cache["kernel_kinds"]
@@ -169,7 +175,8 @@ def kinds(ctx: Context) -> pd.DataFrame:
     per = pd.DataFrame({
         "precision": pd.Categorical.from_codes(pc, categories=cats),
         "align_bytes": pd.Categorical.from_codes(acode, categories=acats),
-        **{c: table[c].to_numpy(dtype=bool)[at] for c in ("is_transpose", "is_bn_nchw", "is_bn", "is_conv", "is_cast")},
+        **{c: table[c].to_numpy(dtype=bool)[at]
+           for c in ("is_transpose", "is_bn_nchw", "is_bn", "is_depthwise_native", "is_conv", "is_cast")},
     }, index=k.index)
     fp32 = code_of.get("fp32", -2)
     per["misaligned"] = gemm & small_align & (pc != fp32)
@@ -186,7 +193,7 @@ def schedule_excluded(ctx: Context) -> np.ndarray:
     """Kernels no kernel schedule (Tier 4) should be prescribed for, because their lever is a
     basic one a Tier 1-3 rule names: GEMMs in full fp32 (tensor_cores_unused / dtype_churn:
     Split-K of a SIMT GEMM is not the fix), GEMMs on misaligned kernels (misaligned_gemm),
-    layout transposes and NCHW batch norm (layout_churn), and every kernel of an op-by-op
+    layout transposes, NCHW batch norm and PyTorch's bf16 depthwise convolutions (layout_churn), and every kernel of an op-by-op
     attention (unfused_attention). Only where that rule is enabled."""
     if "schedule_excluded" in ctx.cache:
         return ctx.cache["schedule_excluded"]
@@ -198,7 +205,8 @@ def schedule_excluded(ctx: Context) -> np.ndarray:
         out |= kk["misaligned"].to_numpy(dtype=bool)
     if _enabled(ctx, "layout_churn"):
         # on devices that convolve, as layout_churn requires
-        out |= (kk["is_transpose"] | kk["is_bn_nchw"]).to_numpy(dtype=bool) & on_conv_devices(ctx)
+        out |= (kk["is_transpose"] | kk["is_bn_nchw"] | kk["is_depthwise_native"]).to_numpy(dtype=bool) \
+            & on_conv_devices(ctx)
     if _enabled(ctx, "unfused_attention"):
         out |= chain_kernels(ctx) >= 0
     ctx.cache["schedule_excluded"] = out

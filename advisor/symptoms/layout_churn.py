@@ -1,11 +1,14 @@
-"""layout_churn: NCHW tensors around convolutions: layout transposes and per-channel batch norm (Tier 2).
+"""layout_churn: NCHW tensors around convolutions: layout transposes, per-channel batch norm and
+PyTorch's own depthwise kernels (Tier 2).
 
 What it detects: on a device that runs convolutions, the kernels an NCHW (channels-first)
 model adds: cuDNN/MIOpen layout transposes (`nchwToNhwc`, `nhwcToNchw`, `nchw2nhwc`,
 `convertTensor`, `batched_transpose`), which run because the fast convolution kernels want
-NHWC, and NCHW batch-norm kernels (ATen `batch_norm_collect_statistics_kernel`,
+NHWC; NCHW batch-norm kernels (ATen `batch_norm_collect_statistics_kernel`,
 `batch_norm_backward_kernel`, cuDNN `bn_fw*`/`bn_bw*`, not their `channels_last`/`nhwc`
-variants) whose grid is one block per channel, fewer blocks than SMs.
+variants) whose grid is one block per channel, fewer blocks than SMs; and, on NVIDIA GPUs,
+PyTorch's depthwise-convolution kernels on bf16 data (`conv_depthwise2d_*_kernel`), which
+an NCHW depthwise convolution runs in bf16, where channels_last hands it to cuDNN.
 Why it matters: the transposes are pure data movement on every convolution, and a grid of 64-256
 channel blocks leaves SMs idle for the length of a long per-channel reduction (~1 ms a launch
 on the H200); converting model and input to channels_last removes both (about 1.5x on a
@@ -16,7 +19,9 @@ What to do: `model = model.to(memory_format=torch.channels_last)` and
 Estimate: the transposes' whole time, plus each NCHW batch-norm launch's time over its floor:
 the bytes it must move (its input's size from the enclosing Kineto cpu_op, times the passes the
 kernel makes) at the measured bandwidth, at least a launch's latency; without the input's size,
-the share of the launch the idle SMs stand for (1 - blocks/SMs).
+the share of the launch the idle SMs stand for (1 - blocks/SMs); plus the depthwise kernels'
+time over the least speedup cuDNN's channels_last kernels measured against them (3.84x,
+rules/layout_churn.toml).
 """
 
 from __future__ import annotations
@@ -187,18 +192,36 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     underfilled = (blocks < sms * float(rule["max_bn_waves"])).fillna(True).to_numpy(dtype=bool)
     bn = on & kk["is_bn_nchw"].to_numpy(dtype=bool) & underfilled
     sizes = bn_input_bytes(ctx, bn)
+    # PyTorch's bf16 depthwise kernels, on NVIDIA devices: there channels_last hands depthwise
+    # convolutions to cuDNN (measured); what MIOpen does with them is not
+    depthwise = on & kk["is_depthwise_native"].to_numpy(dtype=bool) & _nvidia(ctx)
     parts = []
     if trans.any():
         parts.append(group_launches(launch_rows(k, trans, []), [], k).assign(kind="transpose", input_bytes=np.nan))
     if bn.any():
         rows = launch_rows(k, bn, ["grid_blocks", "sm_count"]).assign(input_bytes=sizes[bn])
         parts.append(group_launches(rows, ["input_bytes", "grid_blocks", "sm_count"], k).assign(kind="bn"))
+    if depthwise.any():
+        parts.append(group_launches(launch_rows(k, depthwise, []), [], k).assign(kind="depthwise", input_bytes=np.nan))
     if not parts:
         return pd.DataFrame()
     out = pd.concat(parts, ignore_index=True)
     per_dev = pd.Series(conv.astype(int), index=k.index).groupby(dev_key).sum()
     out["conv_launches"] = (out["rank"].astype("int64") * 1_000_003 + out["device_id"].fillna(-1).astype("int64")).map(per_dev).fillna(0).astype(int)
     return out
+
+
+def _nvidia(ctx: Context) -> np.ndarray:
+    """Per kernel: whether its device is an NVIDIA GPU (by the trace's device table)."""
+    k = ctx.kernels
+    devices = ctx.devices
+    keys = []
+    if len(devices) and "vendor" in devices.columns:
+        for (rank, dev), vendor in devices["vendor"].items():
+            if str(vendor).lower() == "nvidia" and not pd.isna(rank):
+                keys.append(int(rank) * 1_000_003 + (-1 if pd.isna(dev) else int(dev)))
+    key = k["rank"].astype("int64").to_numpy() * 1_000_003 + k["device_id"].fillna(-1).astype("int64").to_numpy()
+    return np.isin(key, np.array(keys, dtype=np.int64))
 
 
 def _conv_names(ctx: Context, rank, dev) -> set[str]:
@@ -216,7 +239,12 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         device = device_row(ctx, rank, dev)
         bw = measured_bandwidth(device)
         trans, bn = grp[grp["kind"] == "transpose"], grp[grp["kind"] == "bn"]
+        dw = grp[grp["kind"] == "depthwise"]
         trans_ns = int(trans["total_ns"].sum())
+        # PyTorch's depthwise kernels give way to cuDNN's NHWC ones: their time over the
+        # smallest speedup that swap measured (rules/layout_churn.toml)
+        dw_ns = int(dw["total_ns"].sum())
+        dw_excess = dw_ns * (1.0 - 1.0 / float(rule["depthwise_channels_last_speedup"]))
         bn_ns, bn_excess, bn_floor, bn_sized_ns = 0, 0.0, 0.0, 0
         for row in bn.to_dict("records"):
             per = row["total_ns"] / row["launches"]
@@ -232,13 +260,14 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
             bn_ns += int(row["total_ns"])
             bn_excess += (per - floor) * row["launches"]
             bn_floor += floor * row["launches"]
-        savings = trans_ns + int(bn_excess)
+        savings = trans_ns + int(bn_excess) + int(dw_excess)
         share = ctx.share(rank, dev, savings)
         if savings < rule["min_savings_ns"] or share < rule["min_savings_share"]:
             continue
         top = grp.sort_values("total_ns", ascending=False).iloc[0].to_dict()
-        # confidence: transposes are certain to go; BN excess sized from bytes is firm, from the grid a guess
-        firm = trans_ns + (bn_excess if bn_sized_ns >= 0.5 * max(bn_ns, 1) else 0)
+        # confidence: transposes are certain to go, the depthwise swap measured; BN excess sized
+        # from bytes is firm, from the grid a guess
+        firm = trans_ns + dw_excess + (bn_excess if bn_sized_ns >= 0.5 * max(bn_ns, 1) else 0)
         confidence = "high" if firm >= 0.5 * savings else "medium"
         out.append(
             finding_for(
@@ -246,8 +275,8 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                 rank=as_int(rank),
                 device_id=None if dev < 0 else int(dev),
                 shape=None,
-                launches=int(trans["launches"].sum() + bn["launches"].sum()),
-                total_ns=trans_ns + bn_ns,
+                launches=int(trans["launches"].sum() + bn["launches"].sum() + dw["launches"].sum()),
+                total_ns=trans_ns + bn_ns + dw_ns,
                 est_savings_ns=int(savings),
                 confidence=confidence,
                 tier=2,
@@ -258,12 +287,18 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                     "bn_nchw_launches": int(bn["launches"].sum()),
                     "bn_excess_ns": int(bn_excess),
                     "bn_sized_from_bytes": round(bn_sized_ns / bn_ns, 3) if bn_ns else None,
+                    "depthwise_native_ns": dw_ns,
+                    "depthwise_native_launches": int(dw["launches"].sum()),
+                    "depthwise_excess_ns": int(dw_excess),
                     "conv_launches": int(grp["conv_launches"].iloc[0]),
                     "share_of_gpu_time": round(share, 4),
                     "bound_ns": int(bn_floor),
                     "basis": "the transposes' whole time (channels_last removes them) plus the NCHW batch-norm launches' time "
                              "over their floor (input bytes x passes at the measured bandwidth, or the busy-SM share of the "
-                             "launch where the input's size is unknown)",
+                             "launch where the input's size is unknown)"
+                             + (f" plus PyTorch's depthwise-convolution kernels' time over the "
+                                f"{float(rule['depthwise_channels_last_speedup']):g}x that cuDNN's channels_last kernels "
+                                f"measured at the least (EfficientNet-B0, MaxViT-T on the H200)" if dw_ns else ""),
                     # the transposes and batch norms go; the convolutions change kernels with the layout
                     "covers_kernels": sorted({str(n) for n in grp["name"]} | _conv_names(ctx, rank, dev)),
                 },
