@@ -44,7 +44,8 @@ llama_decode_static_b1. An eleventh (2026-12-04, eager attention around a KV cac
 llama_decode_eager, gemma2_decode. A twelfth set (2026-12-04): detr_train, longformer_train_bf16,
 resnet18_b1_fp32, sam_vision_infer_fp16, eva02_train_bf16, xlnet_train_bf16. A thirteenth
 (2026-12-04): rwkv_generate_fp16, recurrent_gemma_generate_bf16, deformable_detr_train,
-maxvit_train_bf16, densenet121_train_bf16, autoformer_train_fp32. See each builder's docstring.
+maxvit_train_bf16, densenet121_train_bf16, autoformer_train_fp32, and for small traces of Python
+position loops recurrent_gemma_prefill_bf16 and mamba_prefill_short. See each builder's docstring.
 
 The second set's three models with the fix advisor named (bert_train_fp32_tf32, resnet50_train_cl,
 mobilenet_b8_graph: a CUDA graph of the forward), timed against the originals with
@@ -1312,6 +1313,44 @@ def recurrent_gemma_generate_bf16(dev: str, tiny: bool):
     return _generate_step(model, 4 if tiny else 24, input_ids=ids)
 
 
+def recurrent_gemma_prefill_bf16(dev: str, tiny: bool):
+    """recurrent_gemma_generate_bf16's model, one bf16 forward over 2 x 128 tokens: the
+    RG-LRU's Python loop over the positions alone (a small trace of the loop)."""
+    from transformers import RecurrentGemmaConfig, RecurrentGemmaForCausalLM
+
+    cfg = RecurrentGemmaConfig(hidden_size=64 if tiny else 1024, lru_width=64 if tiny else 1024,
+                               intermediate_size=128 if tiny else 3072, num_hidden_layers=3 if tiny else 6,
+                               num_attention_heads=2 if tiny else 8, num_key_value_heads=1, head_dim=32 if tiny else 128,
+                               vocab_size=1000 if tiny else 256000, attention_window_size=2048)
+    dtype = torch.float32 if dev == "cpu" else torch.bfloat16
+    with torch.device(dev):
+        model = RecurrentGemmaForCausalLM(cfg).to(dtype).eval()
+    ids = torch.randint(0, cfg.vocab_size, (2, 16 if tiny else 128), device=dev)
+
+    @torch.no_grad()
+    def step():
+        model(input_ids=ids, logits_to_keep=1)
+    return step
+
+
+def mamba_prefill_short(dev: str, tiny: bool):
+    """mamba_prefill at 2 layers over 1 x 128 tokens: the slow path's selective scan (a Python
+    loop over the positions) in a small trace."""
+    from transformers import MambaConfig, MambaForCausalLM
+
+    cfg = MambaConfig(hidden_size=64 if tiny else 768, num_hidden_layers=1 if tiny else 2,
+                      vocab_size=1000 if tiny else 50280, state_size=16)
+    dtype = torch.float32 if dev == "cpu" else torch.bfloat16
+    with torch.device(dev):
+        model = MambaForCausalLM(cfg).to(dtype).eval()
+    ids = torch.randint(0, cfg.vocab_size, (1, 16 if tiny else 128), device=dev)
+
+    @torch.no_grad()
+    def step():
+        model(input_ids=ids, logits_to_keep=1)
+    return step
+
+
 def deformable_detr_train(dev: str, tiny: bool):
     """Deformable DETR (timm resnet50 backbone, 4 feature levels, 256 wide, 6+6 layers, 300
     queries) object-detection training step, bf16 autocast, AdamW: 4 images at 640 x 640 with 6
@@ -1505,7 +1544,8 @@ MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_p
                                   resnet18_b1_fp32, sam_vision_infer_fp16, eva02_train_bf16,
                                   xlnet_train_bf16, rwkv_generate_fp16, recurrent_gemma_generate_bf16,
                                   deformable_detr_train, maxvit_train_bf16, densenet121_train_bf16,
-                                  autoformer_train_fp32, maxvit_train_bf16_cl, densenet121_train_bf16_cl)}
+                                  autoformer_train_fp32, maxvit_train_bf16_cl, densenet121_train_bf16_cl,
+                                  recurrent_gemma_prefill_bf16, mamba_prefill_short)}
 # the seventh set's fixes (slow_memory_bound_kernel: torch.compile), timed against the originals
 MODELS.update({f"{n}_compiled": _compiled(MODELS[n])
                for n in ("poolformer_infer_fp16", "dpt_depth_infer_fp16", "upernet_convnext_infer_fp16")})

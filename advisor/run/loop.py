@@ -48,6 +48,8 @@ NOT_RUNNABLE = {
     "fusion": "fuse or regenerate the kernels with torch.compile (or batch them: torch._foreach_* ops) in the program",
     "segment_reduce": "sort the indices once and reduce by segments (torch.segment_reduce, torch.sparse.mm) in the program",
     "slice_not_index": "take a slice (x.narrow) where index_select picks one range of positions, in the program",
+    "fused_scan": "run the recurrence a Python loop steps through as one scan kernel (the library's fused kernel, "
+                  "or a parallel scan) in the program",
     "cuda_graph": "capture the loop in a CUDA graph (torch.cuda.graph, torch.compile(mode=\"reduce-overhead\")) in the program",
     "fused_attention": "call torch.nn.functional.scaled_dot_product_attention in the attention layer "
                        "(attn_implementation=\"sdpa\", nn.MultiheadAttention(need_weights=False))",

@@ -42,6 +42,7 @@ from .idle import next_names as idle_next_names
 from .idle import rank_start as idle_rank_start
 from .kernel_kinds import schedule_excluded
 from .occupancy import waves_at
+from .position_loops import loop_findings
 from .strings import contains, factorize
 
 SYMPTOM = "launch_overhead"
@@ -728,6 +729,11 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         if f is not None:
             out.append(f)
     out = _one_graph_finding_per_kind(out, rule, ctx)
+    # a Python loop over a sequence's positions inside those runs is its own finding (one scan
+    # kernel, not a graph of T x k launches): its gaps leave the run findings of its streams
+    loops, taken = loop_findings(ctx, rule)
+    if loops:
+        out = [_less_loop_gaps(f, taken) for f in out] + loops
     counted: set = set()
     if fired_runs:
         runs = find_runs(ctx, rule)
@@ -740,6 +746,23 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
             if f is not None:
                 out.append(f)
     return [_with_host_syncs(f, ctx) for f in _less_profiler_cost(out, rule, ctx)]
+
+
+def _less_loop_gaps(f: Finding, taken: dict) -> Finding:
+    """A run finding without the gaps a position loop on its streams claims."""
+    ev = f.evidence
+    if ev.get("pattern") != "tiny back-to-back kernels":
+        return f
+    streams = ev.get("stream_ids") or [ev.get("stream_id")]
+    rank = f.rank or 0
+    dev = -1 if f.device_id is None else f.device_id
+    less = sum(taken.get((rank, dev, s), 0) for s in streams)
+    if not less:
+        return f
+    return replace(f, est_savings_ns=max(0, int(f.est_savings_ns - less)),
+                   evidence={**ev, "position_loop_gap_ns": int(less),
+                             "basis": f"{ev.get('basis', '')}; less {less / 1e6:.2f} ms of gaps inside position loops "
+                                      "(their own finding)"})
 
 
 def _host_syncs(ctx: Context, rank: int | None) -> int:
