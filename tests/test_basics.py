@@ -360,9 +360,29 @@ def test_bf16_depthwise_kernels_are_layout_churn_on_nvidia():
     assert f.confidence == "high" and "depthwise" in f.evidence["basis"]
     # no kernel schedule for them: the layout is their lever
     assert not [x for x in d.findings if x.symptom in SCHEDULES and x.kernel in (DW_BWD, DW_WGRAD)]
-    # on an AMD device (MIOpen's choice under channels_last unmeasured) they are not counted
+    # on an AMD device (MIOpen's choice under channels_last unmeasured) they are not counted,
+    # nor kept from the schedules' rules
     amd = dict(H100, name="AMD Instinct MI300X", vendor="amd")
     assert by_symptom(diagnose(b.trace(devices=(amd,))), "layout_churn") == []
+    # a 1-D depthwise convolution (Mamba's, an audio model's): channels_last is a 4-D format
+    one_d = Builder()
+    for _ in range(10):
+        one_d.add(CONV, 100_000, grid=(132, 1, 1))
+        one_d.add(DW_BWD, 1_300_000, grid=(25088, 1, 1), op="aten::convolution_backward",
+                  dims=[[8, 1536, 4096], [8, 1536, 4096], [1536, 1, 3]])
+    assert by_symptom(diagnose(one_d.trace()), "layout_churn") == []
+
+
+def test_depthwise_widths_not_measured_are_not_counted():
+    # a 7 x 7 filter (`<0, ...>` and `_generic` kernels): the swap to cuDNN was measured for 3 and
+    # 5 wide filters only; the weight gradient's name has no width, so it goes uncounted with them
+    b = Builder()
+    for _ in range(10):
+        b.add(CONV, 100_000, grid=(132, 1, 1))
+        b.add(DW_BWD.replace("<3, 2,", "<0, 1,"), 1_300_000, grid=(25088, 1, 1))
+        b.add(DW_BWD.replace("backward_kernel<3, 2,", "forward_kernel_generic<"), 600_000, grid=(25088, 1, 1))
+        b.add(DW_WGRAD, 300_000, grid=(384, 1, 1))
+    assert by_symptom(diagnose(b.trace()), "layout_churn") == []
 
 
 def test_transposes_without_convolutions_are_not_layout_churn():

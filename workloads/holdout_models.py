@@ -45,7 +45,9 @@ llama_decode_eager, gemma2_decode. A twelfth set (2026-12-04): detr_train, longf
 resnet18_b1_fp32, sam_vision_infer_fp16, eva02_train_bf16, xlnet_train_bf16. A thirteenth
 (2026-12-04): rwkv_generate_fp16, recurrent_gemma_generate_bf16, deformable_detr_train,
 maxvit_train_bf16, densenet121_train_bf16, autoformer_train_fp32, and for small traces of Python
-position loops recurrent_gemma_prefill_bf16 and mamba_prefill_short. See each builder's docstring.
+position loops recurrent_gemma_prefill_bf16 and mamba_prefill_short. A fourteenth (2026-12-04):
+convnext_train_bf16 (and _cl), nfnet_train_bf16 (and _cl), swinv2_train_bf16, bigbird_train_fp32,
+encodec_infer_fp32, patchtst_train_fp32. See each builder's docstring.
 
 The second set's three models with the fix advisor named (bert_train_fp32_tf32, resnet50_train_cl,
 mobilenet_b8_graph: a CUDA graph of the forward), timed against the originals with
@@ -1439,6 +1441,120 @@ def autoformer_train_fp32(dev: str, tiny: bool):
     return step
 
 
+def convnext_train_bf16(dev: str, tiny: bool, channels_last: bool = False):
+    """timm convnext_tiny (7 x 7 depthwise convolutions, LayerNorm, no batch norm) training step,
+    bf16 autocast, AdamW, batch 64 at 224, NCHW."""
+    import timm
+
+    hw = 64 if tiny else 224
+    model = timm.create_model("convnext_tiny", pretrained=False).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05)
+    x = torch.randn(2 if tiny else 64, 3, hw, hw, device=dev)
+    if channels_last:
+        model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (x.shape[0],), device=dev)
+
+    return _train_step(opt, dev, lambda: torch.nn.functional.cross_entropy(model(x), y))
+
+
+def convnext_train_bf16_cl(dev: str, tiny: bool):
+    """convnext_train_bf16 with model and images in channels_last (what layout_churn names)."""
+    return convnext_train_bf16(dev, tiny, channels_last=True)
+
+
+def nfnet_train_bf16(dev: str, tiny: bool, channels_last: bool = False):
+    """timm nfnet_l0 (normalizer-free: weight-standardized convolutions, scaled activations,
+    squeeze-excite; no batch norm) training step, bf16 autocast, SGD, batch 64 at 224, NCHW."""
+    import timm
+
+    model = timm.create_model("nfnet_l0", pretrained=False).to(dev)
+    hw = 64 if tiny else 224
+    x = torch.randn(2 if tiny else 64, 3, hw, hw, device=dev)
+    if channels_last:
+        model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
+    return _sgd_classifier_step(model, x, 1000, dev)
+
+
+def nfnet_train_bf16_cl(dev: str, tiny: bool):
+    """nfnet_train_bf16 with model and images in channels_last (what layout_churn names)."""
+    return nfnet_train_bf16(dev, tiny, channels_last=True)
+
+
+def swinv2_train_bf16(dev: str, tiny: bool):
+    """timm swinv2_tiny_window8_256 (cosine attention with a learned temperature, a continuous
+    position-bias MLP) training step, bf16 autocast, AdamW, batch 64 at 256."""
+    import timm
+
+    hw = 64 if tiny else 256
+    model = timm.create_model("swinv2_tiny_window8_256", pretrained=False, img_size=hw).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05)
+    x = torch.randn(2 if tiny else 64, 3, hw, hw, device=dev)
+    y = torch.randint(0, 1000, (x.shape[0],), device=dev)
+
+    return _train_step(opt, dev, lambda: torch.nn.functional.cross_entropy(model(x), y))
+
+
+def bigbird_train_fp32(dev: str, tiny: bool):
+    """BigBird (768 wide, 4 layers, block-sparse attention: 64-token blocks, 3 random blocks)
+    masked-LM training step in fp32 (the dtype from_config gives; under bf16 autocast its
+    block-sparse attention's scatter fails on mixed dtypes), AdamW, 4 x 4096 tokens (attention
+    written as gathers and batched matmuls over blocks)."""
+    from transformers import BigBirdConfig, BigBirdForMaskedLM
+
+    s = 1024 if tiny else 4096
+    cfg = BigBirdConfig(hidden_size=64 if tiny else 768, intermediate_size=128 if tiny else 3072,
+                        num_hidden_layers=1 if tiny else 4, num_attention_heads=2 if tiny else 12,
+                        attention_type="block_sparse", block_size=64, num_random_blocks=3,
+                        vocab_size=1000 if tiny else 50358, max_position_embeddings=s)
+    model = BigBirdForMaskedLM(cfg).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(5, cfg.vocab_size, (1 if tiny else 4, s), device=dev)
+
+    def step():
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def encodec_infer_fp32(dev: str, tiny: bool):
+    """EnCodec 24 kHz (SEANet convolutions, a 2-layer LSTM, residual vector quantization at 6
+    kbps: 8 codebooks) fp32 inference, encode and decode, 8 clips of 10 s, the dtype
+    from_config gives."""
+    from transformers import EncodecConfig, EncodecModel
+
+    cfg = EncodecConfig()
+    with torch.device(dev):
+        model = EncodecModel(cfg).eval()
+    x = torch.randn(1 if tiny else 8, 1, 24_000 if tiny else 240_000, device=dev)
+
+    @torch.no_grad()
+    def step():
+        model(input_values=x)
+    return step
+
+
+def patchtst_train_fp32(dev: str, tiny: bool):
+    """PatchTST (128 wide, 3 layers, channel-independent patches of 16 steps) forecasting training
+    step in fp32, AdamW: 64 series of 21 variates, 512 steps of context, 96 predicted."""
+    from transformers import PatchTSTConfig, PatchTSTForPrediction
+
+    ctx, pred, nv = (64, 8, 3) if tiny else (512, 96, 21)
+    cfg = PatchTSTConfig(num_input_channels=nv, context_length=ctx, prediction_length=pred, patch_length=16,
+                         patch_stride=8, d_model=16 if tiny else 128, num_hidden_layers=1 if tiny else 3,
+                         num_attention_heads=2 if tiny else 16, ffn_dim=32 if tiny else 256)
+    model = PatchTSTForPrediction(cfg).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    b = 2 if tiny else 64
+    past, future = torch.randn(b, ctx, nv, device=dev), torch.randn(b, pred, nv, device=dev)
+
+    def step():  # fp32, as from_config gives
+        model(past_values=past, future_values=future).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
 def bloom_generate_fp16(dev: str, tiny: bool):
     """BLOOM (1024 wide, 8 layers, 16 heads, ALiBi) fp16 greedy decode at batch 8: 256-token
     prompts, 32 new tokens (its attention is baddbmm + softmax + bmm, not SDPA)."""
@@ -1545,7 +1661,9 @@ MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_p
                                   xlnet_train_bf16, rwkv_generate_fp16, recurrent_gemma_generate_bf16,
                                   deformable_detr_train, maxvit_train_bf16, densenet121_train_bf16,
                                   autoformer_train_fp32, maxvit_train_bf16_cl, densenet121_train_bf16_cl,
-                                  recurrent_gemma_prefill_bf16, mamba_prefill_short)}
+                                  recurrent_gemma_prefill_bf16, mamba_prefill_short, convnext_train_bf16,
+                                  convnext_train_bf16_cl, nfnet_train_bf16, nfnet_train_bf16_cl, swinv2_train_bf16, bigbird_train_fp32,
+                                  encodec_infer_fp32, patchtst_train_fp32)}
 # the seventh set's fixes (slow_memory_bound_kernel: torch.compile), timed against the originals
 MODELS.update({f"{n}_compiled": _compiled(MODELS[n])
                for n in ("poolformer_infer_fp16", "dpt_depth_infer_fp16", "upernet_convnext_infer_fp16")})

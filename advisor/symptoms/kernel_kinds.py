@@ -24,8 +24,11 @@ import re
 import numpy as np
 import pandas as pd
 
+from ..basics import input_dims
 from .context import Context
-from .strings import factorize
+from .gemm import _extract_sizes, innermost_ranges
+from .launch_ops import CONV_OPS
+from .strings import contains, factorize
 from .attention_chains import chain_kernels
 
 _FP32_SIMT = re.compile(
@@ -59,8 +62,11 @@ _BN = re.compile(r"batch_?norm|(?:^|\W|_)bn_(?:fw|bw|fwd|bwd)", re.I)
 _BN_CHANNELS_LAST = re.compile(r"channels_last|nhwc", re.I)
 # PyTorch's own depthwise convolution kernels on bf16 data: what every NCHW depthwise conv runs
 # in bf16; channels_last sends depthwise convolutions to cuDNN instead (layout_churn). fp16 NCHW
-# runs them only where cuDNN's own NCHW heuristic declined, and fp32 is unmeasured: left out
-_DEPTHWISE_NATIVE = re.compile(r"conv_depthwise2d_(?:forward|backward|grad_weight)_kernel<[^>]*c10::BFloat16")
+# runs them only where cuDNN's own NCHW heuristic declined, and fp32 is unmeasured: left out.
+# The forward and input-gradient kernels carry the filter width (3 and 5 measured; `<0, ...>`
+# and `_generic` take the others); the weight gradient's does not
+_DEPTHWISE_NATIVE = re.compile(r"conv_depthwise2d_(?:forward|backward|grad_weight)_kernel(?:_generic)?<[^>]*c10::BFloat16")
+_DEPTHWISE_MEASURED = re.compile(r"conv_depthwise2d_(?:forward|backward)_kernel<[35],")
 # kernels that convolve: implicit-GEMM and direct convolutions of cuDNN, CUTLASS and MIOpen
 _CONV = re.compile(r"conv|fprop|dgrad|wgrad|igemm_|implicit_?gemm|winograd|scudnn|hcudnn", re.I)
 _CAST = re.compile(
@@ -124,6 +130,7 @@ def _classify(name: str) -> dict:
         "is_bn_nchw": bn and not _BN_CHANNELS_LAST.search(name),
         "is_bn": bn,
         "is_depthwise_native": bool(_DEPTHWISE_NATIVE.search(name)),
+        "depthwise_width_measured": bool(_DEPTHWISE_MEASURED.search(name)),
         "is_conv": bool(_CONV.search(name)),
         "is_cast": cast,
     }
@@ -136,8 +143,8 @@ def kinds(ctx: Context) -> pd.DataFrame:
     """Per kernel (same index as ctx.kernels): precision (GEMMs only: the name's, else the
     Kineto dtype's; "fp32_dtype" where only the dtype says fp32, which may run as TF32),
     align_bytes, misaligned (a GEMM whose named alignment is under 16 bytes, not a SIMT
-    kernel, which loads scalars by design), is_transpose, is_bn_nchw, is_bn, is_depthwise_native,
-    is_conv, is_cast.
+    kernel, which loads scalars by design), is_transpose, is_bn_nchw, is_bn, is_depthwise_native
+    (and depthwise_width_measured: a 3 or 5 wide filter's forward or input gradient), is_conv, is_cast.
     Computed once per distinct name and cached."""
     if "kernel_kinds" in ctx.cache:
         return ctx.cache["kernel_kinds"]
@@ -176,7 +183,8 @@ def kinds(ctx: Context) -> pd.DataFrame:
         "precision": pd.Categorical.from_codes(pc, categories=cats),
         "align_bytes": pd.Categorical.from_codes(acode, categories=acats),
         **{c: table[c].to_numpy(dtype=bool)[at]
-           for c in ("is_transpose", "is_bn_nchw", "is_bn", "is_depthwise_native", "is_conv", "is_cast")},
+           for c in ("is_transpose", "is_bn_nchw", "is_bn", "is_depthwise_native", "depthwise_width_measured", "is_conv",
+                     "is_cast")},
     }, index=k.index)
     fp32 = code_of.get("fp32", -2)
     per["misaligned"] = gemm & small_align & (pc != fp32)
@@ -205,11 +213,94 @@ def schedule_excluded(ctx: Context) -> np.ndarray:
         out |= kk["misaligned"].to_numpy(dtype=bool)
     if _enabled(ctx, "layout_churn"):
         # on devices that convolve, as layout_churn requires
-        out |= (kk["is_transpose"] | kk["is_bn_nchw"] | kk["is_depthwise_native"]).to_numpy(dtype=bool) \
-            & on_conv_devices(ctx)
+        out |= (kk["is_transpose"] | kk["is_bn_nchw"]).to_numpy(dtype=bool) & on_conv_devices(ctx)
+        out |= depthwise_counted(ctx)
     if _enabled(ctx, "unfused_attention"):
         out |= chain_kernels(ctx) >= 0
     ctx.cache["schedule_excluded"] = out
+    return out
+
+
+def nvidia_kernels(ctx: Context) -> np.ndarray:
+    """Per kernel: whether its device is an NVIDIA GPU (by the trace's device table)."""
+    k = ctx.kernels
+    devices = ctx.devices
+    keys = []
+    if len(devices) and "vendor" in devices.columns:
+        for (rank, dev), vendor in devices["vendor"].items():
+            if str(vendor).lower() == "nvidia" and not pd.isna(rank):
+                keys.append(int(rank) * 1_000_003 + (-1 if pd.isna(dev) else int(dev)))
+    key = k["rank"].astype("int64").to_numpy() * 1_000_003 + k["device_id"].fillna(-1).astype("int64").to_numpy()
+    return np.isin(key, np.array(keys, dtype=np.int64))
+
+
+def depthwise_counted(ctx: Context) -> np.ndarray:
+    """Per kernel: one of PyTorch's bf16 depthwise kernels that layout_churn counts: on an NVIDIA
+    device that convolves, not inside a 1-D convolution (channels_last is a 4-D format), and of
+    a measured filter width (3 or 5); a weight-gradient kernel, whose name has no width, only on
+    a device where every such forward and input-gradient kernel has a measured width. Cached."""
+    key = "depthwise_counted"
+    if key in ctx.cache:
+        return ctx.cache[key]
+    kk = kinds(ctx)
+    dw = kk["is_depthwise_native"].to_numpy(dtype=bool, copy=True)
+    out = np.zeros(len(dw), dtype=bool)
+    if dw.any():
+        dw &= on_conv_devices(ctx) & nvidia_kernels(ctx) & ~conv1d_kernels(ctx)
+        k = ctx.kernels
+        measured = kk["depthwise_width_measured"].to_numpy(dtype=bool)
+        wgrad = dw & k["name"].astype(str).str.contains("grad_weight", regex=False).to_numpy(dtype=bool)
+        sized = dw & ~wgrad
+        dev = k["rank"].astype("int64").to_numpy() * 1_000_003 + k["device_id"].fillna(-1).astype("int64").to_numpy()
+        unmeasured_devices = np.unique(dev[sized & ~measured])
+        out = (sized & measured) | (wgrad & ~np.isin(dev, unmeasured_devices))
+    ctx.cache[key] = out
+    return out
+
+
+def _first_dims(dims_text) -> list | None:
+    d = input_dims(dims_text)
+    first = d[0] if d else None
+    return first if isinstance(first, list) and all(isinstance(x, int) for x in first) else None
+
+
+def conv1d_kernels(ctx: Context) -> np.ndarray:
+    """Per kernel: launched inside a 1-D convolution (the innermost enclosing convolution op's
+    input is [N, C, L], or [N, C, 1, L] as cuDNN's 2-D view of it). channels_last is a 4-D
+    memory format: it does not apply to these tensors. Cached."""
+    key = "layout_churn.conv1d"
+    if key in ctx.cache:
+        return ctx.cache[key]
+    parts = []
+    ops = ctx.trace.cpu_ops
+    if len(ops) and "input_dims" in ops.columns:
+        c = ops[contains(ops["name"], CONV_OPS).to_numpy() & ops["input_dims"].notna().to_numpy()]
+        if len(c):
+            parts.append(pd.DataFrame({"rank": c["rank"].to_numpy(), "thread_id": c["thread_id"].array,
+                                       "start_ns": c["start_ns"].to_numpy(), "end_ns": c["end_ns"].to_numpy(),
+                                       "first": [_first_dims(d) for d in c["input_dims"]]}))
+    nv = ctx.trace.nvtx
+    if len(nv) and "thread_id" in nv.columns:
+        c = nv[contains(nv["text"], CONV_OPS).to_numpy()]
+        if len(c):
+            firsts = []
+            for t in c["text"].astype(str):
+                sz = _extract_sizes(t)
+                firsts.append(sz[0] if sz and isinstance(sz[0], list) and all(isinstance(x, int) for x in sz[0]) else None)
+            parts.append(pd.DataFrame({"rank": c["rank"].to_numpy(), "thread_id": c["thread_id"].array,
+                                       "start_ns": c["start_ns"].to_numpy(), "end_ns": c["end_ns"].to_numpy(),
+                                       "first": firsts}))
+    out = np.zeros(len(ctx.trace.kernels), dtype=bool)
+    parts = [x for x in parts if len(x)]
+    if parts:
+        rg = pd.concat(parts, ignore_index=True)
+        # [N, C, 1, 1] is a 2-D squeeze-excite convolution, not a 1-D one
+        rg["one_d"] = [f is not None and (len(f) == 3 or (len(f) == 4 and f[2] == 1 and f[3] > 1)) for f in rg["first"]]
+        rg = rg.drop(columns=["first"])
+        ranges, hit = innermost_ranges(ctx.trace, rg)
+        if len(ranges):
+            out = (hit >= 0) & ranges["one_d"].to_numpy(dtype=bool)[np.maximum(hit, 0)]
+    ctx.cache[key] = out
     return out
 
 

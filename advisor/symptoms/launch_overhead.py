@@ -193,7 +193,8 @@ def find_runs(ctx: Context, rule: Rule) -> pd.DataFrame:
     in_run = np.isin(run_id, runs.index.to_numpy())
     gapped = in_run & (gap_before > 0)
     ctx.cache[key + ("gapped",)] = pd.DataFrame({"run_id": run_id[gapped],
-                                                 "pos": k.index.get_indexer(k.index[rows[gapped]])})
+                                                 "pos": k.index.get_indexer(k.index[rows[gapped]]),
+                                                 "gap": gap_before[gapped]})
     streams = stream[gapped]
     if len(runs) and len(streams) and bool((streams != streams[0]).any()):
         # (one stream's gaps never overlap each other: a stream runs one kernel at a time)
@@ -730,16 +731,16 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
             out.append(f)
     out = _one_graph_finding_per_kind(out, rule, ctx)
     # a Python loop over a sequence's positions inside those runs is its own finding (one scan
-    # kernel, not a graph of T x k launches): its gaps leave the run findings of its streams
-    loops, taken = loop_findings(ctx, rule)
+    # kernel, not a graph of T x k launches): its gaps leave the run findings of its runs
+    runs = find_runs(ctx, rule)
+    gapped = ctx.cache.get(_runs_key(rule) + ("gapped",))
+    loops, taken, loop_pos = loop_findings(ctx, rule, runs, gapped, _KEY)
     if loops:
         out = [_less_loop_gaps(f, taken) for f in out] + loops
-    counted: set = set()
+    counted: set = set(loop_pos)
     if fired_runs:
-        runs = find_runs(ctx, rule)
         ids = runs[pd.MultiIndex.from_frame(runs[_KEY]).isin(fired_runs)]["run_id"]
-        gapped = ctx.cache[_runs_key(rule) + ("gapped",)]
-        counted = set(gapped.loc[gapped["run_id"].isin(ids), "pos"].tolist())
+        counted |= set(gapped.loc[gapped["run_id"].isin(ids), "pos"].tolist())
     for row in rows:
         if row["kind"] == "host_bound":
             f = _host_bound_finding(row, rule, ctx, counted)
@@ -749,14 +750,16 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
 
 
 def _less_loop_gaps(f: Finding, taken: dict) -> Finding:
-    """A run finding without the gaps a position loop on its streams claims."""
+    """A run finding without the gaps a position loop claims in its own runs (`taken`: per run
+    key, rank, device, stream and whether GEMM runs)."""
     ev = f.evidence
     if ev.get("pattern") != "tiny back-to-back kernels":
         return f
     streams = ev.get("stream_ids") or [ev.get("stream_id")]
     rank = f.rank or 0
     dev = -1 if f.device_id is None else f.device_id
-    less = sum(taken.get((rank, dev, s), 0) for s in streams)
+    gemm = ev.get("run_kind") == "gemm_loop"
+    less = sum(taken.get((rank, dev, -1 if s is None else s, gemm), 0) for s in streams)
     if not less:
         return f
     return replace(f, est_savings_ns=max(0, int(f.est_savings_ns - less)),

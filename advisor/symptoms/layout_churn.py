@@ -8,7 +8,8 @@ NHWC; NCHW batch-norm kernels (ATen `batch_norm_collect_statistics_kernel`,
 `batch_norm_backward_kernel`, cuDNN `bn_fw*`/`bn_bw*`, not their `channels_last`/`nhwc`
 variants) whose grid is one block per channel, fewer blocks than SMs; and, on NVIDIA GPUs,
 PyTorch's depthwise-convolution kernels on bf16 data (`conv_depthwise2d_*_kernel`), which
-an NCHW depthwise convolution runs in bf16, where channels_last hands it to cuDNN.
+an NCHW depthwise convolution runs in bf16, where channels_last hands it to cuDNN (3 and 5
+wide filters, the widths measured; not inside 1-D convolutions: kernel_kinds.depthwise_counted).
 Why it matters: the transposes are pure data movement on every convolution, and a grid of 64-256
 channel blocks leaves SMs idle for the length of a long per-channel reduction (~1 ms a launch
 on the H200); converting model and input to channels_last removes both (about 1.5x on a
@@ -37,11 +38,7 @@ from ..findings import Finding
 from ..rules import Rule
 from .context import Context, as_int, by_device, finding_for, group_launches, launch_rows
 from .gemm import _launch_points
-from .gemm import _extract_sizes, innermost_ranges
-from .kernel_kinds import device_row, kinds, on_conv_devices
-from .launch_ops import CONV_OPS
-from .strings import contains
-from ..basics import input_dims
+from .kernel_kinds import conv1d_kernels, depthwise_counted, device_row, kinds, on_conv_devices
 from .calibration import measured_bandwidth
 
 SYMPTOM = "layout_churn"
@@ -115,52 +112,6 @@ def bn_input_bytes(ctx: Context, mask: np.ndarray) -> np.ndarray:
     return out
 
 
-def _first_dims(dims_text) -> list | None:
-    d = input_dims(dims_text)
-    first = d[0] if d else None
-    return first if isinstance(first, list) and all(isinstance(x, int) for x in first) else None
-
-
-def conv1d_kernels(ctx: Context) -> np.ndarray:
-    """Per kernel: launched inside a 1-D convolution (the innermost enclosing convolution op's
-    input is [N, C, L], or [N, C, 1, L] as cuDNN's 2-D view of it). channels_last is a 4-D
-    memory format: it does not apply to these tensors. Cached."""
-    key = "layout_churn.conv1d"
-    if key in ctx.cache:
-        return ctx.cache[key]
-    parts = []
-    ops = ctx.trace.cpu_ops
-    if len(ops) and "input_dims" in ops.columns:
-        c = ops[contains(ops["name"], CONV_OPS).to_numpy() & ops["input_dims"].notna().to_numpy()]
-        if len(c):
-            parts.append(pd.DataFrame({"rank": c["rank"].to_numpy(), "thread_id": c["thread_id"].array,
-                                       "start_ns": c["start_ns"].to_numpy(), "end_ns": c["end_ns"].to_numpy(),
-                                       "first": [_first_dims(d) for d in c["input_dims"]]}))
-    nv = ctx.trace.nvtx
-    if len(nv) and "thread_id" in nv.columns:
-        c = nv[contains(nv["text"], CONV_OPS).to_numpy()]
-        if len(c):
-            firsts = []
-            for t in c["text"].astype(str):
-                sz = _extract_sizes(t)
-                firsts.append(sz[0] if sz and isinstance(sz[0], list) and all(isinstance(x, int) for x in sz[0]) else None)
-            parts.append(pd.DataFrame({"rank": c["rank"].to_numpy(), "thread_id": c["thread_id"].array,
-                                       "start_ns": c["start_ns"].to_numpy(), "end_ns": c["end_ns"].to_numpy(),
-                                       "first": firsts}))
-    out = np.zeros(len(ctx.trace.kernels), dtype=bool)
-    parts = [x for x in parts if len(x)]
-    if parts:
-        rg = pd.concat(parts, ignore_index=True)
-        # [N, C, 1, 1] is a 2-D squeeze-excite convolution, not a 1-D one
-        rg["one_d"] = [f is not None and (len(f) == 3 or (len(f) == 4 and f[2] == 1 and f[3] > 1)) for f in rg["first"]]
-        rg = rg.drop(columns=["first"])
-        ranges, hit = innermost_ranges(ctx.trace, rg)
-        if len(ranges):
-            out = (hit >= 0) & ranges["one_d"].to_numpy(dtype=bool)[np.maximum(hit, 0)]
-    ctx.cache[key] = out
-    return out
-
-
 def _note_conv1d(ctx: Context, k: pd.DataFrame, mask: np.ndarray) -> None:
     ns = int(k.loc[mask, "dur_ns"].sum())
     total = int(k["dur_ns"].sum())
@@ -193,8 +144,8 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     bn = on & kk["is_bn_nchw"].to_numpy(dtype=bool) & underfilled
     sizes = bn_input_bytes(ctx, bn)
     # PyTorch's bf16 depthwise kernels, on NVIDIA devices: there channels_last hands depthwise
-    # convolutions to cuDNN (measured); what MIOpen does with them is not
-    depthwise = on & kk["is_depthwise_native"].to_numpy(dtype=bool) & _nvidia(ctx)
+    # convolutions to cuDNN (measured for 3 and 5 wide filters); what MIOpen does with them is not
+    depthwise = on & depthwise_counted(ctx)
     parts = []
     if trans.any():
         parts.append(group_launches(launch_rows(k, trans, []), [], k).assign(kind="transpose", input_bytes=np.nan))
@@ -209,19 +160,6 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     per_dev = pd.Series(conv.astype(int), index=k.index).groupby(dev_key).sum()
     out["conv_launches"] = (out["rank"].astype("int64") * 1_000_003 + out["device_id"].fillna(-1).astype("int64")).map(per_dev).fillna(0).astype(int)
     return out
-
-
-def _nvidia(ctx: Context) -> np.ndarray:
-    """Per kernel: whether its device is an NVIDIA GPU (by the trace's device table)."""
-    k = ctx.kernels
-    devices = ctx.devices
-    keys = []
-    if len(devices) and "vendor" in devices.columns:
-        for (rank, dev), vendor in devices["vendor"].items():
-            if str(vendor).lower() == "nvidia" and not pd.isna(rank):
-                keys.append(int(rank) * 1_000_003 + (-1 if pd.isna(dev) else int(dev)))
-    key = k["rank"].astype("int64").to_numpy() * 1_000_003 + k["device_id"].fillna(-1).astype("int64").to_numpy()
-    return np.isin(key, np.array(keys, dtype=np.int64))
 
 
 def _conv_names(ctx: Context, rank, dev) -> set[str]:
