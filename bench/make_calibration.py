@@ -16,7 +16,7 @@ Op-by-op attention against SDPA (`--attention-rows`, bench/bench_attention_fusio
 one `[[attention_fusion]]` entry per shape: eager and SDPA median us and their ratio, which
 bounds what the `unfused_attention` rule may claim.
 
-    python bench/make_calibration.py bench/results/h200.csv rules/measured/h200.toml \
+    python bench/make_calibration.py bench/results/h200.csv.gz rules/measured/h200.toml \
         --cluster-rows bench/results/cluster_gemm/cluster_gemm.csv bench/results/cluster_gemm/round2/cluster_gemm.csv \
         --attention-rows bench/results/attention_fusion/attention_fusion.csv
 """
@@ -30,6 +30,9 @@ import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from advisor.run.bench.rows import open_text  # noqa: E402  (.csv or .csv.gz)
 
 
 def _ceilings(rows: list[dict]) -> dict:
@@ -104,7 +107,7 @@ def _cluster_ratios(paths: list[Path]) -> list[dict]:
         ok = _verified(path)
         best: dict[tuple, float] = {}
         ref: dict[tuple, float] = {}
-        for r in csv.DictReader(path.open(encoding="utf-8")):
+        for r in csv.DictReader(open_text(path)):
             if r["status"] != "ok" or not r["median_us"]:
                 continue
             key = (r["suite"], r["run_id"], r["shape"], r["dtype"])
@@ -129,7 +132,7 @@ def _attention_fusion(paths: list[Path]) -> list[dict]:
     """Per shape: op-by-op attention over SDPA in the same run (median us), the SDPA backend."""
     out = []
     for path in paths:
-        rows = list(csv.DictReader(path.open(encoding="utf-8")))
+        rows = list(csv.DictReader(open_text(path)))
         by = defaultdict(dict)
         for r in rows:
             by[r["shape"]][r["provider"]] = r
@@ -167,7 +170,7 @@ def main(argv=None) -> int:
     p.add_argument("--attention-rows", type=Path, nargs="*", default=[],
                    help="op-by-op attention vs SDPA rows (bench/bench_attention_fusion.py)")
     a = p.parse_args(argv)
-    rows = list(csv.DictReader(a.rows.open(encoding="utf-8")))
+    rows = list(csv.DictReader(open_text(a.rows)))
     device = rows[0]["device"]
     dates = sorted(r["date"][:10] for r in rows if r["date"])
     c = _ceilings(rows)

@@ -1,6 +1,6 @@
-"""Derive docs/results.md from the long-format rows in bench/results/h200.csv.
+"""Derive docs/results.md from the long-format rows in bench/results/h200.csv.gz.
 
-    python3 bench/make_tables.py [--merge FETCHED.csv] [--csv bench/results/h200.csv] [--out docs/results.md]
+    python3 bench/make_tables.py [--merge FETCHED.csv] [--csv bench/results/h200.csv.gz] [--out docs/results.md]
 
 For each suite and dtype: every provider's best verified time per shape, TFLOP/s, speedup
 over torch.matmul (cuBLAS) and over our data-parallel schedule, time over the HBM floor
@@ -124,7 +124,7 @@ def failures_section(rows: list[dict]) -> str:
     return text + "\n"
 
 
-def build_results(rows: list[dict], *, source: str = "bench/results/h200.csv") -> str:
+def build_results(rows: list[dict], *, source: str = "bench/results/h200.csv.gz") -> str:
     parts = [
         "# Measured results: GEMM schedules\n\n",
         "Other results: compute/communication overlap on 2 GPUs in `docs/schedules/comm_overlap.md`, "
@@ -169,7 +169,7 @@ def _ident(r: dict) -> tuple:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--csv", type=Path, default=HERE / "results" / "h200.csv", help="rows to read")
+    ap.add_argument("--csv", type=Path, default=HERE / "results" / "h200.csv.gz", help="rows to read")
     ap.add_argument("--out", type=Path, default=HERE.parent / "docs" / "results.md", help="markdown file to write")
     ap.add_argument("--all-runs", action="store_true", help="use every run in the CSV, not only the latest per shape")
     ap.add_argument("--merge", type=Path, action="append", default=[],

@@ -1,6 +1,6 @@
 """How well does advisor/codegen/schedule_model.py rank configs? Checked against measured rows.
 
-    python3 bench/model_check.py [--csv bench/results/h200.csv] [--runs RUN_ID,...] [-v]
+    python3 bench/model_check.py [--csv bench/results/h200.csv.gz] [--runs RUN_ID,...] [-v]
 
 The loop and bench_gemm.py time a strategy's candidates in the order the model predicts, and
 the loop's time budget may end before the last ones run. So the model's job is to order
@@ -22,9 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from advisor.codegen import schedule_model
+from advisor.run.bench.rows import open_text
 
 SUITES = ("tail", "skinny", "balanced")
-DEFAULT_CSV = Path(__file__).resolve().parent / "results" / "h200.csv"
+DEFAULT_CSV = Path(__file__).resolve().parent / "results" / "h200.csv.gz"
 
 
 def latest_run(rows: list[dict]) -> str:
@@ -79,7 +80,7 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", default=None, help="comma list of run ids (default: the latest tail/skinny run)")
     ap.add_argument("-v", "--verbose", action="store_true", help="one line per (shape, strategy)")
     args = ap.parse_args(argv)
-    with open(args.csv, newline="") as f:
+    with open_text(args.csv) as f:
         rows = list(csv.DictReader(f))
     runs = set(args.runs.split(",")) if args.runs else {latest_run(rows)}
     results = check(rows, runs)

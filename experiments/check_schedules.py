@@ -13,7 +13,7 @@ next two replay: kernels/runtime.py), each call checked. A generated variant of 
 strategy (advisor.codegen.generate, with its model-chosen knobs) runs its own --check too.
 
 Speed: each schedule's default config against torch.matmul on shapes that
-bench/results/h200.csv also has, timed with CUDA graphs (20 calls a replay, inputs rotated past
+bench/results/h200.csv.gz also has, timed with CUDA graphs (20 calls a replay, inputs rotated past
 the L2, median of 15 replays) and with triton.testing.do_bench (eager: host time included).
 Each row carries the median that h200.csv holds for the same shape, provider and config (its
 "graph" rows) and the ratio new/old, so a change shows up as a ratio away from 1.
@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-# shapes of bench/results/h200.csv (suite: shape), the strategies timed there
+# shapes of bench/results/h200.csv.gz (suite: shape), the strategies timed there
 TIMED = {
     "1664x1408x8192": ("dp", "persistent", "stream_k", "warp_specialization"),
     "2304x2304x4096": ("dp", "persistent", "stream_k", "warp_specialization"),
@@ -283,9 +283,11 @@ def _do_bench_us(testing, fn, inputs) -> float:
 
 def _h200_rows() -> dict:
     """(shape, provider, config json) -> median of h200.csv's bf16 "graph" medians."""
-    path = ROOT / "bench" / "results" / "h200.csv"
+    from advisor.run.bench.rows import open_text
+
+    path = ROOT / "bench" / "results" / "h200.csv.gz"
     found: dict[tuple, list[float]] = {}
-    with open(path, newline="") as f:
+    with open_text(path) as f:
         for r in csv.DictReader(f):
             if r["dtype"] == "bf16" and r["status"] == "ok" and r["timer"] == "graph" and r["median_us"]:
                 found.setdefault((r["shape"], r["provider"], r["config"]), []).append(float(r["median_us"]))

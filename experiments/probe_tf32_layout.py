@@ -2,7 +2,7 @@
 
     python3 experiments/probe_tf32_layout.py [--shapes 4096x4096x8192,...] [--rounds 3]
 
-Question (2026-12-01). The first fp32 benchmark run (bench/results/h200.csv, run of
+Question (2026-12-01). The first fp32 benchmark run (bench/results/h200.csv.gz, run of
 2026-12-01 ~15:50 UTC) had our schedules at 0.24-0.28x torch.matmul (tf32) on the tail and
 balanced suites, 82-99 TFLOP/s. The sm_90 compile check says why it might be: Hopper's wgmma
 takes tf32 operands only K-major in shared memory (the transpose bits exist for 16-bit types

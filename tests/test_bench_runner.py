@@ -378,6 +378,25 @@ def _row(**kw):
                       p80_ms=None if us is None else us / 1e3, flops=2e9, bytes_moved=1e6, env=env, **base)
 
 
+def test_a_gz_table_is_read_and_appended_compressed(tmp_path):
+    # the committed bench/results/h200.csv.gz: appended and read as the plain CSV is, written
+    # compressed and byte-for-byte the same for the same rows (no time stamp in the header)
+    import gzip
+
+    plain, packed = tmp_path / "h200.csv", tmp_path / "h200.csv.gz"
+    for path in (plain, packed):
+        R.append_csv(path, [_row(us=100.0), _row(provider="dp", us=200.0)])
+        R.append_csv(path, [dict(_row(provider="stream_k", us=80.0), extra_col="x")])
+    assert gzip.decompress(packed.read_bytes()) == plain.read_bytes()
+    assert R.read_csv(packed) == R.read_csv(plain) and len(R.read_csv(packed)) == 3
+    again = tmp_path / "again" / "h200.csv.gz"
+    R.append_csv(again, [_row(us=100.0), _row(provider="dp", us=200.0)])
+    R.append_csv(again, [dict(_row(provider="stream_k", us=80.0), extra_col="x")])
+    assert again.read_bytes() == packed.read_bytes()
+    with R.open_text(packed) as f:
+        assert next(csv.reader(f))[:3] == ["suite", "shape", "M"]
+
+
 def test_csv_append_keeps_one_header_and_merges_new_columns(tmp_path):
     path = tmp_path / "h200.csv"
     R.append_csv(path, [_row(us=100.0), _row(provider="dp", us=200.0)])

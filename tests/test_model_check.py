@@ -64,7 +64,7 @@ def test_kendall_tau():
 
 @pytest.fixture(scope="module")
 def rows():
-    with open(model_check.DEFAULT_CSV, newline="") as f:
+    with model_check.open_text(model_check.DEFAULT_CSV) as f:
         return list(csv.DictReader(f))
 
 

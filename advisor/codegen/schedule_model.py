@@ -33,7 +33,7 @@ from typing import Any
 from ..basics import DEFAULT_SM_COUNT
 
 # Fraction of the tensor-core peak one SM reaches with a single tile of this area in flight
-# (BM*BN). Recalibrated on the H200 (2026-11-29, graph-timed, bench/results/h200.csv): a wave
+# (BM*BN). Recalibrated on the H200 (2026-11-29, graph-timed, bench/results/h200.csv.gz): a wave
 # of 128x128x64 tiles at K=8192 takes ~43 us (0.82 of peak per SM, pointer or TMA loads,
 # 4 stages), a wave of 128x256 tiles ~78 us (0.90). The first calibration (0.58 and 0.70,
 # eager do_bench) favoured 128x256 tiles too much. Small tiles are load-bound.

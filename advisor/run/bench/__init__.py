@@ -4,7 +4,7 @@
     rows = run_shape(1664, 1408, 8192, "bf16",
                      {"stream_k": [cfg1, cfg2], "persistent": [cfg3]}, budget_s=30,
                      progress=lambda p: print(p.provider, p.elapsed_s))
-    append_csv("bench/results/h200.csv", rows)
+    append_csv("bench/results/h200.csv.gz", rows)
 
 Modules:
     rows      the long-format row schema, CSV/JSON writers (pure Python)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import gzip
+import io
 import json
 import math
 import os
@@ -136,21 +138,21 @@ def _cell(v) -> str:
 
 
 def append_csv(path, rows: Iterable[dict]) -> Path:
-    """Append rows to a CSV, writing the header only when the file is new or empty.
+    """Append rows to a CSV (gzip-compressed where the name ends in .gz), writing the header
+    only when the file is new or empty.
 
     If the existing header lacks columns these rows have (an older schema), the file is
     rewritten once with the union of columns (old order first), so there is always exactly
     one header and no existing value is lost. The whole file is written anew (temp file +
     rename, advisor.safeio), so a symlink planted at `path` is replaced, not written through.
     """
-    import io
-
     from ...safeio import read_regular, write_file
 
     path = Path(path)
     rows = list(rows)
     path.parent.mkdir(parents=True, exist_ok=True)
-    old_text = (read_regular(path) or b"").decode("utf-8", "replace")
+    old = read_regular(path) or b""
+    old_text = (gzip.decompress(old) if old and _gz(path) else old).decode("utf-8", "replace")
     header = next(csv.reader(io.StringIO(old_text)), None) if old_text else None
     keys = list(COLUMNS)
     for r in rows:
@@ -171,8 +173,23 @@ def append_csv(path, rows: Iterable[dict]) -> Path:
             out.write(old_text if old_text.endswith("\n") else old_text + "\r\n")
     for r in rows:
         w.writerow([_cell(r.get(k)) for k in fields])
-    write_file(path, out.getvalue())
+    text = out.getvalue()
+    # a .gz file is written compressed, without a time stamp (the same rows, the same bytes)
+    write_file(path, gzip.compress(text.encode("utf-8"), mtime=0) if _gz(path) else text)
     return path
+
+
+def _gz(path: Path) -> bool:
+    return path.suffix == ".gz"
+
+
+def open_text(path):
+    """A CSV file for reading as text, gzip-compressed where its name ends in .gz (the committed
+    bench/results/h200.csv.gz)."""
+    path = Path(path)
+    if _gz(path):
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
+    return path.open(newline="", encoding="utf-8")
 
 
 def _convert(key: str, value: str):
@@ -196,7 +213,7 @@ def read_csv(path, *, convert: bool = True) -> list[dict]:
     path = Path(path)
     if not path.exists():
         return []
-    with path.open(newline="") as f:
+    with open_text(path) as f:
         rows = list(csv.DictReader(f))
     if convert:
         rows = [{k: _convert(k, v) for k, v in r.items()} for r in rows]
