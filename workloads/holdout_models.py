@@ -47,7 +47,8 @@ resnet18_b1_fp32, sam_vision_infer_fp16, eva02_train_bf16, xlnet_train_bf16. A t
 maxvit_train_bf16, densenet121_train_bf16, autoformer_train_fp32, and for small traces of Python
 position loops recurrent_gemma_prefill_bf16 and mamba_prefill_short. A fourteenth (2026-12-04):
 convnext_train_bf16 (and _cl), nfnet_train_bf16 (and _cl), swinv2_train_bf16, bigbird_train_fp32,
-encodec_infer_fp32, patchtst_train_fp32. See each builder's docstring.
+encodec_infer_fp32, patchtst_train_fp32; and long-context decodes qwen2_decode_16k and
+llama_decode_32k_static. See each builder's docstring.
 
 The second set's three models with the fix advisor named (bert_train_fp32_tf32, resnet50_train_cl,
 mobilenet_b8_graph: a CUDA graph of the forward), timed against the originals with
@@ -1555,6 +1556,41 @@ def patchtst_train_fp32(dev: str, tiny: bool):
     return step
 
 
+def qwen2_decode_16k(dev: str, tiny: bool):
+    """Qwen2 (1536 wide, 4 layers, 12 query / 2 KV heads of 128) bf16 greedy decode at batch 1
+    after a 16384-token prompt, 16 new tokens, eager SDPA, dynamic cache: long-context decode,
+    the case split-KV attention is for (docs/split_kv.md)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    s = 64 if tiny else 16384
+    cfg = Qwen2Config(hidden_size=64 if tiny else 1536, intermediate_size=128 if tiny else 8960,
+                      num_hidden_layers=1 if tiny else 4, num_attention_heads=2 if tiny else 12,
+                      num_key_value_heads=1 if tiny else 2, vocab_size=1000 if tiny else 151936,
+                      max_position_embeddings=s + 64)
+    dtype = torch.float32 if dev == "cpu" else torch.bfloat16
+    with torch.device(dev):
+        model = Qwen2ForCausalLM(cfg).to(dtype).eval()
+    ids = torch.randint(0, cfg.vocab_size, (1, s), device=dev)
+    return _generate_step(model, 4 if tiny else 16, input_ids=ids)
+
+
+def llama_decode_32k_static(dev: str, tiny: bool):
+    """Llama (2048 wide, 2 layers, 32 query / 8 KV heads of 64) bf16 greedy decode at batch 2
+    after 32768-token prompts, 8 new tokens, static cache (SDPA over the preallocated length)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    s = 64 if tiny else 32768
+    cfg = LlamaConfig(hidden_size=64 if tiny else 2048, intermediate_size=128 if tiny else 5632,
+                      num_hidden_layers=1 if tiny else 2, num_attention_heads=2 if tiny else 32,
+                      num_key_value_heads=1 if tiny else 8, vocab_size=1000 if tiny else 32000,
+                      max_position_embeddings=s + 64)
+    dtype = torch.float32 if dev == "cpu" else torch.bfloat16
+    with torch.device(dev):
+        model = LlamaForCausalLM(cfg).to(dtype).eval()
+    ids = torch.randint(0, cfg.vocab_size, (2, s), device=dev)
+    return _generate_step(model, 4 if tiny else 8, input_ids=ids, cache_implementation="static")
+
+
 def bloom_generate_fp16(dev: str, tiny: bool):
     """BLOOM (1024 wide, 8 layers, 16 heads, ALiBi) fp16 greedy decode at batch 8: 256-token
     prompts, 32 new tokens (its attention is baddbmm + softmax + bmm, not SDPA)."""
@@ -1663,7 +1699,7 @@ MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_p
                                   autoformer_train_fp32, maxvit_train_bf16_cl, densenet121_train_bf16_cl,
                                   recurrent_gemma_prefill_bf16, mamba_prefill_short, convnext_train_bf16,
                                   convnext_train_bf16_cl, nfnet_train_bf16, nfnet_train_bf16_cl, swinv2_train_bf16, bigbird_train_fp32,
-                                  encodec_infer_fp32, patchtst_train_fp32)}
+                                  encodec_infer_fp32, patchtst_train_fp32, qwen2_decode_16k, llama_decode_32k_static)}
 # the seventh set's fixes (slow_memory_bound_kernel: torch.compile), timed against the originals
 MODELS.update({f"{n}_compiled": _compiled(MODELS[n])
                for n in ("poolformer_infer_fp16", "dpt_depth_infer_fp16", "upernet_convnext_infer_fp16")})
