@@ -217,3 +217,21 @@ def test_no_other_committed_trace_has_a_position_loop():
         if len(_loops(t, load_rules()["launch_overhead"]["min_loop_positions"])):
             found.append(path.split("/")[-1])
     assert found == ["holdout_mamba_prefill_short.kineto.json.gz", "holdout_recurrent_gemma_prefill_bf16.kineto.json.gz"]
+
+
+def test_each_loop_is_held_to_its_own_kernels_a_position():
+    # rank 1's loop (launched first) is a decode-like loop of 60 kernels a position over 40
+    # positions, rank 0's a recurrence of 3 over 64: each loop's count over its own positions
+    heavy = Loop().walk([2, 40, 32], 1, range(40), kernels=60)
+    for row in heavy.kernels + heavy.runtime + heavy.ops:
+        row["rank"] = 1
+    light = Loop().walk([2, 64, 32], 1, range(64))
+    for row in light.kernels:
+        row["start_ns"] += 10**9
+        row["end_ns"] += 10**9
+    for row in light.runtime + light.ops:
+        row["start_ns"] += 10**9
+        row["end_ns"] += 10**9
+    t = make_trace(heavy.kernels + light.kernels, runtime=heavy.runtime + light.runtime, cpu_ops=light.ops + heavy.ops)
+    scans = [f for f in diagnose(t).findings if f.strategy == "fused_scan"]
+    assert [(f.rank, f.evidence["kernels_per_position"]) for f in scans] == [(0, 3.0)]

@@ -187,7 +187,8 @@ def loop_findings(ctx: Context, rule: Rule, runs: pd.DataFrame, gapped: pd.DataF
     if not len(lk):
         return none
     # a whole model step a position is a decode loop, not a recurrence's step
-    per_loop = lk.groupby("loop").size() / loops["positions"].reindex(lk["loop"].unique()).to_numpy()
+    sizes = lk.groupby("loop").size()
+    per_loop = sizes / loops["positions"].reindex(sizes.index).to_numpy()
     fine = per_loop[per_loop <= float(rule["max_loop_kernels_per_position"])].index
     lk = lk[lk["loop"].isin(fine)]
     if not len(lk):
