@@ -26,6 +26,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from bench_memory_bound import _pct, _time  # beside this script: events around 10 calls on rotating sets
+
 LEVELS = [(80, 80), (40, 40), (20, 20)]  # 640^2 through resnet50 strides 8, 16, 32
 B_HEADS, HEAD_DIM, QUERIES, POINTS = 32, 32, 8500, 4
 
@@ -58,23 +60,6 @@ def _step(fn, value, grid, w):
     return value.grad, grid.grad
 
 
-def _time(fn, sets, reps=7):
-    for s in sets:
-        _step(fn, *s)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for i in range(10):
-            _step(fn, *sets[i % len(sets)])
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / 10)
-    times.sort()
-    return [times[int(q * (len(times) - 1))] for q in (0.5, 0.2, 0.8)]
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=None)
@@ -98,7 +83,8 @@ def main(argv=None) -> int:
         err_b = [_rel(a.float(), b) for a, b in zip(g16, ref)]
         res = {}
         for name, fn, ss in (("eager_fp32", _fn, sets), ("compiled_fp32", compiled, sets), ("eager_bf16", _fn, sets16)):
-            res[name] = _time(fn, ss)
+            t = _time(lambda *a, fn=fn: _step(fn, *a), ss, 7)
+            res[name] = [_pct(t, q) for q in (0.5, 0.2, 0.8)]
             rows.append(dict(case=f"level {h}x{w}", provider=name, metric="fwd+bwd", unit="us", p50=res[name][0],
                              p20=res[name][1], p80=res[name][2], gpu=gpu, timestamp=stamp, version=version))
         e, c, b = res["eager_fp32"][0], res["compiled_fp32"][0], res["eager_bf16"][0]

@@ -115,6 +115,31 @@ def _sgd_classifier_step(model, x: torch.Tensor, classes: int, dev: str):
     return _train_step(opt, dev, lambda: torch.nn.functional.cross_entropy(model(x), y))
 
 
+def _adamw_classifier_step(model, x: torch.Tensor, classes: int, dev: str):
+    """_sgd_classifier_step with AdamW (lr 1e-4, weight decay 0.05), as the timm transformer and
+    ConvNeXt recipes train."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05)
+    y = torch.randint(0, classes, (x.shape[0],), device=dev)
+
+    return _train_step(opt, dev, lambda: torch.nn.functional.cross_entropy(model(x), y))
+
+
+def _channels_last(model, x: torch.Tensor, on: bool):
+    """Model and input in channels_last where `on` (the fix layout_churn names), else as given."""
+    if not on:
+        return model, x
+    return model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
+
+
+def _prefill_step(model, ids: torch.Tensor):
+    """One no-grad forward over `ids` keeping only the last position's logits (a prefill)."""
+
+    @torch.no_grad()
+    def step():
+        model(input_ids=ids, logits_to_keep=1)
+    return step
+
+
 def t5_train(dev: str, tiny: bool):
     from transformers import T5Config, T5ForConditionalGeneration
 
@@ -537,22 +562,23 @@ def clip_infer_fp16_cl(dev: str, tiny: bool):
     return clip_infer_fp16(dev, tiny, channels_last=True)
 
 
-def mamba_prefill(dev: str, tiny: bool):
-    """Mamba (768 wide, 8 layers) bf16 forward over 2 x 512 tokens without the mamba-ssm CUDA
-    kernels: transformers' slow path (a sequential selective scan, one step a token)."""
+def _mamba(dev: str, tiny: bool, layers: int, batch: int, tokens: int):
+    """A Mamba LM (768 wide, state 16) in bf16 (fp32 on the CPU) and a prefill step over
+    batch x tokens, through transformers' slow path (no mamba-ssm kernels)."""
     from transformers import MambaConfig, MambaForCausalLM
 
-    cfg = MambaConfig(hidden_size=64 if tiny else 768, num_hidden_layers=1 if tiny else 8,
+    cfg = MambaConfig(hidden_size=64 if tiny else 768, num_hidden_layers=1 if tiny else layers,
                       vocab_size=1000 if tiny else 50280, state_size=16)
     dtype = torch.float32 if dev == "cpu" else torch.bfloat16
     with torch.device(dev):
         model = MambaForCausalLM(cfg).to(dtype).eval()
-    ids = torch.randint(0, cfg.vocab_size, (2, 16 if tiny else 256), device=dev)
+    return _prefill_step(model, torch.randint(0, cfg.vocab_size, (batch, 16 if tiny else tokens), device=dev))
 
-    @torch.no_grad()
-    def step():
-        model(input_ids=ids, logits_to_keep=1)
-    return step
+
+def mamba_prefill(dev: str, tiny: bool):
+    """Mamba (768 wide, 8 layers) bf16 forward over 2 x 256 tokens without the mamba-ssm CUDA
+    kernels: transformers' slow path (a sequential selective scan, one step a token)."""
+    return _mamba(dev, tiny, layers=8, batch=2, tokens=256)
 
 
 def llama_train_bf16_ckpt(dev: str, tiny: bool):
@@ -1259,12 +1285,9 @@ def eva02_train_bf16(dev: str, tiny: bool):
     else:
         model = timm.create_model("eva02_small_patch14_224", pretrained=False, num_classes=1000)
     model = model.to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05)
     hw = 28 if tiny else 224
     x = torch.randn(2 if tiny else 64, 3, hw, hw, device=dev)
-    y = torch.randint(0, 1000, (x.shape[0],), device=dev)
-
-    return _train_step(opt, dev, lambda: torch.nn.functional.cross_entropy(model(x), y))
+    return _adamw_classifier_step(model, x, 1000, dev)
 
 
 def xlnet_train_bf16(dev: str, tiny: bool):
@@ -1298,11 +1321,9 @@ def rwkv_generate_fp16(dev: str, tiny: bool):
     return _generate_step(model, 4 if tiny else 24, input_ids=ids)
 
 
-def recurrent_gemma_generate_bf16(dev: str, tiny: bool):
-    """RecurrentGemma (Griffin: 1024 wide, 6 layers in the config's recurrent, recurrent, attention
-    pattern, RG-LRU width 1024) bf16 greedy decode at batch 2: 256-token prompts, 24 new tokens.
-    Its prefill runs the RG-LRU recurrence as a Python loop over the tokens (the linear-mode
-    scan), a handful of kernels a token a recurrent layer."""
+def _recurrent_gemma(dev: str, tiny: bool):
+    """RecurrentGemma (Griffin: 1024 wide, 6 layers in the config's recurrent, recurrent,
+    attention pattern, RG-LRU width 1024) in bf16 (fp32 on the CPU), random weights."""
     from transformers import RecurrentGemmaConfig, RecurrentGemmaForCausalLM
 
     cfg = RecurrentGemmaConfig(hidden_size=64 if tiny else 1024, lru_width=64 if tiny else 1024,
@@ -1311,47 +1332,29 @@ def recurrent_gemma_generate_bf16(dev: str, tiny: bool):
                                vocab_size=1000 if tiny else 256000, attention_window_size=2048)
     dtype = torch.float32 if dev == "cpu" else torch.bfloat16
     with torch.device(dev):
-        model = RecurrentGemmaForCausalLM(cfg).to(dtype).eval()
-    ids = torch.randint(0, cfg.vocab_size, (2, 16 if tiny else 256), device=dev)
+        return RecurrentGemmaForCausalLM(cfg).to(dtype).eval()
+
+
+def recurrent_gemma_generate_bf16(dev: str, tiny: bool):
+    """_recurrent_gemma's model, greedy decode at batch 2: 256-token prompts, 24 new tokens.
+    Its prefill runs the RG-LRU recurrence as a Python loop over the tokens (the linear-mode
+    scan), a handful of kernels a token a recurrent layer."""
+    model = _recurrent_gemma(dev, tiny)
+    ids = torch.randint(0, model.config.vocab_size, (2, 16 if tiny else 256), device=dev)
     return _generate_step(model, 4 if tiny else 24, input_ids=ids)
 
 
 def recurrent_gemma_prefill_bf16(dev: str, tiny: bool):
-    """recurrent_gemma_generate_bf16's model, one bf16 forward over 2 x 128 tokens: the
-    RG-LRU's Python loop over the positions alone (a small trace of the loop)."""
-    from transformers import RecurrentGemmaConfig, RecurrentGemmaForCausalLM
-
-    cfg = RecurrentGemmaConfig(hidden_size=64 if tiny else 1024, lru_width=64 if tiny else 1024,
-                               intermediate_size=128 if tiny else 3072, num_hidden_layers=3 if tiny else 6,
-                               num_attention_heads=2 if tiny else 8, num_key_value_heads=1, head_dim=32 if tiny else 128,
-                               vocab_size=1000 if tiny else 256000, attention_window_size=2048)
-    dtype = torch.float32 if dev == "cpu" else torch.bfloat16
-    with torch.device(dev):
-        model = RecurrentGemmaForCausalLM(cfg).to(dtype).eval()
-    ids = torch.randint(0, cfg.vocab_size, (2, 16 if tiny else 128), device=dev)
-
-    @torch.no_grad()
-    def step():
-        model(input_ids=ids, logits_to_keep=1)
-    return step
+    """_recurrent_gemma's model, one forward over 2 x 128 tokens: the RG-LRU's Python loop over
+    the positions alone (a small trace of the loop)."""
+    model = _recurrent_gemma(dev, tiny)
+    return _prefill_step(model, torch.randint(0, model.config.vocab_size, (2, 16 if tiny else 128), device=dev))
 
 
 def mamba_prefill_short(dev: str, tiny: bool):
     """mamba_prefill at 2 layers over 1 x 128 tokens: the slow path's selective scan (a Python
     loop over the positions) in a small trace."""
-    from transformers import MambaConfig, MambaForCausalLM
-
-    cfg = MambaConfig(hidden_size=64 if tiny else 768, num_hidden_layers=1 if tiny else 2,
-                      vocab_size=1000 if tiny else 50280, state_size=16)
-    dtype = torch.float32 if dev == "cpu" else torch.bfloat16
-    with torch.device(dev):
-        model = MambaForCausalLM(cfg).to(dtype).eval()
-    ids = torch.randint(0, cfg.vocab_size, (1, 16 if tiny else 128), device=dev)
-
-    @torch.no_grad()
-    def step():
-        model(input_ids=ids, logits_to_keep=1)
-    return step
+    return _mamba(dev, tiny, layers=2, batch=1, tokens=128)
 
 
 def deformable_detr_train(dev: str, tiny: bool):
@@ -1386,13 +1389,8 @@ def maxvit_train_bf16(dev: str, tiny: bool, channels_last: bool = False):
 
     hw = 64 if tiny else 224
     model = timm.create_model("maxvit_tiny_tf_224", pretrained=False, img_size=hw).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05)
     x = torch.randn(2 if tiny else 64, 3, hw, hw, device=dev)
-    if channels_last:
-        model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
-    y = torch.randint(0, 1000, (x.shape[0],), device=dev)
-
-    return _train_step(opt, dev, lambda: torch.nn.functional.cross_entropy(model(x), y))
+    return _adamw_classifier_step(*_channels_last(model, x, channels_last), 1000, dev)
 
 
 def maxvit_train_bf16_cl(dev: str, tiny: bool):
@@ -1407,9 +1405,7 @@ def densenet121_train_bf16(dev: str, tiny: bool, channels_last: bool = False):
 
     model = timm.create_model("densenet121", pretrained=False).to(dev)
     x = torch.randn(2 if tiny else 64, 3, 64 if tiny else 224, 64 if tiny else 224, device=dev)
-    if channels_last:
-        model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
-    return _sgd_classifier_step(model, x, 1000, dev)
+    return _sgd_classifier_step(*_channels_last(model, x, channels_last), 1000, dev)
 
 
 def densenet121_train_bf16_cl(dev: str, tiny: bool):
@@ -1449,13 +1445,8 @@ def convnext_train_bf16(dev: str, tiny: bool, channels_last: bool = False):
 
     hw = 64 if tiny else 224
     model = timm.create_model("convnext_tiny", pretrained=False).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05)
     x = torch.randn(2 if tiny else 64, 3, hw, hw, device=dev)
-    if channels_last:
-        model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
-    y = torch.randint(0, 1000, (x.shape[0],), device=dev)
-
-    return _train_step(opt, dev, lambda: torch.nn.functional.cross_entropy(model(x), y))
+    return _adamw_classifier_step(*_channels_last(model, x, channels_last), 1000, dev)
 
 
 def convnext_train_bf16_cl(dev: str, tiny: bool):
@@ -1471,9 +1462,7 @@ def nfnet_train_bf16(dev: str, tiny: bool, channels_last: bool = False):
     model = timm.create_model("nfnet_l0", pretrained=False).to(dev)
     hw = 64 if tiny else 224
     x = torch.randn(2 if tiny else 64, 3, hw, hw, device=dev)
-    if channels_last:
-        model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
-    return _sgd_classifier_step(model, x, 1000, dev)
+    return _sgd_classifier_step(*_channels_last(model, x, channels_last), 1000, dev)
 
 
 def nfnet_train_bf16_cl(dev: str, tiny: bool):
@@ -1488,11 +1477,8 @@ def swinv2_train_bf16(dev: str, tiny: bool):
 
     hw = 64 if tiny else 256
     model = timm.create_model("swinv2_tiny_window8_256", pretrained=False, img_size=hw).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05)
     x = torch.randn(2 if tiny else 64, 3, hw, hw, device=dev)
-    y = torch.randint(0, 1000, (x.shape[0],), device=dev)
-
-    return _train_step(opt, dev, lambda: torch.nn.functional.cross_entropy(model(x), y))
+    return _adamw_classifier_step(model, x, 1000, dev)
 
 
 def bigbird_train_fp32(dev: str, tiny: bool):
