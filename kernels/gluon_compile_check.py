@@ -154,13 +154,11 @@ def _split_kv(driver, JITFunction, Sm90Driver, resource_usage, smem_limit) -> in
             dtype = getattr(torch, dname)
             q = torch.empty((B, Hq, Lq, D), dtype=dtype)
             k = torch.empty((B, Hkv, cache, D), dtype=dtype)[:, :, :S]
-            for stages, combine, schedule in ((3, "kernel", "split"), (4, "kernel", "split"),
-                                              (3, "last_arriver", "split"), (4, "last_arriver", "split"),
-                                              (3, "kernel", "stream"), (4, "kernel", "stream")):
+            for stages, combine in ((3, "kernel"), (4, "kernel"), (3, "last_arriver"), (4, "last_arriver")):
                 built.clear()
-                case = f"{B}x{Hq}x{Hkv}x{Lq}x{S}x{D} {dname} cache {cache} stages {stages} {schedule} {combine}"
+                case = f"{B}x{Hq}x{Hkv}x{Lq}x{S}x{D} {dname} cache {cache} stages {stages} {combine}"
                 try:
-                    g.decode_attention(q, k, k, sms=132, stages=stages, combine=combine, schedule=schedule)
+                    g.decode_attention(q, k, k, sms=132, stages=stages, combine=combine)
                 except Exception as exc:  # noqa: BLE001  (report each failing case, exit 1)
                     failures += 1
                     print(f"FAIL  {case}: {type(exc).__name__}: {str(exc)[:600]}".replace("\n", " "))

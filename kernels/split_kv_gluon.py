@@ -63,12 +63,6 @@ BLOCK_N = 64
 # second kernel stays the default
 COMBINES = ("kernel", "last_arriver")
 COMBINE = "kernel"
-# how the tiles are shared: "split" (each (batch, kv head) cut into equal whole-tile splits, a
-# grid of splits x units that may leave program slots idle when the units do not divide them)
-# or "stream" (Stream-K over every unit's tiles laid end to end: every program slot walks the
-# same number of tiles, a share crossing into the next unit finishing a partial there)
-SCHEDULES = ("split", "stream")
-STREAM_GAIN = 0.01
 
 
 def combine_tile(R: int) -> tuple[int, int]:
@@ -114,37 +108,6 @@ def plan(B: int, Hkv: int, S: int, sms: int) -> tuple[int, int, int]:
     raise AssertionError("unreachable")
 
 
-def plan_stream(B: int, Hkv: int, S: int, sms: int) -> tuple[int, int, int]:
-    """(programs, stages, most programs a unit meets) for the stream schedule: the units' tiles
-    laid end to end (unit-major) and cut into `programs` shares of equal length (+-1 tile), 2
-    programs an SM with 3 stages where a share is >= 16 tiles, else 1 with 4 (as plan())."""
-    tiles = math.ceil(S / BLOCK_N)
-    total = B * Hkv * tiles
-    for per_sm, stages in ((2, 3), (1, 4)):
-        programs = min(per_sm * sms, total)
-        if total // programs >= 16 or per_sm == 1:
-            least = total // programs
-            return programs, stages, max(1, min(tiles, programs, 1 + math.ceil((tiles - 1) / least)))
-    raise AssertionError("unreachable")
-
-
-def longest_share(B: int, Hkv: int, S: int, sms: int, schedule: str) -> int:
-    """Tiles the busiest program walks under `schedule`: what a call takes once the read rate
-    is the same for both (each program streams at its SM's share of the bandwidth)."""
-    if schedule == "split":
-        return plan(B, Hkv, S, sms)[1]
-    programs = plan_stream(B, Hkv, S, sms)[0]
-    return math.ceil(B * Hkv * math.ceil(S / BLOCK_N) / programs)
-
-
-def choose_schedule(B: int, Hkv: int, S: int, sms: int) -> str:
-    """"stream" where its busiest program walks at least STREAM_GAIN fewer tiles than the split
-    grid's, else "split" (a share crossing into the next unit reloads the queries and stores one
-    more partial: not worth it for less)."""
-    split, stream = (longest_share(B, Hkv, S, sms, s) for s in SCHEDULES)
-    return "stream" if stream <= split * (1 - STREAM_GAIN) else "split"
-
-
 def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
     """None when this kernel runs these inputs here, else why not (one line)."""
     if _WHY:
@@ -172,9 +135,7 @@ def _metadata(grid, kernel, args):
     k = args["k_desc"].base
     B, Hkv, _, D = k.shape
     S = args["S"]
-    grid_text = f"splits={args['n_splits']}" if "n_splits" in args else f"programs={args['n_programs']}"
-    kind = "split_kv_kernel_ring" if "n_splits" in args else "stream_kv_kernel_ring"
-    return {"name": f"{kind} [B={B}, Hkv={Hkv}, S={S}, D={D}, {grid_text}]",
+    return {"name": f"split_kv_kernel_ring [B={B}, Hkv={Hkv}, S={S}, D={D}, splits={args['n_splits']}]",
             "bytes": 2 * B * Hkv * S * D * k.element_size()}
 
 
@@ -273,17 +234,6 @@ if _WHY is None:
         o_fin = acc / gl.expand_dims(gl.convert_layout(wsum, gl.SliceLayout(1, LO)), 1)
         _store_out(out_ptr, o_fin, b, hkv, R, Lq, sob, soh, sol, sod, G, D, LO)
 
-    @gluon.jit
-    def _store_partial(po_ptr, plse_ptr, o, m_i, l_i, bh, split, split_stride, R, D: gl.constexpr,
-                       S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr):
-        # row r of unit bh's split `split`: partial O at [(bh * R + r) * split_stride + split, :]
-        r = gl.expand_dims(gl.arange(0, _ROWS, layout=gl.SliceLayout(1, O_LAYOUT)), 1)
-        c = gl.expand_dims(gl.arange(0, D, layout=gl.SliceLayout(0, O_LAYOUT)), 0)
-        gl.store(po_ptr + ((bh * R + r).to(gl.int64) * split_stride + split) * D + c, o, mask=(r < R) & (c < D))
-        rows = gl.arange(0, _ROWS, layout=gl.SliceLayout(1, S_LAYOUT))
-        lse = gl.where(l_i == 0.0, float("-inf"), m_i + gl.log2(l_i))
-        gl.store(plse_ptr + (bh * R + rows).to(gl.int64) * split_stride + split, lse, mask=rows < R)
-
     @gluon.jit(launch_metadata=_metadata)
     def split_kv_kernel_ring(q_ptr, k_desc, v_desc, po_ptr, plse_ptr, out_ptr, counter_ptr, sqb, sqh, sql, sqd,
                              sob, soh, sol, sod, S, Lq, tiles_per_split, n_splits, qk_scale, Hkv,
@@ -332,7 +282,12 @@ if _WHY is None:
         if DIRECT:  # one split: the partial is the output
             _store_out(out_ptr, o, b, hkv, R, Lq, sob, soh, sol, sod, G, D, O_LAYOUT)
         else:
-            _store_partial(po_ptr, plse_ptr, o, m_i, l_i, bh, split, n_splits, R, D, S_LAYOUT, O_LAYOUT)
+            r = gl.expand_dims(gl.arange(0, _ROWS, layout=gl.SliceLayout(1, O_LAYOUT)), 1)
+            c = gl.expand_dims(gl.arange(0, D, layout=gl.SliceLayout(0, O_LAYOUT)), 0)
+            row = bh * R + r
+            gl.store(po_ptr + (row.to(gl.int64) * n_splits + split) * D + c, o, mask=(r < R) & (c < D))
+            lse = gl.where(l_i == 0.0, float("-inf"), m_i + gl.log2(l_i))
+            gl.store(plse_ptr + (bh * R + rows) * n_splits + split, lse, mask=rows < R)
             if LAST:
                 # every thread's partial is in memory before the program announces itself: the
                 # barrier orders the CTA, the acq_rel atomic publishes it to (and, for the last
@@ -344,116 +299,34 @@ if _WHY is None:
                                   G, D, CR, CS)
                     gl.store(counter_ptr + bh, 0)  # handed back zeroed for the next call
 
-    @gluon.jit(launch_metadata=_metadata)
-    def stream_kv_kernel_ring(q_ptr, k_desc, v_desc, po_ptr, plse_ptr, out_ptr, sqb, sqh, sql, sqd,
-                              sob, soh, sol, sod, S, Lq, tiles, total, n_programs, max_segments, qk_scale, Hkv,
-                              G: gl.constexpr, STAGES: gl.constexpr, S_LAYOUT: gl.constexpr,
-                              O_LAYOUT: gl.constexpr):
-        """The stream schedule: program p walks tiles [p total / P, (p + 1) total / P) of the
-        units' tiles laid end to end, the ring running on across unit boundaries (the next
-        unit's first tiles are in flight while this one's last are worked on); at each boundary
-        it stores its segment's partial (or O, where it walked the whole unit) and reloads the
-        queries. The programs holding a unit's tiles are p_first .. p_last of
-        p(x) = ((x + 1) P - 1) // total, the largest p with p total / P <= x."""
-        BN: gl.constexpr = k_desc.block_shape[2]
-        D: gl.constexpr = k_desc.block_shape[3]
-        dtype: gl.constexpr = k_desc.dtype
-        pid = gl.program_id(0).to(gl.int64)
-        start = pid * total // n_programs
-        end = (pid + 1) * total // n_programs
-        n = (end - start).to(gl.int32)
-        slot_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, D], dtype)
-        k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BN, D], slot_layout)
-        v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BN, D], slot_layout)
-        ready = mbarrier.allocate_mbarrier(batch=STAGES)
-        for i in gl.static_range(STAGES):
-            mbarrier.init(ready.index(i), count=1)
-        nbytes: gl.constexpr = 2 * BN * D * dtype.primitive_bitwidth // 8
-        for i in gl.static_range(STAGES - 1):
-            u = (start + i) // tiles
-            bb = (u // Hkv).to(gl.int32)
-            _load_tile(k_desc, v_desc, k_bufs, v_bufs, ready, i, bb, (u - bb * Hkv).to(gl.int32),
-                       (start + i - u * tiles).to(gl.int32), nbytes, i < n)
-        rows = gl.arange(0, _ROWS, layout=gl.SliceLayout(1, S_LAYOUT))
-        limit = S - Lq + rows % Lq
-        R = G * Lq
-        j = 0
-        cur = start
-        while cur < end:
-            unit = cur // tiles
-            u0 = unit * tiles
-            seg_end = gl.minimum(end, u0 + tiles)
-            bh = unit.to(gl.int32)
-            b = bh // Hkv
-            hkv = bh - b * Hkv
-            q_dot = _load_q(q_ptr, b, hkv, sqb, sqh, sql, sqd, Lq, G, D,
-                            gl.DotOperandLayout(operand_index=0, parent=S_LAYOUT, k_width=2))
-            m_i = gl.full([_ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, S_LAYOUT))
-            l_i = gl.zeros([_ROWS], gl.float32, gl.SliceLayout(1, S_LAYOUT))
-            acc = gl.zeros([_ROWS, D], gl.float32, O_LAYOUT)
-            for t in range((cur - u0).to(gl.int32), (seg_end - u0).to(gl.int32)):
-                # refill the slot tile j - 1 used, with whichever unit's tile comes STAGES - 1 on
-                nj = j + STAGES - 1
-                ng = start + nj
-                nu = ng // tiles
-                nb = (nu // Hkv).to(gl.int32)
-                _load_tile(k_desc, v_desc, k_bufs, v_bufs, ready, nj % STAGES, nb, (nu - nb * Hkv).to(gl.int32),
-                           (ng - nu * tiles).to(gl.int32), nbytes, nj < n)
-                s = j % STAGES
-                mbarrier.wait(ready.index(s), (j // STAGES) & 1)
-                m_i, l_i, acc = _tile(q_dot, k_bufs.index(s), v_bufs.index(s), m_i, l_i, acc, t, limit, qk_scale,
-                                      S_LAYOUT, O_LAYOUT, BN)
-                j += 1
-            l_o = gl.convert_layout(l_i, gl.SliceLayout(1, O_LAYOUT))
-            o = acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)
-            p_first = ((u0 + 1) * n_programs - 1) // total
-            p_last = ((u0 + tiles) * n_programs - 1) // total
-            if p_first == p_last:  # this program walked the whole unit
-                _store_out(out_ptr, o, b, hkv, R, Lq, sob, soh, sol, sod, G, D, O_LAYOUT)
-            else:
-                _store_partial(po_ptr, plse_ptr, o, m_i, l_i, bh, (pid - p_first).to(gl.int32), max_segments, R, D,
-                               S_LAYOUT, O_LAYOUT)
-            cur = seg_end
-        for i in gl.static_range(STAGES):
-            mbarrier.invalidate(ready.index(i))
-
     @triton.jit
-    def split_kv_combine_kernel_ring(po_ptr, plse_ptr, out_ptr, split_stride, tiles, total, n_programs, Hkv, Lq,
-                                     sob, soh, sol, sod, G: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr,
-                                     STREAM: tl.constexpr):
+    def split_kv_combine_kernel_ring(po_ptr, plse_ptr, out_ptr, n_splits, Hkv, Lq, sob, soh, sol, sod,
+                                     G: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr):
         # one program per output row, the splits summed in order, SPLITS at a time with a
-        # running maximum (a long cache at one kv head has hundreds of splits). Under the stream
-        # schedule a unit has as many splits as programs met it, and one that a single program
-        # walked was stored directly
+        # running maximum (a long cache at one kv head has hundreds of splits)
         row = tl.program_id(0)
         R = G * Lq
         bh = row // R
         r = row - bh * R
         b = bh // Hkv
         hq = (bh - b * Hkv) * G + r // Lq
-        n_splits = split_stride
-        if STREAM:
-            u0 = bh.to(tl.int64) * tiles
-            n_splits = (((u0 + tiles) * n_programs - 1) // total - ((u0 + 1) * n_programs - 1) // total + 1).to(tl.int32)
-        if n_splits > 1:
-            c = tl.arange(0, D)
-            m = float("-inf")
-            wsum = 0.0
-            acc = tl.zeros([D], dtype=tl.float32)
-            for s0 in range(0, n_splits, SPLITS):
-                sp = s0 + tl.arange(0, SPLITS)
-                lse = tl.load(plse_ptr + row.to(tl.int64) * split_stride + sp, mask=sp < n_splits, other=float("-inf"))
-                m_new = tl.maximum(m, tl.max(lse, 0))
-                rescale = tl.exp2(m - m_new)
-                w = tl.exp2(lse - m_new)
-                o = tl.load(po_ptr + (row.to(tl.int64) * split_stride + sp[:, None]) * D + c[None, :],
-                            mask=sp[:, None] < n_splits, other=0.0)
-                acc = acc * rescale + tl.sum(o * w[:, None], 0)
-                wsum = wsum * rescale + tl.sum(w, 0)
-                m = m_new
-            out = acc / wsum
-            tl.store(out_ptr + b.to(tl.int64) * sob + hq * soh + (r % Lq) * sol + c * sod,
-                     out.to(out_ptr.dtype.element_ty))
+        c = tl.arange(0, D)
+        m = float("-inf")
+        wsum = 0.0
+        acc = tl.zeros([D], dtype=tl.float32)
+        for s0 in range(0, n_splits, SPLITS):
+            sp = s0 + tl.arange(0, SPLITS)
+            lse = tl.load(plse_ptr + row * n_splits + sp, mask=sp < n_splits, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(lse, 0))
+            rescale = tl.exp2(m - m_new)
+            w = tl.exp2(lse - m_new)
+            o = tl.load(po_ptr + (row.to(tl.int64) * n_splits + sp[:, None]) * D + c[None, :],
+                        mask=sp[:, None] < n_splits, other=0.0)
+            acc = acc * rescale + tl.sum(o * w[:, None], 0)
+            wsum = wsum * rescale + tl.sum(w, 0)
+            m = m_new
+        out = acc / wsum
+        tl.store(out_ptr + b.to(tl.int64) * sob + hq * soh + (r % Lq) * sol + c * sod, out.to(out_ptr.dtype.element_ty))
 
 
 _FAILED: list[str] = []
@@ -476,16 +349,13 @@ def try_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, 
 
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None, *,
                      out: torch.Tensor | None = None, sms: int | None = None, stages: int | None = None,
-                     splits: int | None = None, combine: str = COMBINE, schedule: str | None = None) -> torch.Tensor:
+                     splits: int | None = None, combine: str = COMBINE) -> torch.Tensor:
     """O (B, Hq, Lq, D) for q (B, Hq, Lq, D), k and v (B, Hkv, S, D), the queries the last Lq
     positions (split_kv_attention's semantics). Inputs split_kv_attention.check_attention_inputs
-    accepts and `supports` passes; `out` any strides. `schedule` ("split" or "stream"; default
-    choose_schedule's), `stages` / `splits` / `combine` override the plan and the default combine
-    (probes); the stream schedule always combines with the second kernel."""
+    accepts and `supports` passes; `out` any strides. `stages` / `splits` / `combine` override
+    plan() and the default combine (probes)."""
     if combine not in COMBINES:
         raise ValueError(f"combine must be one of {COMBINES}, got {combine!r}")
-    if schedule not in (None, *SCHEDULES):
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     why = supports(q, k, v)
     if why is not None:
         raise RuntimeError(f"split_kv_gluon: {why}")
@@ -494,57 +364,39 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     G = Hq // Hkv
     if sms is None:
         sms = num_sms(q.device)
-    if schedule is None:
-        schedule = "split" if splits is not None or combine != COMBINE else choose_schedule(B, Hkv, S, sms)
-    if schedule == "stream" and (splits is not None or combine != "kernel"):
-        raise ValueError("the stream schedule sizes its grid by the SMs and combines with the second kernel")
+    n_splits, per, st = plan(B, Hkv, S, sms)
+    if splits is not None:
+        per = math.ceil(math.ceil(S / BLOCK_N) / splits)
+        n_splits = math.ceil(math.ceil(S / BLOCK_N) / per)
+    st = stages or st
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    direct = n_splits == 1
+    last = not direct and combine == "last_arriver"
+    # per call, as the Triton kernel's: a cached pair would be shared by calls on other streams
+    # (the caching allocator makes these cheap; under graph capture they come from its pool)
     rows = B * Hkv * G * Lq
+    if direct:
+        po = plse = out  # unused
+    else:
+        po = torch.empty((rows, n_splits, D), dtype=torch.float32, device=q.device)
+        plse = torch.empty((rows, n_splits), dtype=torch.float32, device=q.device)
+    # arrival counters, one a (batch, kv head), zeroed by the pool and handed back zeroed by the
+    # last arriver; cached per stream (kernels/common.py)
+    counters = SCRATCH.get("split_kv_gluon_counters", B * Hkv, torch.int32, q.device) if last else out
+    cr, cs = combine_tile(G * Lq)
     dt = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
     box = gl.NVMMASharedLayout.get_default_for([1, 1, BLOCK_N, D], dt)
     k_desc, v_desc = (TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, BLOCK_N, D], box) for t in (k, v))
     s_layout = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
     o_layout = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
-    tiles = math.ceil(S / BLOCK_N)
-
-    def partials(n: int):
-        # per call, as the Triton kernel's: a cached pair would be shared by calls on other
-        # streams (the caching allocator makes these cheap; under graph capture they come from
-        # its pool)
-        return (torch.empty((rows, n, D), dtype=torch.float32, device=q.device),
-                torch.empty((rows, n), dtype=torch.float32, device=q.device))
-
-    if schedule == "stream":
-        programs, st, segments = plan_stream(B, Hkv, S, sms)
-        po, plse = partials(segments) if segments > 1 else (out, out)
-        stream_kv_kernel_ring[(programs,)](
-            q, k_desc, v_desc, po, plse, out, *q.stride(), *out.stride(), S, Lq, tiles, B * Hkv * tiles, programs,
-            segments, scale * LOG2E, Hkv, G, stages or st, s_layout, o_layout, num_warps=4)
-        if segments > 1:
-            split_kv_combine_kernel_ring[(rows,)](po, plse, out, segments, tiles, B * Hkv * tiles, programs, Hkv, Lq,
-                                                  *out.stride(), G, D, min(64, triton.next_power_of_2(segments)), True,
-                                                  num_warps=4)
-        return out
-
-    n_splits, per, st = plan(B, Hkv, S, sms)
-    if splits is not None:
-        per = math.ceil(tiles / splits)
-        n_splits = math.ceil(tiles / per)
-    direct = n_splits == 1
-    last = not direct and combine == "last_arriver"
-    po, plse = (out, out) if direct else partials(n_splits)
-    # arrival counters, one a (batch, kv head), zeroed by the pool and handed back zeroed by the
-    # last arriver; cached per stream (kernels/common.py)
-    counters = SCRATCH.get("split_kv_gluon_counters", B * Hkv, torch.int32, q.device) if last else out
-    cr, cs = combine_tile(G * Lq)
     split_kv_kernel_ring[(n_splits, B * Hkv)](
         q, k_desc, v_desc, po, plse, out, counters, *q.stride(), *out.stride(), S, Lq, per, n_splits,
-        scale * LOG2E, Hkv, G, stages or st, s_layout, o_layout, direct, last,
+        scale * LOG2E, Hkv, G, st, s_layout, o_layout, direct, last,
         # 1 x 1 where no program combines, so that those share one compiled kernel
         cr if last else 1, cs if last else 1, num_warps=4)
     if not direct and not last:
-        split_kv_combine_kernel_ring[(rows,)](po, plse, out, n_splits, 1, 1, 1, Hkv, Lq, *out.stride(), G, D,
-                                              min(64, triton.next_power_of_2(n_splits)), False, num_warps=4)
+        split_kv_combine_kernel_ring[(rows,)](po, plse, out, n_splits, Hkv, Lq, *out.stride(), G, D,
+                                              min(64, triton.next_power_of_2(n_splits)), num_warps=4)
     return out
