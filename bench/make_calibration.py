@@ -16,9 +16,16 @@ Op-by-op attention against SDPA (`--attention-rows`, bench/bench_attention_fusio
 one `[[attention_fusion]]` entry per shape: eager and SDPA median us and their ratio, which
 bounds what the `unfused_attention` rule may claim.
 
+A materialised attention bias and its remedies (`--attention-bias-rows`,
+bench/bench_attention_bias.py) become one `[[attention_bias]]` entry per shape: the bias's bytes,
+each provider's median us, and the rate Inductor's compiled build wrote it at, as bytes a second
+and as a fraction of the copy bandwidth above (what a GPU we have not measured is credited with),
+which bounds what the `materialised_attention_bias` rule may claim.
+
     python bench/make_calibration.py bench/results/h200.csv.gz rules/measured/h200.toml \
         --cluster-rows bench/results/cluster_gemm/cluster_gemm.csv bench/results/cluster_gemm/round2/cluster_gemm.csv \
-        --attention-rows bench/results/attention_fusion/attention_fusion.csv
+        --attention-rows bench/results/attention_fusion/attention_fusion.csv \
+        --attention-bias-rows bench/results/attention_bias/attention_bias.csv
 """
 
 from __future__ import annotations
@@ -155,6 +162,35 @@ def _attention_fusion(paths: list[Path]) -> list[dict]:
     return out
 
 
+_BIAS_PROVIDERS = ("materialised", "build", "sdpa_mask", "build_compiled", "compiled_build_sdpa", "augmented", "flex",
+                   "sdpa_nobias")
+
+
+def _attention_bias(paths: list[Path], copy_bytes_per_s: float) -> list[dict]:
+    """Per shape: the bias's bytes, each provider's median us, the compiled build's write rate."""
+    out = []
+    for path in paths:
+        rows = [r for r in csv.DictReader(open_text(path)) if r["metric"] == "time"]
+        by = defaultdict(dict)
+        for r in rows:
+            by[r["shape"]][r["provider"]] = r
+        for shape, pr in by.items():
+            if "build_compiled" not in pr or "build" not in pr:
+                continue
+            r0 = pr["build"]
+            B, H, L, S, D = (int(r0[k]) for k in ("B", "H", "L", "S", "D"))
+            elt = {"float16": 2, "bfloat16": 2, "float32": 4}[r0["dtype"]]
+            nbytes = B * H * L * S * elt
+            row = {"shape": shape, "B": B, "H": H, "L": L, "S": S, "D": D,
+                   "dtype": {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[r0["dtype"]], "bias_bytes": nbytes}
+            row.update({f"{p}_us": round(float(pr[p]["p50"]), 2) for p in _BIAS_PROVIDERS if p in pr})
+            rate = nbytes / (float(pr["build_compiled"]["p50"]) * 1e-6)
+            row.update(build_rate=float(f"{rate:.4g}"), build_fraction=round(rate / copy_bytes_per_s, 3),
+                       date=r0["timestamp"][:10])
+            out.append(row)
+    return out
+
+
 def _toml_value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -169,6 +205,8 @@ def main(argv=None) -> int:
                    help="cluster_gemm bench rows (bench/bench_cluster_gemm.py), one file a run")
     p.add_argument("--attention-rows", type=Path, nargs="*", default=[],
                    help="op-by-op attention vs SDPA rows (bench/bench_attention_fusion.py)")
+    p.add_argument("--attention-bias-rows", type=Path, nargs="*", default=[],
+                   help="materialised attention bias rows (bench/bench_attention_bias.py)")
     a = p.parse_args(argv)
     rows = list(csv.DictReader(open_text(a.rows)))
     device = rows[0]["device"]
@@ -205,6 +243,13 @@ def main(argv=None) -> int:
                   "over SDPA, forward, CUDA-graph timed, median us)"]
     for r in fusion:
         lines += ["[[attention_fusion]]", *[f"{k} = {_toml_value(v)}" for k, v in r.items()], ""]
+    bias = _attention_bias(a.attention_bias_rows, c["copy_bytes_per_s"])
+    if bias:
+        lines += [f"# attention_bias: {', '.join(p.as_posix() for p in a.attention_bias_rows)} (a [B, H, L, S] bias "
+                  "built by an eager broadcast add or by Inductor, and SDPA on it; CUDA-graph timed, median us; "
+                  "build_rate: the compiled build's bytes written a second)"]
+    for r in bias:
+        lines += ["[[attention_bias]]", *[f"{k} = {_toml_value(v)}" for k, v in r.items()], ""]
     a.out.write_text("\n".join(lines), encoding="utf-8")
     print(f"wrote {a.out}")
     return 0

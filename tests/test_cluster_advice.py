@@ -69,7 +69,8 @@ def test_toml_is_what_make_calibration_writes(tmp_path):
     out = tmp_path / "h200.toml"
     rounds = ["bench/results/cluster_gemm/cluster_gemm.csv", "bench/results/cluster_gemm/round2/cluster_gemm.csv"]
     mod.main([str(ROOT / "bench/results/h200.csv.gz"), str(out), "--cluster-rows", *[str(ROOT / p) for p in rounds],
-              "--attention-rows", str(ROOT / "bench/results/attention_fusion/attention_fusion.csv")])
+              "--attention-rows", str(ROOT / "bench/results/attention_fusion/attention_fusion.csv"),
+              "--attention-bias-rows", str(ROOT / "bench/results/attention_bias/attention_bias.csv")])
     mine = tomllib.loads(out.read_text(encoding="utf-8"))
     committed = tomllib.loads((ROOT / "rules/measured/h200.toml").read_text(encoding="utf-8"))
     assert mine == committed

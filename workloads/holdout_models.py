@@ -1242,13 +1242,13 @@ def resnet18_b1_fp32(dev: str, tiny: bool):
     return step
 
 
-def sam_vision_infer_fp16(dev: str, tiny: bool):
+def sam_vision_infer_fp16(dev: str, tiny: bool, fix: str | None = None):
     """SAM ViT-B (SamConfig's defaults: 768 wide, 12 layers, 14 x 14 windowed attention with
     global attention at layers 2, 5, 8 and 11) fp16 inference of the whole model: image encoder,
     prompt encoder and two-way mask decoder, one point prompt per image, batch 2 at 1024 x 1024
     (64 x 64 patches), three masks per prompt (multimask_output's default). The encoder's SDPA
     takes its decomposed relative positions as a dense additive mask (4096 x 4096 a head on the
-    global layers)."""
+    global layers). `fix`: the remedies materialised_attention_bias names (_sam_fix)."""
     from transformers import SamConfig, SamModel
 
     hw = 64 if tiny else 1024
@@ -1268,11 +1268,111 @@ def sam_vision_infer_fp16(dev: str, tiny: bool):
     x = torch.randn(b, 3, hw, hw, device=dev, dtype=dtype)
     points = torch.rand(b, 1, 1, 2, device=dev) * hw
     point_labels = torch.ones(b, 1, 1, dtype=torch.long, device=dev)
+    if fix is not None:
+        _sam_fix(model, x, fix)
 
     @torch.no_grad()
     def step():
         model(pixel_values=x, input_points=points, input_labels=point_labels)
     return step
+
+
+def _sam_fix(model, x, fix: str) -> None:
+    """Patch every SDPA attention of SAM's image encoder with one remedy, and check each layer's
+    output against the unpatched layer's on a random input with random position tables (printed;
+    a wrong patch raises):
+    - "compiled_helper": get_decomposed_rel_pos under torch.compile as it is: Inductor writes the
+      add in one kernel, but a compiled function's output keeps eager's strides (here a permuted
+      layout), so the reshape after it still copies;
+    - "compiled_bias": the same, returning .contiguous(): one kernel writes the bias in the layout
+      SDPA takes, the reshape is a view;
+    - "compiled_attention": every attention module under torch.compile (module.compile());
+    - "channels": no bias in memory: rel_h / scale and rel_w / scale appended to q as channels, the
+      key grid's one-hot row and column indicators to k (zero channels pad q and k to a multiple
+      of 8 so that SDPA keeps a fused kernel), SDPA with scale= the model's."""
+    import types
+
+    import torch.nn.functional as F
+
+    layers = [m for m in model.vision_encoder.modules() if type(m).__name__ == "SamVisionSdpaAttention"]
+    if not layers:
+        raise RuntimeError("no SamVisionSdpaAttention in the image encoder: transformers changed")
+    # each layer on its own random input, with random weights and position tables (a randomly
+    # initialised SAM's are ~0 and its tables zero: the check would see no bias and no output)
+    g = torch.Generator(device="cpu").manual_seed(0)
+    inputs = []
+    with torch.no_grad():
+        for m in layers:
+            for t in (m.rel_pos_h, m.rel_pos_w):
+                t.copy_(0.1 * torch.randn(t.shape, generator=g))
+            for lin in (m.qkv, m.proj):  # (this init leaves them ~1e-9: every output ~0)
+                lin.weight.copy_(torch.randn(lin.weight.shape, generator=g) / lin.in_features ** 0.5)
+            side = (m.rel_pos_h.shape[0] + 1) // 2  # the tables hold 2 x side - 1 offsets
+            h = torch.randn((2, side, side, m.qkv.in_features), generator=g).to(x.device, x.dtype)
+            inputs.append((h, m(h)[0].float()))
+    if fix in ("compiled_helper", "compiled_bias", "compiled_attention"):
+        import torch._dynamo as dynamo
+
+        dynamo.config.cache_size_limit = max(dynamo.config.cache_size_limit, 64)
+        for m in layers:
+            if fix == "compiled_helper":
+                m.get_decomposed_rel_pos = torch.compile(m.get_decomposed_rel_pos, dynamic=False)
+            elif fix == "compiled_bias":
+                m.get_decomposed_rel_pos = torch.compile(
+                    lambda *a, f=m.get_decomposed_rel_pos: f(*a).contiguous(), dynamic=False)
+            else:
+                m.compile(dynamic=False)
+    elif fix == "channels":
+        def forward(self, hidden_states, output_attentions=False):
+            B, Hh, Ww, _ = hidden_states.shape
+            nH, L = self.num_attention_heads, Hh * Ww
+            qkv = self.qkv(hidden_states).reshape(B, L, 3, nH, -1).permute(2, 0, 3, 1, 4)
+            q, k, v = qkv.reshape(3, B * nH, L, -1).unbind(0)
+            D = q.shape[-1]
+            rq = q.reshape(B * nH, Hh, Ww, D)
+            rel_h = torch.einsum("bhwc,hkc->bhwk", rq, self.get_rel_pos(Hh, Hh, self.rel_pos_h)).reshape(B * nH, L, Hh)
+            rel_w = torch.einsum("bhwc,wkc->bhwk", rq, self.get_rel_pos(Ww, Ww, self.rel_pos_w)).reshape(B * nH, L, Ww)
+            keys = torch.arange(L, device=q.device)
+            eh = (keys[:, None] // Ww == torch.arange(Hh, device=q.device)).to(q.dtype).expand(B * nH, L, Hh)
+            ew = (keys[:, None] % Ww == torch.arange(Ww, device=q.device)).to(q.dtype).expand(B * nH, L, Ww)
+            pad = (-(D + Hh + Ww)) % 8
+            zq = q.new_zeros(B * nH, L, pad)
+            qa = torch.cat([q, rel_h / self.scale, rel_w / self.scale, zq], dim=-1).view(B, nH, L, -1)
+            ka = torch.cat([k, eh, ew, zq], dim=-1).view(B, nH, L, -1)
+            out = F.scaled_dot_product_attention(qa, ka, v.view(B, nH, L, D), scale=self.scale)
+            out = out.view(B, nH, Hh, Ww, D).permute(0, 2, 3, 1, 4).reshape(B, Hh, Ww, -1)
+            return self.proj(out), None
+
+        for m in layers:
+            m.forward = types.MethodType(forward, m)
+    else:
+        raise ValueError(f"unknown SAM fix {fix!r}")
+    with torch.no_grad():
+        err = max(((m(h)[0].float() - ref).norm() / ref.norm()).item() for m, (h, ref) in zip(layers, inputs))
+    print(f"  sam fix {fix}: {len(layers)} attention layers, worst output rel. error {err:.2e} against the unpatched "
+          "layers", flush=True)
+    if not err <= 2e-2:
+        raise AssertionError(f"sam fix {fix}: rel. error {err:.2e}")
+
+
+def sam_vision_infer_fp16_compiled_helper(dev: str, tiny: bool):
+    """sam_vision_infer_fp16 with SAM's bias helper under torch.compile as it is (_sam_fix)."""
+    return sam_vision_infer_fp16(dev, tiny, fix="compiled_helper")
+
+
+def sam_vision_infer_fp16_compiled_bias(dev: str, tiny: bool):
+    """sam_vision_infer_fp16 with the bias helper compiled and returning it contiguous (_sam_fix)."""
+    return sam_vision_infer_fp16(dev, tiny, fix="compiled_bias")
+
+
+def sam_vision_infer_fp16_compiled_attention(dev: str, tiny: bool):
+    """sam_vision_infer_fp16 with every image-encoder attention module compiled (_sam_fix)."""
+    return sam_vision_infer_fp16(dev, tiny, fix="compiled_attention")
+
+
+def sam_vision_infer_fp16_channels(dev: str, tiny: bool):
+    """sam_vision_infer_fp16 with the bias as q / k channels, none in memory (_sam_fix)."""
+    return sam_vision_infer_fp16(dev, tiny, fix="channels")
 
 
 def eva02_train_bf16(dev: str, tiny: bool):
@@ -1679,7 +1779,9 @@ MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_p
                                   falcon_decode_mqa, t5_beam_generate, gpt_neox_train_bf16, qwen2_moe_decode,
                                   regnety_train_bf16, dinov2_reg_infer_fp16, llama_decode_static_b1,
                                   llama_decode_eager, gemma2_decode, detr_train, longformer_train_bf16,
-                                  resnet18_b1_fp32, sam_vision_infer_fp16, eva02_train_bf16,
+                                  resnet18_b1_fp32, sam_vision_infer_fp16, sam_vision_infer_fp16_compiled_helper,
+                                  sam_vision_infer_fp16_compiled_bias, sam_vision_infer_fp16_compiled_attention,
+                                  sam_vision_infer_fp16_channels, eva02_train_bf16,
                                   xlnet_train_bf16, rwkv_generate_fp16, recurrent_gemma_generate_bf16,
                                   deformable_detr_train, maxvit_train_bf16, densenet121_train_bf16,
                                   autoformer_train_fp32, maxvit_train_bf16_cl, densenet121_train_bf16_cl,

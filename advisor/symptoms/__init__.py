@@ -7,6 +7,7 @@ Adding a pattern: one module here and one `rules/<symptom>.toml`.
 """
 
 from . import (
+    attention_bias,
     dtype_churn,
     decode_attention,
     exposed_comm,
@@ -33,6 +34,7 @@ PATTERNS = (
     misaligned_gemm,
     tensor_cores_unused,
     unfused_attention,
+    attention_bias,
     memory_bound,
     small_grid_long_k,
     tail_wave,

@@ -63,6 +63,7 @@ class Measured:
     source: str
     dense_tflops_median: dict[str, float]  # the median runs (the fastest ones where not recorded)
     attention_fusion: tuple[dict[str, Any], ...] = ()  # op-by-op attention over SDPA, per shape
+    attention_bias: tuple[dict[str, Any], ...] = ()  # a materialised attention bias, built eager and compiled
 
 
 @lru_cache(maxsize=None)
@@ -81,6 +82,7 @@ def _load(directory: str) -> tuple[Measured, ...]:
             dense_tflops_median={str(k): float(v) for k, v in
                                  (c.get("dense_tflops_median") or c.get("dense_tflops") or {}).items()},
             attention_fusion=tuple(data.get("attention_fusion", [])),
+            attention_bias=tuple(data.get("attention_bias", [])),
         ))
     return tuple(out)
 
@@ -522,3 +524,36 @@ def attention_fusion_ratio(device: dict | None, shape: dict, near_factor: float,
     if below is not None:
         return below[1], src, "below"
     return None
+
+
+def bias_build_rate(device: dict | None, nbytes: float, near_factor: float) -> tuple[float, str, str] | None:
+    """The rate (bytes written a second) at which Inductor's compiled build wrote a materialised
+    attention bias of about `nbytes` (bench/bench_attention_bias.py): the slowest of the measured
+    biases within `near_factor` of it in bytes, as (rate, source, how); how = "exact" (this GPU,
+    these bytes), "near" (this GPU) or "other GPU" (the H200's rate as a fraction of its copy
+    bandwidth, times this device's measured bandwidth). None where nothing was measured near:
+    a small bias's build is launch-bound, a rate measured on large ones would overstate it."""
+    m = measured_for(device)
+    own = m is not None and bool(m.attention_bias)
+    if not own:
+        m = _reference()
+    if m is None or not m.attention_bias or not nbytes or nbytes <= 0:
+        return None
+    lim = math.log(max(near_factor, 1.0)) + 1e-9
+    near = []
+    for e in m.attention_bias:
+        try:
+            eb, rate, frac = float(e["bias_bytes"]), float(e["build_rate"]), float(e["build_fraction"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if eb > 0 and abs(math.log(nbytes / eb)) <= lim:
+            near.append((rate, frac, eb == nbytes))
+    if not near:
+        return None
+    rate, frac, exact = min(near)
+    src = f"{m.source}, measured on the {m.device}" + ("" if own else " (not this GPU)")
+    if own:
+        return rate, src, "exact" if exact else "near"
+    bw = measured_bandwidth(device or {})
+    return (frac * bw, src, "other GPU") if bw else None
+

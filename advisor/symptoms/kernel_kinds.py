@@ -201,8 +201,9 @@ def schedule_excluded(ctx: Context) -> np.ndarray:
     """Kernels no kernel schedule (Tier 4) should be prescribed for, because their lever is a
     basic one a Tier 1-3 rule names: GEMMs in full fp32 (tensor_cores_unused / dtype_churn:
     Split-K of a SIMT GEMM is not the fix), GEMMs on misaligned kernels (misaligned_gemm),
-    layout transposes, NCHW batch norm and PyTorch's bf16 depthwise convolutions (layout_churn), and every kernel of an op-by-op
-    attention (unfused_attention). Only where that rule is enabled."""
+    layout transposes, NCHW batch norm and PyTorch's bf16 depthwise convolutions (layout_churn), every kernel of an op-by-op
+    attention (unfused_attention) and the kernels building a materialised attention bias
+    (materialised_attention_bias). Only where that rule is enabled."""
     if "schedule_excluded" in ctx.cache:
         return ctx.cache["schedule_excluded"]
     kk = kinds(ctx)
@@ -217,6 +218,10 @@ def schedule_excluded(ctx: Context) -> np.ndarray:
         out |= depthwise_counted(ctx)
     if _enabled(ctx, "unfused_attention"):
         out |= chain_kernels(ctx) >= 0
+    if _enabled(ctx, "materialised_attention_bias"):
+        from .attention_bias import build_kernels  # (it reads kernel kinds' neighbours, not this module)
+
+        out |= build_kernels(ctx)
     ctx.cache["schedule_excluded"] = out
     return out
 
