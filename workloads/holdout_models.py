@@ -155,6 +155,74 @@ def t5_train(dev: str, tiny: bool):
     return _train_step(opt, dev, lambda: model(input_ids=ids, labels=labels).loss)
 
 
+def t5_train_padded(dev: str, tiny: bool, fix: str | None = None):
+    """t5_train with a padding mask (each of the 8 rows 256-512 tokens long, the decoder's labels
+    unpadded), as fine-tuning on real text runs it: transformers' SDPA path then builds each
+    layer's float mask from the [1, H, L, S] position bias and the [B, 1, 1, S] padding mask
+    (`create_position_bias_mask`: a torch.where into [B, H, L, S]). `fix="compiled_mask"`:
+    that function under torch.compile (what materialised_attention_bias names), checked first
+    against the eager loss."""
+    import transformers.integrations.sdpa_attention as sdpa_mod
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    cfg = T5Config(d_model=64 if tiny else 768, d_ff=128 if tiny else 3072, num_layers=1 if tiny else 6,
+                   num_decoder_layers=1 if tiny else 6, num_heads=2 if tiny else 12, d_kv=32 if tiny else 64,
+                   vocab_size=1000 if tiny else 32128, decoder_start_token_id=0, pad_token_id=0,
+                   attn_implementation="sdpa")
+    model = T5ForConditionalGeneration(cfg).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    b, s = (2, 16) if tiny else (8, 512)
+    g = torch.Generator(device="cpu").manual_seed(0)
+    ids = torch.randint(0, cfg.vocab_size, (b, s), generator=g).to(dev)
+    lengths = s - torch.randint(0, s // 2, (b,), generator=g)
+    mask = (torch.arange(s)[None, :] < lengths[:, None]).long().to(dev)
+    labels = torch.randint(0, cfg.vocab_size, (b, s // 4), generator=g).to(dev)
+
+    def loss():
+        return model(input_ids=ids, attention_mask=mask, labels=labels).loss
+
+    if fix == "compiled_mask":
+        model.eval()  # no dropout; fp32: the masks must agree, the loss to rounding
+        with torch.no_grad():
+            ref = loss()
+        sdpa_mod.create_position_bias_mask = torch.compile(sdpa_mod.create_position_bias_mask, dynamic=False)
+        with torch.no_grad():
+            got = loss()
+        model.train()
+        err = (abs(got - ref) / abs(ref)).item()
+        print(f"  t5 fix {fix}: fp32 loss {got.item():.6f} against {ref.item():.6f} eager (rel. {err:.1e})", flush=True)
+        if not err <= 1e-4:
+            raise AssertionError(f"t5 fix {fix}: loss rel. error {err:.1e}")
+    elif fix is not None:
+        raise ValueError(f"unknown T5 fix {fix!r}")
+    return _train_step(opt, dev, loss)
+
+
+def t5_train_padded_compiled_mask(dev: str, tiny: bool):
+    """t5_train_padded with transformers' position-bias mask built by torch.compile."""
+    return t5_train_padded(dev, tiny, fix="compiled_mask")
+
+
+def beit_infer_fp16(dev: str, tiny: bool):
+    """BEiT-base (12 layers, 768 wide, relative position bias in every layer) fp16 image
+    classification, batch 32 at 224, SDPA: the bias is [1, H, 197, 197], broadcast over the batch."""
+    from transformers import BeitConfig, BeitForImageClassification
+
+    cfg = BeitConfig(use_relative_position_bias=True, attn_implementation="sdpa",
+                     **(dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                             image_size=32, patch_size=8) if tiny else {}))
+    dtype = torch.float32 if dev == "cpu" else torch.float16
+    with torch.device(dev):
+        model = BeitForImageClassification(cfg).to(dtype).eval()
+    hw = 32 if tiny else 224
+    x = torch.randn(2 if tiny else 32, 3, hw, hw, device=dev, dtype=dtype)
+
+    @torch.no_grad()
+    def step():
+        model(pixel_values=x)
+    return step
+
+
 def vit_train(dev: str, tiny: bool):
     import timm
 
@@ -1760,7 +1828,7 @@ def mobilevit_infer_fp16(dev: str, tiny: bool):
     return step
 
 
-MODELS = {f.__name__: f for f in (t5_train, vit_train, whisper_generate, gemma_prefill, convnext_infer,
+MODELS = {f.__name__: f for f in (t5_train, t5_train_padded, t5_train_padded_compiled_mask, beit_infer_fp16, vit_train, whisper_generate, gemma_prefill, convnext_infer,
                                   distilbert_b1, bert_train_fp32, mixtral_moe, llama_generate, resnet50_train,
                                   qwen2_prefill, mobilenet_b8, bert_train_fp32_tf32, resnet50_train_cl,
                                   mobilenet_b8_graph, gpt2_compile_train, swin_infer, opt_generate_b16,

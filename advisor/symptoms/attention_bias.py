@@ -2,10 +2,11 @@
 kernels before a fused attention call (Tier 3).
 
 What it detects: a `scaled_dot_product_attention` call (or one of its backends called directly)
-whose attn_mask is a float tensor as large as the scores it biases (by its recorded strides, at
-least `min_full_fraction` of batch x heads x L x S distinct elements: no broadcast over the
-batch or the heads), and, between the previous such call on the same host thread and this one,
-kernels of elementwise operators whose output has exactly the bias's element count: the bias
+whose attn_mask is a float tensor as large as the scores it biases (ending [L, S], with
+batch x heads x L x S distinct elements by its recorded strides: no broadcast over the batch or
+the heads), and, between the previous such call on the same host thread and this one, kernels
+of elementwise operators whose tensor arguments broadcast to exactly the bias's element count
+(not GEMMs, softmax or reductions, not op-by-op attention, not an autograd backward): the bias
 being built (a broadcast add of per-row and per-column terms, a copy to make it contiguous).
 SAM's and ViTDet's decomposed relative-position bias is the common case: a [B, H, L, kh, 1] +
 [B, H, L, 1, kw] add, then a copy, written by PyTorch's broadcast kernels at ~0.8 TB/s.
@@ -24,7 +25,13 @@ Estimate: per build, its kernels' time minus the bias's bytes at the rate Induct
 reached on a bias of about that size (rules/measured/<gpu>.toml [[attention_bias]], the slowest
 within `near_factor` in bytes); none where nothing was measured near. The attention's own
 reading of the bias is not claimed (the compiled build keeps it).
-Forward only: in training, the bias's gradient (if it has one) is not looked at.
+Builds are counted by the calls whose window holds them: biases built ahead of one call (all
+layers' before the first) would count as one, the floor would be low and the claim high; no
+trace read so far builds them so.
+In a training step (the trace records an autograd backward) nothing is claimed; a note says
+what is built: compiling T5's padded-mask build saved 0.28 ms in the forward and lost 0.2 ms
+elsewhere (the bias's gradient, which Inductor fused with its reduction over the batch into a
+slower kernel, and copies): 26.24 -> 26.18 ms of kernels (bench/results/attention_bias/t5/).
 """
 
 from __future__ import annotations
@@ -35,14 +42,15 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..basics import input_dims, input_dtypes
+from ..basics import input_dims, input_dtypes, op_base
 from ..findings import Finding
 from ..rules import Rule
 from .attention import attention_backend
+from .attention_chains import chain_kernels
 from .calibration import bias_build_rate, measured_bandwidth
-from .context import ELEMENT_BYTES, Context, as_int, finding_for
+from .context import ELEMENT_BYTES, Context, as_int, finding_for, has_backward
 from .gemm import innermost_ranges
-from .strings import contains
+from .strings import contains, factorize
 
 SYMPTOM = "materialised_attention_bias"
 REQUIRES = (
@@ -134,75 +142,146 @@ def _tensor_elements(dims_text) -> tuple[int | None, bool]:
     return math.prod(shape), decomposed
 
 
+# operators that write a tensor element by element (op_base names: no namespace, overload or
+# in-place mark): what builds a bias. Softmax, reductions, GEMMs and normalisations are other
+# work whatever their output's size
+_BUILD_OPS = frozenset({
+    "add", "sub", "rsub", "mul", "div", "where", "masked_fill", "copy", "clone", "contiguous", "to", "_to_copy",
+    "repeat", "neg", "exp", "log", "abs", "clamp", "clamp_min", "clamp_max", "minimum", "maximum", "fill", "full",
+    "full_like", "zeros_like", "ones_like", "expand_as", "type_as", "addcmul", "lerp", "pow", "sigmoid", "tanh",
+    "logical_not", "logical_and", "logical_or", "eq", "ne", "lt", "le", "gt", "ge", "bitwise_not", "bitwise_and",
+    "bitwise_or",
+})
+
+
+def _empty(ctx: Context, calls: pd.DataFrame, n: int):
+    out = (calls, np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=bool))
+    ctx.cache["attention_bias"] = out
+    return out
+
+
 def bias_builds(ctx: Context) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, np.ndarray]:
     """(the calls with a full bias, per kernel the call whose bias it builds or -1, per kernel
     the call that launched it or -1, per kernel whether its build operator was a decomposed
-    add). Cached."""
+    add). A build kernel: launched under an elementwise operator (_BUILD_OPS) on the call's
+    thread, after the previous call there and before this one (not inside an operator that
+    encloses the call), whose tensor arguments broadcast to exactly the bias's element count;
+    not a GEMM, an attention kernel, a kernel of an op-by-op attention (unfused_attention's) or
+    of an autograd backward. Cached."""
     if "attention_bias" in ctx.cache:
         return ctx.cache["attention_bias"]
     k = ctx.kernels
     n = len(k)
-    build = np.full(n, -1, dtype=np.int64)
-    inside = np.full(n, -1, dtype=np.int64)
-    decomposed = np.zeros(n, dtype=bool)
     calls = _calls(ctx)
     rule = ctx.rules.get(SYMPTOM)
-    frac = float(rule["min_full_fraction"]) if rule is not None else 0.5
+    frac = float(rule["min_full_fraction"]) if rule is not None else 1.0
     if len(calls):
         calls = calls[calls["bias_elements"] >= frac * calls["BH"] * calls["L"] * calls["S"]].reset_index(drop=True)
     if not len(calls) or not n:
-        ctx.cache["attention_bias"] = (calls, build, inside, decomposed)
-        return ctx.cache["attention_bias"]
+        return _empty(ctx, calls, n)
+    calls_out, build, inside, decomposed = _empty(ctx, calls, n)
     # the kernels each call launched
     ranges, hit = innermost_ranges(ctx.trace, calls.assign(call=np.arange(len(calls))))
     at = hit >= 0
     inside[at] = ranges["call"].to_numpy(np.int64)[hit[at]]
-    # the operators around every kernel, on the threads that made such calls
+    # the operators around every kernel, on the threads that made such calls (all of them, so
+    # that each kernel finds its innermost one; only elementwise ones can be builds)
     ops = ctx.trace.cpu_ops
-    threads = set(zip(calls["rank"], calls["thread_id"]))
-    on = np.array([(a, b) in threads for a, b in zip(ops["rank"], ops["thread_id"])], dtype=bool)
-    named = ops["name"].astype(str).str.startswith("aten::").to_numpy(dtype=bool)
-    cand = ops.loc[on & named & ops["input_dims"].notna().to_numpy(dtype=bool),
-                   ["rank", "thread_id", "start_ns", "end_ns", "input_dims"]].reset_index(drop=True)
+    key = ops["rank"].astype("int64").to_numpy() * 1_000_003 + pd.to_numeric(ops["thread_id"], errors="coerce") \
+        .fillna(-1).astype("int64").to_numpy()
+    call_keys = calls["rank"].astype("int64").to_numpy() * 1_000_003 + calls["thread_id"].astype("int64").to_numpy()
+    on = np.isin(key, call_keys) & ops["input_dims"].notna().to_numpy(dtype=bool)
+    on &= ops["name"].astype(str).str.startswith("aten::").to_numpy(dtype=bool)
+    cand = ops.loc[on, ["rank", "thread_id", "start_ns", "end_ns", "name", "input_dims"]].reset_index(drop=True)
     if not len(cand):
-        ctx.cache["attention_bias"] = (calls, build, inside, decomposed)
-        return ctx.cache["attention_bias"]
+        return calls_out, build, inside, decomposed
     ranges, hit = innermost_ranges(ctx.trace, cand)
-    at = np.flatnonzero((hit >= 0) & (inside < 0))
-    if len(at):
-        names = k["name"].to_numpy(dtype=object)
-        gemm = k["is_gemm"].to_numpy(dtype=bool) if "is_gemm" in k else np.zeros(n, dtype=bool)
-        rows = ranges.iloc[hit[at]]
-        # each call's window: from the previous call's end on its thread to its own start
-        calls_sorted = calls.sort_values(["rank", "thread_id", "start_ns"], kind="stable")
-        windows = {}
-        for key, g in calls_sorted.groupby(["rank", "thread_id"], sort=False):
-            starts = g["start_ns"].to_numpy(np.int64)
-            prev_end = np.concatenate([[np.iinfo(np.int64).min], g["end_ns"].to_numpy(np.int64)[:-1]])
-            windows[key] = (starts, prev_end, g.index.to_numpy(np.int64))
-        elems = {}
-        for pos, r in zip(at, rows.itertuples(index=False)):
-            w = windows.get((r.rank, r.thread_id))
-            if w is None or gemm[pos] or attention_backend(names[pos]) is not None:
-                continue
-            starts, prev_end, idx = w
-            j = int(np.searchsorted(starts, r.start_ns, side="right"))  # the first call starting after the op
-            if j >= len(starts) or r.start_ns < prev_end[j] or r.end_ns > starts[j]:
-                continue
-            if r.input_dims not in elems:
-                elems[r.input_dims] = _tensor_elements(r.input_dims)
-            e, dec = elems[r.input_dims]
-            c = int(idx[j])
-            if e is not None and e == int(calls.at[c, "bias_elements"]):
-                build[pos] = c
-                decomposed[pos] = dec
-    ctx.cache["attention_bias"] = (calls, build, inside, decomposed)
-    return ctx.cache["attention_bias"]
+    # per operator row: the call whose window it lies in, if its output is that bias's size
+    rows = len(ranges)
+    row_call = np.full(rows, -1, dtype=np.int64)
+    row_dec = np.zeros(rows, dtype=bool)
+    r_key = ranges["rank"].astype("int64").to_numpy() * 1_000_003 + ranges["thread_id"].astype("int64").to_numpy()
+    r_start, r_end = ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64)
+    n_codes, n_uniq = factorize(ranges["name"])
+    is_build = np.array([op_base(str(x)) in _BUILD_OPS for x in n_uniq] + [False], dtype=bool)[
+        np.where(n_codes >= 0, n_codes, len(n_uniq))]
+    # each distinct Input Dims text parsed once: its broadcast element count (-1: none) and
+    # whether it is a decomposed add
+    d_codes, d_uniq = factorize(ranges["input_dims"])
+    parsed = [_tensor_elements(t) for t in d_uniq]
+    d_el = np.array([e if e is not None else -1 for e, _ in parsed] + [-1], dtype=np.int64)
+    d_dec = np.array([dec for _, dec in parsed] + [False], dtype=bool)
+    d_at = np.where(d_codes >= 0, d_codes, len(d_uniq))
+    row_el, row_is_dec = d_el[d_at], d_dec[d_at]
+    cs = calls.assign(key=call_keys, call=np.arange(len(calls))).sort_values(["key", "start_ns"], kind="stable")
+    bias_el = calls["bias_elements"].to_numpy(np.int64)
+    for kk, g in cs.groupby("key", sort=False):
+        starts = g["start_ns"].to_numpy(np.int64)
+        prev_end = np.concatenate([[np.iinfo(np.int64).min], g["end_ns"].to_numpy(np.int64)[:-1]])
+        idx = g["call"].to_numpy(np.int64)
+        sel = np.flatnonzero((r_key == kk) & is_build)
+        j = np.searchsorted(starts, r_start[sel], side="right")  # the first call starting after the op
+        ok = j < len(starts)
+        jj = np.minimum(j, len(starts) - 1)
+        # inside the window: not started within the previous call, not enclosing this one
+        ok &= (r_start[sel] >= prev_end[jj]) & (r_end[sel] <= starts[jj])
+        c = idx[jj]
+        ok &= row_el[sel] == bias_el[c]
+        row_call[sel[ok]] = c[ok]
+        row_dec[sel[ok]] = row_is_dec[sel[ok]]
+    cand_k = np.flatnonzero((hit >= 0) & (inside < 0))
+    if not len(cand_k):
+        return calls_out, build, inside, decomposed
+    c_of = row_call[hit[cand_k]]
+    keep = c_of >= 0
+    cand_k, c_of = cand_k[keep], c_of[keep]
+    if not len(cand_k):
+        return calls_out, build, inside, decomposed
+    codes, uniq = factorize(k["name"])
+    attn = np.array([attention_backend(u) is not None for u in uniq] + [False], dtype=bool)
+    gemm = k["is_gemm"].to_numpy(dtype=bool) if "is_gemm" in k else np.zeros(n, dtype=bool)
+    bad = gemm[cand_k] | attn[np.where(codes[cand_k] >= 0, codes[cand_k], len(uniq))]
+    bad |= chain_kernels(ctx)[cand_k] >= 0
+    bad |= _backward_kernels(ctx)[cand_k]
+    build[cand_k[~bad]] = c_of[~bad]
+    decomposed[cand_k[~bad]] = row_dec[hit[cand_k[~bad]]]
+    return calls_out, build, inside, decomposed
 
 
-def build_kernels(ctx: Context) -> np.ndarray:
-    """Per kernel: whether it builds a materialised attention bias (for schedule_excluded)."""
-    return bias_builds(ctx)[1] >= 0
+def _backward_kernels(ctx: Context) -> np.ndarray:
+    """Per kernel: launched inside an autograd backward node's range (a recomputed forward's
+    window under activation checkpointing holds the previous layer's backward)."""
+    ops = ctx.trace.cpu_ops
+    out = np.zeros(len(ctx.kernels), dtype=bool)
+    if not len(ops):
+        return out
+    is_node = contains(ops["name"], r"Backward\d*\b").to_numpy(dtype=bool)
+    if not is_node.any():
+        return out
+    nodes = ops.loc[is_node, ["rank", "thread_id", "start_ns", "end_ns"]].reset_index(drop=True)
+    _, hit = innermost_ranges(ctx.trace, nodes)
+    return hit >= 0
+
+
+def claimable(ctx: Context) -> np.ndarray:
+    """Per kernel: a build kernel this rule can put a number on (a compiled build measured near
+    its bias's size, not a training step): other rules leave these to it (schedule_excluded).
+    Builds it only notes stay theirs."""
+    calls, build, _, _ = bias_builds(ctx)
+    out = build >= 0
+    if not out.any() or has_backward(ctx):
+        return np.zeros(len(out), dtype=bool)
+    rule = ctx.rules.get(SYMPTOM)
+    near = float(rule["near_factor"]) if rule is not None else 2.0
+    ok = np.zeros(len(calls), dtype=bool)
+    dev = ctx.kernels["device_id"].to_numpy()
+    for c in np.unique(build[out]):
+        first = np.flatnonzero(build == c)[0]
+        d = dev[first]
+        device = ctx.device_row(int(calls.at[c, "rank"]), None if pd.isna(d) else int(d))
+        nbytes = int(calls.at[c, "bias_elements"]) * ELEMENT_BYTES[calls.at[c, "bias_dtype"]]
+        ok[c] = bias_build_rate(device, nbytes, near) is not None
+    return out & ok[np.where(out, build, 0)]
 
 
 def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
@@ -224,7 +303,7 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     for pos in np.flatnonzero(build >= 0):
         dev_of.setdefault(int(build[pos]), dev[pos])
     calls["device_id"] = [dev_of.get(c, -1) for c in calls["call"]]
-    keys = ["rank", "device_id", "BH", "L", "S", "D", "bias_dtype"]
+    keys = ["rank", "device_id", "BH", "L", "S", "D", "bias_elements", "bias_dtype"]
     for key, g in calls.groupby(keys, sort=False):
         ids = g["call"].to_numpy(np.int64)
         bpos = np.flatnonzero(np.isin(build, ids))
@@ -233,9 +312,9 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
         apos = np.flatnonzero(np.isin(inside, ids))
         per_name = pd.Series(dur[bpos]).groupby(names[bpos]).sum().sort_values(ascending=False, kind="stable")
         builds = int(len(np.unique(build[bpos])))
-        elt = ELEMENT_BYTES[key[6]]
-        out.append({**dict(zip(keys[:-1], key[:-1])), "dtype": key[6], "calls": len(g), "builds": builds,
-                    "bias_bytes": int(g["bias_elements"].iloc[0]) * elt, "build_ns": int(dur[bpos].sum()),
+        elt = ELEMENT_BYTES[key[7]]
+        out.append({**dict(zip(keys[:6], key[:6])), "dtype": key[7], "calls": len(g), "builds": builds,
+                    "bias_bytes": int(key[6]) * elt, "build_ns": int(dur[bpos].sum()),
                     "build_launches": len(bpos), "attention_ns": int(dur[apos].sum()),
                     "name": str(per_name.index[0]), "top_ns": int(per_name.iloc[0]),
                     "decomposed": bool(decomposed[bpos].any())})
@@ -283,6 +362,16 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         savings = total - floor
         all_build = float(grp["build_ns"].sum())
         share = ctx.share(rank, dev, all_build)
+        if has_backward(ctx) and share >= rule["min_share"]:
+            # a training step: compiling the build changes the bias's gradient too, and on T5
+            # (bench/results/attention_bias/t5/) the forward's gain went to a slower fused backward
+            ctx.notes.append(
+                f"A [B, H, L, S] attention bias is built in memory before SDPA on rank {rank} (device {dev}): "
+                f"{int(grp['builds'].sum())} builds, {all_build / 1e6:.2f} ms of elementwise kernels in the forward. "
+                "In training, compiling the build measured no net gain (T5 on the H200: the forward's builds -0.28 ms, "
+                "the rest +0.2 ms: the bias's gradient fused with its reduction over the batch into a slower kernel, "
+                "and copies), so nothing is claimed; torch.compile of the whole model may fuse more: measure the step")
+            continue
         if share < rule["min_share"] or savings < rule["min_savings_ns"]:
             if unmeasured and share >= rule["min_share"]:
                 ctx.notes.append(

@@ -13,7 +13,7 @@ from ..model import Trace
 from ..rules import Rule
 from .gemm import gemm_table, small_ints
 from .occupancy import occupancy
-from .strings import factorize
+from .strings import contains, factorize
 
 
 class Context:
@@ -247,3 +247,13 @@ def gemm_bytes(shape: dict, default_elt: int = 2) -> tuple[int, bool]:
 
 def gemm_flop(shape: dict) -> int:
     return int(2 * shape["M"] * shape["N"] * shape["K"] * (shape.get("batch") or 1))
+
+
+def has_backward(ctx: Context) -> bool:
+    """Whether the trace records an autograd backward (Kineto's `...Backward0` ops, emit_nvtx's too)."""
+    if "has_backward" not in ctx.cache:
+        ops, nv = ctx.trace.cpu_ops, ctx.trace.nvtx
+        ctx.cache["has_backward"] = bool((len(ops) and contains(ops["name"], r"Backward\d*\b").any())
+                                         or (len(nv) and contains(nv["text"], r"Backward\d*\b").any()))
+    return ctx.cache["has_backward"]
+

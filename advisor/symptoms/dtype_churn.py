@@ -23,12 +23,11 @@ import pandas as pd
 
 from ..findings import Finding
 from ..rules import Rule
-from .context import Context, as_int, by_device, finding_for, group_launches, launch_rows, shape_of
+from .context import Context, as_int, by_device, finding_for, group_launches, has_backward, launch_rows, shape_of
 from .kernel_kinds import device_row, gemm_time_by_precision, gemm_work, kinds, row_precision
 from .gemm import innermost_ranges
 from .calibration import has_bf16
 from .roofline import gemm_estimate
-from .strings import contains
 
 SYMPTOM = "dtype_churn"
 REQUIRES = (("kernels", "name", "Does the trace name its kernels?"),)
@@ -62,13 +61,6 @@ def _adjacent_casts(ctx: Context, fp32_gemm: np.ndarray, cast: np.ndarray, windo
         near = np.minimum(before, after) <= window
         hit[pos[c_idx[near]]] = True
     return hit
-
-
-def _has_backward(ctx: Context) -> bool:
-    """Whether the trace records an autograd backward (Kineto's `...Backward0` ops, emit_nvtx's too)."""
-    ops, nv = ctx.trace.cpu_ops, ctx.trace.nvtx
-    return bool((len(ops) and contains(ops["name"], r"Backward\d*\b").any())
-                or (len(nv) and contains(nv["text"], r"Backward\d*\b").any()))
 
 
 def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
@@ -205,7 +197,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                     **({"cause": f"{in_math_sdpa} of the fp32 GEMM launches run inside SDPA's math backend "
                                  f"(aten::{MATH_SDPA}), which computes {target} inputs in fp32 by default"
                                  + (f"; {outside} more run outside its range"
-                                    + (" (its backward's GEMMs are fp32 too)" if _has_backward(ctx) else "")
+                                    + (" (its backward's GEMMs are fp32 too)" if has_backward(ctx) else "")
                                     if (outside := int(gemms["launches"].sum()) - in_math_sdpa) > 0
                                     else "")} if in_math_sdpa else {}),
                 },

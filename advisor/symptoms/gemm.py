@@ -540,6 +540,8 @@ def innermost_ranges(trace: Trace, ranges: pd.DataFrame) -> tuple[pd.DataFrame, 
     # writes the maximum of the rows it finds.)
     launch, tid = _launch_arrays(trace)
     pos = np.flatnonzero(~np.isnan(launch) & ~tid.isna())
+    if not len(pos):  # no launch call matched a kernel (no runtime table): nothing is inside anything
+        return ranges, hit
     t_all = launch[pos]
     del launch
     tid = tid.take(pos).to_numpy(np.int64)

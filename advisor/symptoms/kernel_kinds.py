@@ -219,9 +219,9 @@ def schedule_excluded(ctx: Context) -> np.ndarray:
     if _enabled(ctx, "unfused_attention"):
         out |= chain_kernels(ctx) >= 0
     if _enabled(ctx, "materialised_attention_bias"):
-        from .attention_bias import build_kernels  # (it reads kernel kinds' neighbours, not this module)
+        from .attention_bias import claimable  # (imported here: it reads attention_chains, as this module does)
 
-        out |= build_kernels(ctx)
+        out |= claimable(ctx)
     ctx.cache["schedule_excluded"] = out
     return out
 
