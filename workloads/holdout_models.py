@@ -223,6 +223,117 @@ def beit_infer_fp16(dev: str, tiny: bool):
     return step
 
 
+def umt5_encode_padded(dev: str, tiny: bool, fix: str | None = None):
+    """UMT5 encoder (768 wide, 8 layers, 12 heads, a relative position bias in every layer) bf16
+    inference over 16 x 512 padded tokens (256-512 a row), SDPA: each layer's
+    `create_position_bias_mask` writes a [16, 12, 512, 512] mask. `fix="compiled_mask"`: that
+    function under torch.compile, checked against the eager output first."""
+    import transformers.integrations.sdpa_attention as sdpa_mod
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    cfg = UMT5Config(d_model=64 if tiny else 768, d_ff=128 if tiny else 2048, num_layers=1 if tiny else 8,
+                     num_heads=2 if tiny else 12, d_kv=32 if tiny else 64, vocab_size=1000 if tiny else 32000,
+                     attn_implementation="sdpa")
+    dtype = torch.float32 if dev == "cpu" else torch.bfloat16
+    with torch.device(dev):
+        model = UMT5EncoderModel(cfg).to(dtype).eval()
+    b, s = (2, 16) if tiny else (16, 512)
+    g = torch.Generator(device="cpu").manual_seed(0)
+    ids = torch.randint(0, cfg.vocab_size, (b, s), generator=g).to(dev)
+    lengths = s - torch.randint(0, s // 2, (b,), generator=g)
+    mask = (torch.arange(s)[None, :] < lengths[:, None]).long().to(dev)
+
+    def run():
+        return model(input_ids=ids, attention_mask=mask).last_hidden_state
+
+    if fix == "compiled_mask":
+        with torch.no_grad():
+            ref = run().float()
+        sdpa_mod.create_position_bias_mask = torch.compile(sdpa_mod.create_position_bias_mask, dynamic=False)
+        with torch.no_grad():
+            got = run().float()
+        keep = mask.bool()[..., None]  # padded rows' outputs are not compared
+        err = ((got - ref).masked_fill(~keep, 0).norm() / ref.masked_fill(~keep, 0).norm()).item()
+        print(f"  umt5 fix {fix}: output rel. error {err:.1e} against eager", flush=True)
+        if not err <= 1e-2:
+            raise AssertionError(f"umt5 fix {fix}: rel. error {err:.1e}")
+    elif fix is not None:
+        raise ValueError(f"unknown UMT5 fix {fix!r}")
+
+    @torch.no_grad()
+    def step():
+        run()
+    return step
+
+
+def umt5_encode_padded_compiled_mask(dev: str, tiny: bool):
+    """umt5_encode_padded with transformers' position-bias mask built by torch.compile."""
+    return umt5_encode_padded(dev, tiny, fix="compiled_mask")
+
+
+def coatnet_train_bf16(dev: str, tiny: bool):
+    """timm CoAtNet-0 (rw) training, bf16 autocast, batch 64 at 224: MBConv stages, then
+    transformer stages whose attention takes a relative position bias through SDPA."""
+    import timm
+
+    model = timm.create_model("coatnet_nano_rw_224" if tiny else "coatnet_0_rw_224", pretrained=False).to(dev)
+    x = torch.randn(2 if tiny else 64, 3, 224, 224, device=dev)
+    return _sgd_classifier_step(model, x, 1000, dev)
+
+
+def modernbert_train_bf16(dev: str, tiny: bool):
+    """ModernBERT (768 wide, 12 layers, alternating 128-token local and global attention) masked-LM
+    training, bf16 autocast, 8 x 1024, SDPA, AdamW."""
+    from transformers import ModernBertConfig, ModernBertForMaskedLM
+
+    cfg = ModernBertConfig(hidden_size=64 if tiny else 768, intermediate_size=128 if tiny else 1152,
+                           num_hidden_layers=2 if tiny else 12, num_attention_heads=2 if tiny else 12,
+                           vocab_size=1000 if tiny else 50368, attn_implementation="sdpa",
+                           **(dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
+                              if tiny else {}))
+    model = ModernBertForMaskedLM(cfg).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    b, s = (2, 32) if tiny else (8, 1024)
+    ids = torch.randint(0, cfg.vocab_size, (b, s), device=dev)
+    return _train_step(opt, dev, lambda: model(input_ids=ids, labels=ids).loss)
+
+
+def olmoe_decode_bf16(dev: str, tiny: bool):
+    """OLMoE (1024 wide, 4 layers, 16 experts, top 4) bf16: 256-token prompts at batch 4, 16 greedy tokens."""
+    from transformers import OlmoeConfig, OlmoeForCausalLM
+
+    cfg = OlmoeConfig(hidden_size=64 if tiny else 1024, intermediate_size=64 if tiny else 512,
+                      num_hidden_layers=1 if tiny else 4, num_attention_heads=2 if tiny else 16,
+                      num_key_value_heads=2 if tiny else 16, num_experts=4 if tiny else 16,
+                      num_experts_per_tok=2 if tiny else 4, vocab_size=1000 if tiny else 50304)
+    dtype = torch.float32 if dev == "cpu" else torch.bfloat16
+    with torch.device(dev):
+        model = OlmoeForCausalLM(cfg).to(dtype).eval()
+    ids = torch.randint(0, cfg.vocab_size, (4, 16 if tiny else 256), device=dev)
+    return _generate_step(model, 4 if tiny else 16, input_ids=ids, attention_mask=torch.ones_like(ids))
+
+
+def siglip_train_bf16(dev: str, tiny: bool):
+    """SigLIP (ViT-B/16 vision, 12-layer text) contrastive training, bf16 autocast, 64 images at
+    224 and 64 texts of 64 tokens, sigmoid loss, AdamW."""
+    from transformers import SiglipConfig, SiglipModel, SiglipTextConfig, SiglipVisionConfig
+
+    if tiny:
+        cfg = SiglipConfig(text_config=SiglipTextConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                                        num_attention_heads=2, vocab_size=1000),
+                           vision_config=SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                                            num_attention_heads=2, image_size=32, patch_size=16))
+    else:
+        cfg = SiglipConfig()
+    model = SiglipModel(cfg).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    b = 2 if tiny else 64
+    hw = cfg.vision_config.image_size
+    x = torch.randn(b, 3, hw, hw, device=dev)
+    ids = torch.randint(0, cfg.text_config.vocab_size, (b, 16 if tiny else 64), device=dev)
+    return _train_step(opt, dev, lambda: model(input_ids=ids, pixel_values=x, return_loss=True).loss)
+
+
 def vit_train(dev: str, tiny: bool):
     import timm
 
@@ -1828,7 +1939,9 @@ def mobilevit_infer_fp16(dev: str, tiny: bool):
     return step
 
 
-MODELS = {f.__name__: f for f in (t5_train, t5_train_padded, t5_train_padded_compiled_mask, beit_infer_fp16, vit_train, whisper_generate, gemma_prefill, convnext_infer,
+MODELS = {f.__name__: f for f in (t5_train, t5_train_padded, t5_train_padded_compiled_mask, beit_infer_fp16,
+                                  umt5_encode_padded, umt5_encode_padded_compiled_mask, coatnet_train_bf16,
+                                  modernbert_train_bf16, olmoe_decode_bf16, siglip_train_bf16, vit_train, whisper_generate, gemma_prefill, convnext_infer,
                                   distilbert_b1, bert_train_fp32, mixtral_moe, llama_generate, resnet50_train,
                                   qwen2_prefill, mobilenet_b8, bert_train_fp32_tf32, resnet50_train_cl,
                                   mobilenet_b8_graph, gpt2_compile_train, swin_infer, opt_generate_b16,

@@ -138,7 +138,9 @@ def _tensor_elements(dims_text) -> tuple[int | None, bool]:
     n = len(shape)
     padded = [[1] * (n - len(s)) + s for s in shapes]
     grown = [{i for i, (a, b) in enumerate(zip(p, shape)) if a == 1 and b > 1} for p in padded]
-    decomposed = any(a and b and not (a & b) and len(a) == 1 and len(b) == 1 for a in grown for b in grown if a is not b)
+    # one term along the key grid's rows, one along its columns: the last two dims of a 5-D+ shape
+    last2 = [{n - 2}, {n - 1}]
+    decomposed = n >= 5 and all(any(g == want for g in grown) for want in last2)
     return math.prod(shape), decomposed
 
 
