@@ -156,6 +156,13 @@ _BUILD_OPS = frozenset({
 })
 
 
+def _thread_keys(frame: pd.DataFrame) -> np.ndarray:
+    """One int64 a (rank, thread) row; a thread id that is missing or not a number is -1."""
+    tid = pd.to_numeric(frame["thread_id"], errors="coerce").fillna(-1).astype("int64").to_numpy()
+    rank = pd.to_numeric(frame["rank"], errors="coerce").fillna(-1).astype("int64").to_numpy()
+    return rank * 1_000_003 + tid
+
+
 def _empty(ctx: Context, calls: pd.DataFrame, n: int):
     out = (calls, np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=bool))
     ctx.cache["attention_bias"] = out
@@ -189,9 +196,8 @@ def bias_builds(ctx: Context) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, np.
     # the operators around every kernel, on the threads that made such calls (all of them, so
     # that each kernel finds its innermost one; only elementwise ones can be builds)
     ops = ctx.trace.cpu_ops
-    key = ops["rank"].astype("int64").to_numpy() * 1_000_003 + pd.to_numeric(ops["thread_id"], errors="coerce") \
-        .fillna(-1).astype("int64").to_numpy()
-    call_keys = calls["rank"].astype("int64").to_numpy() * 1_000_003 + calls["thread_id"].astype("int64").to_numpy()
+    key = _thread_keys(ops)
+    call_keys = _thread_keys(calls)
     on = np.isin(key, call_keys) & ops["input_dims"].notna().to_numpy(dtype=bool)
     on &= ops["name"].astype(str).str.startswith("aten::").to_numpy(dtype=bool)
     cand = ops.loc[on, ["rank", "thread_id", "start_ns", "end_ns", "name", "input_dims"]].reset_index(drop=True)
@@ -202,7 +208,7 @@ def bias_builds(ctx: Context) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, np.
     rows = len(ranges)
     row_call = np.full(rows, -1, dtype=np.int64)
     row_dec = np.zeros(rows, dtype=bool)
-    r_key = ranges["rank"].astype("int64").to_numpy() * 1_000_003 + ranges["thread_id"].astype("int64").to_numpy()
+    r_key = _thread_keys(ranges)
     r_start, r_end = ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64)
     n_codes, n_uniq = factorize(ranges["name"])
     is_build = np.array([op_base(str(x)) in _BUILD_OPS for x in n_uniq] + [False], dtype=bool)[
