@@ -271,6 +271,93 @@ def umt5_encode_padded_compiled_mask(dev: str, tiny: bool):
     return umt5_encode_padded(dev, tiny, fix="compiled_mask")
 
 
+def vitdet_infer_fp16(dev: str, tiny: bool, fix: str | None = None):
+    """ViTDet-B backbone (transformers' VitDetBackbone: 768 wide, 12 layers, 14 x 14 windows with
+    global attention at layers 2, 5, 8, 11, decomposed relative positions) fp16 inference, batch 2
+    at 1024 x 1024. Its attention is op by op: the two relative-position terms are added to the
+    [24, 4096, 4096] scores in the global layers. `fix`: "sdpa_eager_bias" (SDPA with the bias
+    built by the same broadcast adds, unfused_attention's remedy taken literally) or
+    "sdpa_compiled_bias" (that bias built by torch.compile, contiguous); each checked against the
+    unpatched layers first (random weights and tables)."""
+    import types
+
+    import torch.nn.functional as F
+    from transformers import VitDetBackbone, VitDetConfig
+
+    hw = 64 if tiny else 1024
+    cfg = VitDetConfig(image_size=hw, patch_size=16, hidden_size=32 if tiny else 768,
+                       num_hidden_layers=2 if tiny else 12, num_attention_heads=2 if tiny else 12,
+                       mlp_ratio=4, window_size=2 if tiny else 14,
+                       window_block_indices=[0] if tiny else [0, 1, 3, 4, 6, 7, 9, 10],
+                       use_relative_position_embeddings=True, out_features=["stage2" if tiny else "stage12"])
+    dtype = torch.float32 if dev == "cpu" else torch.float16
+    with torch.device(dev):
+        model = VitDetBackbone(cfg).to(dtype).eval()
+    x = torch.randn(2, 3, hw, hw, device=dev, dtype=dtype)
+    if fix is not None:
+        from transformers.models.vitdet import modeling_vitdet as mv
+
+        def bias_terms(q, rel_pos_h, rel_pos_w, hh, ww):
+            rh = torch.einsum("bhwc,hkc->bhwk", q.reshape(q.shape[0], hh, ww, -1), mv.get_rel_pos(hh, hh, rel_pos_h))
+            rw = torch.einsum("bhwc,wkc->bhwk", q.reshape(q.shape[0], hh, ww, -1), mv.get_rel_pos(ww, ww, rel_pos_w))
+            return (rh[:, :, :, :, None] + rw[:, :, :, None, :]).reshape(q.shape[0], hh * ww, hh * ww)
+
+        if fix == "sdpa_compiled_bias":
+            import torch._dynamo as dynamo
+
+            dynamo.config.cache_size_limit = max(dynamo.config.cache_size_limit, 64)
+            build = torch.compile(lambda *a: bias_terms(*a).contiguous(), dynamic=False)
+        elif fix == "sdpa_eager_bias":
+            build = bias_terms
+        else:
+            raise ValueError(f"unknown ViTDet fix {fix!r}")
+
+        def forward(self, hidden_state, output_attentions=False):
+            B, hh, ww, _ = hidden_state.shape
+            qkv = self.qkv(hidden_state).reshape(B, hh * ww, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)
+            q, k, v = qkv.reshape(3, B * self.num_heads, hh * ww, -1).unbind(0)
+            bias = build(q, self.rel_pos_h, self.rel_pos_w, hh, ww).view(B, self.num_heads, hh * ww, hh * ww)
+            shape = (B, self.num_heads, hh * ww, -1)
+            out = F.scaled_dot_product_attention(q.view(shape), k.view(shape), v.view(shape), attn_mask=bias,
+                                                 scale=self.scale)
+            out = out.view(B, self.num_heads, hh, ww, -1).permute(0, 2, 3, 1, 4).reshape(B, hh, ww, -1)
+            return (self.proj(out),)
+
+        layers = [m for m in model.modules() if type(m).__name__ == "VitDetAttention"]
+        g = torch.Generator(device="cpu").manual_seed(0)
+        checks = []
+        with torch.no_grad():
+            for m in layers:  # random weights and tables (the init leaves the tables zero)
+                for t in (m.rel_pos_h, m.rel_pos_w):
+                    t.copy_(0.1 * torch.randn(t.shape, generator=g))
+                for lin in (m.qkv, m.proj):
+                    lin.weight.copy_(torch.randn(lin.weight.shape, generator=g) / lin.in_features ** 0.5)
+                side = (m.rel_pos_h.shape[0] + 1) // 2
+                h = torch.randn((2, side, side, m.qkv.in_features), generator=g).to(dev, dtype)
+                checks.append((h, m(h)[0].float()))
+            for m in layers:
+                m.forward = types.MethodType(forward, m)
+            err = max(((m(h)[0].float() - ref).norm() / ref.norm()).item() for m, (h, ref) in zip(layers, checks))
+        print(f"  vitdet fix {fix}: {len(layers)} attention layers, worst output rel. error {err:.2e}", flush=True)
+        if not err <= 2e-2:
+            raise AssertionError(f"vitdet fix {fix}: rel. error {err:.2e}")
+
+    @torch.no_grad()
+    def step():
+        model(x)
+    return step
+
+
+def vitdet_infer_fp16_sdpa_eager_bias(dev: str, tiny: bool):
+    """vitdet_infer_fp16 on SDPA with an eagerly built bias."""
+    return vitdet_infer_fp16(dev, tiny, fix="sdpa_eager_bias")
+
+
+def vitdet_infer_fp16_sdpa_compiled_bias(dev: str, tiny: bool):
+    """vitdet_infer_fp16 on SDPA with the bias built by torch.compile."""
+    return vitdet_infer_fp16(dev, tiny, fix="sdpa_compiled_bias")
+
+
 def coatnet_train_bf16(dev: str, tiny: bool):
     """timm CoAtNet-0 (rw) training, bf16 autocast, batch 64 at 224: MBConv stages, then
     transformer stages whose attention takes a relative position bias through SDPA."""
@@ -1940,7 +2027,8 @@ def mobilevit_infer_fp16(dev: str, tiny: bool):
 
 
 MODELS = {f.__name__: f for f in (t5_train, t5_train_padded, t5_train_padded_compiled_mask, beit_infer_fp16,
-                                  umt5_encode_padded, umt5_encode_padded_compiled_mask, coatnet_train_bf16,
+                                  umt5_encode_padded, umt5_encode_padded_compiled_mask, coatnet_train_bf16, vitdet_infer_fp16,
+                                  vitdet_infer_fp16_sdpa_eager_bias, vitdet_infer_fp16_sdpa_compiled_bias,
                                   modernbert_train_bf16, olmoe_decode_bf16, siglip_train_bf16, vit_train, whisper_generate, gemma_prefill, convnext_infer,
                                   distilbert_b1, bert_train_fp32, mixtral_moe, llama_generate, resnet50_train,
                                   qwen2_prefill, mobilenet_b8, bert_train_fp32_tf32, resnet50_train_cl,

@@ -29,6 +29,8 @@ _SDPA = "scaled_dot_product"
 _MAX_EXTENT = 2**31 - 1
 _MAX_SCORES = 2**48
 _COLS = ["rank", "thread_id", "start_ns", "end_ns", "op", "dims", "dtype"]
+# small matmuls looked past, before a softmax, for its score GEMM
+_LOOK = 8
 
 
 def _host_ops(ctx: Context) -> pd.DataFrame:
@@ -90,6 +92,12 @@ def _operands(dims, strip_added: bool) -> tuple[list[int], list[int]] | None:
     return ts[0], ts[1]
 
 
+def _product(dims) -> int:
+    """Elements of a matmul's product (0 where its operands do not read as a @ b)."""
+    ab = _operands(dims, strip_added=True)
+    return 0 if ab is None else max(_batch(ab[0]), _batch(ab[1])) * ab[0][-2] * ab[1][-1]
+
+
 def _qk(op: str, dims) -> tuple[int, int, int, int] | None:
     """(batch, L, S, D) of a score GEMM q [..., L, D] @ k^T [..., D, S], else None."""
     ab = _operands(dims, strip_added=op == "baddbmm")
@@ -142,20 +150,33 @@ def find_chains(ctx: Context) -> pd.DataFrame:
                 sm = _tensor((dims[i] or [None])[0]) if isinstance(dims[i], list) and dims[i] else None
                 if sm is None or len(sm) < 3:
                     continue
-                # the score GEMM: the matmul that ended last before the softmax began (an outer
-                # aten::matmul ends after the bmm inside it, so it is the one taken)
+                want = (_batch(sm), sm[-2], sm[-1])
+                # the score GEMM: the last matmul to end before the softmax began whose product is
+                # the softmax's [..., L, S] (an outer aten::matmul ends after the bmm inside it, so
+                # it is the one taken). Small GEMMs in between (a decomposed relative position's
+                # einsums, 1/kw of the scores: 1/14 in ViTDet's windows, 1/64 in its global layers)
+                # are passed over, at most _LOOK; one of a quarter of the scores or more (DeBERTa's
+                # and XLNet's position scores, 1-2x) ends the search: those GEMMs stay after
+                # fusion, and the estimate would count them as gained
                 j = np.searchsorted(mm_ends, st[i], side="right") - 1
-                # the output GEMM: the matmul that began first after the softmax ended
+                q = None
+                for x in range(j, max(-1, j - _LOOK), -1):
+                    cand = mm_end_order[x]
+                    r = _qk(opn[cand], dims[cand])
+                    if r is not None and (r[0], r[1], r[2]) == want:
+                        q = cand
+                        break
+                    if _product(dims[cand]) * 4 >= want[0] * want[1] * want[2]:
+                        break
+                # the output GEMM: the first matmul to begin after the softmax ended
                 k = np.searchsorted(mm_starts, en[i], side="left")
-                if j < 0 or k >= len(mm_start_order):
+                if q is None or k >= len(mm_start_order) or want[2] < 2:
                     continue
-                q, p = mm_end_order[j], mm_start_order[k]
+                p = mm_start_order[k]
                 qk, pv = _qk(opn[q], dims[q]), _pv(dims[p])
-                if qk is None or pv is None:
+                if pv is None or (pv[0], pv[1], pv[2]) != want:
                     continue
                 bh, L, S, D = qk
-                if (pv[0], pv[1], pv[2]) != (bh, L, S) or (_batch(sm), sm[-2], sm[-1]) != (bh, L, S) or S < 2:
-                    continue
                 dtype = dts[q] or dts[i] or dts[p]
                 rows.append((int(rank), g["thread_id"].iloc[0], int(st[q]), int(en[p]), bh, L, S, D, pv[3], dtype, "fwd"))
             rows += _backward_chains(int(rank), g["thread_id"].iloc[0], st, en, opn, dims, dts,
