@@ -48,7 +48,11 @@ maxvit_train_bf16, densenet121_train_bf16, autoformer_train_fp32, and for small 
 position loops recurrent_gemma_prefill_bf16 and mamba_prefill_short. A fourteenth (2026-12-04):
 convnext_train_bf16 (and _cl), nfnet_train_bf16 (and _cl), swinv2_train_bf16, bigbird_train_fp32,
 encodec_infer_fp32, patchtst_train_fp32; and long-context decodes qwen2_decode_16k and
-llama_decode_32k_static. See each builder's docstring.
+llama_decode_32k_static. For materialised_attention_bias (2026-12-04): sam_vision_infer_fp16's fixes
+(_compiled_helper, _compiled_bias, _compiled_attention, _channels), t5_train_padded (and
+_compiled_mask), beit_infer_fp16, vitdet_infer_fp16 (and _sdpa_eager_bias, _sdpa_compiled_bias);
+a fifteenth set: umt5_encode_padded (and _compiled_mask), coatnet_train_bf16, modernbert_train_bf16,
+olmoe_decode_bf16, siglip_train_bf16. See each builder's docstring.
 
 The second set's three models with the fix advisor named (bert_train_fp32_tf32, resnet50_train_cl,
 mobilenet_b8_graph: a CUDA graph of the forward), timed against the originals with
