@@ -44,7 +44,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-REPLAYS = 30
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from graph_timing import REPLAYS, quantiles, time_graph  # noqa: E402
+
 COLUMNS = ["kernel", "provider", "shape", "B", "H", "L", "S", "D", "dtype", "metric", "unit", "p50", "p20", "p80",
            "gpu", "timestamp", "version"]
 # (name, B, H, query grid (qh, qw), key grid (kh, kw), D, dtype): SAM ViT-B at 1024^2 (global
@@ -134,22 +136,6 @@ def rel_error(out, ref) -> float:
     return (torch.linalg.norm(o - ref) / torch.linalg.norm(ref)).item()
 
 
-def time_graph(call, n_sets):
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for i in range(n_sets):
-            call(i)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(n_sets):
-            call(i)
-    graph.replay()
-    torch.cuda.synchronize()
-    return _replay(graph.replay, n_sets)
-
-
 def time_events(call, n_sets):
     def run():
         for i in range(n_sets):
@@ -167,11 +153,6 @@ def _replay(run, n_sets):
         end.record()
     torch.cuda.synchronize()
     return sorted(s.elapsed_time(e) * 1e3 / n_sets for s, e in events)
-
-
-def quantiles(times):
-    n = len(times)
-    return times[n // 2], times[int(n * 0.2)], times[min(n - 1, int(n * 0.8))]
 
 
 def n_sets(shape, device) -> int:

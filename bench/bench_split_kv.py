@@ -59,8 +59,10 @@ if "--tiny" in sys.argv or ("--device" in sys.argv and sys.argv[sys.argv.index("
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
 
 import torch  # noqa: E402
+from graph_timing import REPLAYS, quantiles, time_graph  # noqa: E402
 
 from advisor.codegen.kernel_lib import load  # noqa: E402
 
@@ -69,7 +71,6 @@ common = load("common")
 
 HBM_BYTES_PER_S = 4.27e12  # H200 device-to-device copy, measured (DESIGN.md)
 COLUMNS = ["kernel", "provider", "config", "metric", "unit", "shape", "p50", "p20", "p80", "gpu", "timestamp", "version"]
-REPLAYS = 30
 
 
 def shape_name(B, Hq, Hkv, D, S):
@@ -122,31 +123,6 @@ def random_inputs(B, Hq, Hkv, S, D, dtype, device, seed):
                  for shape in ((B, Hq, 1, D), (B, Hkv, S, D), (B, Hkv, S, D)))
 
 
-def time_graph(fn, sets):
-    """Per-call microseconds over REPLAYS replays of a graph with one call per K/V set."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for i in range(sets):
-            fn(i)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(sets):
-            fn(i)
-    graph.replay()
-    torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(REPLAYS)]
-    for start, end in events:
-        start.record()
-        graph.replay()
-        end.record()
-    torch.cuda.synchronize()
-    times = sorted(s.elapsed_time(e) * 1e3 / sets for s, e in events)
-    del graph
-    return times
-
-
 def time_eager(fn, sets):
     """Fallback for a provider that cannot be captured in a CUDA graph: per-call CUDA events
     around eager calls (includes any host-side gaps the call makes on the GPU)."""
@@ -169,13 +145,6 @@ def time_cpu(fn, sets, reps=2):
         fn(r % sets)
         times.append((time.perf_counter() - t0) * 1e6)
     return sorted(times)
-
-
-def quantiles(times):
-    def q(p):
-        return times[min(len(times) - 1, int(p * len(times)))]
-
-    return q(0.5), q(0.2), q(0.8)
 
 
 def prepare(B, Hq, Hkv, D, S, dtype, device):

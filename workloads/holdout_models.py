@@ -328,23 +328,12 @@ def vitdet_infer_fp16(dev: str, tiny: bool, fix: str | None = None):
             return (self.proj(out),)
 
         layers = [m for m in model.modules() if type(m).__name__ == "VitDetAttention"]
-        g = torch.Generator(device="cpu").manual_seed(0)
-        checks = []
-        with torch.no_grad():
-            for m in layers:  # random weights and tables (the init leaves the tables zero)
-                for t in (m.rel_pos_h, m.rel_pos_w):
-                    t.copy_(0.1 * torch.randn(t.shape, generator=g))
-                for lin in (m.qkv, m.proj):
-                    lin.weight.copy_(torch.randn(lin.weight.shape, generator=g) / lin.in_features ** 0.5)
-                side = (m.rel_pos_h.shape[0] + 1) // 2
-                h = torch.randn((2, side, side, m.qkv.in_features), generator=g).to(dev, dtype)
-                checks.append((h, m(h)[0].float()))
+
+        def patch():
             for m in layers:
                 m.forward = types.MethodType(forward, m)
-            err = max(((m(h)[0].float() - ref).norm() / ref.norm()).item() for m, (h, ref) in zip(layers, checks))
-        print(f"  vitdet fix {fix}: {len(layers)} attention layers, worst output rel. error {err:.2e}", flush=True)
-        if not err <= 2e-2:
-            raise AssertionError(f"vitdet fix {fix}: rel. error {err:.2e}")
+
+        _patched_and_checked(layers, dev, dtype, patch, f"vitdet fix {fix}")
 
     @torch.no_grad()
     def step():
@@ -1547,6 +1536,31 @@ def sam_vision_infer_fp16(dev: str, tiny: bool, fix: str | None = None):
     return step
 
 
+def _patched_and_checked(layers, device, dtype, patch, label: str) -> None:
+    """Give each attention layer random weights and position tables (a randomly initialised SAM or
+    ViTDet has them ~1e-9 and zero: a check would see no output and no bias), take each layer's
+    output on its own random input, call `patch()`, and check the patched layers against those
+    outputs (printed; a relative error over 2e-2 raises)."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    inputs = []
+    with torch.no_grad():
+        for m in layers:
+            for t in (m.rel_pos_h, m.rel_pos_w):
+                t.copy_(0.1 * torch.randn(t.shape, generator=g))
+            for lin in (m.qkv, m.proj):
+                lin.weight.copy_(torch.randn(lin.weight.shape, generator=g) / lin.in_features ** 0.5)
+            side = (m.rel_pos_h.shape[0] + 1) // 2  # the tables hold 2 x side - 1 offsets
+            h = torch.randn((2, side, side, m.qkv.in_features), generator=g).to(device, dtype)
+            inputs.append((h, m(h)[0].float()))
+    patch()
+    with torch.no_grad():
+        err = max(((m(h)[0].float() - ref).norm() / ref.norm()).item() for m, (h, ref) in zip(layers, inputs))
+    print(f"  {label}: {len(layers)} attention layers, worst output rel. error {err:.2e} against the unpatched "
+          "layers", flush=True)
+    if not err <= 2e-2:
+        raise AssertionError(f"{label}: rel. error {err:.2e}")
+
+
 def _sam_fix(model, x, fix: str) -> None:
     """Patch every SDPA attention of SAM's image encoder with one remedy, and check each layer's
     output against the unpatched layer's on a random input with random position tables (printed;
@@ -1560,26 +1574,18 @@ def _sam_fix(model, x, fix: str) -> None:
     - "channels": no bias in memory: rel_h / scale and rel_w / scale appended to q as channels, the
       key grid's one-hot row and column indicators to k (zero channels pad q and k to a multiple
       of 8 so that SDPA keeps a fused kernel), SDPA with scale= the model's."""
+    layers = [m for m in model.vision_encoder.modules() if type(m).__name__ == "SamVisionSdpaAttention"]
+    if not layers:
+        raise RuntimeError("no SamVisionSdpaAttention in the image encoder: transformers changed")
+    _patched_and_checked(layers, x.device, x.dtype, lambda: _sam_patch(layers, fix), f"sam fix {fix}")
+
+
+def _sam_patch(layers, fix: str) -> None:
+    """One of _sam_fix's remedies on SAM's attention layers."""
     import types
 
     import torch.nn.functional as F
 
-    layers = [m for m in model.vision_encoder.modules() if type(m).__name__ == "SamVisionSdpaAttention"]
-    if not layers:
-        raise RuntimeError("no SamVisionSdpaAttention in the image encoder: transformers changed")
-    # each layer on its own random input, with random weights and position tables (a randomly
-    # initialised SAM's are ~0 and its tables zero: the check would see no bias and no output)
-    g = torch.Generator(device="cpu").manual_seed(0)
-    inputs = []
-    with torch.no_grad():
-        for m in layers:
-            for t in (m.rel_pos_h, m.rel_pos_w):
-                t.copy_(0.1 * torch.randn(t.shape, generator=g))
-            for lin in (m.qkv, m.proj):  # (this init leaves them ~1e-9: every output ~0)
-                lin.weight.copy_(torch.randn(lin.weight.shape, generator=g) / lin.in_features ** 0.5)
-            side = (m.rel_pos_h.shape[0] + 1) // 2  # the tables hold 2 x side - 1 offsets
-            h = torch.randn((2, side, side, m.qkv.in_features), generator=g).to(x.device, x.dtype)
-            inputs.append((h, m(h)[0].float()))
     if fix in ("compiled_helper", "compiled_bias", "compiled_attention"):
         import torch._dynamo as dynamo
 
@@ -1617,12 +1623,6 @@ def _sam_fix(model, x, fix: str) -> None:
             m.forward = types.MethodType(forward, m)
     else:
         raise ValueError(f"unknown SAM fix {fix!r}")
-    with torch.no_grad():
-        err = max(((m(h)[0].float() - ref).norm() / ref.norm()).item() for m, (h, ref) in zip(layers, inputs))
-    print(f"  sam fix {fix}: {len(layers)} attention layers, worst output rel. error {err:.2e} against the unpatched "
-          "layers", flush=True)
-    if not err <= 2e-2:
-        raise AssertionError(f"sam fix {fix}: rel. error {err:.2e}")
 
 
 def sam_vision_infer_fp16_compiled_helper(dev: str, tiny: bool):
