@@ -45,11 +45,38 @@ def test_t5_fp32_attention_is_traced_to_the_math_sdpa_backend():
     assert f.strategy == "sdpa_backend"
     assert f.evidence["math_sdpa_launches"] == 48 and "math backend" in f.evidence["cause"]
     assert "allow_fp16_bf16_reduction_math_sdp" in f.suggestion["fix"] and "peft" not in f.suggestion["fix"]
+    # why the fused backends refused, read from the calls' recorded strides: the position bias
+    # [1, H, L, S] is laid out [1, L, S, H] (checked on the H200 by the probe and by the fix)
+    (refusal,) = f.evidence["math_sdpa_refusals"]
+    assert refusal["code"] == "mask_last_stride" and refusal["calls"] == f.evidence["math_sdpa_calls"] == 24
+    assert f.evidence["math_sdpa_unexplained"] == 0 and "stride 12" in f.evidence["cause"]
+    assert f.suggestion["fix"].startswith("make the mask contiguous")
     md = render("diagnosis.md.j2", d=d)
     assert "- Cause: " in md and "its backward's GEMMs are fp32 too" in f.evidence["cause"]  # a training step
     # the matrix row's advice for this strategy, not the cast's (a PEFT adapter is not the problem)
     (try_line,) = [ln for ln in md.splitlines() if ln.startswith("- Try: ") and "math backend" in ln]
     assert "peft" not in try_line.lower() and not [ln for ln in md.splitlines() if "- Try: Cast the fp32 part" in ln]
+
+
+def test_a_named_sdpa_refusal_claims_the_math_path_and_stays_under_the_measured_fix():
+    # UMT5 with a padding mask: the merged mask has stride 12 on its last dim. Made contiguous
+    # (holdout_umt5_encode_padded_contiguous_mask) a fused backend ran: 15.91 -> 6.59 ms of
+    # kernels on the H200 (2026-12-04); the fp32 GEMMs and casts alone claimed 3.21 ms
+    d = _diag("umt5_encode_padded")
+    (f,) = [f for f in d.findings if f.symptom == "dtype_churn"]
+    assert f.evidence["math_sdpa_refusals"][0]["code"] == "mask_last_stride"
+    assert 3.3e6 < f.est_savings_ns <= 9.32e6 and f.est_savings_ns <= f.total_ns
+    assert f.evidence["basis"].startswith("a fused backend in place of the math backend's forward")
+    assert "4.34x" in f.evidence["basis"]  # the measured SDPA speedup on T5's shape, rules/measured
+    # Falcon's multi-query decode: K/V broadcast over 32 heads with enable_gqa off. With it on,
+    # cuDNN ran: 48.38 -> 14.81 ms; the claim is the prefill's (no decode-shaped ratio measured)
+    d = _diag("falcon_decode_mqa")
+    (f,) = [f for f in d.findings if f.symptom == "dtype_churn"]
+    assert f.evidence["math_sdpa_refusals"][0]["code"] == "kv_heads_broadcast"
+    assert f.suggestion["fix"].startswith("pass enable_gqa=True")
+    assert 7.8e6 < f.est_savings_ns <= 33.57e6
+    for fixed in ("umt5_encode_padded_contiguous_mask", "falcon_decode_mqa_gqa"):
+        assert not [f for f in _diag(fixed).findings if f.symptom == "dtype_churn"]
 
 
 def test_gemma_in_fp32_is_told_to_use_tensor_cores_first():

@@ -14,6 +14,11 @@ What to do: cast that part to the model's dtype (`peft_model.to(torch.bfloat16)`
 Estimate: the adjacent casts' time plus each fp32 GEMM group's time minus its floor at the
 16-bit tensor-core rate (roofline.gemm_estimate: compute at the measured peak, HBM at the
 measured bandwidth with 2-byte elements, a launch's latency); `bound_ns` is that floor.
+SDPA's math backend (fp32 GEMMs inside aten::_scaled_dot_product_attention_math) is its own
+cause, strategy `sdpa_backend`: sdpa_eligibility names what refused the fused backends from the
+calls' recorded inputs, and where it does, the fix lets a fused backend take the calls, so the
+estimate is the larger of the above and the math path's forward kernels over the speedup SDPA
+measured over op-by-op attention near the shape (unfused_attention.fused_estimate).
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from .kernel_kinds import device_row, gemm_time_by_precision, gemm_work, kinds, 
 from .gemm import innermost_ranges
 from .calibration import has_bf16
 from .roofline import gemm_estimate
+from .sdpa_eligibility import math_sdpa_causes, math_sdpa_groups
+from .unfused_attention import fused_estimate
 
 SYMPTOM = "dtype_churn"
 REQUIRES = (("kernels", "name", "Does the trace name its kernels?"),)
@@ -100,6 +107,43 @@ MATH_SDPA_FIX = ("torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)  
                  "with the reason it was not")
 
 
+def _fused_claim(ctx: Context, rank, dev, rule: Rule, device) -> dict | None:
+    """What a fused backend would save on the math backend's forward calls once the named
+    refusal is fixed: each shape group's kernel time inside the calls over the speedup SDPA
+    measured over op-by-op 16-bit attention near that shape (a math backend computing in fp32
+    is slower than that op-by-op chain, so this errs low), never under the fused kernel's
+    roofline; groups with no measured ratio near them claim nothing. The backward is not
+    claimed (a training step gains there too)."""
+    groups = math_sdpa_groups(ctx, rank, dev)
+    saved = total = floor = 0.0
+    names: set[str] = set()
+    conf_rank = {"high": 2, "medium": 1, "low": 0}
+    worst, basis = "high", None
+    for g in groups:
+        fused, conf, why, ratio = fused_estimate(g, rule, device, g["dtype"])
+        total += g["total_ns"]
+        names |= g["names"]
+        if ratio is None or fused >= g["total_ns"]:
+            floor += g["total_ns"]
+            continue
+        saved += g["total_ns"] - fused
+        floor += fused
+        worst = min(worst, conf, key=conf_rank.get)
+        basis = basis or (f"{g['calls']} math-backend calls of [{g['BH']}, {g['L']}, {g['S']}, {g['D']}] took "
+                          f"{g['total_ns'] / 1e6:.2f} ms of kernels; fused: {why}")
+    if saved <= 0:
+        return None
+    return {"saved": saved, "total": total, "floor": floor, "names": names, "confidence": worst,
+            "basis": basis + (f" (the largest of {len(groups)} shape groups)" if len(groups) > 1 else "")}
+
+
+def _refusal_fix(causes: list[dict]) -> str:
+    """The fix for what refused the fused backends (the most calls' cause first), with the
+    math backend's 16-bit reduction as the fallback."""
+    return ("; ".join(c["fix"] for c in causes) + "  # a fused backend then takes the call; failing that, "
+            "torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)")
+
+
 def math_sdpa_launches(ctx: Context, rank, dev) -> int:
     """fp32 GEMM launches of the device made inside SDPA's math backend (a Kineto cpu_op or an
     emit_nvtx range named `_scaled_dot_product_attention_math`). PyTorch's math backend computes
@@ -165,9 +209,22 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         in_math_sdpa = math_sdpa_launches(ctx, rank, dev)
         # the math backend's forward GEMMs are a third of its fp32 launches (two per backward)
         by_sdpa = in_math_sdpa >= rule["math_sdpa_min_share"] * int(gemms["launches"].sum())
-        shapes = [f"{s['M']}x{s['N']}x{s['K']}" for _, s in rows if s][:8]
+        refusals = math_sdpa_causes(ctx, rank) if in_math_sdpa else {}
+        causes = refusals.get("causes", [])
+        total_ns, covers = gemm_fp32_ns + cast_ns, {str(r["name"]) for r, _ in rows} | {str(n) for n in casts["name"]}
         # without shapes the GEMMs' part is a rate ratio (a guess); the casts' time is measured
         confidence = "high" if shaped_ns >= 0.5 * gemm_fp32_ns else ("medium" if cast_ns >= 0.5 * savings else "low")
+        fused = _fused_claim(ctx, rank, dev, rule, device) if by_sdpa and causes else None
+        if fused and fused["saved"] > savings:
+            # the named fix lets a fused backend take the calls: the whole math path goes, not
+            # only its fp32 GEMMs (UMT5 on the H200: 3.2 ms claimed that way, 9.3 ms measured)
+            savings, floor, confidence = fused["saved"], fused["floor"], fused["confidence"]
+            basis_text = f"a fused backend in place of the math backend's forward: {fused['basis']}"
+            total_ns, covers = max(total_ns, int(fused["total"])), covers | fused["names"]
+        else:
+            basis_text = f"the adjacent casts' time plus each fp32 GEMM group's time minus its floor on the {target} path; e.g. {basis}"
+        shapes = [f"{s['M']}x{s['N']}x{s['K']}" for _, s in rows if s][:8]
+        share = ctx.share(rank, dev, savings)
         out.append(
             finding_for(
                 rule, top,
@@ -175,7 +232,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                 device_id=None if dev < 0 else int(dev),
                 shape=top_shape,
                 launches=int(gemms["launches"].sum() + casts["launches"].sum()),
-                total_ns=gemm_fp32_ns + cast_ns,
+                total_ns=total_ns,
                 est_savings_ns=int(savings),
                 confidence=confidence,
                 tier=2,
@@ -191,17 +248,23 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                     "share_of_gpu_time": round(share, 4),
                     "target_precision": target,
                     "bound_ns": int(floor),
-                    "basis": f"the adjacent casts' time plus each fp32 GEMM group's time minus its floor on the {target} path; e.g. {basis}",
-                    "covers_kernels": sorted({str(r["name"]) for r, _ in rows} | {str(n) for n in casts["name"]}),
+                    "basis": basis_text,
+                    "covers_kernels": sorted(covers),
                     "math_sdpa_launches": in_math_sdpa,
                     **({"cause": f"{in_math_sdpa} of the fp32 GEMM launches run inside SDPA's math backend "
                                  f"(aten::{MATH_SDPA}), which computes {target} inputs in fp32 by default"
                                  + (f"; {outside} more run outside its range"
                                     + (" (its backward's GEMMs are fp32 too)" if has_backward(ctx) else "")
                                     if (outside := int(gemms["launches"].sum()) - in_math_sdpa) > 0
-                                    else "")} if in_math_sdpa else {}),
+                                    else "")
+                                 + "".join(f"; the fused backends refused {c['calls']} of its {refusals['calls']} "
+                                           f"calls because {c['why']}" for c in causes)} if in_math_sdpa else {}),
+                    **({"math_sdpa_refusals": [{k: c[k] for k in ("code", "calls", "why")} for c in causes],
+                        "math_sdpa_calls": refusals["calls"], "math_sdpa_unexplained": refusals["unexplained"]}
+                       if refusals else {}),
                 },
-                suggestion={"fix": MATH_SDPA_FIX if by_sdpa else FIX, "precision": target},
+                suggestion={"fix": (_refusal_fix(causes) if causes else MATH_SDPA_FIX) if by_sdpa else FIX,
+                            "precision": target},
                 strategy=rule.strategy_for("math_sdpa" if by_sdpa else "cast"),
             )
         )

@@ -104,8 +104,8 @@ def fused_floor_ns(BH: int, L: int, S: int, D: int, Dv: int, dtype: str | None, 
 _BWD_FLOP, _BWD_BYTES = 2.5, 2.0
 
 
-def _group_estimate(row: dict, rule: Rule, device: dict | None, dtype: str | None,
-                    backward: bool = False) -> tuple[float, str, str, float | None]:
+def fused_estimate(row: dict, rule: Rule, device: dict | None, dtype: str | None,
+                   backward: bool = False) -> tuple[float, str, str, float | None]:
     """(what the group's chains would take fused, confidence, basis, measured speedup or None)
     for one shape group, forward or backward: never under the fused kernel's roofline, never
     more gain than SDPA measured over op-by-op attention near the shape (its backward alone,
@@ -168,7 +168,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         confidence, basis, best = "low", "", -1.0
         for row in fwd.to_dict("records"):
             dtype = DTYPE_ALIASES.get(str(row["dtype"]).lower()) if row["dtype"] else None
-            b, conf, why, ratio = _group_estimate(row, rule, device, dtype)
+            b, conf, why, ratio = fused_estimate(row, rule, device, dtype)
             g_total, g_bound = float(row["total_ns"]), b
             mine = owner.get((row["BH"], row["L"], row["S"])) == (row["D"], row["Dv"], row["dtype"])
             back = bwd[(bwd["BH"] == row["BH"]) & (bwd["L"] == row["L"]) & (bwd["S"] == row["S"])] if mine else bwd.iloc[:0]
@@ -176,7 +176,7 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
             if len(back):
                 brow = dict(row, chains=int(back["chains"].sum()), total_ns=int(back["total_ns"].sum()),
                             launches=int(back["launches"].sum()))
-                bb, bconf, bwhy, b_ratio = _group_estimate(brow, rule, device, dtype, backward=True)
+                bb, bconf, bwhy, b_ratio = fused_estimate(brow, rule, device, dtype, backward=True)
                 bchains += brow["chains"]
                 bwd_ns += brow["total_ns"]
                 if b_ratio is not None:  # claimed: its kernels and bound join the finding's
