@@ -72,10 +72,15 @@ def configs_for(M: int, N: int, K: int, quick: bool) -> list:
     return space
 
 
-def plan(quick: bool) -> list[tuple[str, tuple[int, int, int]]]:
+ALL_SUITES = ("tail", "balanced", "skinny")
+
+
+def plan(quick: bool, suites: str | None = None) -> list[tuple[str, tuple[int, int, int]]]:
+    """(suite, shape) to time: --quick's four, else every shape of the suites named (all)."""
+    want = set((suites or ",".join(ALL_SUITES)).split(","))
     if quick:
-        return list(QUICK_SHAPES)
-    return [(suite, s) for suite in ("tail", "balanced", "skinny") for s in SUITES[suite]]
+        return [(suite, s) for suite, s in QUICK_SHAPES if suite in want]
+    return [(suite, s) for suite in ALL_SUITES if suite in want for s in SUITES[suite]]
 
 
 # ---------------------------------------------------------------- child: verify
@@ -86,7 +91,7 @@ def child_verify(args) -> int:
     from kernels import gluon_gemm as g
 
     skip = set(json.loads(args.skip or "[]"))
-    shapes = ODD_SHAPES[:3] + [s for _, s in plan(args.quick)] if args.quick else ODD_SHAPES + [s for _, s in plan(False)]
+    shapes = (ODD_SHAPES[:3] if args.quick else ODD_SHAPES) + [s for _, s in plan(args.quick, args.suites)]
     gen = torch.Generator(device="cuda").manual_seed(0)
     dtype = torch.bfloat16
     for M, N, K in shapes:
@@ -153,7 +158,8 @@ def verify_shard(args, log, shard: int) -> dict:
     bad: dict[str, str] = {}
     for _attempt in range(6):
         cmd = [sys.executable, __file__, "--_child", "verify", "--skip", json.dumps(sorted(bad)),
-               "--shard", str(shard), "--shards", str(args.verify_procs), "--deadline", str(args.deadline)]
+               "--shard", str(shard), "--shards", str(args.verify_procs), "--deadline", str(args.deadline),
+               "--suites", args.suites]
         if args.quick:
             cmd.append("--quick")
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1)
@@ -213,7 +219,7 @@ def child_time(args) -> int:
     dtype = torch.bfloat16
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     l2 = l2_bytes()
-    for suite, (M, N, K) in plan(args.quick):
+    for suite, (M, N, K) in plan(args.quick, args.suites):
         sets = rotation_count((M * K + K * N + M * N) * 2, l2)
         gen = torch.Generator(device="cuda").manual_seed(1)
         ins = [(torch.randn((M, K), device="cuda", generator=gen).to(dtype),
@@ -316,6 +322,8 @@ def markdown(rows: list[dict]) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--suites", default=",".join(ALL_SUITES),
+                   help="comma-separated suites to time (tail, balanced, skinny; the odd shapes are always verified)")
     p.add_argument("--out", default=os.environ.get("OUT") or str(HERE / "results"))
     p.add_argument("--time-limit-s", type=float, default=400.0)
     p.add_argument("--hang-s", type=float, default=120.0,
@@ -357,7 +365,7 @@ def main(argv=None) -> int:
         passed_path.write_text(json.dumps(passed))
         budget = args.time_limit_s - (time.time() - start) - 15
         cmd = [sys.executable, __file__, "--_child", "time", "--passed", str(passed_path),
-               "--time-budget-s", str(max(10.0, budget))]
+               "--time-budget-s", str(max(10.0, budget)), "--suites", args.suites]
         if args.quick:
             cmd.append("--quick")
         rows = []

@@ -3,7 +3,8 @@
     python3 bench/probe_cluster_tail.py [--shape 1664x1408x8192] [--out DIR]
 
 Needs Triton >= 3.9 (the .triton-next carry; docs/schedules/cluster_gemm.md). For one tail
-shape and the cluster GEMM's best Stream-K config there (128x128, 6 stages, WS, one CTA), each
+shape and a Stream-K config (--config; default the best on 1664x1408x8192: 128x128, 6 stages,
+WS, one CTA), each
 CUDA-graph timed beside torch.matmul in one run (graph replays rotating over input sets larger
 than twice the L2):
 
@@ -36,6 +37,8 @@ sys.path.insert(0, str(HERE.parent))
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shape", default="1664x1408x8192")
+    p.add_argument("--config", default="128x128x6x8",
+                   help="BLOCK_MxBLOCK_NxSTAGESxWARPS of the Stream-K config (one CTA, WS); 64x128x8x4 for M <= 64")
     p.add_argument("--out", default=os.environ.get("OUT") or str(HERE / "results" / "cluster_gemm"))
     args = p.parse_args(argv)
     M, N, K = (int(x) for x in args.shape.split("x"))
@@ -52,7 +55,8 @@ def main(argv=None) -> int:
         return 2
     dtype = torch.bfloat16
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    sk = g.Config(BLOCK_M=128, BLOCK_N=128, STAGES=6, num_warps=8, ws=True, cluster=1, multicast=False,
+    bm, bn, stages, warps = (int(x) for x in args.config.split("x"))
+    sk = g.Config(BLOCK_M=bm, BLOCK_N=bn, STAGES=stages, num_warps=warps, ws=True, cluster=1, multicast=False,
                   stream_k=True)
     dp = g.Config(**dict(sk.as_dict(), stream_k=False))
     cdiv = g.cdiv

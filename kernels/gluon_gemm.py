@@ -56,11 +56,14 @@ from .gluon_gemm_configs import (  # noqa: F401  (re-exported: the schedule's AP
     SMEM_PER_BLOCK_SM90,
     STEPS,
     FIXUP_UNROLL,
+    FIXUP_WARPS,
+    FIXUP_WIDE_WARPS,
     Config,
     cdiv,
     contributors,
     default_config,
     estimate_us,
+    fixup_geometry,
     programs,
     search_space,
     segments,
@@ -449,10 +452,11 @@ if _HAVE_GLUON:
         first = t_local * k_tiles
         p_lo = ((first + 1) * SKP - 1) // tot
         p_hi = ((first + k_tiles) * SKP - 1) // tot
-        if p_lo != p_hi:
-            num_pid_m = gl.cdiv(M, TM)
-            num_pid_n = gl.cdiv(N, BN)
-            pid_m, pid_n = _tile_coords(num_pid_m * num_pid_n - S + t_local, num_pid_m, num_pid_n, GROUP_M)
+        num_pid_m = gl.cdiv(M, TM)
+        num_pid_n = gl.cdiv(N, BN)
+        pid_m, pid_n = _tile_coords(num_pid_m * num_pid_n - S + t_local, num_pid_m, num_pid_n, GROUP_M)
+        # row blocks past C's last row (a skinny M in a 64- or 128-row tile) have nothing to sum
+        if (p_lo != p_hi) & (gl.program_id(1) * RB < M - pid_m * TM):
             rows = gl.expand_dims(gl.program_id(1) * RB + gl.arange(0, RB, layout=gl.SliceLayout(1, LAYOUT)), 1)
             cols = gl.expand_dims(gl.arange(0, BN, layout=gl.SliceLayout(0, LAYOUT)), 0)
             mask = (rows < M - pid_m * TM) & (cols < N - pid_n * BN)
@@ -467,6 +471,45 @@ if _HAVE_GLUON:
                     acc += gl.load(ws_ptr + slot * (TM * BN) + offs, mask=mask & (p <= p_hi), other=0.0)
             c_offs = (pid_m * TM + rows).to(gl.int64) * stride_cm + (pid_n * BN + cols)
             gl.store(c_ptr + c_offs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+    @gluon.jit(do_not_specialize=["S", "SKP"])
+    def _sk_fixup_wide_kernel(ws_ptr, c_ptr, M, N, stride_cm, S, SKP, k_tiles,
+                              TM: gl.constexpr, BN: gl.constexpr, RB: gl.constexpr, GROUP_M: gl.constexpr,
+                              L3: gl.constexpr, UNROLL: gl.constexpr):
+        """_sk_fixup_kernel for tiles with many contributors: each warp sums every W-th
+        contributor (W warps, L3's first dim), then the W partial sums are added in a fixed
+        order (deterministic from run to run, not the contributors' order)."""
+        W: gl.constexpr = L3.warps_per_cta[0]
+        t_local = gl.program_id(0)
+        tot = S * k_tiles
+        first = t_local * k_tiles
+        p_lo = ((first + 1) * SKP - 1) // tot
+        p_hi = ((first + k_tiles) * SKP - 1) // tot
+        num_pid_m = gl.cdiv(M, TM)
+        num_pid_n = gl.cdiv(N, BN)
+        pid_m, pid_n = _tile_coords(num_pid_m * num_pid_n - S + t_local, num_pid_m, num_pid_n, GROUP_M)
+        if (p_lo != p_hi) & (gl.program_id(1) * RB < M - pid_m * TM):
+            way = gl.expand_dims(gl.expand_dims(
+                gl.arange(0, W, layout=gl.SliceLayout(1, gl.SliceLayout(2, L3))), 1), 2)
+            rows = gl.expand_dims(gl.expand_dims(
+                gl.program_id(1) * RB + gl.arange(0, RB, layout=gl.SliceLayout(0, gl.SliceLayout(2, L3))), 0), 2)
+            cols = gl.expand_dims(gl.expand_dims(
+                gl.arange(0, BN, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3))), 0), 1)
+            mask = (rows < M - pid_m * TM) & (cols < N - pid_n * BN)
+            offs = rows * BN + cols
+            acc = gl.zeros([W, RB, BN], gl.float32, L3)
+            for p0 in range(p_lo, p_hi + 1, W * UNROLL):
+                for j in gl.static_range(UNROLL):
+                    p = p0 + j * W + way
+                    slot = 2 * p + gl.where(p * tot // SKP < first, 1, 0)
+                    acc += gl.load(ws_ptr + slot * (TM * BN) + offs, mask=mask & (p <= p_hi), other=0.0)
+            out = gl.sum(acc, axis=0)
+            L2: gl.constexpr = gl.SliceLayout(0, L3)
+            rows2 = gl.expand_dims(gl.program_id(1) * RB + gl.arange(0, RB, layout=gl.SliceLayout(1, L2)), 1)
+            cols2 = gl.expand_dims(gl.arange(0, BN, layout=gl.SliceLayout(0, L2)), 0)
+            mask2 = (rows2 < M - pid_m * TM) & (cols2 < N - pid_n * BN)
+            c_offs = (pid_m * TM + rows2).to(gl.int64) * stride_cm + (pid_n * BN + cols2)
+            gl.store(c_ptr + c_offs, out.to(c_ptr.dtype.element_ty), mask=mask2)
 
     def _gl_dtype(torch_dtype):
         import torch
@@ -516,12 +559,19 @@ if _HAVE_GLUON:
         _ws_kernel[grid](a_desc, b_desc, c_desc, ws, M, N, K, S, SKP, cfg.STAGES, cfg.GROUP_M, acc_layout,
                          cfg.multicast, cl_layout, S > 0, num_warps=cfg.num_warps, num_ctas=cfg.cluster)
         if S:
-            # 16 rows x BN a program (4 warps, 4 columns a thread): ~8 programs a split tile
-            rb = 16
+            # rb rows x BN a program (4 warps, 4 columns a thread): 16 rows where a split tile has
+            # few contributors, 4 (more programs, more loads in flight) where it has many
+            rb, unroll, ways = fixup_geometry(S, SKP, cfg.BLOCK_N)
             tpw_n = min(32, cfg.BLOCK_N // 4)
-            layout = gl.BlockedLayout([1, 4], [32 // tpw_n, tpw_n], [4, 1], [1, 0])
-            _sk_fixup_kernel[(S, TM // rb)](ws, c, M, N, c.stride(0), S, SKP, iters, TM, cfg.BLOCK_N, rb,
-                                            cfg.GROUP_M, layout, FIXUP_UNROLL, num_warps=4)
+            if ways == 1:
+                layout = gl.BlockedLayout([1, 4], [32 // tpw_n, tpw_n], [FIXUP_WARPS, 1], [1, 0])
+                _sk_fixup_kernel[(S, TM // rb)](ws, c, M, N, c.stride(0), S, SKP, iters, TM, cfg.BLOCK_N, rb,
+                                                cfg.GROUP_M, layout, unroll, num_warps=FIXUP_WARPS)
+            else:
+                # a warp a contributor: each warp holds the program's rb rows x BN of one slot
+                l3 = gl.BlockedLayout([1, 1, 4], [1, 32 // tpw_n, tpw_n], [ways, 1, 1], [2, 1, 0])
+                _sk_fixup_wide_kernel[(S, TM // rb)](ws, c, M, N, c.stride(0), S, SKP, iters, TM, cfg.BLOCK_N, rb,
+                                                     cfg.GROUP_M, l3, unroll, num_warps=FIXUP_WIDE_WARPS)
         return None
 
 

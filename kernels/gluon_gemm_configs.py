@@ -192,7 +192,28 @@ ITER_US = {(128, 128): 0.40, (128, 256): 0.75, (256, 128): 0.80, (64, 128): 0.30
 FIXUP_LAUNCH_US = 2.5
 PARTIAL_BYTES_PER_US = 4.0e6  # fp32 partials written then read back, through L2
 FIXUP_ROUND_TRIP_US = 1.0  # one L2 round trip of the fixup's loads (FIXUP_UNROLL partials at once)
-FIXUP_UNROLL = 8
+FIXUP_UNROLL = 8  # loads in flight a thread with 16-row fixup programs (16 fp32 each: 128 registers)
+FIXUP_REGS = 128  # fp32 registers a fixup thread spends on loads in flight
+FIXUP_WARPS = 4
+
+
+FIXUP_WIDE_WARPS = 8  # the wide fixup: one contributor a warp at a time
+FIXUP_WIDE_ROWS = 2
+
+
+def fixup_geometry(s: int, skp: int, bn: int) -> tuple[int, int, int]:
+    """(rows a fixup program sums, loads in flight a thread, contributors summed side by side)
+    for a Stream-K plan. Few contributors a split tile (the hybrid's last wave): 16-row programs
+    of 4 warps, each thread walking the contributors in order with FIXUP_UNROLL loads in flight.
+    Many (split-K of a few tiles over every SM: up to 133): the walk is a chain of loads a thread
+    (measured on the H200: 14.6 us for 132 contributors of a 32 x 32 tile in 4-row programs,
+    against 10.8 us for the whole split-K kernel before it), so 2-row programs of 8 warps take
+    a contributor a warp, 8 side by side, and sum the 8 at the end: 8x fewer loads a thread."""
+    if cdiv(skp, max(s, 1)) + 1 <= 2 * FIXUP_UNROLL:
+        per_slot = max(1, 16 * bn // (FIXUP_WARPS * 32))  # fp32 elements a thread loads from one slot
+        return 16, max(1, min(32, FIXUP_REGS // per_slot)), 1
+    per_slot = max(1, FIXUP_WIDE_ROWS * bn // 32)  # a warp holds the program's rows of one slot
+    return FIXUP_WIDE_ROWS, max(1, min(8, (FIXUP_REGS // 2) // per_slot)), FIXUP_WIDE_WARPS
 HBM_BYTES_PER_US = 4.0e6  # what a streaming GEMM reads from HBM (cuBLAS's skinny rows: 3.3-3.6 TB/s)
 
 
@@ -214,8 +235,9 @@ def estimate_us(cfg: Config, M: int, N: int, K: int, sm_count: int = 132) -> flo
     busiest = dp_waves * iters + cdiv(s * iters, skp)
     per_tile = [len(contributors(t, s, iters, skp)) for t in range(s)]
     rows, cols = min(tm, M), min(bn, N)  # skinny partials are stored masked to C's extent
+    _, unroll, ways = fixup_geometry(s, skp, bn)
     fixup = (FIXUP_LAUNCH_US + 2 * sum(per_tile) * rows * cols * 4 / PARTIAL_BYTES_PER_US
-             + cdiv(max(per_tile), FIXUP_UNROLL) * FIXUP_ROUND_TRIP_US)
+             + cdiv(max(per_tile), unroll * ways) * FIXUP_ROUND_TRIP_US)
     return max(floor, busiest * step) + fixup
 
 

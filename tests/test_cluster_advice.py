@@ -48,12 +48,13 @@ def _notes(d):
 
 def test_cluster_entries_parse_beside_the_other_schedules():
     rows = _cluster_rows()
-    # 13 shapes of the round-1/round-2 suites, each over cuBLAS, median of both rounds
+    # 13 shapes of the suites, each over cuBLAS, median of the three rounds (round 3 in two files:
+    # one run of the skinny suite, one of the tail and balanced ones)
     assert len(rows) == 13
     assert {r["suite"] for r in rows} == {"tail", "balanced", "skinny"}
     for r in rows:
         assert r["versus"] == "cublas" and r["dtype"] == "bf16" and r["triton"] == "3.9.0"
-        assert r["runs"] == 2 and 0 < r["ratio"] <= r["best"]
+        assert r["runs"] == 3 and 0 < r["ratio"] <= r["best"]
     by = {r["shape"]: r for r in rows}
     assert 1.05 < by["8192x8192x8192"]["ratio"] < by["8192x8192x8192"]["best"] == 1.082
     assert by["1664x1408x8192"]["ratio"] < 0.8  # where it lost
@@ -67,7 +68,9 @@ def test_toml_is_what_make_calibration_writes(tmp_path):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     out = tmp_path / "h200.toml"
-    rounds = ["bench/results/cluster_gemm/cluster_gemm.csv", "bench/results/cluster_gemm/round2/cluster_gemm.csv"]
+    rounds = ["bench/results/cluster_gemm/cluster_gemm.csv", "bench/results/cluster_gemm/round2/cluster_gemm.csv",
+              "bench/results/cluster_gemm/round3/skinny/cluster_gemm.csv",
+              "bench/results/cluster_gemm/round3/tail_balanced/cluster_gemm.csv"]
     mod.main([str(ROOT / "bench/results/h200.csv.gz"), str(out), "--cluster-rows", *[str(ROOT / p) for p in rounds],
               "--attention-rows", str(ROOT / "bench/results/attention_fusion/attention_fusion.csv"),
               "--attention-bias-rows", str(ROOT / "bench/results/attention_bias/attention_bias.csv")])
@@ -89,10 +92,10 @@ def test_measured_shapes_fall_in_the_class_of_their_suite():
 def test_reached_maps_a_shape_onto_its_class_and_no_further():
     h200 = {"name": "NVIDIA H200", "sm_count": 132}
     exact = reached("cluster_gemm", {"M": 8192, "N": 8192, "K": 8192, "dtype": "bf16"}, LIB, h200, CLASSES)
-    assert exact.exact and exact.shape_class == "balanced" and exact.ratio == pytest.approx(1.064)
+    assert exact.exact and exact.shape_class == "balanced" and exact.ratio == pytest.approx(1.065)
     # unmeasured balanced shape: the worst measured balanced shape near it
     near = reached("cluster_gemm", {"M": 6144, "N": 6144, "K": 8192, "dtype": "bf16"}, LIB, h200, CLASSES)
-    assert not near.exact and near.shape_class == "balanced" and near.ratio == pytest.approx(1.037)
+    assert not near.exact and near.shape_class == "balanced" and near.ratio == pytest.approx(1.023)
     # 4x past every measured shape: no number at all rather than an extrapolation
     assert reached("cluster_gemm", {"M": 32768, "N": 32768, "K": 32768, "dtype": "bf16"}, LIB, h200, CLASSES) is None
     # without class thresholds only measured shapes speak; fp32 is not a dtype it runs
@@ -103,11 +106,12 @@ def test_reached_maps_a_shape_onto_its_class_and_no_further():
 # ------------------------------------------------------------------ hopper_no_ws on a library kernel
 
 
-@pytest.mark.parametrize("shape,dur_ns,exact", [((8192, 8192, 8192), 1_700_000, True), ((6144, 6144, 8192), 1_000_000, False)])
+@pytest.mark.parametrize("shape,dur_ns,exact", [((8192, 8192, 8192), 1_700_000, True)])
 def test_cublas_on_a_balanced_shape_gets_the_cluster_finding(shape, dur_ns, exact):
     """cuBLAS at ~80% of the measured peak: before, a "near peak" note; the cluster GEMM
-    measured 1.04-1.06x cuBLAS on the balanced shapes, so it is a finding whose estimate is
-    time x (1 - 1/ratio), here under the roofline cap."""
+    measured 1.065x cuBLAS on 8192^3 (median of three runs), so it is a finding whose estimate
+    is time x (1 - 1/ratio), here under the roofline cap. (An unmeasured balanced shape reads
+    the worst near it, 4096^2 x 8192 at 1.02x: under the margin, a note; below.)"""
     d = _diag(*shape, dur_ns)
     (f,) = _hopper(d)
     assert f.strategy == "cluster_gemm" and f.evidence["shape_class"] == "balanced"
@@ -132,7 +136,8 @@ def test_the_roofline_still_caps_the_cluster_estimate():
 
 
 @pytest.mark.parametrize("shape,dur_ns,said", [
-    ((2176, 2176, 8192), 110_000, "0.81x cuBLAS on 2176x2176x8192"),  # measured there, lost
+    ((2176, 2176, 8192), 110_000, "0.82x cuBLAS on 2176x2176x8192"),  # measured there, lost
+    ((6144, 6144, 8192), 1_000_000, "1.02x cuBLAS on the balanced shapes we measured near"),  # won, under the margin
     ((1792, 1536, 8192), 80_000, "on the tail shapes we measured near 1792x1536x8192"),  # its class lost
     ((32768, 32768, 32768), 95_000_000, "not measured near 32768x32768x32768"),  # too far out
 ])

@@ -179,15 +179,19 @@ def test_generated_source_parses_and_names_knobs(tmp_path):
 @pytest.mark.skipif(not (TRITON39 / "triton").is_dir(), reason="Triton 3.9 not unpacked at /tmp/triton39")
 def test_sm90_compile_check_under_triton_39():
     # 2176^2 with K = 8200: hybrid Stream-K (a partial last wave), K not a multiple of BLOCK_K
-    env = dict(os.environ, PYTHONPATH=f"{TRITON39}:{ROOT}", TRITON_DEFAULT_FP_FUSION="1")
+    # an H100/H200's 132 SMs (the tests' 3 would leave 33x264x20000's 3 tiles one whole wave)
+    env = dict(os.environ, PYTHONPATH=f"{TRITON39}:{ROOT}", TRITON_DEFAULT_FP_FUSION="1", ADVISOR_NUM_SMS="132")
     env.pop("TRITON_INTERPRET", None)
-    r = subprocess.run([sys.executable, "-m", "kernels.gluon_compile_check", "--shapes", "2176x2176x8200"],
+    # and 33x264x20000: split-K of 3 tiles over every SM, whose fixup is the wide one
+    r = subprocess.run([sys.executable, "-m", "kernels.gluon_compile_check", "--shapes", "2176x2176x8200",
+                        "33x264x20000"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("ok")]
     main = [ln for ln in lines if "_ws_kernel" in ln]
     assert len(main) >= 10 and any(" sk " in ln for ln in main)
     assert any("_sk_fixup_kernel" in ln for ln in lines)
+    assert any("_sk_fixup_wide_kernel" in ln and "33x264x20000" in ln for ln in lines)
     mc = [ln for ln in main if "c2+mc" in ln]
     assert mc and all("multicast" in ln and "wgmma" in ln and "cluster" in ln for ln in mc)
     assert all("stack=0" in ln for ln in lines)
@@ -233,3 +237,22 @@ def test_generate_ranks_with_the_schedules_own_model():
         d = default_config(*shape)
         assert {k: v.knobs[k] for k in d.as_dict()} == d.as_dict(), shape
     assert generate("cluster_gemm", 1664, 1408, 8192).knobs["stream_k"]
+
+
+def test_fixup_geometry_spreads_many_way_splits():
+    """Few contributors a split tile (the hybrid's last wave): 16-row fixup programs, 8 slots in
+    flight; a split-K of one tile over every SM: 4-row programs with more slots in flight, so
+    that 132 contributors take 5 rounds of loads, not 17. Loads in flight a thread stay within
+    FIXUP_REGS registers either way."""
+    from kernels.gluon_gemm_configs import (FIXUP_REGS, FIXUP_UNROLL, FIXUP_WARPS, FIXUP_WIDE_WARPS, cdiv,
+                                            fixup_geometry)
+
+    assert fixup_geometry(11, 132, 128) == (16, FIXUP_UNROLL, 1)  # 1664x1408x8192: 13 contributors at most
+    rb, unroll, ways = fixup_geometry(1, 132, 128)  # 32x32x131072 on one 64x128 tile
+    assert ways == FIXUP_WIDE_WARPS and cdiv(133, unroll * ways) <= 5
+    for s, skp, bn in [(1, 132, 256), (2, 66, 128), (11, 132, 256), (4, 132, 64), (88, 132, 128)]:
+        rb, unroll, ways = fixup_geometry(s, skp, bn)
+        threads = (FIXUP_WARPS if ways == 1 else FIXUP_WIDE_WARPS) * 32
+        per_slot = max(1, rb * bn * ways // threads)  # a thread's elements of one load round
+        # loads in flight plus (wide) the W-way accumulator stay within the register budget
+        assert per_slot * unroll + (per_slot if ways > 1 else 0) <= FIXUP_REGS
