@@ -206,9 +206,9 @@ def fixup_geometry(s: int, skp: int, bn: int) -> tuple[int, int, int]:
     for a Stream-K plan. Few contributors a split tile (the hybrid's last wave): 16-row programs
     of 4 warps, each thread walking the contributors in order with FIXUP_UNROLL loads in flight.
     Many (split-K of a few tiles over every SM: up to 133): the walk is a chain of loads a thread
-    (measured on the H200: 14.6 us for 132 contributors of a 32 x 32 tile in 4-row programs,
-    against 10.8 us for the whole split-K kernel before it), so 2-row programs of 8 warps take
-    a contributor a warp, 8 side by side, and sum the 8 at the end: 8x fewer loads a thread."""
+    that can cost more than the split kernel itself (docs/schedules/cluster_gemm.md, round 3), so
+    2-row programs of 8 warps take a contributor a warp, 8 side by side, and sum the 8 at the
+    end: 8x fewer loads a thread."""
     if cdiv(skp, max(s, 1)) + 1 <= 2 * FIXUP_UNROLL:
         per_slot = max(1, 16 * bn // (FIXUP_WARPS * 32))  # fp32 elements a thread loads from one slot
         return 16, max(1, min(32, FIXUP_REGS // per_slot)), 1

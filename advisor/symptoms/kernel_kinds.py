@@ -202,7 +202,7 @@ def schedule_excluded(ctx: Context) -> np.ndarray:
     basic one a Tier 1-3 rule names: GEMMs in full fp32 (tensor_cores_unused / dtype_churn:
     Split-K of a SIMT GEMM is not the fix), GEMMs on misaligned kernels (misaligned_gemm),
     layout transposes, NCHW batch norm and PyTorch's bf16 depthwise convolutions (layout_churn), every kernel of an op-by-op
-    attention (unfused_attention) and the kernels building a materialised attention bias
+    attention (unfused_attention), every kernel of SDPA's math backend (dtype_churn's sdpa_backend) and the kernels building a materialised attention bias
     (materialised_attention_bias). Only where that rule is enabled."""
     if "schedule_excluded" in ctx.cache:
         return ctx.cache["schedule_excluded"]
@@ -210,6 +210,10 @@ def schedule_excluded(ctx: Context) -> np.ndarray:
     out = np.zeros(len(kk), dtype=bool)
     if _enabled(ctx, "tensor_cores_unused") or _enabled(ctx, "dtype_churn"):
         out |= (kk["precision"] == "fp32").to_numpy(dtype=bool)
+    if _enabled(ctx, "dtype_churn"):
+        from .sdpa_eligibility import math_sdpa_kernels  # (imported here, as attention_bias below)
+
+        out |= math_sdpa_kernels(ctx)
     if _enabled(ctx, "misaligned_gemm"):
         out |= kk["misaligned"].to_numpy(dtype=bool)
     if _enabled(ctx, "layout_churn"):

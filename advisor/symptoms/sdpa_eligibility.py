@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pandas as pd
 
 from ..basics import input_dims, input_dtypes
 from .context import Context
@@ -87,11 +86,12 @@ def call_causes(dims, strides, dtypes, enable_gqa: bool | None = None) -> list[t
             out.append((f"{name}_last_stride",
                         f"the {name}'s last dimension has stride {s[-1]} (shape {d}, strides {s}): every fused GPU "
                         "backend needs stride 1 there"))
-    q = dims[0] if isinstance(dims[0], list) else None
-    k = dims[1] if isinstance(dims[1], list) else None
-    if (enable_gqa is False and q and k and len(q) >= 3 and len(k) >= 3 and isinstance(q[-3], int)
-            and isinstance(k[-3], int) and k[-3] < q[-3]):
-        out.append(("kv_heads_broadcast", f"k and v have {k[-3]} head{'s' if k[-3] > 1 else ''} against q's {q[-3]} "
+    # the head-count and head-size refusals of 4-D calls only (torch refuses other ranks for
+    # every fused backend, a cause not named here)
+    q = dims[0] if isinstance(dims[0], list) and len(dims[0]) == 4 else None
+    k = dims[1] if isinstance(dims[1], list) and len(dims[1]) == 4 else None
+    if (enable_gqa is False and q and k and isinstance(q[1], int) and isinstance(k[1], int) and k[1] < q[1]):
+        out.append(("kv_heads_broadcast", f"k and v have {k[1]} head{'s' if k[1] > 1 else ''} against q's {q[1]} "
                                           "with enable_gqa off, broadcast by the call: the fused backends need "
                                           "equal head counts"))
     has_mask = len(dims) > 3 and isinstance(dims[3], list) and len(dims[3]) > 0
@@ -102,10 +102,31 @@ def call_causes(dims, strides, dtypes, enable_gqa: bool | None = None) -> list[t
     return out
 
 
-def math_sdpa_groups(ctx: Context, rank, dev) -> list[dict]:
-    """The rank's math-SDPA forward calls grouped by shape, with the device's kernel time inside
-    them (every kernel the backend ran: GEMMs, casts, softmax, the mask's add, K/V expands):
-    [{"BH", "L", "S", "D", "Dv", "dtype", "calls" (= "chains"), "total_ns", "names"}], largest first."""
+def math_sdpa_kernels(ctx: Context) -> np.ndarray:
+    """Per kernel: launched inside a math-SDPA forward call (Kineto cpu_ops). dtype_churn's
+    sdpa_backend replaces the whole path, so no other rule prescribes for these kernels
+    (kernel_kinds.schedule_excluded)."""
+    if "math_sdpa_kernels" in ctx.cache:
+        return ctx.cache["math_sdpa_kernels"]
+    from .gemm import innermost_ranges
+
+    out = np.zeros(len(ctx.kernels), dtype=bool)
+    ops = ctx.trace.cpu_ops
+    if len(ops):
+        sel = contains(ops["name"], MATH_OP).to_numpy() & ~contains(ops["name"], "backward").to_numpy()
+        if sel.any():
+            _, hit = innermost_ranges(ctx.trace, ops.loc[sel, ["rank", "thread_id", "start_ns", "end_ns"]])
+            out = hit >= 0
+    ctx.cache["math_sdpa_kernels"] = out
+    return out
+
+
+def math_sdpa_calls(ctx: Context, rank, dev) -> list[dict]:
+    """The rank's math-SDPA forward calls whose kernels ran on this device (every call of the rank
+    where the trace links no kernel to a launch call), each with its recorded dims and dtypes,
+    the refusals they show (`call_causes`) and the device's kernels inside it (every kernel the
+    backend ran: GEMMs, casts, softmax, the mask's add, K/V expands): [{"dims", "dtype",
+    "causes", "ns", "launches", "names"}]."""
     from .gemm import innermost_ranges
 
     ops = ctx.trace.cpu_ops
@@ -113,72 +134,71 @@ def math_sdpa_groups(ctx: Context, rank, dev) -> list[dict]:
         return []
     sel = (contains(ops["name"], MATH_OP).to_numpy() & ~contains(ops["name"], "backward").to_numpy()
            & (ops["rank"] == rank).to_numpy())
-    calls = ops.loc[sel, ["rank", "thread_id", "start_ns", "end_ns", "input_dims", "input_types"]
-                    if "input_types" in ops.columns else ["rank", "thread_id", "start_ns", "end_ns", "input_dims"]]
+    cols = ["rank", "thread_id", "start_ns", "end_ns", "input_dims"] + [
+        c for c in ("input_types", "input_strides", "concrete_inputs") if c in ops.columns]
+    calls = ops.loc[sel, cols]
     if not len(calls):
         return []
     ranges, hit = innermost_ranges(ctx.trace, calls)
     k = ctx.kernels
     on = ((k["rank"] == rank).to_numpy() & (k["device_id"].fillna(-1).astype("int64") == dev).to_numpy()
           & (hit >= 0))
-    if not on.any():
-        return []
+    linked = bool(on.any())
     dur = (k["end_ns"] - k["start_ns"]).to_numpy()
     per_call = np.bincount(hit[on], weights=dur[on], minlength=len(ranges))
+    launches = np.bincount(hit[on], minlength=len(ranges))
     names_by_call: dict[int, set] = {}
     for i, name in zip(hit[on], k["name"].to_numpy()[on]):
         names_by_call.setdefault(int(i), set()).add(str(name))
-    groups: dict[tuple, dict] = {}
-    types = ranges["input_types"] if "input_types" in ranges.columns else [None] * len(ranges)
-    for i, (d_text, t_text) in enumerate(zip(ranges["input_dims"], types)):
-        dims = input_dims(d_text)
-        q, kk, v = (dims + [None] * 3)[:3] if dims else (None, None, None)
-        if not all(isinstance(x, list) and len(x) >= 3 and all(isinstance(n, int) for n in x) for x in (q, kk, v)):
-            continue
-        BH = 1
-        for n in q[:-2]:
-            BH *= n
-        dt = (input_dtypes(t_text) + [None])[0]
-        key = (BH, q[-2], kk[-2], q[-1], v[-1], dt)
-        g = groups.setdefault(key, {"BH": BH, "L": q[-2], "S": kk[-2], "D": q[-1], "Dv": v[-1], "dtype": dt,
-                                    "calls": 0, "chains": 0, "total_ns": 0.0, "names": set()})
-        g["calls"] += 1
-        g["chains"] += 1  # one attention a call (the name fused_estimate reads)
-        g["total_ns"] += float(per_call[i])
-        g["names"] |= names_by_call.get(i, set())
-    return sorted((g for g in groups.values() if g["total_ns"] > 0), key=lambda g: -g["total_ns"])
-
-
-def math_sdpa_causes(ctx: Context, rank) -> dict:
-    """Over the rank's `_scaled_dot_product_attention_math` calls (forward), what refused the
-    fused backends: {"calls", "unexplained", "causes": [{"code", "calls", "why", "fix"}]}
-    (causes most calls first, `why` from the first call that shows it); {} without shapes."""
-    ops = ctx.trace.cpu_ops
-    if not len(ops) or "input_dims" not in ops.columns:
-        return {}
-    sub = ops[contains(ops["name"], MATH_OP).to_numpy() & ~contains(ops["name"], "backward").to_numpy()
-              & (ops["rank"] == rank).to_numpy()]
-    if not len(sub):
-        return {}
-    strides = sub["input_strides"] if "input_strides" in sub.columns else pd.Series([None] * len(sub), index=sub.index)
-    types = sub["input_types"] if "input_types" in sub.columns else pd.Series([None] * len(sub), index=sub.index)
-    concrete = (sub["concrete_inputs"] if "concrete_inputs" in sub.columns
-                else pd.Series([None] * len(sub), index=sub.index))
-    counts: dict[str, int] = {}
-    why: dict[str, str] = {}
-    unexplained = calls = 0
-    for d_text, s_text, t_text, c_text in zip(sub["input_dims"], strides, types, concrete):
+    out = []
+    none = [None] * len(ranges)
+    for i, (d_text, t_text, s_text, c_text) in enumerate(zip(
+            ranges["input_dims"], *(ranges[c] if c in ranges.columns else none
+                                    for c in ("input_types", "input_strides", "concrete_inputs")))):
+        if linked and not launches[i]:
+            continue  # another device's call (or one whose kernels the trace does not link)
         dims = input_dims(d_text)
         if not dims:
             continue
-        calls += 1
-        found = call_causes(dims, _parse(s_text), input_dtypes(t_text), _enable_gqa(_parse(c_text)))
-        unexplained += not found
-        for code, text in found:
-            counts[code] = counts.get(code, 0) + 1
-            why.setdefault(code, text)
+        dtypes = input_dtypes(t_text)
+        out.append({"dims": dims, "dtype": (dtypes + [None])[0],
+                    "causes": call_causes(dims, _parse(s_text), dtypes, _enable_gqa(_parse(c_text))),
+                    "ns": float(per_call[i]), "launches": int(launches[i]), "names": names_by_call.get(i, set())})
+    return out
+
+
+def math_sdpa_groups(calls: list[dict]) -> list[dict]:
+    """Calls (math_sdpa_calls) grouped by attention shape: [{"BH", "L", "S", "D", "Dv", "dtype",
+    "calls" (= "chains", the name unfused_attention.fused_estimate reads), "total_ns", "launches",
+    "names"}], the most kernel time first; calls without 4-D q, k, v are left out."""
+    groups: dict[tuple, dict] = {}
+    for c in calls:
+        q, kk, v = (c["dims"] + [None] * 3)[:3]
+        if not all(isinstance(x, list) and len(x) == 4 and all(isinstance(n, int) for n in x) for x in (q, kk, v)):
+            continue
+        key = (q[0] * q[1], q[2], kk[2], q[3], v[3], c["dtype"])
+        g = groups.setdefault(key, dict(zip(("BH", "L", "S", "D", "Dv", "dtype"), key), calls=0, chains=0,
+                                        total_ns=0.0, launches=0, names=set()))
+        g["calls"] += 1
+        g["chains"] += 1
+        g["total_ns"] += c["ns"]
+        g["launches"] += c["launches"]
+        g["names"] |= c["names"]
+    return sorted((g for g in groups.values() if g["total_ns"] > 0), key=lambda g: -g["total_ns"])
+
+
+def math_sdpa_causes(calls: list[dict]) -> dict:
+    """What refused the fused backends over these calls (math_sdpa_calls): {"calls",
+    "unexplained", "causes": [{"code", "calls", "why", "fix"}]} (causes most calls first, `why`
+    from the first call that shows it); {} without calls."""
     if not calls:
         return {}
+    counts: dict[str, int] = {}
+    why: dict[str, str] = {}
+    for c in calls:
+        for code, text in c["causes"]:
+            counts[code] = counts.get(code, 0) + 1
+            why.setdefault(code, text)
     causes = [{"code": c, "calls": n, "why": why[c], "fix": _FIXES[c]}
               for c, n in sorted(counts.items(), key=lambda kv: -kv[1])]
-    return {"calls": calls, "unexplained": unexplained, "causes": causes}
+    return {"calls": len(calls), "unexplained": sum(not c["causes"] for c in calls), "causes": causes}
