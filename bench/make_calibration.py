@@ -22,10 +22,16 @@ each provider's median us, and the rate Inductor's compiled build wrote it at, a
 and as a fraction of the copy bandwidth above (what a GPU we have not measured is credited with),
 which bounds what the `materialised_attention_bias` rule may claim.
 
+A convolution in 16-bit and in fp32 (`--conv-rows`, bench/probe_grouped_conv.py) becomes one
+`[[conv]]` entry per shape and 16-bit dtype: cuDNN's forward + backward time each way and their
+ratio, which bounds what the `slow_convolution` rule may claim.
+
     python bench/make_calibration.py bench/results/h200.csv.gz rules/measured/h200.toml \
         --cluster-rows bench/results/cluster_gemm/cluster_gemm.csv bench/results/cluster_gemm/round2/cluster_gemm.csv \
+            bench/results/cluster_gemm/round3/skinny/cluster_gemm.csv bench/results/cluster_gemm/round3/tail_balanced/cluster_gemm.csv \
         --attention-rows bench/results/attention_fusion/attention_fusion.csv \
-        --attention-bias-rows bench/results/attention_bias/attention_bias.csv
+        --attention-bias-rows bench/results/attention_bias/attention_bias.csv \
+        --conv-rows bench/results/grouped_conv/grouped_conv.csv
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -191,6 +198,38 @@ def _attention_bias(paths: list[Path], copy_bytes_per_s: float) -> list[dict]:
     return out
 
 
+def _conv(paths: list[Path]) -> list[dict]:
+    """Per convolution shape and 16-bit dtype (bench/probe_grouped_conv.py): cuDNN's time as
+    PyTorch calls it and the same convolution in fp32 (cuDNN on TF32), forward + backward, each
+    taken conservatively over the input layouts measured (the fastest 16-bit cuDNN, the slowest
+    fp32), and their ratio: what running the convolution in fp32 measured."""
+    out = []
+    for path in paths:
+        rows = list(csv.DictReader(open_text(path)))
+        by = defaultdict(list)
+        for r in rows:
+            by[(r["shape"], r["dtype"], r["impl"])].append(float(r["fwd_bwd_us"]))
+        for shape in dict.fromkeys(r["shape"] for r in rows):
+            m = re.match(r"x\[(\d+),(\d+),(\d+)\] w\[(\d+),(\d+),(\d+)\] groups (\d+)", shape)
+            fp32 = by.get((shape, "float32", "cudnn"))
+            if not m or not fp32:
+                continue
+            N, C, L, K, cpg, k, g = (int(x) for x in m.groups())
+            for dt in ("bfloat16", "float16"):
+                cud = by.get((shape, dt, "cudnn"))
+                if not cud:
+                    continue
+                row = {"shape": shape, "N": N, "C": C, "L": L, "K": K, "channels_per_group": cpg, "kernel": k,
+                       "groups": g, "dtype": {"bfloat16": "bf16", "float16": "fp16"}[dt], "pass": "fwd_bwd",
+                       "cudnn_us": min(cud), "fp32_us": max(fp32), "fp32_speedup": round(min(cud) / max(fp32), 3)}
+                gemm = by.get((shape, dt, "gemm"))
+                if gemm:
+                    row["gemm_us"] = max(gemm)
+                row["date"] = rows[0]["date"]
+                out.append(row)
+    return out
+
+
 def _toml_value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -207,6 +246,8 @@ def main(argv=None) -> int:
                    help="op-by-op attention vs SDPA rows (bench/bench_attention_fusion.py)")
     p.add_argument("--attention-bias-rows", type=Path, nargs="*", default=[],
                    help="materialised attention bias rows (bench/bench_attention_bias.py)")
+    p.add_argument("--conv-rows", type=Path, nargs="*", default=[],
+                   help="a convolution in 16-bit and in fp32 (bench/probe_grouped_conv.py)")
     a = p.parse_args(argv)
     rows = list(csv.DictReader(open_text(a.rows)))
     device = rows[0]["device"]
@@ -250,6 +291,13 @@ def main(argv=None) -> int:
                   "build_rate: the compiled build's bytes written a second)"]
     for r in bias:
         lines += ["[[attention_bias]]", *[f"{k} = {_toml_value(v)}" for k, v in r.items()], ""]
+    conv = _conv(a.conv_rows)
+    if conv:
+        lines += [f"# conv: {', '.join(p.as_posix() for p in a.conv_rows)} (a convolution forward + backward as "
+                  "PyTorch calls cuDNN in 16-bit and in fp32; median us of 10 after 3 warm-ups; fp32_speedup: their "
+                  "ratio)"]
+    for r in conv:
+        lines += ["[[conv]]", *[f"{k} = {_toml_value(v)}" for k, v in r.items()], ""]
     a.out.write_text("\n".join(lines), encoding="utf-8")
     print(f"wrote {a.out}")
     return 0

@@ -73,7 +73,8 @@ def test_toml_is_what_make_calibration_writes(tmp_path):
               "bench/results/cluster_gemm/round3/tail_balanced/cluster_gemm.csv"]
     mod.main([str(ROOT / "bench/results/h200.csv.gz"), str(out), "--cluster-rows", *[str(ROOT / p) for p in rounds],
               "--attention-rows", str(ROOT / "bench/results/attention_fusion/attention_fusion.csv"),
-              "--attention-bias-rows", str(ROOT / "bench/results/attention_bias/attention_bias.csv")])
+              "--attention-bias-rows", str(ROOT / "bench/results/attention_bias/attention_bias.csv"),
+              "--conv-rows", str(ROOT / "bench/results/grouped_conv/grouped_conv.csv")])
     mine = tomllib.loads(out.read_text(encoding="utf-8"))
     committed = tomllib.loads((ROOT / "rules/measured/h200.toml").read_text(encoding="utf-8"))
     assert mine == committed

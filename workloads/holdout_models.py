@@ -55,7 +55,9 @@ a fifteenth set: umt5_encode_padded (and _compiled_mask), coatnet_train_bf16, mo
 olmoe_decode_bf16, siglip_train_bf16. For dtype_churn's sdpa_backend cause (2026-12-04): the fixes
 it names, t5_train_contiguous_mask, t5_train_padded_contiguous_mask, umt5_encode_padded_contiguous_mask
 (a contiguous position bias) and falcon_decode_mqa_gqa (enable_gqa=True), and the fallback
-t5_train_padded_bf16_math / umt5_encode_padded_bf16_math. See each builder's docstring.
+t5_train_padded_bf16_math / umt5_encode_padded_bf16_math. A sixteenth set (2026-12-04):
+deepseek_v3_prefill_bf16, hubert_train_bf16, hubert_train_bf16_conv_fp32, pegasus_generate_fp16, informer_train_fp32,
+jamba_prefill_bf16, ast_infer_fp16. See each builder's docstring.
 
 The second set's three models with the fix advisor named (bert_train_fp32_tf32, resnet50_train_cl,
 mobilenet_b8_graph: a CUDA graph of the forward), timed against the originals with
@@ -2171,6 +2173,151 @@ def mobilevit_infer_fp16(dev: str, tiny: bool):
     return step
 
 
+
+def deepseek_v3_prefill_bf16(dev: str, tiny: bool):
+    """DeepSeek-V3-style model from its transformers config (hidden 1024, 4 layers: 1 dense then 3
+    MoE with 16 routed experts top 4 and a shared one; multi-head latent attention: q/kv LoRA
+    ranks 384/256, qk head dim 64 + 32 rotary, v head dim 64, 16 heads) bf16 forward over
+    2 x 2048 tokens."""
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    cfg = DeepseekV3Config(
+        hidden_size=64 if tiny else 1024, intermediate_size=128 if tiny else 2816,
+        moe_intermediate_size=32 if tiny else 512, num_hidden_layers=2 if tiny else 4,
+        first_k_dense_replace=1, num_attention_heads=2 if tiny else 16, num_key_value_heads=2 if tiny else 16,
+        n_routed_experts=4 if tiny else 16, num_experts_per_tok=2 if tiny else 4, n_shared_experts=1,
+        n_group=1, topk_group=1, q_lora_rank=32 if tiny else 384, kv_lora_rank=16 if tiny else 256,
+        qk_nope_head_dim=16 if tiny else 64, qk_rope_head_dim=8 if tiny else 32, v_head_dim=16 if tiny else 64,
+        vocab_size=1000 if tiny else 32000, max_position_embeddings=4096)
+    dtype = torch.float32 if dev == "cpu" else torch.bfloat16
+    with torch.device(dev):
+        model = DeepseekV3ForCausalLM(cfg).to(dtype).eval()
+    ids = torch.randint(0, cfg.vocab_size, (2, 32 if tiny else 2048), device=dev)
+    return _prefill_step(model, ids)
+
+
+def hubert_train_bf16(dev: str, tiny: bool, fix: str | None = None):
+    """HuBERT-base (7 conv feature layers, 12 transformer layers, 768 wide) CTC fine-tuning step,
+    bf16 autocast, AdamW, 8 clips of 10 s at 16 kHz. `fix="conv_fp32"`: the positional
+    convolution (768 channels in 16 groups, kernel 128) run in fp32 outside autocast (what
+    slow_convolution names), the model's output checked against the unpatched one first."""
+    from transformers import HubertConfig, HubertForCTC
+
+    cfg = HubertConfig(vocab_size=32, **(dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                              intermediate_size=64, conv_dim=(16,) * 7, num_conv_pos_embeddings=16)
+                                         if tiny else {}))
+    model = HubertForCTC(cfg).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    b, n = (2, 4000) if tiny else (8, 160000)
+    x = torch.randn(b, n, device=dev)
+    labels = torch.randint(1, cfg.vocab_size, (b, 8 if tiny else 120), device=dev)
+    if fix == "conv_fp32":
+        conv = model.hubert.encoder.pos_conv_embed.conv
+        orig = conv.forward
+
+        def conv_fp32(h):
+            with torch.autocast(device_type=dev.split(":")[0], enabled=False):
+                return orig(h.float()).to(h.dtype)
+
+        model.eval()  # no dropout: the two passes must agree to rounding
+        with torch.no_grad(), _autocast(dev, torch.bfloat16):
+            ref = model(input_values=x).logits.float()
+            conv.forward = conv_fp32
+            got = model(input_values=x).logits.float()
+        model.train()
+        err = ((got - ref).norm() / ref.norm()).item()
+        print(f"  hubert fix {fix}: logits rel. error {err:.1e} against bf16 autocast", flush=True)
+        if not err <= 3e-2:  # bf16 autocast's own rounding through 12 layers
+            raise AssertionError(f"hubert fix {fix}: rel. error {err:.1e}")
+    elif fix is not None:
+        raise ValueError(f"unknown HuBERT fix {fix!r}")
+    return _train_step(opt, dev, lambda: model(input_values=x, labels=labels).loss)
+
+
+def hubert_train_bf16_conv_fp32(dev: str, tiny: bool):
+    """hubert_train_bf16 with its positional convolution in fp32 (slow_convolution's fix)."""
+    return hubert_train_bf16(dev, tiny, fix="conv_fp32")
+
+
+def pegasus_generate_fp16(dev: str, tiny: bool):
+    """Pegasus (1024 wide, 6+6 layers, 16 heads, vocabulary 96,103) fp16 greedy summarisation:
+    8 inputs of 1024 tokens, 32 new tokens."""
+    from transformers import PegasusConfig, PegasusForConditionalGeneration
+
+    cfg = PegasusConfig(d_model=64 if tiny else 1024, encoder_layers=1 if tiny else 6, decoder_layers=1 if tiny else 6,
+                        encoder_attention_heads=2 if tiny else 16, decoder_attention_heads=2 if tiny else 16,
+                        encoder_ffn_dim=128 if tiny else 4096, decoder_ffn_dim=128 if tiny else 4096,
+                        vocab_size=1000 if tiny else 96103, max_position_embeddings=1024)
+    dtype = torch.float32 if dev == "cpu" else torch.float16
+    with torch.device(dev):
+        model = PegasusForConditionalGeneration(cfg).to(dtype).eval()
+    ids = torch.randint(2, cfg.vocab_size, (2 if tiny else 8, 16 if tiny else 1024), device=dev)
+    return _generate_step(model, 4 if tiny else 32, input_ids=ids)
+
+
+def informer_train_fp32(dev: str, tiny: bool):
+    """Informer (ProbSparse self-attention, distilling convolutions; d_model 512, 2+1 layers) time
+    series training step in fp32 (its default), batch 32, context 336 + 48 lags, 96 predicted
+    steps, 7 series dimensions as one multivariate input."""
+    from transformers import InformerConfig, InformerForPrediction
+
+    ctx_len, pred = (24, 8) if tiny else (336, 96)
+    cfg = InformerConfig(prediction_length=pred, context_length=ctx_len, input_size=7, lags_sequence=[1, 2, 3],
+                         num_time_features=1, d_model=32 if tiny else 512, encoder_layers=1 if tiny else 2,
+                         decoder_layers=1, encoder_attention_heads=2 if tiny else 8,
+                         decoder_attention_heads=2 if tiny else 8, encoder_ffn_dim=64 if tiny else 2048,
+                         decoder_ffn_dim=64 if tiny else 2048)
+    model = InformerForPrediction(cfg).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    b, past = 4 if tiny else 32, ctx_len + max(cfg.lags_sequence)
+    batch = dict(past_values=torch.randn(b, past, 7, device=dev), past_time_features=torch.randn(b, past, 1, device=dev),
+                 past_observed_mask=torch.ones(b, past, 7, device=dev),
+                 future_values=torch.randn(b, pred, 7, device=dev), future_time_features=torch.randn(b, pred, 1, device=dev))
+
+    def step():
+        loss = model(**batch).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def jamba_prefill_bf16(dev: str, tiny: bool):
+    """Jamba-style hybrid (hidden 1024, 8 layers: Mamba mixers with one attention layer in 4, MoE
+    MLPs every other layer, 8 experts top 2) bf16 forward over 2 x 1024 tokens, with transformers'
+    own Mamba path (no mamba-ssm kernels installed, as on a fresh machine)."""
+    from transformers import JambaConfig, JambaForCausalLM
+
+    cfg = JambaConfig(hidden_size=64 if tiny else 1024, intermediate_size=128 if tiny else 2816,
+                      num_hidden_layers=4 if tiny else 8, num_attention_heads=2 if tiny else 16,
+                      num_key_value_heads=2 if tiny else 8, num_experts=4 if tiny else 8, num_experts_per_tok=2,
+                      attn_layer_period=4, attn_layer_offset=2, expert_layer_period=2, expert_layer_offset=1,
+                      mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, use_mamba_kernels=False,
+                      vocab_size=1000 if tiny else 32000)
+    dtype = torch.float32 if dev == "cpu" else torch.bfloat16
+    with torch.device(dev):
+        model = JambaForCausalLM(cfg).to(dtype).eval()
+    ids = torch.randint(0, cfg.vocab_size, (2, 32 if tiny else 1024), device=dev)
+    return _prefill_step(model, ids)
+
+
+def ast_infer_fp16(dev: str, tiny: bool):
+    """Audio Spectrogram Transformer (ViT-B on 128 mel bins x 1024 frames, 16 x 16 patches with
+    stride 10: 1,212 tokens) fp16 classification, batch 16."""
+    from transformers import ASTConfig, ASTForAudioClassification
+
+    cfg = ASTConfig(**(dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                            max_length=64, num_mel_bins=32) if tiny else {}))
+    dtype = torch.float32 if dev == "cpu" else torch.float16
+    with torch.device(dev):
+        model = ASTForAudioClassification(cfg).to(dtype).eval()
+    x = torch.randn(2 if tiny else 16, cfg.max_length, cfg.num_mel_bins, device=dev, dtype=dtype)
+
+    @torch.no_grad()
+    def step():
+        model(input_values=x)
+    return step
+
 MODELS = {f.__name__: f for f in (t5_train, t5_train_contiguous_mask, t5_train_padded, t5_train_padded_compiled_mask, t5_train_padded_bf16_math,
                                   t5_train_padded_contiguous_mask, beit_infer_fp16, umt5_encode_padded,
                                   umt5_encode_padded_compiled_mask, umt5_encode_padded_bf16_math,
@@ -2203,7 +2350,9 @@ MODELS = {f.__name__: f for f in (t5_train, t5_train_contiguous_mask, t5_train_p
                                   autoformer_train_fp32, maxvit_train_bf16_cl, densenet121_train_bf16_cl,
                                   recurrent_gemma_prefill_bf16, mamba_prefill_short, convnext_train_bf16,
                                   convnext_train_bf16_cl, nfnet_train_bf16, nfnet_train_bf16_cl, swinv2_train_bf16, bigbird_train_fp32,
-                                  encodec_infer_fp32, patchtst_train_fp32, qwen2_decode_16k, llama_decode_32k_static)}
+                                  encodec_infer_fp32, patchtst_train_fp32, qwen2_decode_16k, llama_decode_32k_static,
+                                  deepseek_v3_prefill_bf16, hubert_train_bf16, hubert_train_bf16_conv_fp32, pegasus_generate_fp16,
+                                  informer_train_fp32, jamba_prefill_bf16, ast_infer_fp16)}
 # the seventh set's fixes (slow_memory_bound_kernel: torch.compile), timed against the originals
 MODELS.update({f"{n}_compiled": _compiled(MODELS[n])
                for n in ("poolformer_infer_fp16", "dpt_depth_infer_fp16", "upernet_convnext_infer_fp16")})

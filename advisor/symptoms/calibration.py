@@ -64,6 +64,7 @@ class Measured:
     dense_tflops_median: dict[str, float]  # the median runs (the fastest ones where not recorded)
     attention_fusion: tuple[dict[str, Any], ...] = ()  # op-by-op attention over SDPA, per shape
     attention_bias: tuple[dict[str, Any], ...] = ()  # a materialised attention bias, built eager and compiled
+    conv: tuple[dict[str, Any], ...] = ()  # a convolution in 16-bit and in fp32
 
 
 @lru_cache(maxsize=None)
@@ -83,6 +84,7 @@ def _load(directory: str) -> tuple[Measured, ...]:
                                  (c.get("dense_tflops_median") or c.get("dense_tflops") or {}).items()},
             attention_fusion=tuple(data.get("attention_fusion", [])),
             attention_bias=tuple(data.get("attention_bias", [])),
+            conv=tuple(data.get("conv", [])),
         ))
     return tuple(out)
 
@@ -557,3 +559,41 @@ def bias_build_rate(device: dict | None, nbytes: float, near_factor: float) -> t
     bw = measured_bandwidth(device or {})
     return (frac * bw, src, "other GPU") if bw else None
 
+
+
+def conv_fp32_speedup(device: dict | None, conv: dict, near_factor: float) -> tuple[float, str, str] | None:
+    """What running a 16-bit convolution in fp32 measured (cuDNN's 16-bit time over its fp32
+    time, forward + backward; bench/probe_grouped_conv.py) on a convolution like `conv`
+    ({dtype, groups, channels_per_group, kernel}: the kernel's size, all its dims multiplied):
+    the smallest speedup among measured convolutions of the same dtype width, grouped alike,
+    whose channels a group and kernel size are each within `near_factor`, as (speedup, source,
+    how); how = "exact" (this GPU, these channels and kernel), "near" or "other GPU" (the H200's
+    ratio: a ratio of two kernels on one GPU transfers better than either time). None where
+    nothing was measured near: cuDNN's choice of kernels changes with the shape."""
+    m = measured_for(device)
+    own = m is not None and bool(m.conv)
+    if not own:
+        m = _reference()
+    if m is None or not m.conv:
+        return None
+    want = _dtype_class(conv.get("dtype"))
+    lim = math.log(max(near_factor, 1.0)) + 1e-9
+    near = []
+    try:
+        cpg, k, grouped = int(conv["channels_per_group"]), int(conv["kernel"]), int(conv["groups"]) > 1
+    except (KeyError, TypeError, ValueError):
+        return None
+    for e in m.conv:
+        try:
+            ecpg, ek, eg, sp = int(e["channels_per_group"]), int(e["kernel"]), int(e["groups"]), float(e["fp32_speedup"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if _dtype_class(str(e.get("dtype"))) != want or (eg > 1) != grouped or min(cpg, k, ecpg, ek) <= 0:
+            continue
+        if max(abs(math.log(cpg / ecpg)), abs(math.log(k / ek))) <= lim:
+            near.append((sp, cpg == ecpg and k == ek))
+    if not near:
+        return None
+    sp, exact = min(near)
+    src = f"{m.source}, measured on the {m.device}" + ("" if own else " (not this GPU)")
+    return sp, src, ("exact" if exact else "near") if own else "other GPU"

@@ -76,6 +76,11 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     k = ctx.kernels
     kk = kinds(ctx)
     fp32 = kk["precision"].isin(FP32_CLASSES).to_numpy(dtype=bool)
+    if fp32.any():
+        # fp32 convolutions whose 16-bit version measured slower: slow_convolution's remedy
+        from .slow_convolution import fp32_by_choice
+
+        fp32 = fp32 & ~fp32_by_choice(ctx)
     if not fp32.any():
         return pd.DataFrame()
     casts = _adjacent_casts(ctx, fp32, kk["is_cast"].to_numpy(dtype=bool), int(rule["cast_window"]))

@@ -1,0 +1,284 @@
+"""slow_convolution: a 16-bit convolution whose library kernels run far under its roofline, where
+the same convolution in fp32 measured faster (Tier 3: precision).
+
+What it detects: `aten::convolution` (forward) and `aten::convolution_backward` calls recorded
+with their shapes and arguments (Kineto `record_shapes`), in bf16 or fp16, whose kernels on one
+device take over `min_floor_multiple` times the convolution's floor: its FLOPs at the measured
+tensor-core peak of its dtype, or its bytes (input, weight, output once each) at the measured
+bandwidth, whichever is longer. One finding per convolution (forward and backward together).
+The case that made it: wav2vec2 and HuBERT's positional convolution (768 channels in 16 groups
+of 48, kernel 128) under bf16 autocast, which cuDNN runs one group at a time on kernels that do
+not use the tensor cores; in fp32 cuDNN runs it on TF32 tensor cores 2.66x faster (forward +
+backward on the H200, bench/probe_grouped_conv.py; HuBERT's training step measured -12.5 ms of
+busy GPU time and -7.3 ms of step with that convolution in fp32).
+What to do: run that convolution in fp32, outside autocast (the module's forward under
+`torch.autocast(device_type, enabled=False)` on `.float()` inputs, its output cast back); the
+evidence names the shape. (Or as one batched GEMM a group, unfold + bmm: measured 3.1x in bf16,
+at the cost of an im2col buffer of N x C x L x kernel elements.)
+Estimate: only where running in fp32 was measured on a convolution grouped alike, of the same
+dtype width, with channels a group and kernel size each within `near_factor` (rules/measured
+`[[conv]]`): the convolution's kernel time (the union of its kernels' intervals: cuDNN spreads
+a grouped convolution's launches over several streams, and their sum double-counts) times
+(1 - 1 / the measured speedup), never below its floor. Elsewhere no finding; where the
+convolution takes over `note_floor_multiple` times its floor, a note says so and that no remedy
+was measured near it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+
+from ..basics import input_dims, input_dtypes
+from ..findings import Finding
+from ..rules import Rule
+from .calibration import conv_fp32_speedup, measured_bandwidth, peak_flops
+from .context import ELEMENT_BYTES, Context, finding_for
+from .gemm import innermost_ranges
+from .kernel_kinds import device_row
+
+SYMPTOM = "slow_convolution"
+REQUIRES = (
+    ("cpu_ops", "input_dims", "Does the trace record operator shapes (Kineto with record_shapes=True)?"),
+    ("runtime", "correlation_id", "Does the trace link kernels to their launch calls?"),
+)
+
+_FWD, _BWD = "aten::convolution", "aten::convolution_backward"
+_EV_COLS = ["rank", "device_id", "key", "dtype", "x", "w", "groups", "calls", "launches", "span_ns", "kernel_ns",
+            "floor_ns", "flop", "name", "top_ns"]
+
+
+def _ints(text) -> list[int] | None:
+    """'[64]' / '1' / '[True, False]' (Kineto's Concrete Inputs) -> a list of ints, else None."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        v = json.loads(text.replace("True", "1").replace("False", "0"))
+    except ValueError:
+        return None
+    v = v if isinstance(v, list) else [v]
+    return [int(x) for x in v] if all(isinstance(x, (int, float)) for x in v) else None
+
+
+def _per_dim(v: list[int] | None, n: int, default: int) -> list[int] | None:
+    if not v:
+        return [default] * n
+    return v * n if len(v) == 1 else (v if len(v) == n else None)
+
+
+def conv_call(name: str, dims_text, types_text, concrete_text) -> dict | None:
+    """One convolution call's shape: {x, w, out, groups, dtype, flop, bytes} from the recorded
+    arguments of aten::convolution (input, weight, bias, stride, padding, dilation, transposed,
+    output_padding, groups) or aten::convolution_backward (grad_output, input, weight,
+    bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask);
+    None for a transposed convolution or arguments it cannot read."""
+    dims = input_dims(dims_text)
+    try:
+        concrete = json.loads(concrete_text) if isinstance(concrete_text, str) else None
+    except ValueError:
+        concrete = None
+    if not dims or not isinstance(concrete, list):
+        return None
+    bwd = name.endswith("convolution_backward")
+    off = 1 if bwd else 0
+    if len(dims) < 2 + off or len(concrete) < 9 + off:
+        return None
+    x, w = dims[off], dims[off + 1]
+    if not (isinstance(x, list) and isinstance(w, list) and len(x) == len(w) >= 3
+            and all(isinstance(d, int) and d > 0 for d in x + w)):
+        return None
+    nsp = len(x) - 2
+    stride, pad, dil = (_per_dim(_ints(concrete[3 + off + i]), nsp, d) for i, d in ((0, 1), (1, 0), (2, 1)))
+    transposed, groups = _ints(concrete[6 + off]), _ints(concrete[8 + off])
+    if not (stride and pad and dil and groups) or (transposed and transposed[0]):
+        return None
+    g = groups[0]
+    N, C, K, cg = x[0], x[1], w[0], w[1]
+    if g <= 0 or C != cg * g or K % g:
+        return None
+    if bwd:
+        out = dims[0][2:] if isinstance(dims[0], list) and len(dims[0]) == len(x) else None
+        mask = _ints(concrete[10]) if len(concrete) > 10 else None
+        passes = (mask[0] + mask[1]) if mask and len(mask) >= 2 else 2
+    else:
+        out = [(x[2 + i] + 2 * pad[i] - dil[i] * (w[2 + i] - 1) - 1) // stride[i] + 1 for i in range(nsp)]
+        passes = 1
+    if not out or any(o <= 0 for o in out):
+        return None
+    ks = math.prod(w[2:])
+    flop = 2.0 * N * K * math.prod(out) * cg * ks * passes
+    elt = ELEMENT_BYTES.get((input_dtypes(types_text) + [None])[off] or "", 2)
+    nbytes = float(elt) * (N * C * math.prod(x[2:]) + K * cg * ks + N * K * math.prod(out)) * (2 if bwd else 1)
+    return {"x": x, "w": w, "groups": g, "dtype": (input_dtypes(types_text) + [None])[off], "flop": flop,
+            "bytes": nbytes}
+
+
+def _span(starts: np.ndarray, ends: np.ndarray) -> int:
+    """Nanoseconds covered by the union of [start, end) intervals."""
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    stops = np.append(idx[1:], len(s)) - 1
+    return int((run_end[stops] - s[idx]).sum())
+
+
+def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
+    """Per (rank, device, convolution): calls, launches, the union and the sum of its kernels'
+    time, its floor (FLOPs at the dtype's measured peak or bytes at the measured bandwidth,
+    summed over the calls) and the kernel that took the most time."""
+    ops = ctx.trace.cpu_ops
+    if not len(ops) or "input_dims" not in ops.columns or "concrete_inputs" not in ops.columns:
+        return pd.DataFrame(columns=_EV_COLS)
+    name = ops["name"].astype(str)
+    sel = ((name == _FWD) | (name == _BWD)).to_numpy()
+    if not sel.any():
+        return pd.DataFrame(columns=_EV_COLS)
+    cols = ["rank", "thread_id", "start_ns", "end_ns", "name", "input_dims", "concrete_inputs"] + (
+        ["input_types"] if "input_types" in ops.columns else [])
+    ranges, hit = innermost_ranges(ctx.trace, ops.loc[sel, cols])
+    k = ctx.kernels
+    inside = np.flatnonzero(hit >= 0)
+    if not len(inside):
+        return pd.DataFrame(columns=_EV_COLS)
+    starts, ends = k["start_ns"].to_numpy(np.int64), k["end_ns"].to_numpy(np.int64)
+    dev = k["device_id"].fillna(-1).astype("int64").to_numpy()
+    names = k["name"].astype(str).to_numpy()
+    types = ranges["input_types"] if "input_types" in ranges.columns else [None] * len(ranges)
+    calls = {}
+    for i, (nm, d_text, t_text, c_text) in enumerate(zip(ranges["name"], ranges["input_dims"], types,
+                                                         ranges["concrete_inputs"])):
+        calls[i] = conv_call(str(nm), d_text, t_text, c_text)
+    groups: dict[tuple, dict] = {}
+    order = inside[np.argsort(hit[inside], kind="stable")]
+    bounds = np.flatnonzero(np.diff(hit[order])) + 1
+    for part in np.split(order, bounds):
+        i = int(hit[part[0]])
+        c = calls.get(i)
+        if c is None:
+            continue
+        for d in np.unique(dev[part]):
+            mine = part[dev[part] == d]
+            key = (int(ranges["rank"].iloc[i]), int(d), json.dumps([c["x"], c["w"], c["groups"], c["dtype"]]))
+            g = groups.setdefault(key, {"rank": key[0], "device_id": key[1], "key": key[2], "dtype": c["dtype"],
+                                        "x": c["x"], "w": c["w"], "groups": c["groups"], "calls": 0, "launches": 0,
+                                        "span_ns": 0, "kernel_ns": 0, "flop": 0.0, "bytes": 0.0, "by_name": {}})
+            g["calls"] += 1
+            g["launches"] += len(mine)
+            g["span_ns"] += _span(starts[mine], ends[mine])
+            g["kernel_ns"] += int((ends[mine] - starts[mine]).sum())
+            g["flop"] += c["flop"]
+            g["bytes"] += c["bytes"]
+            for n, t in zip(names[mine], ends[mine] - starts[mine]):
+                g["by_name"][n] = g["by_name"].get(n, 0) + int(t)
+    rows = []
+    for g in groups.values():
+        device = _device(ctx, g["rank"], g["device_id"])
+        rate, _ = peak_flops(device, g["dtype"]) if g["dtype"] in ("bf16", "fp16") else (None, "")
+        bw = measured_bandwidth(device)
+        floor = max(g["flop"] / rate * 1e9 if rate else 0.0, g["bytes"] / bw * 1e9 if bw else 0.0)
+        top = max(g["by_name"].items(), key=lambda kv: kv[1])
+        rows.append({**{c: g[c] for c in ("rank", "device_id", "key", "dtype", "x", "w", "groups", "calls",
+                                         "launches", "span_ns", "kernel_ns", "flop")},
+                     "floor_ns": floor, "name": top[0], "top_ns": top[1]})
+    return pd.DataFrame(rows, columns=_EV_COLS)
+
+
+def fp32_by_choice(ctx: Context) -> np.ndarray:
+    """Per kernel: launched by an fp32 convolution whose 16-bit version measured slower (the
+    remedy this rule names, already applied): dtype_churn must not tell it back to 16-bit."""
+    if "conv_fp32_by_choice" in ctx.cache:
+        return ctx.cache["conv_fp32_by_choice"]
+    out = np.zeros(len(ctx.kernels), dtype=bool)
+    ops = ctx.trace.cpu_ops
+    if len(ops) and "input_dims" in ops.columns and "concrete_inputs" in ops.columns:
+        name = ops["name"].astype(str)
+        sel = ((name == _FWD) | (name == _BWD)).to_numpy()
+        if sel.any():
+            cols = ["rank", "thread_id", "start_ns", "end_ns", "name", "input_dims", "concrete_inputs"] + (
+                ["input_types"] if "input_types" in ops.columns else [])
+            ranges, hit = innermost_ranges(ctx.trace, ops.loc[sel, cols])
+            types = ranges["input_types"] if "input_types" in ranges.columns else [None] * len(ranges)
+            keep = np.zeros(len(ranges), dtype=bool)
+            for i, (nm, d_text, t_text, c_text) in enumerate(zip(ranges["name"], ranges["input_dims"], types,
+                                                                 ranges["concrete_inputs"])):
+                c = conv_call(str(nm), d_text, t_text, c_text)
+                if c is None or c["dtype"] != "fp32":
+                    continue
+                m = conv_fp32_speedup(_device(ctx, ranges["rank"].iloc[i], 0),
+                                      {"dtype": "bf16", "groups": c["groups"], "channels_per_group": c["w"][1],
+                                       "kernel": math.prod(c["w"][2:])}, 2.0)
+                keep[i] = m is not None and m[0] > 1
+            out = (hit >= 0) & keep[np.maximum(hit, 0)]
+    ctx.cache["conv_fp32_by_choice"] = out
+    return out
+
+
+def _device(ctx: Context, rank, dev) -> dict:
+    return device_row(ctx, rank, dev)
+
+
+def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
+    out: list[Finding] = []
+    if ev.empty:
+        return out
+    for r in ev.sort_values("span_ns", ascending=False, kind="stable").to_dict("records"):
+        if r["dtype"] not in ("bf16", "fp16") or r["floor_ns"] <= 0:
+            continue
+        span = float(r["span_ns"])
+        if span < rule["min_floor_multiple"] * r["floor_ns"] or ctx.share(r["rank"], r["device_id"], span) < rule["min_share"]:
+            continue
+        x, w, g = r["x"], r["w"], int(r["groups"])
+        what = (f"{len(x) - 2}-D convolution x{x} w{w}" + (f" in {g} groups of {w[1]} channels" if g > 1 else "")
+                + f", {r['dtype']}")
+        measured = conv_fp32_speedup(_device(ctx, r["rank"], r["device_id"]),
+                                     {"dtype": r["dtype"], "groups": g, "channels_per_group": w[1],
+                                      "kernel": math.prod(w[2:])}, float(rule["near_factor"]))
+        rate = r["flop"] / span * 1e9  # FLOP/s
+        if measured is None:
+            if span < rule["note_floor_multiple"] * r["floor_ns"]:
+                continue
+            ctx.notes.append(
+                f"slow_convolution: a {what} on rank {r['rank']} (device {r['device_id']}) takes {span / 1e6:.2f} ms, "
+                f"{span / r['floor_ns']:.0f}x its floor at the measured peak ({rate / 1e12:.1f} TFLOP/s) in "
+                f"`{str(r['name'])[:80]}`; no remedy was measured on a convolution near it, so nothing is claimed "
+                "(running it in fp32 or as a batched GEMM are the candidates to time)")
+            continue
+        speedup, src, how = measured
+        est = min(span * (1 - 1 / speedup), span - r["floor_ns"])
+        if est < rule["min_savings_ns"]:
+            continue
+        row = {"name": r["name"], "rank": r["rank"], "device_id": r["device_id"], "launches": r["launches"],
+               "total_ns": int(span)}
+        out.append(finding_for(
+            rule, row, shape=None, grid=None, block=None,
+            est_savings_ns=int(est),
+            confidence={"exact": "medium", "near": "low", "other GPU": "low"}[how],
+            tier=3,
+            evidence={
+                "convolution": what,
+                "calls": int(r["calls"]),
+                "span_ns": int(span),
+                "kernel_ns": int(r["kernel_ns"]),
+                "floor_ns": int(r["floor_ns"]),
+                "bound_ns": int(r["floor_ns"]),
+                "floor_multiple": round(span / r["floor_ns"], 1),
+                "tflops": round(rate / 1e12, 2),
+                "share_of_gpu_time": round(ctx.share(r["rank"], r["device_id"], span), 4),
+                "measured_fp32_speedup": speedup,
+                "measured": how,
+                "basis": (f"the convolution's kernels cover {span / 1e6:.2f} ms (their sum, {r['kernel_ns'] / 1e6:.2f} "
+                          f"ms, overlaps across streams) over the {speedup:.2f}x cuDNN measured in fp32 against "
+                          f"{r['dtype']} on a convolution {'of this shape' if how == 'exact' else 'grouped alike within 2x'} "
+                          f"({src}); never under its floor, {r['floor_ns'] / 1e6:.3f} ms at the measured peak"),
+            },
+            suggestion={"fix": ("run this convolution in fp32 outside autocast: in its module's forward, "
+                                "with torch.autocast(device_type, enabled=False): y = conv(x.float()).to(x.dtype)"),
+                        "convolution": what},
+        ))
+    return out

@@ -1,0 +1,77 @@
+"""slow_convolution: a 16-bit convolution far under its roofline that cuDNN runs faster in fp32
+(advisor/symptoms/slow_convolution.py; measured by bench/probe_grouped_conv.py on the H200)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from advisor.diagnose.diagnosis import diagnose
+from advisor.symptoms.calibration import conv_fp32_speedup
+from advisor.symptoms.slow_convolution import _span, conv_call
+from advisor.traces import load_trace
+from conftest import DATA
+
+HOLD = DATA / "h200" / "holdout"
+H200 = {"name": "NVIDIA H200", "sm_count": 132}
+BF16 = json.dumps(["c10::BFloat16"] * 3)
+
+
+def test_forward_and_backward_calls_read_as_recorded():
+    # HuBERT's positional conv as Kineto records aten::convolution (input, weight, bias, stride,
+    # padding, dilation, transposed, output_padding, groups)
+    fwd = conv_call("aten::convolution", "[[8, 768, 499], [768, 48, 128], [768]]", BF16,
+                    '["", "", "", "[1]", "[64]", "[1]", "False", "[0]", "16"]')
+    assert fwd["groups"] == 16 and fwd["dtype"] == "bf16"
+    # 500 outputs (499 + 2 x 64 - 127), 48 x 128 MACs each per output channel
+    assert fwd["flop"] == 2.0 * 8 * 768 * 500 * 48 * 128
+    # the backward: grad_output first; its output_mask says which gradients it makes
+    bwd = conv_call("aten::convolution_backward", "[[8, 768, 500], [8, 768, 499], [768, 48, 128]]",
+                    json.dumps(["c10::BFloat16"] * 3),
+                    '["", "", "", "[768]", "[1]", "[64]", "[1]", "False", "[0]", "16", "[True, True, True]"]')
+    assert bwd["flop"] == 2 * fwd["flop"]
+    first = conv_call("aten::convolution_backward", "[[8, 512, 31999], [8, 1, 160000], [512, 1, 10]]", BF16,
+                      '["", "", "", "[0]", "[5]", "[0]", "[1]", "False", "[0]", "1", "[False, True, False]"]')
+    assert first["flop"] == 2.0 * 8 * 512 * 31999 * 1 * 10  # weight gradient only
+
+
+def test_unreadable_and_transposed_calls_are_skipped():
+    assert conv_call("aten::convolution", "[[8, 768, 499], [768, 48, 128], []]", BF16,
+                     '["", "", "", "[2]", "[0]", "[1]", "True", "[0]", "16"]') is None  # transposed
+    assert conv_call("aten::convolution", "[[8, 768, 499], [768, 48, 128], []]", BF16,
+                     '["", "", "", "[1]", "[0]", "[1]", "False", "[0]", "3"]') is None  # 768 != 48 x 3
+    assert conv_call("aten::convolution", "[[8, 768, 499]]", BF16, '[]') is None
+    assert conv_call("aten::convolution", None, BF16, None) is None
+
+
+def test_span_counts_overlapping_streams_once():
+    s = np.array([0, 5, 20, 22], dtype=np.int64)
+    e = np.array([10, 8, 30, 25], dtype=np.int64)
+    assert _span(s, e) == 10 + 10
+
+
+def test_the_measured_speedup_reaches_only_convolutions_like_the_measured_one():
+    conv = {"dtype": "bf16", "groups": 16, "channels_per_group": 48, "kernel": 128}
+    sp, _, how = conv_fp32_speedup(H200, conv, 2.0)
+    assert sp == pytest.approx(2.66) and how == "exact"
+    assert conv_fp32_speedup(H200, dict(conv, channels_per_group=64, kernel=96), 2.0)[2] == "near"
+    assert conv_fp32_speedup(H200, dict(conv, kernel=3), 2.0) is None  # a 3-tap conv: not measured
+    assert conv_fp32_speedup(H200, dict(conv, groups=1, channels_per_group=768), 2.0) is None
+    assert conv_fp32_speedup(H200, dict(conv, dtype="fp32"), 2.0) is None
+
+
+def test_hubert_positional_conv_claim_stays_under_the_measured_fix():
+    # H200, 2026-12-04: that convolution in fp32 took the busy GPU time 38.40 -> 25.92 ms
+    d = diagnose(load_trace(HOLD / "holdout_hubert_train_bf16.kineto.json.gz"))
+    (f,) = [f for f in d.findings if f.symptom == "slow_convolution"]
+    assert f.strategy == "conv_in_fp32" and f.tier == 3 and f.confidence == "medium"
+    assert "16 groups of 48 channels" in f.evidence["convolution"]
+    # the union of its kernels, not their sum over 8 streams
+    assert f.total_ns == f.evidence["span_ns"] < f.evidence["kernel_ns"]
+    assert 5e6 < f.est_savings_ns <= 12.5e6
+    assert "autocast" in f.suggestion["fix"]
+    # the fix applied: no finding on the convolution, and dtype_churn does not undo it
+    fixed = diagnose(load_trace(HOLD / "holdout_hubert_train_bf16_conv_fp32.kineto.json.gz"))
+    assert not [f for f in fixed.findings if f.symptom in ("slow_convolution", "dtype_churn")]
