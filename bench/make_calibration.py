@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import re
 import statistics
 import sys
@@ -201,18 +202,22 @@ def _attention_bias(paths: list[Path], copy_bytes_per_s: float) -> list[dict]:
 def _conv(paths: list[Path]) -> list[dict]:
     """Per convolution shape and 16-bit dtype (bench/probe_grouped_conv.py): cuDNN's time as
     PyTorch calls it and the same convolution in fp32 (cuDNN on TF32), forward + backward, each
-    taken conservatively over the input layouts measured (the fastest 16-bit cuDNN, the slowest
-    fp32), and their ratio: what running the convolution in fp32 measured."""
+    taken conservatively over the input layouts measured (the fastest 16-bit cuDNN, with or
+    without cudnn.benchmark; the slowest fp32), and their ratio rounded down: what running the
+    convolution in fp32 measured."""
     out = []
     for path in paths:
         rows = list(csv.DictReader(open_text(path)))
         by = defaultdict(list)
         for r in rows:
-            by[(r["shape"], r["dtype"], r["impl"])].append(float(r["fwd_bwd_us"]))
+            # cuDNN as called and with cudnn.benchmark: one provider (the fastest 16-bit counts)
+            impl = "cudnn" if r["impl"] in ("cudnn", "cudnn_benchmark") and r["dtype"] != "float32" else r["impl"]
+            by[(r["shape"], r["dtype"], impl)].append(float(r["fwd_bwd_us"]))
         for shape in dict.fromkeys(r["shape"] for r in rows):
             m = re.match(r"x\[(\d+),(\d+),(\d+)\] w\[(\d+),(\d+),(\d+)\] groups (\d+)", shape)
             fp32 = by.get((shape, "float32", "cudnn"))
-            if not m or not fp32:
+            if not m or not fp32:  # (1-D shapes only, as the probe writes them)
+                print(f"conv rows: {shape!r} skipped (not a 1-D shape with an fp32 row)", file=sys.stderr)
                 continue
             N, C, L, K, cpg, k, g = (int(x) for x in m.groups())
             for dt in ("bfloat16", "float16"):
@@ -220,8 +225,9 @@ def _conv(paths: list[Path]) -> list[dict]:
                 if not cud:
                     continue
                 row = {"shape": shape, "N": N, "C": C, "L": L, "K": K, "channels_per_group": cpg, "kernel": k,
-                       "groups": g, "dtype": {"bfloat16": "bf16", "float16": "fp16"}[dt], "pass": "fwd_bwd",
-                       "cudnn_us": min(cud), "fp32_us": max(fp32), "fp32_speedup": round(min(cud) / max(fp32), 3)}
+                       "groups": g, "spatial_dims": 1, "dtype": {"bfloat16": "bf16", "float16": "fp16"}[dt],
+                       "pass": "fwd_bwd", "cudnn_us": min(cud), "fp32_us": max(fp32),
+                       "fp32_speedup": math.floor(min(cud) / max(fp32) * 1000) / 1000}  # rounded down
                 gemm = by.get((shape, dt, "gemm"))
                 if gemm:
                     row["gemm_us"] = max(gemm)

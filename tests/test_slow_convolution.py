@@ -37,12 +37,33 @@ def test_forward_and_backward_calls_read_as_recorded():
     assert first["flop"] == 2.0 * 8 * 512 * 31999 * 1 * 10  # weight gradient only
 
 
+def test_strides_paddings_and_missing_types():
+    # HuBERT's first feature conv: kernel 10, stride 5 -> (160000 - 10) // 5 + 1 = 31999 outputs
+    first = conv_call("aten::convolution", "[[8, 1, 160000], [512, 1, 10], []]", BF16,
+                      '["", "", "", "[5]", "[0]", "[1]", "False", "[0]", "1"]')
+    assert first["flop"] == 2.0 * 8 * 512 * 31999 * 1 * 10
+    # 2-D, padding and stride per dim, dilation 2 along W: H (56 + 2 - 3) // 2 + 1 = 28,
+    # W (56 + 4 - 2 * 2 - 1) // 1 + 1 = 56
+    two = conv_call("aten::convolution", "[[4, 64, 56, 56], [128, 64, 3, 3], []]", BF16,
+                    '["", "", "", "[2, 1]", "[1, 2]", "[1, 2]", "False", "[0, 0]", "1"]')
+    assert two["flop"] == 2.0 * 4 * 128 * 28 * 56 * 64 * 9
+    # the input bytes at 2 bytes an element, the weight and the output once (the bandwidth floor)
+    assert two["bytes"] == 2.0 * (4 * 64 * 56 * 56 + 128 * 64 * 9 + 4 * 128 * 28 * 56)
+    # without "Input type": no dtype (so never a 16-bit finding), and no crash
+    nod = conv_call("aten::convolution_backward", "[[8, 768, 500], [8, 768, 499], [768, 48, 128]]", None,
+                    '["", "", "", "[768]", "[1]", "[64]", "[1]", "False", "[0]", "16", "[True, True, True]"]')
+    assert nod["dtype"] is None
+
+
 def test_unreadable_and_transposed_calls_are_skipped():
     assert conv_call("aten::convolution", "[[8, 768, 499], [768, 48, 128], []]", BF16,
                      '["", "", "", "[2]", "[0]", "[1]", "True", "[0]", "16"]') is None  # transposed
     assert conv_call("aten::convolution", "[[8, 768, 499], [768, 48, 128], []]", BF16,
                      '["", "", "", "[1]", "[0]", "[1]", "False", "[0]", "3"]') is None  # 768 != 48 x 3
     assert conv_call("aten::convolution", "[[8, 768, 499]]", BF16, '[]') is None
+    # a stride it cannot read (a symbolic size) is not taken for 1
+    assert conv_call("aten::convolution", "[[8, 768, 499], [768, 48, 128], []]", BF16,
+                     '["", "", "", "s0", "[64]", "[1]", "False", "[0]", "16"]') is None
     assert conv_call("aten::convolution", None, BF16, None) is None
 
 
@@ -53,13 +74,19 @@ def test_span_counts_overlapping_streams_once():
 
 
 def test_the_measured_speedup_reaches_only_convolutions_like_the_measured_one():
-    conv = {"dtype": "bf16", "groups": 16, "channels_per_group": 48, "kernel": 128}
+    conv = {"dtype": "bf16", "groups": 16, "channels_per_group": 48, "kernel": 128, "spatial_dims": 1}
     sp, _, how = conv_fp32_speedup(H200, conv, 2.0)
-    assert sp == pytest.approx(2.66) and how == "exact"
+    assert sp == pytest.approx(2.656) and how == "exact"
     assert conv_fp32_speedup(H200, dict(conv, channels_per_group=64, kernel=96), 2.0)[2] == "near"
+    assert conv_fp32_speedup(H200, dict(conv, dtype="fp16"), 2.0)[2] == "near"  # measured in bf16
     assert conv_fp32_speedup(H200, dict(conv, kernel=3), 2.0) is None  # a 3-tap conv: not measured
     assert conv_fp32_speedup(H200, dict(conv, groups=1, channels_per_group=768), 2.0) is None
+    assert conv_fp32_speedup(H200, dict(conv, groups=2), 2.0) is None  # 8x fewer groups
+    assert conv_fp32_speedup(H200, dict(conv, spatial_dims=2, kernel=81), 2.0) is None  # a 9 x 9 2-D kernel
     assert conv_fp32_speedup(H200, dict(conv, dtype="fp32"), 2.0) is None
+    mi300 = {"name": "AMD Instinct MI300X", "vendor": "AMD"}
+    assert conv_fp32_speedup(mi300, conv, 2.0) is None  # MIOpen, not cuDNN
+    assert conv_fp32_speedup({"name": "NVIDIA A100", "vendor": "NVIDIA"}, conv, 2.0)[2] == "other GPU"
 
 
 def test_hubert_positional_conv_claim_stays_under_the_measured_fix():
@@ -72,6 +99,16 @@ def test_hubert_positional_conv_claim_stays_under_the_measured_fix():
     assert f.total_ns == f.evidence["span_ns"] < f.evidence["kernel_ns"]
     assert 5e6 < f.est_savings_ns <= 12.5e6
     assert "autocast" in f.suggestion["fix"]
+    assert "implicit_convolve_sgemm" in f.kernel and f.kernel in f.evidence["covers_kernels"]
     # the fix applied: no finding on the convolution, and dtype_churn does not undo it
     fixed = diagnose(load_trace(HOLD / "holdout_hubert_train_bf16_conv_fp32.kineto.json.gz"))
     assert not [f for f in fixed.findings if f.symptom in ("slow_convolution", "dtype_churn")]
+
+
+def test_a_forward_only_or_unmeasured_convolution_gets_a_note_at_most():
+    # AST's patch embedding: one input channel, 16 x 16 kernel, stride 10, fp16 inference, 61x
+    # its floor: nothing measured near it, and it runs forward only: a note, no finding
+    d = diagnose(load_trace(HOLD / "holdout_ast_infer_fp16.kineto.json.gz"))
+    assert not [f for f in d.findings if f.symptom == "slow_convolution"]
+    (note,) = [n for n in d.notes if n.startswith("slow_convolution")]
+    assert "x[16, 1, 128, 1024]" in note and "nothing is claimed" in note and "forward only" in note

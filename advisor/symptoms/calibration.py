@@ -564,15 +564,20 @@ def bias_build_rate(device: dict | None, nbytes: float, near_factor: float) -> t
 def conv_fp32_speedup(device: dict | None, conv: dict, near_factor: float) -> tuple[float, str, str] | None:
     """What running a 16-bit convolution in fp32 measured (cuDNN's 16-bit time over its fp32
     time, forward + backward; bench/probe_grouped_conv.py) on a convolution like `conv`
-    ({dtype, groups, channels_per_group, kernel}: the kernel's size, all its dims multiplied):
-    the smallest speedup among measured convolutions of the same dtype width, grouped alike,
-    whose channels a group and kernel size are each within `near_factor`, as (speedup, source,
-    how); how = "exact" (this GPU, these channels and kernel), "near" or "other GPU" (the H200's
-    ratio: a ratio of two kernels on one GPU transfers better than either time). None where
-    nothing was measured near: cuDNN's choice of kernels changes with the shape."""
+    ({dtype, groups, channels_per_group, kernel: the kernel's size, all its dims multiplied,
+    spatial_dims}): the smallest speedup among measured convolutions of the same dtype width and
+    spatial dims, grouped alike, whose channels a group, kernel size and groups are each within
+    `near_factor`, as (speedup, source, how); how = "exact" (this GPU, this shape and dtype),
+    "near" or "other GPU" (the H200's ratio on another NVIDIA GPU: a ratio of two kernels on one
+    GPU transfers better than either time). None where nothing was measured near: cuDNN's choice
+    of kernels changes with the shape."""
     m = measured_for(device)
     own = m is not None and bool(m.conv)
     if not own:
+        # another GPU: the H200's ratio, for cuDNN on NVIDIA only (MIOpen chooses otherwise)
+        vendor = str((device or {}).get("vendor") or "").lower()
+        if vendor and "nvidia" not in vendor:
+            return None
         m = _reference()
     if m is None or not m.conv:
         return None
@@ -580,18 +585,21 @@ def conv_fp32_speedup(device: dict | None, conv: dict, near_factor: float) -> tu
     lim = math.log(max(near_factor, 1.0)) + 1e-9
     near = []
     try:
-        cpg, k, grouped = int(conv["channels_per_group"]), int(conv["kernel"]), int(conv["groups"]) > 1
+        cpg, k, g = int(conv["channels_per_group"]), int(conv["kernel"]), int(conv["groups"])
+        nsp = int(conv["spatial_dims"])
     except (KeyError, TypeError, ValueError):
         return None
     for e in m.conv:
         try:
             ecpg, ek, eg, sp = int(e["channels_per_group"]), int(e["kernel"]), int(e["groups"]), float(e["fp32_speedup"])
+            ensp = int(e["spatial_dims"])
         except (KeyError, TypeError, ValueError):
             continue
-        if _dtype_class(str(e.get("dtype"))) != want or (eg > 1) != grouped or min(cpg, k, ecpg, ek) <= 0:
+        if (_dtype_class(str(e.get("dtype"))) != want or ensp != nsp or (eg > 1) != (g > 1)
+                or min(cpg, k, g, ecpg, ek, eg) <= 0):
             continue
-        if max(abs(math.log(cpg / ecpg)), abs(math.log(k / ek))) <= lim:
-            near.append((sp, cpg == ecpg and k == ek))
+        if max(abs(math.log(cpg / ecpg)), abs(math.log(k / ek)), abs(math.log(g / eg))) <= lim:
+            near.append((sp, cpg == ecpg and k == ek and g == eg and e.get("dtype") == conv.get("dtype")))
     if not near:
         return None
     sp, exact = min(near)

@@ -80,7 +80,9 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
         # fp32 convolutions whose 16-bit version measured slower: slow_convolution's remedy
         from .slow_convolution import fp32_by_choice
 
-        fp32 = fp32 & ~fp32_by_choice(ctx)
+        conv_rule = ctx.rules.get("slow_convolution")
+        near = float(conv_rule["near_factor"]) if conv_rule is not None and conv_rule.enabled else None
+        fp32 = fp32 & ~fp32_by_choice(ctx, near)
     if not fp32.any():
         return pd.DataFrame()
     casts = _adjacent_casts(ctx, fp32, kk["is_cast"].to_numpy(dtype=bool), int(rule["cast_window"]))

@@ -7,16 +7,18 @@ device take over `min_floor_multiple` times the convolution's floor: its FLOPs a
 tensor-core peak of its dtype, or its bytes (input, weight, output once each) at the measured
 bandwidth, whichever is longer. One finding per convolution (forward and backward together).
 The case that made it: wav2vec2 and HuBERT's positional convolution (768 channels in 16 groups
-of 48, kernel 128) under bf16 autocast, which cuDNN runs one group at a time on kernels that do
-not use the tensor cores; in fp32 cuDNN runs it on TF32 tensor cores 2.66x faster (forward +
+of 48, kernel 128) under bf16 autocast, whose forward cuDNN runs one group at a time on kernels
+that do not use the tensor cores (its backward on tensor-core kernels); in fp32 cuDNN runs it on TF32 tensor cores 2.66x faster (forward +
 backward on the H200, bench/probe_grouped_conv.py; HuBERT's training step measured -12.5 ms of
 busy GPU time and -7.3 ms of step with that convolution in fp32).
 What to do: run that convolution in fp32, outside autocast (the module's forward under
 `torch.autocast(device_type, enabled=False)` on `.float()` inputs, its output cast back); the
 evidence names the shape. (Or as one batched GEMM a group, unfold + bmm: measured 3.1x in bf16,
 at the cost of an im2col buffer of N x C x L x kernel elements.)
-Estimate: only where running in fp32 was measured on a convolution grouped alike, of the same
-dtype width, with channels a group and kernel size each within `near_factor` (rules/measured
+Estimate: only for a convolution run forward and backward (the remedy was measured over both),
+where running in fp32 was measured on a convolution of as many spatial dims, grouped alike, of
+the same dtype width, with channels a group, kernel size and groups each within `near_factor`,
+on an NVIDIA GPU (cuDNN's choice of kernels; rules/measured
 `[[conv]]`): the convolution's kernel time (the union of its kernels' intervals: cuDNN spreads
 a grouped convolution's launches over several streams, and their sum double-counts) times
 (1 - 1 / the measured speedup), never below its floor. Elsewhere no finding; where the
@@ -47,8 +49,8 @@ REQUIRES = (
 )
 
 _FWD, _BWD = "aten::convolution", "aten::convolution_backward"
-_EV_COLS = ["rank", "device_id", "key", "dtype", "x", "w", "groups", "calls", "launches", "span_ns", "kernel_ns",
-            "floor_ns", "flop", "name", "top_ns"]
+_EV_COLS = ["rank", "device_id", "key", "dtype", "x", "w", "groups", "calls", "backward_calls", "launches",
+            "span_ns", "kernel_ns", "floor_ns", "flop", "name", "top_ns", "names"]
 
 
 def _ints(text) -> list[int] | None:
@@ -63,9 +65,14 @@ def _ints(text) -> list[int] | None:
     return [int(x) for x in v] if all(isinstance(x, (int, float)) for x in v) else None
 
 
-def _per_dim(v: list[int] | None, n: int, default: int) -> list[int] | None:
-    if not v:
+def _per_dim(text, n: int, default: int) -> list[int] | None:
+    """A recorded int list for n spatial dims: empty -> the default, one value -> each dim,
+    unreadable (a symbolic size) -> None."""
+    if text in ("", "[]"):
         return [default] * n
+    v = _ints(text)
+    if not v:
+        return None
     return v * n if len(v) == 1 else (v if len(v) == n else None)
 
 
@@ -91,10 +98,10 @@ def conv_call(name: str, dims_text, types_text, concrete_text) -> dict | None:
             and all(isinstance(d, int) and d > 0 for d in x + w)):
         return None
     nsp = len(x) - 2
-    stride, pad, dil = (_per_dim(_ints(concrete[3 + off + i]), nsp, d) for i, d in ((0, 1), (1, 0), (2, 1)))
+    stride, pad, dil = (_per_dim(concrete[3 + off + i], nsp, d) for i, d in ((0, 1), (1, 0), (2, 1)))
     transposed, groups = _ints(concrete[6 + off]), _ints(concrete[8 + off])
-    if not (stride and pad and dil and groups) or (transposed and transposed[0]):
-        return None
+    if not (stride and pad and dil and groups and transposed) or transposed[0]:
+        return None  # unreadable, or a transposed convolution
     g = groups[0]
     N, C, K, cg = x[0], x[1], w[0], w[1]
     if g <= 0 or C != cg * g or K % g:
@@ -110,10 +117,11 @@ def conv_call(name: str, dims_text, types_text, concrete_text) -> dict | None:
         return None
     ks = math.prod(w[2:])
     flop = 2.0 * N * K * math.prod(out) * cg * ks * passes
-    elt = ELEMENT_BYTES.get((input_dtypes(types_text) + [None])[off] or "", 2)
+    dts = input_dtypes(types_text)
+    dtype = dts[off] if len(dts) > off else None  # the input's (the weight is cast to it)
+    elt = ELEMENT_BYTES.get(dtype or "", 2)
     nbytes = float(elt) * (N * C * math.prod(x[2:]) + K * cg * ks + N * K * math.prod(out)) * (2 if bwd else 1)
-    return {"x": x, "w": w, "groups": g, "dtype": (input_dtypes(types_text) + [None])[off], "flop": flop,
-            "bytes": nbytes}
+    return {"x": x, "w": w, "groups": g, "dtype": dtype, "flop": flop, "bytes": nbytes, "backward": bwd}
 
 
 def _span(starts: np.ndarray, ends: np.ndarray) -> int:
@@ -167,10 +175,12 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
             key = (int(ranges["rank"].iloc[i]), int(d), json.dumps([c["x"], c["w"], c["groups"], c["dtype"]]))
             g = groups.setdefault(key, {"rank": key[0], "device_id": key[1], "key": key[2], "dtype": c["dtype"],
                                         "x": c["x"], "w": c["w"], "groups": c["groups"], "calls": 0, "launches": 0,
-                                        "span_ns": 0, "kernel_ns": 0, "flop": 0.0, "bytes": 0.0, "by_name": {}})
+                                        "backward_calls": 0, "pos": [], "kernel_ns": 0, "flop": 0.0, "bytes": 0.0,
+                                        "by_name": {}})
             g["calls"] += 1
+            g["backward_calls"] += c["backward"]
             g["launches"] += len(mine)
-            g["span_ns"] += _span(starts[mine], ends[mine])
+            g["pos"].append(mine)
             g["kernel_ns"] += int((ends[mine] - starts[mine]).sum())
             g["flop"] += c["flop"]
             g["bytes"] += c["bytes"]
@@ -178,25 +188,28 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
                 g["by_name"][n] = g["by_name"].get(n, 0) + int(t)
     rows = []
     for g in groups.values():
+        pos = np.concatenate(g["pos"])
+        g["span_ns"] = _span(starts[pos], ends[pos])  # once over every call: calls may overlap too
         device = _device(ctx, g["rank"], g["device_id"])
         rate, _ = peak_flops(device, g["dtype"]) if g["dtype"] in ("bf16", "fp16") else (None, "")
         bw = measured_bandwidth(device)
         floor = max(g["flop"] / rate * 1e9 if rate else 0.0, g["bytes"] / bw * 1e9 if bw else 0.0)
         top = max(g["by_name"].items(), key=lambda kv: kv[1])
         rows.append({**{c: g[c] for c in ("rank", "device_id", "key", "dtype", "x", "w", "groups", "calls",
-                                         "launches", "span_ns", "kernel_ns", "flop")},
-                     "floor_ns": floor, "name": top[0], "top_ns": top[1]})
+                                         "backward_calls", "launches", "span_ns", "kernel_ns", "flop")},
+                     "floor_ns": floor, "name": top[0], "top_ns": top[1], "names": sorted(g["by_name"])})
     return pd.DataFrame(rows, columns=_EV_COLS)
 
 
-def fp32_by_choice(ctx: Context) -> np.ndarray:
+def fp32_by_choice(ctx: Context, near_factor: float | None) -> np.ndarray:
     """Per kernel: launched by an fp32 convolution whose 16-bit version measured slower (the
-    remedy this rule names, already applied): dtype_churn must not tell it back to 16-bit."""
+    remedy this rule names, already applied): dtype_churn must not tell it back to 16-bit. None
+    near_factor (the rule disabled): nothing."""
     if "conv_fp32_by_choice" in ctx.cache:
         return ctx.cache["conv_fp32_by_choice"]
     out = np.zeros(len(ctx.kernels), dtype=bool)
     ops = ctx.trace.cpu_ops
-    if len(ops) and "input_dims" in ops.columns and "concrete_inputs" in ops.columns:
+    if near_factor and len(ops) and "input_dims" in ops.columns and "concrete_inputs" in ops.columns:
         name = ops["name"].astype(str)
         sel = ((name == _FWD) | (name == _BWD)).to_numpy()
         if sel.any():
@@ -204,15 +217,19 @@ def fp32_by_choice(ctx: Context) -> np.ndarray:
                 ["input_types"] if "input_types" in ops.columns else [])
             ranges, hit = innermost_ranges(ctx.trace, ops.loc[sel, cols])
             types = ranges["input_types"] if "input_types" in ranges.columns else [None] * len(ranges)
+            dev = ctx.kernels["device_id"].fillna(-1).astype("int64").to_numpy()
+            inside = np.flatnonzero(hit >= 0)
+            first = dict(zip(*np.unique(hit[inside], return_index=True)))  # a call -> its first kernel
             keep = np.zeros(len(ranges), dtype=bool)
             for i, (nm, d_text, t_text, c_text) in enumerate(zip(ranges["name"], ranges["input_dims"], types,
                                                                  ranges["concrete_inputs"])):
                 c = conv_call(str(nm), d_text, t_text, c_text)
-                if c is None or c["dtype"] != "fp32":
+                if c is None or c["dtype"] != "fp32" or i not in first:
                     continue
-                m = conv_fp32_speedup(_device(ctx, ranges["rank"].iloc[i], 0),
-                                      {"dtype": "bf16", "groups": c["groups"], "channels_per_group": c["w"][1],
-                                       "kernel": math.prod(c["w"][2:])}, 2.0)
+                device = _device(ctx, ranges["rank"].iloc[i], dev[inside[first[i]]])
+                m = conv_fp32_speedup(device, {"dtype": "bf16", "groups": c["groups"], "channels_per_group": c["w"][1],
+                                               "kernel": math.prod(c["w"][2:]), "spatial_dims": len(c["x"]) - 2},
+                                      near_factor)
                 keep[i] = m is not None and m[0] > 1
             out = (hit >= 0) & keep[np.maximum(hit, 0)]
     ctx.cache["conv_fp32_by_choice"] = out
@@ -236,18 +253,23 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         x, w, g = r["x"], r["w"], int(r["groups"])
         what = (f"{len(x) - 2}-D convolution x{x} w{w}" + (f" in {g} groups of {w[1]} channels" if g > 1 else "")
                 + f", {r['dtype']}")
+        near = float(rule["near_factor"])
+        # the remedy was measured over forward + backward: a convolution seen only forward
+        # (inference) has no measured ratio (HuBERT's forward and backward differ 10x in speed)
         measured = conv_fp32_speedup(_device(ctx, r["rank"], r["device_id"]),
                                      {"dtype": r["dtype"], "groups": g, "channels_per_group": w[1],
-                                      "kernel": math.prod(w[2:])}, float(rule["near_factor"]))
+                                      "kernel": math.prod(w[2:]), "spatial_dims": len(x) - 2},
+                                     near) if r["backward_calls"] else None
         rate = r["flop"] / span * 1e9  # FLOP/s
         if measured is None:
             if span < rule["note_floor_multiple"] * r["floor_ns"]:
                 continue
             ctx.notes.append(
                 f"slow_convolution: a {what} on rank {r['rank']} (device {r['device_id']}) takes {span / 1e6:.2f} ms, "
-                f"{span / r['floor_ns']:.0f}x its floor at the measured peak ({rate / 1e12:.1f} TFLOP/s) in "
-                f"`{str(r['name'])[:80]}`; no remedy was measured on a convolution near it, so nothing is claimed "
-                "(running it in fp32 or as a batched GEMM are the candidates to time)")
+                f"{span / r['floor_ns']:.0f}x its floor at the measured peak (it reaches {rate / 1e12:.1f} TFLOP/s) "
+                f"in `{str(r['name'])[:80]}`; no remedy was measured on a convolution near it"
+                + ("" if r["backward_calls"] else " run forward only") + ", so nothing is claimed (running it in fp32 "
+                "or as a batched GEMM are the candidates to time)")
             continue
         speedup, src, how = measured
         est = min(span * (1 - 1 / speedup), span - r["floor_ns"])
@@ -273,9 +295,13 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                 "measured_fp32_speedup": speedup,
                 "measured": how,
                 "basis": (f"the convolution's kernels cover {span / 1e6:.2f} ms (their sum, {r['kernel_ns'] / 1e6:.2f} "
-                          f"ms, overlaps across streams) over the {speedup:.2f}x cuDNN measured in fp32 against "
-                          f"{r['dtype']} on a convolution {'of this shape' if how == 'exact' else 'grouped alike within 2x'} "
-                          f"({src}); never under its floor, {r['floor_ns'] / 1e6:.3f} ms at the measured peak"),
+                          f"ms, overlaps across streams) over the {speedup:.2f}x cuDNN measured in fp32 against 16-bit, "
+                          f"forward + backward, on a convolution "
+                          + ("of this shape and dtype" if how == "exact" else
+                             f"grouped alike, its channels a group, kernel size and groups within {near:g}x")
+                          + (" on another GPU" if how == "other GPU" else "")
+                          + f" ({src}); never under its floor, {r['floor_ns'] / 1e6:.3f} ms at the measured peak"),
+                "covers_kernels": r["names"],
             },
             suggestion={"fix": ("run this convolution in fp32 outside autocast: in its module's forward, "
                                 "with torch.autocast(device_type, enabled=False): y = conv(x.float()).to(x.dtype)"),
