@@ -55,15 +55,21 @@ def op_base(name: str) -> str:
     return name.split("::")[-1].split(".")[0].strip().rstrip("_")
 
 
-def input_dims(input_dims: Any) -> list | None:
-    """Kineto's "Input Dims" JSON text -> the list of each input's dims, else None."""
-    if not isinstance(input_dims, str):
+def json_list(text: Any) -> list | None:
+    """A Kineto argument column held as JSON text ("Input Dims", "Input Strides", "Concrete
+    Inputs") -> its list, else None."""
+    if not isinstance(text, str):
         return None
     try:
-        dims = json.loads(input_dims)
+        v = json.loads(text)
     except ValueError:
         return None
-    return dims if isinstance(dims, list) else None
+    return v if isinstance(v, list) else None
+
+
+def input_dims(input_dims: Any) -> list | None:
+    """Kineto's "Input Dims" JSON text -> the list of each input's dims, else None."""
+    return json_list(input_dims)
 
 
 def input_dtypes(input_types: Any) -> list[str | None]:

@@ -441,12 +441,11 @@ if _HAVE_GLUON:
             # a CTA must not exit while its peer may still arrive on its barriers or receive B
             cluster.barrier()
 
-    @gluon.jit(do_not_specialize=["S", "SKP"])
-    def _sk_fixup_kernel(ws_ptr, c_ptr, M, N, stride_cm, S, SKP, k_tiles,
-                         TM: gl.constexpr, BN: gl.constexpr, RB: gl.constexpr, GROUP_M: gl.constexpr,
-                         LAYOUT: gl.constexpr, UNROLL: gl.constexpr):
-        """Sum a split region tile's partials (RB rows a program) in program order and store
-        them into C (gluon_gemm_configs.contributors is the same arithmetic)."""
+    @gluon.jit
+    def _split_tile(M, N, S, SKP, k_tiles, TM: gl.constexpr, BN: gl.constexpr, GROUP_M: gl.constexpr):
+        """A fixup program's region tile (program_id(0)): its steps' total and first step, its
+        first and last contributing programs (gluon_gemm_configs.contributors' arithmetic) and
+        its tile coordinates."""
         t_local = gl.program_id(0)
         tot = S * k_tiles
         first = t_local * k_tiles
@@ -455,6 +454,15 @@ if _HAVE_GLUON:
         num_pid_m = gl.cdiv(M, TM)
         num_pid_n = gl.cdiv(N, BN)
         pid_m, pid_n = _tile_coords(num_pid_m * num_pid_n - S + t_local, num_pid_m, num_pid_n, GROUP_M)
+        return tot, first, p_lo, p_hi, pid_m, pid_n
+
+    @gluon.jit(do_not_specialize=["S", "SKP"])
+    def _sk_fixup_kernel(ws_ptr, c_ptr, M, N, stride_cm, S, SKP, k_tiles,
+                         TM: gl.constexpr, BN: gl.constexpr, RB: gl.constexpr, GROUP_M: gl.constexpr,
+                         LAYOUT: gl.constexpr, UNROLL: gl.constexpr):
+        """Sum a split region tile's partials (RB rows a program) in program order and store
+        them into C (gluon_gemm_configs.contributors is the same arithmetic)."""
+        tot, first, p_lo, p_hi, pid_m, pid_n = _split_tile(M, N, S, SKP, k_tiles, TM, BN, GROUP_M)
         # row blocks past C's last row (a skinny M in a 64- or 128-row tile) have nothing to sum
         if (p_lo != p_hi) & (gl.program_id(1) * RB < M - pid_m * TM):
             rows = gl.expand_dims(gl.program_id(1) * RB + gl.arange(0, RB, layout=gl.SliceLayout(1, LAYOUT)), 1)
@@ -480,14 +488,7 @@ if _HAVE_GLUON:
         contributor (W warps, L3's first dim), then the W partial sums are added in a fixed
         order (deterministic from run to run, not the contributors' order)."""
         W: gl.constexpr = L3.warps_per_cta[0]
-        t_local = gl.program_id(0)
-        tot = S * k_tiles
-        first = t_local * k_tiles
-        p_lo = ((first + 1) * SKP - 1) // tot
-        p_hi = ((first + k_tiles) * SKP - 1) // tot
-        num_pid_m = gl.cdiv(M, TM)
-        num_pid_n = gl.cdiv(N, BN)
-        pid_m, pid_n = _tile_coords(num_pid_m * num_pid_n - S + t_local, num_pid_m, num_pid_n, GROUP_M)
+        tot, first, p_lo, p_hi, pid_m, pid_n = _split_tile(M, N, S, SKP, k_tiles, TM, BN, GROUP_M)
         if (p_lo != p_hi) & (gl.program_id(1) * RB < M - pid_m * TM):
             way = gl.expand_dims(gl.expand_dims(
                 gl.arange(0, W, layout=gl.SliceLayout(1, gl.SliceLayout(2, L3))), 1), 2)

@@ -36,13 +36,12 @@ slower kernel, and copies): 26.24 -> 26.18 ms of kernels (bench/results/attentio
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 import pandas as pd
 
-from ..basics import input_dims, input_dtypes, op_base
+from ..basics import input_dims, input_dtypes, json_list, op_base
 from ..findings import Finding
 from ..rules import Rule
 from .attention import attention_backend
@@ -68,14 +67,6 @@ _EV_COLS = ["rank", "device_id", "BH", "L", "S", "D", "dtype", "calls", "builds"
 def _ints(d) -> list[int] | None:
     ok = isinstance(d, list) and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= _MAX_EXTENT for x in d)
     return d if ok else None
-
-
-def _parse(text):
-    try:
-        v = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
-        return None
-    return v if isinstance(v, list) else None
 
 
 def broadcast_shape(shapes: list[list[int]]) -> list[int] | None:
@@ -109,7 +100,7 @@ def _calls(ctx: Context) -> pd.DataFrame:
         if r.start_ns < outer_end.get(key, -1):
             continue  # a backend call inside the SDPA call already read
         outer_end[key] = r.end_ns
-        dims, strides = input_dims(r.input_dims), _parse(r.input_strides)
+        dims, strides = input_dims(r.input_dims), json_list(r.input_strides)
         if not dims or len(dims) < 4 or not strides or len(strides) < 4:
             continue
         q, k, m, st = _ints(dims[0]), _ints(dims[1]), _ints(dims[3]), _ints(strides[3])

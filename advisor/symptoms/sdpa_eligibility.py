@@ -25,11 +25,10 @@ that none of these explain is counted as unexplained (the general advice applies
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 
-from ..basics import input_dims, input_dtypes
+from ..basics import input_dims, input_dtypes, json_list
 from .context import Context
 from .strings import contains
 
@@ -49,14 +48,6 @@ _FIXES = {
     "head_dim_align": ("pad head_dim to a multiple of 8 (zero-pad q, k and v, slice the output; keep the scale of "
                        "the real head size), or drop the mask so that the flash backend can run"),
 }
-
-
-def _parse(text):
-    try:
-        v = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
-        return None
-    return v if isinstance(v, list) else None
 
 
 def _enable_gqa(concrete) -> bool | None:
@@ -162,7 +153,7 @@ def math_sdpa_calls(ctx: Context, rank, dev) -> list[dict]:
             continue
         dtypes = input_dtypes(t_text)
         out.append({"dims": dims, "dtype": (dtypes + [None])[0],
-                    "causes": call_causes(dims, _parse(s_text), dtypes, _enable_gqa(_parse(c_text))),
+                    "causes": call_causes(dims, json_list(s_text), dtypes, _enable_gqa(json_list(c_text))),
                     "ns": float(per_call[i]), "launches": int(launches[i]), "names": names_by_call.get(i, set())})
     return out
 
