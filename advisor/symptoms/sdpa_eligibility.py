@@ -27,6 +27,7 @@ from __future__ import annotations
 
 
 import numpy as np
+import pandas as pd
 
 from ..basics import input_dims, input_dtypes, json_list
 from .context import Context
@@ -93,23 +94,31 @@ def call_causes(dims, strides, dtypes, enable_gqa: bool | None = None) -> list[t
     return out
 
 
-def math_sdpa_kernels(ctx: Context) -> np.ndarray:
-    """Per kernel: launched inside a math-SDPA forward call (Kineto cpu_ops). dtype_churn's
-    sdpa_backend replaces the whole path, so no other rule prescribes for these kernels
-    (kernel_kinds.schedule_excluded)."""
-    if "math_sdpa_kernels" in ctx.cache:
-        return ctx.cache["math_sdpa_kernels"]
+def _math_ranges(ctx: Context) -> tuple[pd.DataFrame, np.ndarray]:
+    """The math-SDPA forward calls of every rank (innermost_ranges' frame, with their recorded
+    arguments where the trace has them) and each kernel's call (its row there, or -1); computed
+    once a trace (math_sdpa_kernels and math_sdpa_calls both read it)."""
+    if "math_sdpa_ranges" in ctx.cache:
+        return ctx.cache["math_sdpa_ranges"]
     from .gemm import innermost_ranges
 
-    out = np.zeros(len(ctx.kernels), dtype=bool)
+    out = (pd.DataFrame(), np.full(len(ctx.kernels), -1, dtype=np.int64))
     ops = ctx.trace.cpu_ops
     if len(ops):
         sel = contains(ops["name"], MATH_OP).to_numpy() & ~contains(ops["name"], "backward").to_numpy()
         if sel.any():
-            _, hit = innermost_ranges(ctx.trace, ops.loc[sel, ["rank", "thread_id", "start_ns", "end_ns"]])
-            out = hit >= 0
-    ctx.cache["math_sdpa_kernels"] = out
+            cols = ["rank", "thread_id", "start_ns", "end_ns"] + [
+                c for c in ("input_dims", "input_types", "input_strides", "concrete_inputs") if c in ops.columns]
+            out = innermost_ranges(ctx.trace, ops.loc[sel, cols])
+    ctx.cache["math_sdpa_ranges"] = out
     return out
+
+
+def math_sdpa_kernels(ctx: Context) -> np.ndarray:
+    """Per kernel: launched inside a math-SDPA forward call (Kineto cpu_ops). dtype_churn's
+    sdpa_backend replaces the whole path, so no other rule prescribes for these kernels
+    (kernel_kinds.schedule_excluded)."""
+    return _math_ranges(ctx)[1] >= 0
 
 
 def math_sdpa_calls(ctx: Context, rank, dev) -> list[dict]:
@@ -118,19 +127,9 @@ def math_sdpa_calls(ctx: Context, rank, dev) -> list[dict]:
     the refusals they show (`call_causes`) and the device's kernels inside it (every kernel the
     backend ran: GEMMs, casts, softmax, the mask's add, K/V expands): [{"dims", "dtype",
     "causes", "ns", "launches", "names"}]."""
-    from .gemm import innermost_ranges
-
-    ops = ctx.trace.cpu_ops
-    if not len(ops) or "input_dims" not in ops.columns:
+    ranges, hit = _math_ranges(ctx)
+    if not len(ranges) or "input_dims" not in ranges.columns:
         return []
-    sel = (contains(ops["name"], MATH_OP).to_numpy() & ~contains(ops["name"], "backward").to_numpy()
-           & (ops["rank"] == rank).to_numpy())
-    cols = ["rank", "thread_id", "start_ns", "end_ns", "input_dims"] + [
-        c for c in ("input_types", "input_strides", "concrete_inputs") if c in ops.columns]
-    calls = ops.loc[sel, cols]
-    if not len(calls):
-        return []
-    ranges, hit = innermost_ranges(ctx.trace, calls)
     k = ctx.kernels
     on = ((k["rank"] == rank).to_numpy() & (k["device_id"].fillna(-1).astype("int64") == dev).to_numpy()
           & (hit >= 0))
@@ -143,9 +142,12 @@ def math_sdpa_calls(ctx: Context, rank, dev) -> list[dict]:
         names_by_call.setdefault(int(i), set()).add(str(name))
     out = []
     none = [None] * len(ranges)
+    mine = (ranges["rank"] == rank).to_numpy()
     for i, (d_text, t_text, s_text, c_text) in enumerate(zip(
             ranges["input_dims"], *(ranges[c] if c in ranges.columns else none
                                     for c in ("input_types", "input_strides", "concrete_inputs")))):
+        if not mine[i]:
+            continue  # another rank's call (kernels match calls of their own rank only)
         if linked and not launches[i]:
             continue  # another device's call (or one whose kernels the trace does not link)
         dims = input_dims(d_text)

@@ -136,38 +136,47 @@ def _span(starts: np.ndarray, ends: np.ndarray) -> int:
     return int((run_end[stops] - s[idx]).sum())
 
 
+def conv_calls(ctx: Context) -> tuple[pd.DataFrame, np.ndarray, list]:
+    """The recorded aten::convolution / convolution_backward calls (innermost_ranges' frame), each
+    kernel's call (its row there, or -1) and each call's conv_call reading (None where
+    unreadable); computed once a trace (evidence and fp32_by_choice both read it)."""
+    if "conv_calls" in ctx.cache:
+        return ctx.cache["conv_calls"]
+    out = (pd.DataFrame(), np.full(len(ctx.kernels), -1, dtype=np.int64), [])
+    ops = ctx.trace.cpu_ops
+    if len(ops) and "input_dims" in ops.columns and "concrete_inputs" in ops.columns:
+        name = ops["name"].astype(str)
+        sel = ((name == _FWD) | (name == _BWD)).to_numpy()
+        if sel.any():
+            cols = ["rank", "thread_id", "start_ns", "end_ns", "name", "input_dims", "concrete_inputs"] + (
+                ["input_types"] if "input_types" in ops.columns else [])
+            ranges, hit = innermost_ranges(ctx.trace, ops.loc[sel, cols])
+            types = ranges["input_types"] if "input_types" in ranges.columns else [None] * len(ranges)
+            calls = [conv_call(str(nm), d_text, t_text, c_text) for nm, d_text, t_text, c_text in
+                     zip(ranges["name"], ranges["input_dims"], types, ranges["concrete_inputs"])]
+            out = (ranges, hit, calls)
+    ctx.cache["conv_calls"] = out
+    return out
+
+
 def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     """Per (rank, device, convolution): calls, launches, the union and the sum of its kernels'
     time, its floor (FLOPs at the dtype's measured peak or bytes at the measured bandwidth,
     summed over the calls) and the kernel that took the most time."""
-    ops = ctx.trace.cpu_ops
-    if not len(ops) or "input_dims" not in ops.columns or "concrete_inputs" not in ops.columns:
-        return pd.DataFrame(columns=_EV_COLS)
-    name = ops["name"].astype(str)
-    sel = ((name == _FWD) | (name == _BWD)).to_numpy()
-    if not sel.any():
-        return pd.DataFrame(columns=_EV_COLS)
-    cols = ["rank", "thread_id", "start_ns", "end_ns", "name", "input_dims", "concrete_inputs"] + (
-        ["input_types"] if "input_types" in ops.columns else [])
-    ranges, hit = innermost_ranges(ctx.trace, ops.loc[sel, cols])
-    k = ctx.kernels
+    ranges, hit, calls = conv_calls(ctx)
     inside = np.flatnonzero(hit >= 0)
     if not len(inside):
         return pd.DataFrame(columns=_EV_COLS)
+    k = ctx.kernels
     starts, ends = k["start_ns"].to_numpy(np.int64), k["end_ns"].to_numpy(np.int64)
     dev = k["device_id"].fillna(-1).astype("int64").to_numpy()
     names = k["name"].astype(str).to_numpy()
-    types = ranges["input_types"] if "input_types" in ranges.columns else [None] * len(ranges)
-    calls = {}
-    for i, (nm, d_text, t_text, c_text) in enumerate(zip(ranges["name"], ranges["input_dims"], types,
-                                                         ranges["concrete_inputs"])):
-        calls[i] = conv_call(str(nm), d_text, t_text, c_text)
     groups: dict[tuple, dict] = {}
     order = inside[np.argsort(hit[inside], kind="stable")]
     bounds = np.flatnonzero(np.diff(hit[order])) + 1
     for part in np.split(order, bounds):
         i = int(hit[part[0]])
-        c = calls.get(i)
+        c = calls[i]
         if c is None:
             continue
         for d in np.unique(dev[part]):
@@ -208,29 +217,21 @@ def fp32_by_choice(ctx: Context, near_factor: float | None) -> np.ndarray:
     if "conv_fp32_by_choice" in ctx.cache:
         return ctx.cache["conv_fp32_by_choice"]
     out = np.zeros(len(ctx.kernels), dtype=bool)
-    ops = ctx.trace.cpu_ops
-    if near_factor and len(ops) and "input_dims" in ops.columns and "concrete_inputs" in ops.columns:
-        name = ops["name"].astype(str)
-        sel = ((name == _FWD) | (name == _BWD)).to_numpy()
-        if sel.any():
-            cols = ["rank", "thread_id", "start_ns", "end_ns", "name", "input_dims", "concrete_inputs"] + (
-                ["input_types"] if "input_types" in ops.columns else [])
-            ranges, hit = innermost_ranges(ctx.trace, ops.loc[sel, cols])
-            types = ranges["input_types"] if "input_types" in ranges.columns else [None] * len(ranges)
-            dev = ctx.kernels["device_id"].fillna(-1).astype("int64").to_numpy()
-            inside = np.flatnonzero(hit >= 0)
-            first = dict(zip(*np.unique(hit[inside], return_index=True)))  # a call -> its first kernel
-            keep = np.zeros(len(ranges), dtype=bool)
-            for i, (nm, d_text, t_text, c_text) in enumerate(zip(ranges["name"], ranges["input_dims"], types,
-                                                                 ranges["concrete_inputs"])):
-                c = conv_call(str(nm), d_text, t_text, c_text)
-                if c is None or c["dtype"] != "fp32" or i not in first:
-                    continue
-                device = _device(ctx, ranges["rank"].iloc[i], dev[inside[first[i]]])
-                m = conv_fp32_speedup(device, {"dtype": "bf16", "groups": c["groups"], "channels_per_group": c["w"][1],
-                                               "kernel": math.prod(c["w"][2:]), "spatial_dims": len(c["x"]) - 2},
-                                      near_factor)
-                keep[i] = m is not None and m[0] > 1
+    if near_factor:
+        ranges, hit, calls = conv_calls(ctx)
+        dev = ctx.kernels["device_id"].fillna(-1).astype("int64").to_numpy()
+        inside = np.flatnonzero(hit >= 0)
+        first = dict(zip(*np.unique(hit[inside], return_index=True)))  # a call -> its first kernel
+        keep = np.zeros(len(calls), dtype=bool)
+        for i, c in enumerate(calls):
+            if c is None or c["dtype"] != "fp32" or i not in first:
+                continue
+            device = _device(ctx, ranges["rank"].iloc[i], dev[inside[first[i]]])
+            m = conv_fp32_speedup(device, {"dtype": "bf16", "groups": c["groups"], "channels_per_group": c["w"][1],
+                                           "kernel": math.prod(c["w"][2:]), "spatial_dims": len(c["x"]) - 2},
+                                  near_factor)
+            keep[i] = m is not None and m[0] > 1
+        if len(calls):
             out = (hit >= 0) & keep[np.maximum(hit, 0)]
     ctx.cache["conv_fp32_by_choice"] = out
     return out
