@@ -1,11 +1,16 @@
-"""A grouped 1-D convolution with a long kernel (wav2vec2 / HuBERT's positional convolution:
-768 channels in 16 groups of 48, kernel 128, 8 x 499 frames), forward and backward, three ways:
+"""Grouped 1-D convolutions (by default wav2vec2 / HuBERT's positional convolution: 768 channels
+in 16 groups of 48, kernel 128, 8 x 499 frames), forward and backward, three ways:
 cuDNN as PyTorch calls it, cuDNN with torch.backends.cudnn.benchmark, and the same convolution
 as one batched GEMM a step (unfold + bmm a group); the input contiguous, and transposed from
 [B, L, C] as the models call it. Each checked against a float64 reference
 (output and both gradients) before it is timed (CUDA events, median of 10 after 3 warm-ups).
 
     python3 bench/probe_grouped_conv.py --out DIR     # DIR/grouped_conv.{csv,md}
+    python3 bench/probe_grouped_conv.py --out DIR --shape 32:768:512:768:4:1 --shape ...
+
+A shape is B:C:L:K:G:k (batch, input channels, length, output channels, groups, kernel; padding
+k // 2, stride 1), e.g. SqueezeBERT's grouped 1 x 1 projections 32:768:512:768:4:1,
+32:768:512:3072:4:1 and 32:3072:512:768:4:1.
 """
 
 from __future__ import annotations
@@ -17,6 +22,20 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+
+HUBERT = "8:768:499:768:16:128"
+
+
+def parse_shape(text: str) -> tuple[int, int, int, int, int, int]:
+    """'B:C:L:K:G:k' -> ints, checked: C and K divisible by G."""
+    try:
+        B, C, L, K, G, k = (int(v) for v in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shape {text!r}: want B:C:L:K:G:k, six integers") from None
+    if min(B, C, L, K, G, k) <= 0 or C % G or K % G:
+        raise argparse.ArgumentTypeError(f"--shape {text!r}: positive sizes, C and K divisible by G")
+    return B, C, L, K, G, k
 
 
 def conv_as_gemm(x, w, groups: int, pad: int):
@@ -35,19 +54,20 @@ def conv_as_gemm(x, w, groups: int, pad: int):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--frames", type=int, default=499)
+    ap.add_argument("--shape", type=parse_shape, action="append",
+                    help=f"B:C:L:K:G:k, repeatable (default {HUBERT})")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    dev, B, C, L, G, k = "cuda", args.batch, 768, args.frames, 16, 128
+    dev = "cuda"
     g = torch.Generator(device=dev).manual_seed(0)
     rows = []
-    for dtype in (torch.bfloat16, torch.float32):
+    for (B, C, L, K, G, k), dtype in [(sh, dt) for sh in (args.shape or [parse_shape(HUBERT)])
+                                      for dt in (torch.bfloat16, torch.float32)]:
         x0 = torch.randn(B, C, L, device=dev, generator=g)
-        w0 = torch.randn(C, C // G, k, device=dev, generator=g) / (C // G * k) ** 0.5
-        dy = torch.randn(B, C, L + 1, device=dev, generator=g)
+        w0 = torch.randn(K, C // G, k, device=dev, generator=g) / (C // G * k) ** 0.5
         xd, wd = x0.double().requires_grad_(), w0.double().requires_grad_()
         yd = F.conv1d(xd, wd, padding=k // 2, groups=G)
+        dy = torch.randn(yd.shape, device=dev, generator=g)
         yd.backward(dy.double())
         ref = (yd.detach(), xd.grad, wd.grad)
         for layout, name in [(lay, n) for lay in ("contiguous", "transposed") for n in ("cudnn", "cudnn_benchmark", "gemm")]:
@@ -81,7 +101,7 @@ def main(argv=None) -> int:
             rows.append({"dtype": str(dtype).split(".")[-1], "layout": layout, "impl": name,
                          "fwd_bwd_us": round(times[5], 1),
                          "rel_err_out": f"{errs[0]:.1e}", "rel_err_dx": f"{errs[1]:.1e}", "rel_err_dw": f"{errs[2]:.1e}",
-                         "shape": f"x[{B},{C},{L}] w[{C},{C // G},{k}] groups {G}",
+                         "shape": f"x[{B},{C},{L}] w[{K},{C // G},{k}] groups {G}",
                          "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                          "date": time.strftime("%Y-%m-%d", time.gmtime())})
             print(rows[-1], flush=True)
@@ -90,10 +110,10 @@ def main(argv=None) -> int:
         wr = csv.DictWriter(f, fieldnames=list(rows[0]))
         wr.writeheader()
         wr.writerows(rows)
-    lines = [f"Grouped conv1d, {rows[0]['shape']}, forward + backward, {rows[0]['gpu']}, torch {rows[0]['torch']}, "
-             f"{rows[0]['date']}", "", "| dtype | input layout | implementation | us | rel. err out / dx / dw |", "|---|---|---|---:|---|"]
-    lines += [f"| {r['dtype']} | {r['layout']} | {r['impl']} | {r['fwd_bwd_us']} | {r['rel_err_out']} / {r['rel_err_dx']} / "
-              f"{r['rel_err_dw']} |" for r in rows]
+    lines = [f"Grouped conv1d, forward + backward, {rows[0]['gpu']}, torch {rows[0]['torch']}, {rows[0]['date']}", "",
+             "| shape | dtype | input layout | implementation | us | rel. err out / dx / dw |", "|---|---|---|---|---:|---|"]
+    lines += [f"| {r['shape']} | {r['dtype']} | {r['layout']} | {r['impl']} | {r['fwd_bwd_us']} | {r['rel_err_out']} / "
+              f"{r['rel_err_dx']} / {r['rel_err_dw']} |" for r in rows]
     (args.out / "grouped_conv.md").write_text("\n".join(lines) + "\n")
     return 0
 

@@ -374,15 +374,75 @@ def test_bf16_depthwise_kernels_are_layout_churn_on_nvidia():
 
 
 def test_depthwise_widths_not_measured_are_not_counted():
-    # a 7 x 7 filter (`<0, ...>` and `_generic` kernels): the swap to cuDNN was measured for 3 and
-    # 5 wide filters only; the weight gradient's name has no width, so it goes uncounted with them
+    # a filter the names do not size (`<0, ...>` and `_generic` kernels) and no recorded call to
+    # say it: the swap to cuDNN was measured for 3 and 5 wide filters; the weight gradient's name
+    # has no width, so it goes uncounted with them: a note says what they take, nothing is claimed
     b = Builder()
     for _ in range(10):
         b.add(CONV, 100_000, grid=(132, 1, 1))
         b.add(DW_BWD.replace("<3, 2,", "<0, 1,"), 1_300_000, grid=(25088, 1, 1))
         b.add(DW_BWD.replace("backward_kernel<3, 2,", "forward_kernel_generic<"), 600_000, grid=(25088, 1, 1))
         b.add(DW_WGRAD, 300_000, grid=(384, 1, 1))
-    assert by_symptom(diagnose(b.trace()), "layout_churn") == []
+    d = diagnose(b.trace())
+    assert by_symptom(d, "layout_churn") == []
+    (note,) = [n for n in d.notes if n.startswith("layout_churn")]
+    assert "22.00 ms" in note and "no recorded shape" in note and "nothing is claimed" in note
+
+
+def test_nsys_demangled_depthwise_widths_are_counted():
+    # Nsight Systems writes the template's ints as `(int)3`: the same kernels as Kineto's `3`
+    b = Builder()
+    for _ in range(10):
+        b.add(CONV, 100_000, grid=(132, 1, 1))
+        b.add(DW_BWD.replace("<3, 2,", "<(int)3, (int)2,").replace("(anonymous namespace)", "<unnamed>"),
+              1_300_000, grid=(25088, 1, 1))
+        b.add(DW_WGRAD.replace("(anonymous namespace)", "<unnamed>"), 300_000, grid=(384, 1, 1))
+    (f,) = by_symptom(diagnose(b.trace()), "layout_churn")
+    assert f.evidence["depthwise_native_ns"] == 10 * 1_600_000 and f.confidence == "high"
+
+
+def test_a_depthwise_filter_sized_by_its_call_is_priced_by_what_was_measured():
+    from advisor.symptoms.layout_churn import depthwise_shaped_excess
+
+    rule = load_rules()["layout_churn"]
+    mult = rule["depthwise_7x7_cudnn_floor_multiple"]
+    row = {"total_ns": 100e6, "floor_ns": 1e6, "kh": 7, "kw": 7, "backward": True}
+    assert depthwise_shaped_excess(row, rule) == pytest.approx(100e6 - mult * 1e6)
+    assert depthwise_shaped_excess(dict(row, floor_ns=10e6), rule) == 0.0  # never below nothing
+    assert depthwise_shaped_excess(dict(row, backward=False), rule) is None  # measured forward + backward
+    assert depthwise_shaped_excess(dict(row, kh=9, kw=9), rule) is None  # nothing measured for 9 x 9
+    # 3 and 5 wide filters sized by the call (a weight gradient beside an unmeasured width): the swap's speedup
+    assert depthwise_shaped_excess(dict(row, kh=3, kw=3, backward=False), rule) == pytest.approx(
+        100e6 * (1 - 1 / rule["depthwise_channels_last_speedup"]))
+
+
+def test_convmixer_7x7_depthwise_claim_rests_on_cudnn_s_measured_7x7_rate():
+    from advisor.symptoms.context import Context
+    from advisor.symptoms.slow_convolution import evidence as conv_evidence
+
+    rule = load_rules()["layout_churn"]
+    mult = rule["depthwise_7x7_cudnn_floor_multiple"]
+    # the multiple: cuDNN's channels_last 7 x 7 depthwise kernels in ConvNeXt-T training, forward
+    # + backward over the floor, the worst of its four maps, rounded up
+    seen = []
+    for name in ("holdout_convnext_train_bf16.kineto.json.gz", "holdout_convnext_train_bf16_cl.kineto.json.gz"):
+        ctx = Context(load_trace(DATA / "h200" / "holdout" / name))
+        ev = conv_evidence(ctx, load_rules()["slow_convolution"])
+        dw = ev[[w[1:] == [1, 7, 7] for w in ev["w"]]]
+        assert len(dw) == 4 and all("nhwc" in n for names in dw["names"] for n in names if "conv" in n)
+        seen += list(dw["span_ns"] / dw["floor_ns"])
+    assert max(seen) <= mult <= 1.01 * max(seen)
+    # ConvMixer-768/32, NCHW, bf16 autocast: 76% of GPU time in PyTorch's own 7 x 7 depthwise kernels
+    d = diagnose(load_trace(DATA / "h200" / "holdout" / "holdout_convmixer_train_bf16.kineto.json.gz"))
+    (f,) = by_symptom(d, "layout_churn")
+    ev = f.evidence
+    assert ev["depthwise_filters"] == ["7x7"] and ev["depthwise_native_launches"] == 96
+    assert 230e6 < ev["depthwise_native_ns"] < 240e6
+    assert ev["depthwise_by_floor_multiple_ns"] == ev["depthwise_excess_ns"]
+    # down to the measured multiple of the 64 calls' floor (4.53 ms), not lower
+    assert ev["depthwise_excess_ns"] == pytest.approx(ev["depthwise_native_ns"] - mult * 4.528e6, rel=0.01)
+    assert f.confidence == "low" and "7x7" in ev["basis"] and f.grid is None
+    assert f.strategy == "channels_last" and f.tier == 2
 
 
 def test_transposes_without_convolutions_are_not_layout_churn():

@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from advisor.diagnose.diagnosis import diagnose
 from advisor.symptoms.calibration import conv_fp32_speedup
-from advisor.symptoms.slow_convolution import _span, conv_call
+from advisor.symptoms.context import Context
+from advisor.symptoms.slow_convolution import _nested, _span, conv_call, conv_calls
 from advisor.traces import load_trace
 from conftest import DATA
 
@@ -112,3 +114,39 @@ def test_a_forward_only_or_unmeasured_convolution_gets_a_note_at_most():
     assert not [f for f in d.findings if f.symptom == "slow_convolution"]
     (note,) = [n for n in d.notes if n.startswith("slow_convolution")]
     assert "x[16, 1, 128, 1024]" in note and "nothing is claimed" in note and "forward only" in note
+
+
+def test_a_convolution_recorded_twice_under_autocast_is_one_call():
+    # autocast's dispatcher records aten::convolution around the call it redispatches to (the
+    # outer one casts the inputs): one convolution, not two; other threads and names stay apart
+    ops = pd.DataFrame({"rank": [0, 0, 0, 0, 0], "thread_id": [1, 1, 1, 2, 1],
+                        "name": ["aten::convolution", "aten::convolution", "aten::convolution_backward",
+                                 "aten::convolution", "aten::convolution"],
+                        "start_ns": [0, 10, 12, 10, 200], "end_ns": [100, 90, 20, 90, 300]})
+    assert _nested(ops).tolist() == [False, True, False, False, False]
+    # ConvMixer under bf16 autocast: 32 depthwise 7 x 7 convolutions forward and backward
+    ranges, hit, calls = conv_calls(Context(load_trace(HOLD / "holdout_convmixer_train_bf16.kineto.json.gz")))
+    used = {int(i) for i in np.unique(hit[hit >= 0]) if calls[i] and calls[i]["w"] == [768, 1, 7, 7]}
+    assert len(used) == 64 and sum(calls[i]["backward"] for i in used) == 32
+
+
+def test_grouped_pointwise_convolutions_on_cuda_cores_get_a_note():
+    # SqueezeBERT under bf16 autocast: its grouped 1 x 1 projections (4 groups of 192 and 768
+    # channels) run on cuDNN's implicit_convolve_sgemm, 15-19x their floor, 41% of GPU time
+    # together; no remedy was measured near them (HuBERT's is a 128-tap kernel): notes, no claim
+    d = diagnose(load_trace(HOLD / "holdout_squeezebert_train_bf16.kineto.json.gz"))
+    assert not [f for f in d.findings if f.symptom == "slow_convolution"]
+    notes = [n for n in d.notes if n.startswith("slow_convolution") and "CUDA-core kernel" in n]
+    assert len(notes) == 3 and all("implicit_convolve_sgemm" in n and "nothing is claimed" in n for n in notes)
+    assert all("batched matmul over the groups" in n and "4 groups of" in n for n in notes)
+
+
+def test_pytorch_depthwise_kernels_are_left_to_layout_churn():
+    # ConvMixer's 7 x 7 depthwise convolutions in PyTorch's own kernels: 53x their floor, but
+    # channels_last (layout_churn) is their lever, not fp32 or a GEMM
+    d = diagnose(load_trace(HOLD / "holdout_convmixer_train_bf16.kineto.json.gz"))
+    assert not [f for f in d.findings if f.symptom == "slow_convolution"]
+    assert not [n for n in d.notes if n.startswith("slow_convolution")]
+    # stems on 3 input channels stay quiet though cuDNN runs some on CUDA cores
+    for name in ("holdout_convnext_train_bf16.kineto.json.gz", "holdout_maxvit_train_bf16.kineto.json.gz"):
+        assert not [n for n in diagnose(load_trace(HOLD / name)).notes if "CUDA-core kernel" in n]

@@ -2318,6 +2318,156 @@ def ast_infer_fp16(dev: str, tiny: bool):
         model(input_values=x)
     return step
 
+
+# A seventeenth set (2026-12-04, session 14): convolutions the slow_convolution rule was not
+# measured on (depthwise 1-D, stacked positional, grouped pointwise, depthwise 2-D), LSH
+# attention, and a speech encoder-decoder generating.
+
+def _ctc_audio_step(model, dev: str, tiny: bool, vocab: int):
+    """A CTC fine-tuning step of a speech encoder on 8 clips of 10 s at 16 kHz (2 of 0.25 s
+    tiny), bf16 autocast, AdamW."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    b, n = (2, 4000) if tiny else (8, 160000)
+    x = torch.randn(b, n, device=dev)
+    labels = torch.randint(1, vocab, (b, 8 if tiny else 120), device=dev)
+    return _train_step(opt, dev, lambda: model(input_values=x, labels=labels).loss)
+
+
+_TINY_AUDIO = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                   conv_dim=(16,) * 7, num_conv_pos_embeddings=16)
+
+
+def wav2vec2_conformer_train_bf16(dev: str, tiny: bool):
+    """Wav2Vec2-Conformer (12 conformer layers, 768 wide: relative-position attention and a
+    depthwise 1-D convolution of kernel 31 a layer) CTC training step, bf16 autocast."""
+    from transformers import Wav2Vec2ConformerConfig, Wav2Vec2ConformerForCTC
+
+    cfg = Wav2Vec2ConformerConfig(vocab_size=32, **(dict(_TINY_AUDIO, conv_depthwise_kernel_size=7) if tiny else {}))
+    return _ctc_audio_step(Wav2Vec2ConformerForCTC(cfg).to(dev), dev, tiny, cfg.vocab_size)
+
+
+def data2vec_audio_train_bf16(dev: str, tiny: bool):
+    """Data2Vec-Audio base (12 layers, 768 wide; its positional embedding is 5 stacked grouped
+    1-D convolutions, 16 groups of 48 channels, kernel 19) CTC training step, bf16 autocast."""
+    from transformers import Data2VecAudioConfig, Data2VecAudioForCTC
+
+    tiny_cfg = dict(_TINY_AUDIO, num_conv_pos_embeddings=2, conv_pos_kernel_size=5, num_conv_pos_embedding_groups=2)
+    cfg = Data2VecAudioConfig(vocab_size=32, **(tiny_cfg if tiny else {}))
+    return _ctc_audio_step(Data2VecAudioForCTC(cfg).to(dev), dev, tiny, cfg.vocab_size)
+
+
+def _grouped_pointwise_as_gemm(conv):
+    """A grouped 1 x 1 Conv1d's forward as one batched matmul over its groups (an einsum: bmm on
+    the tensor cores under autocast), for squeezebert_train_bf16_conv_gemm."""
+    g, (K, cg, _) = conv.groups, conv.weight.shape
+
+    def forward(x):
+        B, _, L = x.shape
+        y = torch.einsum("gkc,bgcl->bgkl", conv.weight.view(g, K // g, cg), x.view(B, g, cg, L)).reshape(B, K, L)
+        return y if conv.bias is None else y + conv.bias.view(1, K, 1).to(y.dtype)
+    return forward
+
+
+def _conv_fp32(conv, dev: str):
+    """A convolution's forward in fp32 outside autocast, its output cast back (slow_convolution's fix)."""
+    orig = conv.forward
+
+    def forward(x):
+        with torch.autocast(device_type=dev.split(":")[0], enabled=False):
+            return orig(x.float()).to(x.dtype)
+    return forward
+
+
+def squeezebert_train_bf16(dev: str, tiny: bool, fix: str | None = None):
+    """SqueezeBERT (12 layers, 768 wide; Q, K, V and the feed-forward are grouped 1 x 1 1-D
+    convolutions, 4 groups) sequence-classification training step, bf16 autocast, AdamW,
+    32 x 512 tokens. `fix`: its grouped convolutions in fp32 outside autocast ("conv_fp32") or
+    as one batched matmul a layer ("conv_gemm"), the logits checked against the unpatched
+    model's first."""
+    from transformers import SqueezeBertConfig, SqueezeBertForSequenceClassification
+
+    cfg = SqueezeBertConfig(**(dict(hidden_size=32, embedding_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                    intermediate_size=64, vocab_size=1000) if tiny else {}))
+    model = SqueezeBertForSequenceClassification(cfg).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    b, s = (2, 16) if tiny else (32, 512)
+    ids = torch.randint(0, cfg.vocab_size, (b, s), device=dev)
+    labels = torch.randint(0, 2, (b,), device=dev)
+    if fix is not None:
+        if fix not in ("conv_fp32", "conv_gemm"):
+            raise ValueError(f"unknown SqueezeBERT fix {fix!r}")
+        convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv1d) and m.groups > 1]
+        model.eval()  # no dropout: the two passes must agree to rounding
+        with torch.no_grad(), _autocast(dev, torch.bfloat16):
+            ref = model(input_ids=ids).logits.float()
+            for m in convs:
+                m.forward = _conv_fp32(m, dev) if fix == "conv_fp32" else _grouped_pointwise_as_gemm(m)
+            got = model(input_ids=ids).logits.float()
+        model.train()
+        err = ((got - ref).norm() / ref.norm()).item()
+        print(f"  squeezebert fix {fix} on {len(convs)} convolutions: logits rel. error {err:.1e}", flush=True)
+        if not (convs and err <= 3e-2):  # bf16 autocast's own rounding through 12 layers
+            raise AssertionError(f"squeezebert fix {fix}: {len(convs)} convolutions, rel. error {err:.1e}")
+    return _train_step(opt, dev, lambda: model(input_ids=ids, labels=labels).loss)
+
+
+def squeezebert_train_bf16_conv_fp32(dev: str, tiny: bool):
+    """squeezebert_train_bf16 with its grouped convolutions in fp32 (slow_convolution's fix)."""
+    return squeezebert_train_bf16(dev, tiny, fix="conv_fp32")
+
+
+def squeezebert_train_bf16_conv_gemm(dev: str, tiny: bool):
+    """squeezebert_train_bf16 with its grouped 1 x 1 convolutions as batched matmuls in bf16."""
+    return squeezebert_train_bf16(dev, tiny, fix="conv_gemm")
+
+
+def reformer_lm_train_bf16(dev: str, tiny: bool):
+    """Reformer (6 reversible layers, 256 wide, local and LSH self-attention alternating, axial
+    positions 64 x 64) causal language-model training step on 8 x 4096 tokens, bf16 autocast,
+    AdamW."""
+    from transformers import ReformerConfig, ReformerModelWithLMHead
+
+    shape = (4, 8) if tiny else (64, 64)
+    cfg = ReformerConfig(is_decoder=True, axial_pos_shape=shape, max_position_embeddings=shape[0] * shape[1],
+                         num_buckets=4 if tiny else None, lsh_attn_chunk_length=8 if tiny else 64,
+                         local_attn_chunk_length=8 if tiny else 64, vocab_size=320)
+    model = ReformerModelWithLMHead(cfg).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, cfg.vocab_size, (2 if tiny else 8, shape[0] * shape[1]), device=dev)
+    return _train_step(opt, dev, lambda: model(input_ids=ids, labels=ids).loss)
+
+
+def convmixer_train_bf16(dev: str, tiny: bool, channels_last: bool = False):
+    """timm convmixer_768_32 (7 x 7 patches, 32 blocks of a 7 x 7 depthwise and a 1 x 1
+    convolution, batch norm, 768 channels at 32 x 32) training step, bf16 autocast, AdamW,
+    batch 64 at 224, NCHW."""
+    import timm
+
+    hw = 64 if tiny else 224
+    model = timm.create_model("convmixer_768_32", pretrained=False).to(dev)
+    x = torch.randn(2 if tiny else 64, 3, hw, hw, device=dev)
+    return _adamw_classifier_step(*_channels_last(model, x, channels_last), 1000, dev)
+
+
+def convmixer_train_bf16_cl(dev: str, tiny: bool):
+    """convmixer_train_bf16 with model and images in channels_last (what layout_churn names)."""
+    return convmixer_train_bf16(dev, tiny, channels_last=True)
+
+
+def speech2text_generate_fp16(dev: str, tiny: bool):
+    """Speech2Text (2 strided 1-D convolutions, 12 encoder and 6 decoder layers, 256 wide) fp16
+    greedy transcription of 8 utterances of 30 s (3,000 frames of 80 filter banks), 64 tokens."""
+    from transformers import Speech2TextConfig, Speech2TextForConditionalGeneration
+
+    cfg = Speech2TextConfig(**(dict(d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                                    decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                                    vocab_size=1000) if tiny else {}))
+    dtype = torch.float32 if dev == "cpu" else torch.float16
+    with torch.device(dev):
+        model = Speech2TextForConditionalGeneration(cfg).to(dtype).eval()
+    feats = torch.randn(2 if tiny else 8, 64 if tiny else 3000, cfg.input_feat_per_channel, device=dev, dtype=dtype)
+    return _generate_step(model, 4 if tiny else 64, input_features=feats)
+
 MODELS = {f.__name__: f for f in (t5_train, t5_train_contiguous_mask, t5_train_padded, t5_train_padded_compiled_mask, t5_train_padded_bf16_math,
                                   t5_train_padded_contiguous_mask, beit_infer_fp16, umt5_encode_padded,
                                   umt5_encode_padded_compiled_mask, umt5_encode_padded_bf16_math,
@@ -2352,7 +2502,11 @@ MODELS = {f.__name__: f for f in (t5_train, t5_train_contiguous_mask, t5_train_p
                                   convnext_train_bf16_cl, nfnet_train_bf16, nfnet_train_bf16_cl, swinv2_train_bf16, bigbird_train_fp32,
                                   encodec_infer_fp32, patchtst_train_fp32, qwen2_decode_16k, llama_decode_32k_static,
                                   deepseek_v3_prefill_bf16, hubert_train_bf16, hubert_train_bf16_conv_fp32, pegasus_generate_fp16,
-                                  informer_train_fp32, jamba_prefill_bf16, ast_infer_fp16)}
+                                  informer_train_fp32, jamba_prefill_bf16, ast_infer_fp16,
+                                  wav2vec2_conformer_train_bf16, data2vec_audio_train_bf16, squeezebert_train_bf16,
+                                  reformer_lm_train_bf16, convmixer_train_bf16, speech2text_generate_fp16,
+                                  squeezebert_train_bf16_conv_fp32, squeezebert_train_bf16_conv_gemm,
+                                  convmixer_train_bf16_cl)}
 # the seventh set's fixes (slow_memory_bound_kernel: torch.compile), timed against the originals
 MODELS.update({f"{n}_compiled": _compiled(MODELS[n])
                for n in ("poolformer_infer_fp16", "dpt_depth_infer_fp16", "upernet_convnext_infer_fp16")})

@@ -66,7 +66,12 @@ _BN_CHANNELS_LAST = re.compile(r"channels_last|nhwc", re.I)
 # The forward and input-gradient kernels carry the filter width (3 and 5 measured; `<0, ...>`
 # and `_generic` take the others); the weight gradient's does not
 _DEPTHWISE_NATIVE = re.compile(r"conv_depthwise2d_(?:forward|backward|grad_weight)_kernel(?:_generic)?<[^>]*c10::BFloat16")
-_DEPTHWISE_MEASURED = re.compile(r"conv_depthwise2d_(?:forward|backward)_kernel<[35],")
+_DEPTHWISE_MEASURED = re.compile(r"conv_depthwise2d_(?:forward|backward)_kernel<(?:\(int\))?[35],")  # nsys: <(int)3, ...>
+
+
+def is_depthwise_native(name: str) -> bool:
+    """One of PyTorch's own depthwise-convolution kernels on bf16 data."""
+    return bool(_DEPTHWISE_NATIVE.search(name))
 # kernels that convolve: implicit-GEMM and direct convolutions of cuDNN, CUTLASS and MIOpen
 _CONV = re.compile(r"conv|fprop|dgrad|wgrad|igemm_|implicit_?gemm|winograd|scudnn|hcudnn", re.I)
 _CAST = re.compile(

@@ -22,7 +22,11 @@ the bytes it must move (its input's size from the enclosing Kineto cpu_op, times
 kernel makes) at the measured bandwidth, at least a launch's latency; without the input's size,
 the share of the launch the idle SMs stand for (1 - blocks/SMs); plus the depthwise kernels'
 time over the least speedup cuDNN's channels_last kernels measured against them (3.84x,
-rules/layout_churn.toml).
+rules/layout_churn.toml). Depthwise kernels whose names carry no measured width (7 x 7 and
+others: `_generic`, `<0, ...>`) are sized through their recorded convolution call
+(depthwise_by_shape): a filter with a measured cuDNN rate (`depthwise_7x7_cudnn_floor_multiple`,
+from ConvNeXt-T's channels_last 7 x 7 kernels) is claimed down to that multiple of its floor,
+forward + backward only, at low confidence; any other is a note, no claim.
 """
 
 from __future__ import annotations
@@ -38,8 +42,9 @@ from ..findings import Finding
 from ..rules import Rule
 from .context import Context, as_int, by_device, finding_for, group_launches, launch_rows
 from .gemm import _launch_points
-from .kernel_kinds import conv1d_kernels, depthwise_counted, device_row, kinds, on_conv_devices
+from .kernel_kinds import conv1d_kernels, depthwise_counted, device_row, kinds, nvidia_kernels, on_conv_devices
 from .calibration import measured_bandwidth
+from .slow_convolution import conv_calls, conv_floor_ns
 
 SYMPTOM = "layout_churn"
 REQUIRES = (("kernels", "name", "Does the trace name its kernels?"),)
@@ -112,6 +117,24 @@ def bn_input_bytes(ctx: Context, mask: np.ndarray) -> np.ndarray:
     return out
 
 
+def _note_depthwise(ctx: Context, unmeasured: pd.DataFrame, unsized: int) -> None:
+    """A note for PyTorch's bf16 depthwise kernels that nothing measured prices: filters whose
+    channels_last swap was never timed, and kernels no recorded call sizes."""
+    total = int(ctx.kernels["dur_ns"].sum())
+    ns = int(unmeasured["total_ns"].sum()) + unsized
+    if not total or ns < 0.01 * total:
+        return
+    filters = sorted({f"{int(r['kh'])}x{int(r['kw'])}" + ("" if r["backward"] else " (forward only)")
+                      for r in unmeasured.to_dict("records")})
+    what = (f" for {', '.join(filters)} filters" if filters else "") + (
+        f"{' and' if filters else ''} with no recorded shape" if unsized else "")
+    ctx.notes.append(
+        f"layout_churn: PyTorch's own bf16 depthwise-convolution kernels (NCHW){what} take {ns / 1e6:.2f} ms "
+        f"({100 * ns / total:.1f}% of GPU time); channels_last hands depthwise convolutions to cuDNN, which was "
+        "measured faster for 3 and 5 wide filters run forward and backward, and for 7 x 7 at a known multiple of the "
+        "floor; nothing was measured for these, so nothing is claimed (try channels_last and time it)")
+
+
 def _note_conv1d(ctx: Context, k: pd.DataFrame, mask: np.ndarray) -> None:
     ns = int(k.loc[mask, "dur_ns"].sum())
     total = int(k["dur_ns"].sum())
@@ -121,6 +144,76 @@ def _note_conv1d(ctx: Context, k: pd.DataFrame, mask: np.ndarray) -> None:
         f"{int(mask.sum()):,} layout transposes ({ns / 1e6:.2f} ms, {100 * ns / total:.1f}% of GPU time) ran inside 1-D "
         "convolutions (conv1d: cuDNN moves [N, C, L] to NLC for its tensor-core kernels); channels_last is a 4-D "
         "memory format and does not apply to them, so they are no layout_churn finding")
+
+
+def _width_key(kh: int, kw: int) -> str:
+    """The threshold holding cuDNN's measured floor multiple for kh x kw depthwise filters."""
+    return f"depthwise_{kh}x{kw}_cudnn_floor_multiple"
+
+
+def depthwise_by_shape(ctx: Context) -> tuple[pd.DataFrame, int]:
+    """PyTorch's bf16 depthwise kernels that depthwise_counted leaves out (no measured width in
+    their names: `_generic` forwards, `<0, ...>` input gradients, weight gradients beside them),
+    read through the recorded convolution call each was launched from: one row per (rank, device,
+    2-D depthwise convolution) with the kernels' time and launches, the calls' floor
+    (slow_convolution's: FLOPs at the peak or bytes at the bandwidth), the filter and whether
+    the convolution also ran backward; plus the nanoseconds of such kernels no recorded call
+    sizes. Cached."""
+    key = "layout_churn.depthwise_by_shape"
+    if key in ctx.cache:
+        return ctx.cache[key]
+    cols = ["rank", "device_id", "name", "launches", "total_ns", "floor_ns", "kh", "kw", "backward", "conv"]
+    out: tuple[pd.DataFrame, int] = (pd.DataFrame(columns=cols), 0)
+    kk = kinds(ctx)
+    left = kk["is_depthwise_native"].to_numpy(dtype=bool, copy=True)
+    if left.any():
+        left &= on_conv_devices(ctx) & nvidia_kernels(ctx) & ~conv1d_kernels(ctx) & ~depthwise_counted(ctx)
+    if left.any():
+        ranges, hit, calls = conv_calls(ctx)
+        k = ctx.kernels
+        dur = (k["end_ns"] - k["start_ns"]).to_numpy(np.int64)
+        dev = k["device_id"].fillna(-1).astype("int64").to_numpy()
+        names = k["name"].astype(str).to_numpy()
+        groups: dict[tuple, dict] = {}
+        unsized = 0
+        for i in np.flatnonzero(left):
+            c = calls[hit[i]] if hit[i] >= 0 else None
+            x, w = (c["x"], c["w"]) if c else (None, None)
+            if not (c and len(x) == 4 and c["groups"] == x[1] == w[0] and w[1] == 1 and c["dtype"] == "bf16"):
+                unsized += int(dur[i])
+                continue
+            g = groups.setdefault((int(ranges["rank"].iloc[hit[i]]), int(dev[i]), json.dumps([x, w])), {
+                "by_name": {}, "launches": 0, "total_ns": 0, "calls": set(), "backward": False, "kh": w[2], "kw": w[3]})
+            g["by_name"][names[i]] = g["by_name"].get(names[i], 0) + int(dur[i])
+            g["launches"] += 1
+            g["total_ns"] += int(dur[i])
+            g["calls"].add(int(hit[i]))
+            g["backward"] |= bool(c["backward"])
+        rows = []
+        for (rank, d, conv), g in groups.items():
+            device = device_row(ctx, rank, d)
+            floor = sum(conv_floor_ns(device, "bf16", calls[j]["flop"], calls[j]["bytes"]) for j in g["calls"])
+            rows.append({"rank": rank, "device_id": d, "name": max(g["by_name"].items(), key=lambda kv: kv[1])[0],
+                         "launches": g["launches"], "total_ns": g["total_ns"], "floor_ns": floor, "kh": g["kh"],
+                         "kw": g["kw"], "backward": g["backward"], "conv": conv})
+        out = (pd.DataFrame(rows, columns=cols), unsized)
+    ctx.cache[key] = out
+    return out
+
+
+def depthwise_shaped_excess(row: dict, rule: Rule) -> float | None:
+    """What channels_last would save on one depthwise_by_shape row, or None where nothing was
+    measured for its filter: 3 and 5 wide filters, the swap's least measured speedup; other
+    filters with a measured cuDNN floor multiple (rules/layout_churn.toml), only for a
+    convolution run forward and backward (what the multiple was measured over): its time over
+    that multiple of its floor, never below 0."""
+    total = float(row["total_ns"])
+    if row["kh"] == row["kw"] and row["kw"] in (3, 5):
+        return total * (1.0 - 1.0 / float(rule["depthwise_channels_last_speedup"]))
+    name = _width_key(int(row["kh"]), int(row["kw"]))
+    if name not in rule.thresholds or not row["backward"] or not row["floor_ns"]:
+        return None
+    return max(0.0, total - float(rule[name]) * float(row["floor_ns"]))
 
 
 def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
@@ -154,6 +247,15 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
         parts.append(group_launches(rows, ["input_bytes", "grid_blocks", "sm_count"], k).assign(kind="bn"))
     if depthwise.any():
         parts.append(group_launches(launch_rows(k, depthwise, []), [], k).assign(kind="depthwise", input_bytes=np.nan))
+    shaped, unsized = depthwise_by_shape(ctx)
+    if len(shaped):
+        excess = [depthwise_shaped_excess(r, rule) for r in shaped.to_dict("records")]
+        shaped = shaped.assign(excess_ns=[np.nan if e is None else e for e in excess], kind="depthwise_shaped",
+                               input_bytes=np.nan)
+        _note_depthwise(ctx, shaped[shaped["excess_ns"].isna()], unsized)
+        parts.append(shaped[shaped["excess_ns"].notna()])
+    elif unsized:
+        _note_depthwise(ctx, shaped, unsized)
     if not parts:
         return pd.DataFrame()
     out = pd.concat(parts, ignore_index=True)
@@ -168,6 +270,19 @@ def _conv_names(ctx: Context, rank, dev) -> set[str]:
     return {str(n) for n in k.loc[on & kinds(ctx)["is_conv"].to_numpy(dtype=bool), "name"].dropna().unique()}
 
 
+def _shaped_basis(shaped: pd.DataFrame, rule: Rule) -> str:
+    parts = []
+    for (kh, kw), grp in shaped.groupby(["kh", "kw"], sort=True):
+        if kh == kw and kw in (3, 5):
+            continue
+        mult = float(rule[_width_key(int(kh), int(kw))])
+        parts.append(f"{int(kh)}x{int(kw)}: {grp['total_ns'].sum() / 1e6:.2f} ms over {mult:g}x its floor "
+                     f"({grp['floor_ns'].sum() / 1e6:.3f} ms)")
+    return ("; plus, for filters whose swap was not timed, PyTorch's depthwise kernels' time over the multiple of "
+            "the convolution's floor (FLOPs at the peak or bytes at the bandwidth, forward + backward) that cuDNN's "
+            "channels_last kernels of that filter took at the worst on other shapes (" + "; ".join(parts) + ")")
+
+
 def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
     out: list[Finding] = []
     if ev.empty:
@@ -178,11 +293,20 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         bw = measured_bandwidth(device)
         trans, bn = grp[grp["kind"] == "transpose"], grp[grp["kind"] == "bn"]
         dw = grp[grp["kind"] == "depthwise"]
+        shaped = grp[grp["kind"] == "depthwise_shaped"]
         trans_ns = int(trans["total_ns"].sum())
         # PyTorch's depthwise kernels give way to cuDNN's NHWC ones: their time over the
-        # smallest speedup that swap measured (rules/layout_churn.toml)
+        # smallest speedup that swap measured (rules/layout_churn.toml); filters known only
+        # from the recorded call, by depthwise_shaped_excess
         dw_ns = int(dw["total_ns"].sum())
         dw_excess = dw_ns * (1.0 - 1.0 / float(rule["depthwise_channels_last_speedup"]))
+        shaped_ns = int(shaped["total_ns"].sum()) if len(shaped) else 0
+        shaped_excess = float(shaped["excess_ns"].sum()) if len(shaped) else 0.0
+        # from cuDNN's rate on other shapes (a floor multiple), not a timed swap: not firm
+        by_multiple = float(shaped.loc[~shaped["kw"].isin([3, 5]) | (shaped["kh"] != shaped["kw"]), "excess_ns"].sum()) \
+            if len(shaped) else 0.0
+        dw_ns += shaped_ns
+        dw_excess += shaped_excess
         bn_ns, bn_excess, bn_floor, bn_sized_ns = 0, 0.0, 0.0, 0
         for row in bn.to_dict("records"):
             per = row["total_ns"] / row["launches"]
@@ -205,15 +329,18 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
         top = grp.sort_values("total_ns", ascending=False).iloc[0].to_dict()
         # confidence: transposes are certain to go, the depthwise swap measured; BN excess sized
         # from bytes is firm, from the grid a guess
-        firm = trans_ns + dw_excess + (bn_excess if bn_sized_ns >= 0.5 * max(bn_ns, 1) else 0)
-        confidence = "high" if firm >= 0.5 * savings else "medium"
+        firm = trans_ns + dw_excess - by_multiple + (bn_excess if bn_sized_ns >= 0.5 * max(bn_ns, 1) else 0)
+        confidence = "high" if firm >= 0.5 * savings else "medium" if by_multiple < 0.5 * savings else "low"
         out.append(
             finding_for(
                 rule, top,
                 rank=as_int(rank),
                 device_id=None if dev < 0 else int(dev),
                 shape=None,
-                launches=int(trans["launches"].sum() + bn["launches"].sum() + dw["launches"].sum()),
+                # a convolution's row (depthwise_by_shape) spans several kernels: no one grid
+                **({"grid": None, "block": None} if top.get("kind") == "depthwise_shaped" else {}),
+                launches=int(trans["launches"].sum() + bn["launches"].sum() + dw["launches"].sum()
+                             + (shaped["launches"].sum() if len(shaped) else 0)),
                 total_ns=trans_ns + bn_ns + dw_ns,
                 est_savings_ns=int(savings),
                 confidence=confidence,
@@ -226,8 +353,11 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                     "bn_excess_ns": int(bn_excess),
                     "bn_sized_from_bytes": round(bn_sized_ns / bn_ns, 3) if bn_ns else None,
                     "depthwise_native_ns": dw_ns,
-                    "depthwise_native_launches": int(dw["launches"].sum()),
+                    "depthwise_native_launches": int(dw["launches"].sum() + (shaped["launches"].sum() if len(shaped) else 0)),
                     "depthwise_excess_ns": int(dw_excess),
+                    "depthwise_by_floor_multiple_ns": int(by_multiple),
+                    "depthwise_filters": sorted({f"{int(a)}x{int(b)}" for a, b in zip(shaped["kh"], shaped["kw"])})
+                    if len(shaped) else [],
                     "conv_launches": int(grp["conv_launches"].iloc[0]),
                     "share_of_gpu_time": round(share, 4),
                     "bound_ns": int(bn_floor),
@@ -236,7 +366,8 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                              "launch where the input's size is unknown)"
                              + (f" plus PyTorch's depthwise-convolution kernels' time over the "
                                 f"{float(rule['depthwise_channels_last_speedup']):g}x that cuDNN's channels_last kernels "
-                                f"measured at the least (EfficientNet-B0, MaxViT-T on the H200)" if dw_ns else ""),
+                                f"measured at the least (EfficientNet-B0, MaxViT-T on the H200)" if dw_ns - shaped_ns else "")
+                             + (_shaped_basis(shaped, rule) if by_multiple else ""),
                     # the transposes and batch norms go; the convolutions change kernels with the layout
                     "covers_kernels": sorted({str(n) for n in grp["name"]} | _conv_names(ctx, rank, dev)),
                 },

@@ -23,13 +23,18 @@ on an NVIDIA GPU (cuDNN's choice of kernels; rules/measured
 a grouped convolution's launches over several streams, and their sum double-counts) times
 (1 - 1 / the measured speedup), never below its floor. Elsewhere no finding; where the
 convolution takes over `note_floor_multiple` times its floor, a note says so and that no remedy
-was measured near it.
+was measured near it; so does one over `min_floor_multiple` whose main kernel is cuDNN's CUDA-core
+`*convolve_sgemm` on 16-bit data with at least 8 input channels a group (SqueezeBERT's grouped
+1 x 1 projections: 15-19x), naming the candidates (fp32, or a batched matmul over the groups).
+PyTorch's own depthwise kernels are layout_churn's (channels_last), not this rule's. A
+convolution autocast records twice (the dispatcher's call around the redispatched one) counts once.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -40,7 +45,7 @@ from ..rules import Rule
 from .calibration import conv_fp32_speedup, measured_bandwidth, peak_flops
 from .context import ELEMENT_BYTES, Context, finding_for
 from .gemm import innermost_ranges
-from .kernel_kinds import device_row
+from .kernel_kinds import device_row, is_depthwise_native
 
 SYMPTOM = "slow_convolution"
 REQUIRES = (
@@ -49,6 +54,12 @@ REQUIRES = (
 )
 
 _FWD, _BWD = "aten::convolution", "aten::convolution_backward"
+# cuDNN's implicit/explicit/precomputed GEMM convolutions on CUDA cores, here on 16-bit data: what
+# HuBERT's grouped positional convolution and SqueezeBERT's grouped 1 x 1 projections ran in bf16
+_SIMT_16BIT = re.compile(r"\w*convolve_sgemm<(?:__nv_bfloat16|__half)\b")
+# fewer input channels a group than a tensor-core MMA's K step (3-channel stems, depthwise): a
+# CUDA-core kernel is cuDNN's reasonable choice there, not a sign of a missed fast path
+_MIN_TC_CHANNELS = 8
 _EV_COLS = ["rank", "device_id", "key", "dtype", "x", "w", "groups", "calls", "backward_calls", "launches",
             "span_ns", "kernel_ns", "floor_ns", "flop", "name", "top_ns", "names"]
 
@@ -136,6 +147,21 @@ def _span(starts: np.ndarray, ends: np.ndarray) -> int:
     return int((run_end[stops] - s[idx]).sum())
 
 
+def _nested(ops: pd.DataFrame) -> np.ndarray:
+    """Per op: inside an op of the same name on its thread. Under autocast PyTorch records one
+    convolution twice, the dispatcher's call (it casts the inputs) around the call it redispatches
+    to: that is one convolution, not two (the outer one keeps the kernels of both)."""
+    out = np.zeros(len(ops), dtype=bool)
+    keys = ops[["rank", "thread_id", "name"]].astype(str).agg("|".join, axis=1).to_numpy()
+    starts, ends = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
+    for key in np.unique(keys):
+        idx = np.flatnonzero(keys == key)
+        idx = idx[np.lexsort((-ends[idx], starts[idx]))]  # by start, the longer first
+        run_end = np.maximum.accumulate(ends[idx])
+        out[idx[1:]] = ends[idx[1:]] <= run_end[:-1]
+    return out
+
+
 def conv_calls(ctx: Context) -> tuple[pd.DataFrame, np.ndarray, list]:
     """The recorded aten::convolution / convolution_backward calls (innermost_ranges' frame), each
     kernel's call (its row there, or -1) and each call's conv_call reading (None where
@@ -146,7 +172,8 @@ def conv_calls(ctx: Context) -> tuple[pd.DataFrame, np.ndarray, list]:
     ops = ctx.trace.cpu_ops
     if len(ops) and "input_dims" in ops.columns and "concrete_inputs" in ops.columns:
         name = ops["name"].astype(str)
-        sel = ((name == _FWD) | (name == _BWD)).to_numpy()
+        sel = ((name == _FWD) | (name == _BWD)).to_numpy().copy()
+        sel[sel] = ~_nested(ops.loc[sel])
         if sel.any():
             cols = ["rank", "thread_id", "start_ns", "end_ns", "name", "input_dims", "concrete_inputs"] + (
                 ["input_types"] if "input_types" in ops.columns else [])
@@ -199,15 +226,20 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     for g in groups.values():
         pos = np.concatenate(g["pos"])
         g["span_ns"] = _span(starts[pos], ends[pos])  # once over every call: calls may overlap too
-        device = _device(ctx, g["rank"], g["device_id"])
-        rate, _ = peak_flops(device, g["dtype"]) if g["dtype"] in ("bf16", "fp16") else (None, "")
-        bw = measured_bandwidth(device)
-        floor = max(g["flop"] / rate * 1e9 if rate else 0.0, g["bytes"] / bw * 1e9 if bw else 0.0)
+        floor = conv_floor_ns(_device(ctx, g["rank"], g["device_id"]), g["dtype"], g["flop"], g["bytes"])
         top = max(g["by_name"].items(), key=lambda kv: kv[1])
         rows.append({**{c: g[c] for c in ("rank", "device_id", "key", "dtype", "x", "w", "groups", "calls",
                                          "backward_calls", "launches", "span_ns", "kernel_ns", "flop")},
                      "floor_ns": floor, "name": top[0], "top_ns": top[1], "names": sorted(g["by_name"])})
     return pd.DataFrame(rows, columns=_EV_COLS)
+
+
+def conv_floor_ns(device: dict, dtype: str | None, flop: float, nbytes: float) -> float:
+    """A convolution's floor: its FLOPs at the measured tensor-core peak of its 16-bit dtype, or
+    its bytes at the measured bandwidth, whichever is longer (0 where neither is known)."""
+    rate, _ = peak_flops(device, dtype) if dtype in ("bf16", "fp16") else (None, "")
+    bw = measured_bandwidth(device)
+    return max(flop / rate * 1e9 if rate else 0.0, nbytes / bw * 1e9 if bw else 0.0)
 
 
 def fp32_by_choice(ctx: Context, near_factor: float | None) -> np.ndarray:
@@ -246,8 +278,8 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
     if ev.empty:
         return out
     for r in ev.sort_values("span_ns", ascending=False, kind="stable").to_dict("records"):
-        if r["dtype"] not in ("bf16", "fp16") or r["floor_ns"] <= 0:
-            continue
+        if r["dtype"] not in ("bf16", "fp16") or r["floor_ns"] <= 0 or is_depthwise_native(str(r["name"])):
+            continue  # PyTorch's own depthwise kernels: layout_churn's (channels_last hands them to cuDNN)
         span = float(r["span_ns"])
         if span < rule["min_floor_multiple"] * r["floor_ns"] or ctx.share(r["rank"], r["device_id"], span) < rule["min_share"]:
             continue
@@ -263,6 +295,18 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                                      near) if r["backward_calls"] else None
         rate = r["flop"] / span * 1e9  # FLOP/s
         if measured is None:
+            simt = _SIMT_16BIT.search(str(r["name"])) and w[1] >= _MIN_TC_CHANNELS
+            if simt:
+                pointwise = math.prod(w[2:]) == 1
+                ctx.notes.append(
+                    f"slow_convolution: a {what} on rank {r['rank']} (device {r['device_id']}) runs on cuDNN's CUDA-core "
+                    f"kernel `{_SIMT_16BIT.search(str(r['name'])).group(0).split('<')[0]}` (no tensor cores): "
+                    f"{span / 1e6:.2f} ms, {span / r['floor_ns']:.0f}x its floor at the measured peak "
+                    f"({100 * ctx.share(r['rank'], r['device_id'], span):.0f}% of GPU time); no remedy was measured on a "
+                    "convolution near it, so nothing is claimed: time it in fp32 (cuDNN's TF32 kernels) or "
+                    + ("as one batched matmul over the groups (a 1-wide kernel needs no unfold: torch.einsum over "
+                       "[groups, out, in] weights)" if pointwise else "as one batched GEMM a group (unfold + bmm)"))
+                continue
             if span < rule["note_floor_multiple"] * r["floor_ns"]:
                 continue
             ctx.notes.append(
