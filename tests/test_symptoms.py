@@ -470,6 +470,23 @@ def test_gate_gpu_idle_and_sync():
     assert g.value == pytest.approx(9 * 898_000 / 9_100_000, abs=1e-3)
 
 
+def test_gate_sync_calls_on_the_python_thread_of_a_training_step():
+    # A training step's launches come from two threads: autograd's device thread launches the
+    # backward (here 3 launches a step) and the Python thread the forward (2) and the .item()
+    # that drains the GPU; the stalls after the Python thread's syncs count though another
+    # thread launches more. A data loader's lone call (thread 9, under a tenth of the calls)
+    # does not: the same 9 stalls of 898 us as test_gate_gpu_idle_and_sync
+    ks = [kernel(i * 1_000_000, 100_000, name="matmul_kernel", grid=(12, 11, 1)) for i in range(10)]
+    rt = []
+    for i in range(10):
+        rt += [launch(100 * i + j, i * 1_000_000 + 200 + 100 * j, dur=50, thread=2) for j in range(3)]
+        rt += [launch(100 * i + 50 + j, i * 1_000_000 + 100 * j, dur=50, thread=1) for j in range(2)]
+        rt.append(launch(100 * i + 99, i * 1_000_000 + 5_000, dur=97_000, name="cudaStreamSynchronize", thread=1))
+    rt.append(launch(9999, 3_100_000, dur=1_000, name="cudaStreamSynchronize", thread=9))
+    (g,) = [g for g in diagnose(make_trace(ks, runtime=rt)).gates if g.check == "sync_calls"]
+    assert g.value == pytest.approx(9 * 898_000 / 9_100_000, abs=1e-3)
+
+
 @pytest.mark.parametrize("call", ["hipMemcpyWithStream", "hipMemcpyDtoH", "hipMemcpy"])
 def test_gate_sync_calls_hip_blocking_copies(call):
     # PyTorch on ROCm makes its blocking copies (.item(), .cpu()) with hipMemcpyWithStream,

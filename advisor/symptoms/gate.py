@@ -166,12 +166,17 @@ def _gap_text(x: dict) -> str:
     return f"{x['gap_ns'] / 1e6:.3g} ms at {x['at_ms']:g} ms before {x['before']} (waiting on the {x['waited_on']}{host})"
 
 
+# a thread making at least this share of a rank's runtime calls launches its work (its syncs stall the GPU)
+_LAUNCHER_SHARE = 0.1
+
+
 def _sync(ctx: Context) -> list[dict]:
     """GPU time lost restarting after synchronising calls.
 
     A synchronising call drains the GPU; if the host then has to launch again, the GPU idles
     from the call's return until its next activity. That idle time, summed over the calls of
-    the launching thread, is the cost. A final synchronise after all work is enqueued costs
+    the launching threads (each with at least _LAUNCHER_SHARE of the rank's runtime calls), is
+    the cost. A final synchronise after all work is enqueued costs
     nothing (no GPU activity follows it) and is not counted.
     """
     t = ctx.trace
@@ -189,10 +194,16 @@ def _sync(ctx: Context) -> list[dict]:
             continue
         at = np.flatnonzero(rk == rank) if len(ranks) > 1 else slice(None)
         thread = rt["thread_id"].iloc[at]
-        # The thread that launches most is the one whose stalls delay the GPU.
-        tid = thread.value_counts(dropna=False).index[0]
-        on = (thread == tid).fillna(False).to_numpy(dtype=bool) if not pd.isna(tid) else None
-        del thread
+        # The threads that make the rank's runtime calls are the ones whose stalls delay the
+        # GPU: in a training step two of them (the Python thread runs the forward and the
+        # optimizer and calls .item(); autograd's device thread launches the backward, often
+        # the more), not a data loader's few calls
+        counts = thread.value_counts(dropna=False)
+        launchers = counts.index[counts.to_numpy() >= _LAUNCHER_SHARE * counts.sum()]
+        on = thread.isin([x for x in launchers if not pd.isna(x)]).fillna(False).to_numpy(dtype=bool)
+        if any(pd.isna(x) for x in launchers):
+            on |= thread.isna().to_numpy(dtype=bool)
+        del thread, counts
         if on is not None and on.all():
             on = None  # one thread: all the rank's calls, without a copy of their names
         names = rt["name"].iloc[at]

@@ -72,6 +72,8 @@ _DEPTHWISE_MEASURED = re.compile(r"conv_depthwise2d_(?:forward|backward)_kernel<
 def is_depthwise_native(name: str) -> bool:
     """One of PyTorch's own depthwise-convolution kernels on bf16 data."""
     return bool(_DEPTHWISE_NATIVE.search(name))
+
+
 # kernels that convolve: implicit-GEMM and direct convolutions of cuDNN, CUTLASS and MIOpen
 _CONV = re.compile(r"conv|fprop|dgrad|wgrad|igemm_|implicit_?gemm|winograd|scudnn|hcudnn", re.I)
 _CAST = re.compile(

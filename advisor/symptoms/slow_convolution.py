@@ -56,7 +56,7 @@ REQUIRES = (
 _FWD, _BWD = "aten::convolution", "aten::convolution_backward"
 # cuDNN's implicit/explicit/precomputed GEMM convolutions on CUDA cores, here on 16-bit data: what
 # HuBERT's grouped positional convolution and SqueezeBERT's grouped 1 x 1 projections ran in bf16
-_SIMT_16BIT = re.compile(r"\w*convolve_sgemm<(?:__nv_bfloat16|__half)\b")
+_SIMT_16BIT = re.compile(r"\w*convolve(?:Nd)?_sgemm<(?:__nv_bfloat16|__half)\b")
 # fewer input channels a group than a tensor-core MMA's K step (3-channel stems, depthwise): a
 # CUDA-core kernel is cuDNN's reasonable choice there, not a sign of a missed fast path
 _MIN_TC_CHANNELS = 8
