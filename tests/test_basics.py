@@ -386,7 +386,7 @@ def test_depthwise_widths_not_measured_are_not_counted():
     d = diagnose(b.trace())
     assert by_symptom(d, "layout_churn") == []
     (note,) = [n for n in d.notes if n.startswith("layout_churn")]
-    assert "22.00 ms" in note and "no recorded shape" in note and "nothing is claimed" in note
+    assert "22.00 ms" in note and "outside any recorded convolution call" in note and "nothing is claimed" in note
 
 
 def test_nsys_demangled_depthwise_widths_are_counted():
@@ -406,10 +406,14 @@ def test_a_depthwise_filter_sized_by_its_call_is_priced_by_what_was_measured():
 
     rule = load_rules()["layout_churn"]
     mult = rule["depthwise_7x7_cudnn_floor_multiple"]
-    row = {"total_ns": 100e6, "floor_ns": 1e6, "kh": 7, "kw": 7, "backward": True}
+    row = {"total_ns": 100e6, "floor_ns": 1e6, "kh": 7, "kw": 7, "backward": True, "stride": 1, "dilation": 1}
     assert depthwise_shaped_excess(row, rule) == pytest.approx(100e6 - mult * 1e6)
     assert depthwise_shaped_excess(dict(row, floor_ns=10e6), rule) == 0.0  # never below nothing
     assert depthwise_shaped_excess(dict(row, backward=False), rule) is None  # measured forward + backward
+    # measured at stride 1 without dilation (ConvNeXt): a dilated 7 x 7 (VAN's) or a strided one is not priced
+    assert depthwise_shaped_excess(dict(row, dilation=3), rule) is None
+    assert depthwise_shaped_excess(dict(row, stride=(2, 1)), rule) is None
+    assert depthwise_shaped_excess(dict(row, floor_ns=0.0), rule) is None  # a GPU of unknown peak
     assert depthwise_shaped_excess(dict(row, kh=9, kw=9), rule) is None  # nothing measured for 9 x 9
     # 3 and 5 wide filters sized by the call (a weight gradient beside an unmeasured width): the swap's speedup
     assert depthwise_shaped_excess(dict(row, kh=3, kw=3, backward=False), rule) == pytest.approx(
@@ -443,6 +447,12 @@ def test_convmixer_7x7_depthwise_claim_rests_on_cudnn_s_measured_7x7_rate():
     assert ev["depthwise_excess_ns"] == pytest.approx(ev["depthwise_native_ns"] - mult * 4.528e6, rel=0.01)
     assert f.confidence == "low" and "7x7" in ev["basis"] and f.grid is None
     assert f.strategy == "channels_last" and f.tier == 2
+    # the kernels it prices are no other rule's to claim
+    from advisor.symptoms.kernel_kinds import schedule_excluded
+
+    ctx = Context(load_trace(DATA / "h200" / "holdout" / "holdout_convmixer_train_bf16.kineto.json.gz"), load_rules())
+    dw = ctx.kernels["name"].str.contains("conv_depthwise2d").to_numpy()
+    assert dw.sum() == 96 and schedule_excluded(ctx)[dw].all()
 
 
 def test_transposes_without_convolutions_are_not_layout_churn():

@@ -118,12 +118,13 @@ def test_a_forward_only_or_unmeasured_convolution_gets_a_note_at_most():
 
 def test_a_convolution_recorded_twice_under_autocast_is_one_call():
     # autocast's dispatcher records aten::convolution around the call it redispatches to (the
-    # outer one casts the inputs): one convolution, not two; other threads and names stay apart
-    ops = pd.DataFrame({"rank": [0, 0, 0, 0, 0], "thread_id": [1, 1, 1, 2, 1],
+    # outer one casts the inputs, and records their types before the cast): one convolution,
+    # read from the inner record; other threads and names stay apart
+    ops = pd.DataFrame({"rank": [0, 0, 0, 0, 0, 0], "thread_id": [1, 1, 1, 2, 1, 1],
                         "name": ["aten::convolution", "aten::convolution", "aten::convolution_backward",
-                                 "aten::convolution", "aten::convolution"],
-                        "start_ns": [0, 10, 12, 10, 200], "end_ns": [100, 90, 20, 90, 300]})
-    assert _nested(ops).tolist() == [False, True, False, False, False]
+                                 "aten::convolution", "aten::convolution", "aten::convolution"],
+                        "start_ns": [0, 10, 12, 10, 200, 200], "end_ns": [100, 90, 20, 90, 300, 300]})
+    assert _nested(ops).tolist() == [True, False, False, False, True, False]
     # ConvMixer under bf16 autocast: 32 depthwise 7 x 7 convolutions forward and backward
     ranges, hit, calls = conv_calls(Context(load_trace(HOLD / "holdout_convmixer_train_bf16.kineto.json.gz")))
     used = {int(i) for i in np.unique(hit[hit >= 0]) if calls[i] and calls[i]["w"] == [768, 1, 7, 7]}
@@ -150,3 +151,17 @@ def test_pytorch_depthwise_kernels_are_left_to_layout_churn():
     # stems on 3 input channels stay quiet though cuDNN runs some on CUDA cores
     for name in ("holdout_convnext_train_bf16.kineto.json.gz", "holdout_maxvit_train_bf16.kineto.json.gz"):
         assert not [n for n in diagnose(load_trace(HOLD / name)).notes if "CUDA-core kernel" in n]
+
+
+def test_a_forward_only_convolution_on_cuda_cores_says_why_nothing_is_claimed():
+    # HuBERT's positional convolution with its backward records dropped (an inference of it):
+    # its shape was measured, but forward + backward, so the note says it runs forward only
+    # rather than that nothing near it was measured
+    import dataclasses
+
+    t = load_trace(HOLD / "holdout_hubert_train_bf16.kineto.json.gz")
+    ops = t.cpu_ops
+    d = diagnose(dataclasses.replace(t, cpu_ops=ops[ops["name"] != "aten::convolution_backward"].reset_index(drop=True)))
+    assert not [f for f in d.findings if f.symptom == "slow_convolution"]
+    (note,) = [n for n in d.notes if n.startswith("slow_convolution")]
+    assert "w[768, 48, 128]" in note and "runs forward only" in note and "no remedy was measured" not in note

@@ -227,6 +227,9 @@ def schedule_excluded(ctx: Context) -> np.ndarray:
         # on devices that convolve, as layout_churn requires
         out |= (kk["is_transpose"] | kk["is_bn_nchw"]).to_numpy(dtype=bool) & on_conv_devices(ctx)
         out |= depthwise_counted(ctx)
+        from .layout_churn import depthwise_claimed  # (imported here: layout_churn reads this module)
+
+        out |= depthwise_claimed(ctx, ctx.rules["layout_churn"])
     if _enabled(ctx, "unfused_attention"):
         out |= chain_kernels(ctx) >= 0
     if _enabled(ctx, "materialised_attention_bias"):

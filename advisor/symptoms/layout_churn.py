@@ -117,22 +117,37 @@ def bn_input_bytes(ctx: Context, mask: np.ndarray) -> np.ndarray:
     return out
 
 
-def _note_depthwise(ctx: Context, unmeasured: pd.DataFrame, unsized: int) -> None:
+def _note_depthwise(ctx: Context, unmeasured: pd.DataFrame, unsized: dict) -> None:
     """A note for PyTorch's bf16 depthwise kernels that nothing measured prices: filters whose
-    channels_last swap was never timed, and kernels no recorded call sizes."""
+    channels_last swap was never timed (or not at this stride and dilation, or forward only),
+    and kernels no recorded call sizes."""
     total = int(ctx.kernels["dur_ns"].sum())
-    ns = int(unmeasured["total_ns"].sum()) + unsized
+    ns = int(unmeasured["total_ns"].sum()) + sum(unsized.values())
     if not total or ns < 0.01 * total:
         return
-    filters = sorted({f"{int(r['kh'])}x{int(r['kw'])}" + ("" if r["backward"] else " (forward only)")
-                      for r in unmeasured.to_dict("records")})
-    what = (f" for {', '.join(filters)} filters" if filters else "") + (
-        f"{' and' if filters else ''} with no recorded shape" if unsized else "")
+    filters = sorted({_filter_text(r) + ("" if r["backward"] else " forward only")
+                      + ("" if r["floor_ns"] else " on a GPU of unknown peak") for r in unmeasured.to_dict("records")})
+    what = [f"for {', '.join(filters)} filters"] if filters else []
+    if unsized.get("no_call"):
+        what.append("launched outside any recorded convolution call")
+    if unsized.get("unread"):
+        what.append("whose recorded call is not a bf16 2-D depthwise convolution advisor can read")
     ctx.notes.append(
-        f"layout_churn: PyTorch's own bf16 depthwise-convolution kernels (NCHW){what} take {ns / 1e6:.2f} ms "
-        f"({100 * ns / total:.1f}% of GPU time); channels_last hands depthwise convolutions to cuDNN, which was "
-        "measured faster for 3 and 5 wide filters run forward and backward, and for 7 x 7 at a known multiple of the "
-        "floor; nothing was measured for these, so nothing is claimed (try channels_last and time it)")
+        f"layout_churn: PyTorch's own bf16 depthwise-convolution kernels (NCHW) {' and '.join(what)} take "
+        f"{ns / 1e6:.2f} ms ({100 * ns / total:.1f}% of GPU time); channels_last hands depthwise convolutions to "
+        "cuDNN, which was measured faster for 3 and 5 wide filters and, for 7 x 7 ones at stride 1 run forward and "
+        "backward, at a known multiple of the floor; nothing was measured for these, so nothing is claimed (try "
+        "channels_last and time it)")
+
+
+def _filter_text(r: dict) -> str:
+    """'7x7', with a stride or dilation other than 1 said."""
+    text = f"{int(r['kh'])}x{int(r['kw'])}"
+    if r.get("stride", 1) != 1:
+        text += f" stride {r['stride']}"
+    if r.get("dilation", 1) != 1:
+        text += f" dilation {r['dilation']}"
+    return text
 
 
 def _note_conv1d(ctx: Context, k: pd.DataFrame, mask: np.ndarray) -> None:
@@ -162,8 +177,9 @@ def depthwise_by_shape(ctx: Context) -> tuple[pd.DataFrame, int]:
     key = "layout_churn.depthwise_by_shape"
     if key in ctx.cache:
         return ctx.cache[key]
-    cols = ["rank", "device_id", "name", "launches", "total_ns", "floor_ns", "kh", "kw", "backward", "conv"]
-    out: tuple[pd.DataFrame, int] = (pd.DataFrame(columns=cols), 0)
+    cols = ["rank", "device_id", "name", "launches", "total_ns", "floor_ns", "kh", "kw", "stride", "dilation",
+            "backward", "conv", "kernels"]
+    out: tuple[pd.DataFrame, dict] = (pd.DataFrame(columns=cols), {})
     kk = kinds(ctx)
     left = kk["is_depthwise_native"].to_numpy(dtype=bool, copy=True)
     if left.any():
@@ -175,15 +191,19 @@ def depthwise_by_shape(ctx: Context) -> tuple[pd.DataFrame, int]:
         dev = k["device_id"].fillna(-1).astype("int64").to_numpy()
         names = k["name"].astype(str).to_numpy()
         groups: dict[tuple, dict] = {}
-        unsized = 0
+        unsized = {"no_call": 0, "unread": 0}
         for i in np.flatnonzero(left):
             c = calls[hit[i]] if hit[i] >= 0 else None
             x, w = (c["x"], c["w"]) if c else (None, None)
             if not (c and len(x) == 4 and c["groups"] == x[1] == w[0] and w[1] == 1 and c["dtype"] == "bf16"):
-                unsized += int(dur[i])
+                unsized["no_call" if hit[i] < 0 else "unread"] += int(dur[i])
                 continue
-            g = groups.setdefault((int(ranges["rank"].iloc[hit[i]]), int(dev[i]), json.dumps([x, w])), {
-                "by_name": {}, "launches": 0, "total_ns": 0, "calls": set(), "backward": False, "kh": w[2], "kw": w[3]})
+            # one stride and dilation a convolution where both dims agree, else the list
+            st, dl = (v[0] if len(set(v)) == 1 else tuple(v) for v in (c["stride"], c["dilation"]))
+            g = groups.setdefault((int(ranges["rank"].iloc[hit[i]]), int(dev[i]), json.dumps([x, w, c["stride"], c["dilation"]])), {
+                "by_name": {}, "launches": 0, "total_ns": 0, "calls": set(), "backward": False, "kh": w[2], "kw": w[3],
+                "stride": st, "dilation": dl, "kernels": []})
+            g["kernels"].append(int(i))
             g["by_name"][names[i]] = g["by_name"].get(names[i], 0) + int(dur[i])
             g["launches"] += 1
             g["total_ns"] += int(dur[i])
@@ -195,7 +215,8 @@ def depthwise_by_shape(ctx: Context) -> tuple[pd.DataFrame, int]:
             floor = sum(conv_floor_ns(device, "bf16", calls[j]["flop"], calls[j]["bytes"]) for j in g["calls"])
             rows.append({"rank": rank, "device_id": d, "name": max(g["by_name"].items(), key=lambda kv: kv[1])[0],
                          "launches": g["launches"], "total_ns": g["total_ns"], "floor_ns": floor, "kh": g["kh"],
-                         "kw": g["kw"], "backward": g["backward"], "conv": conv})
+                         "kw": g["kw"], "stride": g["stride"], "dilation": g["dilation"], "backward": g["backward"],
+                         "conv": conv, "kernels": g["kernels"]})
         out = (pd.DataFrame(rows, columns=cols), unsized)
     ctx.cache[key] = out
     return out
@@ -205,15 +226,27 @@ def depthwise_shaped_excess(row: dict, rule: Rule) -> float | None:
     """What channels_last would save on one depthwise_by_shape row, or None where nothing was
     measured for its filter: 3 and 5 wide filters, the swap's least measured speedup; other
     filters with a measured cuDNN floor multiple (rules/layout_churn.toml), only for a
-    convolution run forward and backward (what the multiple was measured over): its time over
-    that multiple of its floor, never below 0."""
+    convolution run forward and backward at stride 1 without dilation (what the multiple was
+    measured on): its time over that multiple of its floor, never below 0."""
     total = float(row["total_ns"])
     if row["kh"] == row["kw"] and row["kw"] in (3, 5):
         return total * (1.0 - 1.0 / float(rule["depthwise_channels_last_speedup"]))
     name = _width_key(int(row["kh"]), int(row["kw"]))
-    if name not in rule.thresholds or not row["backward"] or not row["floor_ns"]:
+    if (name not in rule.thresholds or not row["backward"] or not row["floor_ns"]
+            or row.get("stride", 1) != 1 or row.get("dilation", 1) != 1):
         return None
     return max(0.0, total - float(rule[name]) * float(row["floor_ns"]))
+
+
+def depthwise_claimed(ctx: Context, rule: Rule) -> np.ndarray:
+    """Per kernel: one of depthwise_by_shape's that this rule prices (other rules leave it:
+    kernel_kinds.schedule_excluded)."""
+    out = np.zeros(len(ctx.kernels), dtype=bool)
+    shaped, _ = depthwise_by_shape(ctx)
+    for r in shaped.to_dict("records"):
+        if depthwise_shaped_excess(r, rule) is not None:
+            out[r["kernels"]] = True
+    return out
 
 
 def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
@@ -254,7 +287,7 @@ def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
                                input_bytes=np.nan)
         _note_depthwise(ctx, shaped[shaped["excess_ns"].isna()], unsized)
         parts.append(shaped[shaped["excess_ns"].notna()])
-    elif unsized:
+    elif any(unsized.values()):
         _note_depthwise(ctx, shaped, unsized)
     if not parts:
         return pd.DataFrame()
@@ -278,7 +311,7 @@ def _shaped_basis(shaped: pd.DataFrame, rule: Rule) -> str:
         mult = float(rule[_width_key(int(kh), int(kw))])
         parts.append(f"{int(kh)}x{int(kw)}: {grp['total_ns'].sum() / 1e6:.2f} ms over {mult:g}x its floor "
                      f"({grp['floor_ns'].sum() / 1e6:.3f} ms)")
-    return ("; plus, for filters whose swap was not timed, PyTorch's depthwise kernels' time over the multiple of "
+    return ("; plus, for filters whose swap was not timed (stride 1, no dilation), PyTorch's depthwise kernels' time over the multiple of "
             "the convolution's floor (FLOPs at the peak or bytes at the bandwidth, forward + backward) that cuDNN's "
             "channels_last kernels of that filter took at the worst on other shapes (" + "; ".join(parts) + ")")
 

@@ -132,7 +132,8 @@ def conv_call(name: str, dims_text, types_text, concrete_text) -> dict | None:
     dtype = dts[off] if len(dts) > off else None  # the input's (the weight is cast to it)
     elt = ELEMENT_BYTES.get(dtype or "", 2)
     nbytes = float(elt) * (N * C * math.prod(x[2:]) + K * cg * ks + N * K * math.prod(out)) * (2 if bwd else 1)
-    return {"x": x, "w": w, "groups": g, "dtype": dtype, "flop": flop, "bytes": nbytes, "backward": bwd}
+    return {"x": x, "w": w, "groups": g, "dtype": dtype, "flop": flop, "bytes": nbytes, "backward": bwd,
+            "stride": stride, "dilation": dil}
 
 
 def _span(starts: np.ndarray, ends: np.ndarray) -> int:
@@ -148,17 +149,18 @@ def _span(starts: np.ndarray, ends: np.ndarray) -> int:
 
 
 def _nested(ops: pd.DataFrame) -> np.ndarray:
-    """Per op: inside an op of the same name on its thread. Under autocast PyTorch records one
-    convolution twice, the dispatcher's call (it casts the inputs) around the call it redispatches
-    to: that is one convolution, not two (the outer one keeps the kernels of both)."""
+    """Per op: holds an op of the same name on its thread. Under autocast PyTorch records one
+    convolution twice, the dispatcher's call (it casts the inputs, and records their types before
+    the cast) around the call it redispatches to: one convolution, read from the inner record
+    (the outer one's cast kernels then belong to no call)."""
     out = np.zeros(len(ops), dtype=bool)
     keys = ops[["rank", "thread_id", "name"]].astype(str).agg("|".join, axis=1).to_numpy()
     starts, ends = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
     for key in np.unique(keys):
         idx = np.flatnonzero(keys == key)
         idx = idx[np.lexsort((-ends[idx], starts[idx]))]  # by start, the longer first
-        run_end = np.maximum.accumulate(ends[idx])
-        out[idx[1:]] = ends[idx[1:]] <= run_end[:-1]
+        # one thread's ranges nest: a range the next one starts inside holds it
+        out[idx[:-1]] = (starts[idx[1:]] >= starts[idx[:-1]]) & (ends[idx[1:]] <= ends[idx[:-1]])
     return out
 
 
@@ -278,8 +280,10 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
     if ev.empty:
         return out
     for r in ev.sort_values("span_ns", ascending=False, kind="stable").to_dict("records"):
-        if r["dtype"] not in ("bf16", "fp16") or r["floor_ns"] <= 0 or is_depthwise_native(str(r["name"])):
-            continue  # PyTorch's own depthwise kernels: layout_churn's (channels_last hands them to cuDNN)
+        if r["dtype"] not in ("bf16", "fp16") or r["floor_ns"] <= 0:
+            continue
+        if is_depthwise_native(str(r["name"])) and len(r["x"]) == 4:
+            continue  # PyTorch's own 2-D depthwise kernels: layout_churn's (channels_last hands them to cuDNN)
         span = float(r["span_ns"])
         if span < rule["min_floor_multiple"] * r["floor_ns"] or ctx.share(r["rank"], r["device_id"], span) < rule["min_share"]:
             continue
@@ -302,8 +306,10 @@ def judge(ev: pd.DataFrame, rule: Rule, ctx: Context) -> list[Finding]:
                     f"slow_convolution: a {what} on rank {r['rank']} (device {r['device_id']}) runs on cuDNN's CUDA-core "
                     f"kernel `{_SIMT_16BIT.search(str(r['name'])).group(0).split('<')[0]}` (no tensor cores): "
                     f"{span / 1e6:.2f} ms, {span / r['floor_ns']:.0f}x its floor at the measured peak "
-                    f"({100 * ctx.share(r['rank'], r['device_id'], span):.0f}% of GPU time); no remedy was measured on a "
-                    "convolution near it, so nothing is claimed: time it in fp32 (cuDNN's TF32 kernels) or "
+                    f"({100 * ctx.share(r['rank'], r['device_id'], span):.0f}% of GPU time); "
+                    + ("no remedy was measured on a convolution near it" if r["backward_calls"] else
+                       "it runs forward only, and the remedies were measured forward + backward")
+                    + ", so nothing is claimed: time it in fp32 (cuDNN's TF32 kernels) or "
                     + ("as one batched matmul over the groups (a 1-wide kernel needs no unfold: torch.einsum over "
                        "[groups, out, in] weights)" if pointwise else "as one batched GEMM a group (unfold + bmm)"))
                 continue
