@@ -402,7 +402,7 @@ def test_nsys_demangled_depthwise_widths_are_counted():
 
 
 def test_a_depthwise_filter_sized_by_its_call_is_priced_by_what_was_measured():
-    from advisor.symptoms.layout_churn import depthwise_shaped_excess
+    from advisor.symptoms.kernel_kinds import depthwise_shaped_excess
 
     rule = load_rules()["layout_churn"]
     mult = rule["depthwise_7x7_cudnn_floor_multiple"]

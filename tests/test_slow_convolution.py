@@ -12,7 +12,8 @@ import pytest
 from advisor.diagnose.diagnosis import diagnose
 from advisor.symptoms.calibration import conv_fp32_speedup
 from advisor.symptoms.context import Context
-from advisor.symptoms.slow_convolution import _nested, _span, conv_call, conv_calls
+from advisor.symptoms.conv_calls import _nested, conv_call, conv_calls
+from advisor.symptoms.slow_convolution import _span
 from advisor.traces import load_trace
 from conftest import DATA
 

@@ -19,13 +19,16 @@ Names differ by library and version, so each test is a family pattern, not one n
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
 import pandas as pd
 
 from ..basics import input_dims
+from ..rules import Rule
 from .context import Context
+from .conv_calls import conv_calls, conv_floor_ns
 from .gemm import _extract_sizes, innermost_ranges
 from .launch_ops import CONV_OPS
 from .strings import contains, factorize
@@ -227,8 +230,6 @@ def schedule_excluded(ctx: Context) -> np.ndarray:
         # on devices that convolve, as layout_churn requires
         out |= (kk["is_transpose"] | kk["is_bn_nchw"]).to_numpy(dtype=bool) & on_conv_devices(ctx)
         out |= depthwise_counted(ctx)
-        from .layout_churn import depthwise_claimed  # (imported here: layout_churn reads this module)
-
         out |= depthwise_claimed(ctx, ctx.rules["layout_churn"])
     if _enabled(ctx, "unfused_attention"):
         out |= chain_kernels(ctx) >= 0
@@ -387,3 +388,94 @@ def gemm_work(fp32_ns: float, tf32_ns: float, bit16_ns: float, device) -> tuple[
     if not b16 or not f32:
         return float(fp32_ns), float(tf32_ns), float(bit16_ns)
     return fp32_ns * f32 / b16, tf32_ns * ((t32 / b16) if t32 else 1.0), float(bit16_ns)
+
+
+# ---- PyTorch's depthwise kernels that name no width, sized through their recorded call (layout_churn)
+
+def width_key(kh: int, kw: int) -> str:
+    """The threshold holding cuDNN's measured floor multiple for kh x kw depthwise filters."""
+    return f"depthwise_{kh}x{kw}_cudnn_floor_multiple"
+
+
+def depthwise_by_shape(ctx: Context) -> tuple[pd.DataFrame, dict]:
+    """PyTorch's bf16 depthwise kernels that depthwise_counted leaves out (no measured width in
+    their names: `_generic` forwards, `<0, ...>` input gradients, weight gradients beside them),
+    read through the recorded convolution call each was launched from: one row per (rank, device,
+    2-D depthwise convolution) with the kernels' time and launches, the calls' floor
+    (conv_calls.conv_floor_ns: FLOPs at the peak or bytes at the bandwidth), the filter and whether
+    the convolution also ran backward; plus the nanoseconds of such kernels no recorded call
+    sizes ({"no_call": launched outside any call, "unread": a call it cannot read as a bf16 2-D
+    depthwise convolution}). Cached."""
+    key = "layout_churn.depthwise_by_shape"
+    if key in ctx.cache:
+        return ctx.cache[key]
+    cols = ["rank", "device_id", "name", "launches", "total_ns", "floor_ns", "kh", "kw", "stride", "dilation",
+            "backward", "conv", "kernels"]
+    out: tuple[pd.DataFrame, dict] = (pd.DataFrame(columns=cols), {})
+    kk = kinds(ctx)
+    left = kk["is_depthwise_native"].to_numpy(dtype=bool, copy=True)
+    if left.any():
+        left &= on_conv_devices(ctx) & nvidia_kernels(ctx) & ~conv1d_kernels(ctx) & ~depthwise_counted(ctx)
+    if left.any():
+        ranges, hit, calls = conv_calls(ctx)
+        k = ctx.kernels
+        dur = (k["end_ns"] - k["start_ns"]).to_numpy(np.int64)
+        dev = k["device_id"].fillna(-1).astype("int64").to_numpy()
+        names = k["name"].astype(str).to_numpy()
+        groups: dict[tuple, dict] = {}
+        unsized = {"no_call": 0, "unread": 0}
+        for i in np.flatnonzero(left):
+            c = calls[hit[i]] if hit[i] >= 0 else None
+            x, w = (c["x"], c["w"]) if c else (None, None)
+            if not (c and len(x) == 4 and c["groups"] == x[1] == w[0] and w[1] == 1 and c["dtype"] == "bf16"):
+                unsized["no_call" if hit[i] < 0 else "unread"] += int(dur[i])
+                continue
+            # one stride and dilation a convolution where both dims agree, else the list
+            st, dl = (v[0] if len(set(v)) == 1 else tuple(v) for v in (c["stride"], c["dilation"]))
+            g = groups.setdefault((int(ranges["rank"].iloc[hit[i]]), int(dev[i]), json.dumps([x, w, c["stride"], c["dilation"]])), {
+                "by_name": {}, "launches": 0, "total_ns": 0, "calls": set(), "backward": False, "kh": w[2], "kw": w[3],
+                "stride": st, "dilation": dl, "kernels": []})
+            g["kernels"].append(int(i))
+            g["by_name"][names[i]] = g["by_name"].get(names[i], 0) + int(dur[i])
+            g["launches"] += 1
+            g["total_ns"] += int(dur[i])
+            g["calls"].add(int(hit[i]))
+            g["backward"] |= bool(c["backward"])
+        rows = []
+        for (rank, d, conv), g in groups.items():
+            device = device_row(ctx, rank, d)
+            floor = sum(conv_floor_ns(device, "bf16", calls[j]["flop"], calls[j]["bytes"]) for j in g["calls"])
+            rows.append({"rank": rank, "device_id": d, "name": max(g["by_name"].items(), key=lambda kv: kv[1])[0],
+                         "launches": g["launches"], "total_ns": g["total_ns"], "floor_ns": floor, "kh": g["kh"],
+                         "kw": g["kw"], "stride": g["stride"], "dilation": g["dilation"], "backward": g["backward"],
+                         "conv": conv, "kernels": g["kernels"]})
+        out = (pd.DataFrame(rows, columns=cols), unsized)
+    ctx.cache[key] = out
+    return out
+
+
+def depthwise_shaped_excess(row: dict, rule: Rule) -> float | None:
+    """What channels_last would save on one depthwise_by_shape row, or None where nothing was
+    measured for its filter: 3 and 5 wide filters, the swap's least measured speedup; other
+    filters with a measured cuDNN floor multiple (rules/layout_churn.toml), only for a
+    convolution run forward and backward at stride 1 without dilation (what the multiple was
+    measured on): its time over that multiple of its floor, never below 0."""
+    total = float(row["total_ns"])
+    if row["kh"] == row["kw"] and row["kw"] in (3, 5):
+        return total * (1.0 - 1.0 / float(rule["depthwise_channels_last_speedup"]))
+    name = width_key(int(row["kh"]), int(row["kw"]))
+    if (name not in rule.thresholds or not row["backward"] or not row["floor_ns"]
+            or row.get("stride", 1) != 1 or row.get("dilation", 1) != 1):
+        return None
+    return max(0.0, total - float(rule[name]) * float(row["floor_ns"]))
+
+
+def depthwise_claimed(ctx: Context, rule: Rule) -> np.ndarray:
+    """Per kernel: one of depthwise_by_shape's that this rule prices (other rules leave it:
+    kernel_kinds.schedule_excluded)."""
+    out = np.zeros(len(ctx.kernels), dtype=bool)
+    shaped, _ = depthwise_by_shape(ctx)
+    for r in shaped.to_dict("records"):
+        if depthwise_shaped_excess(r, rule) is not None:
+            out[r["kernels"]] = True
+    return out

@@ -24,7 +24,7 @@ the share of the launch the idle SMs stand for (1 - blocks/SMs); plus the depthw
 time over the least speedup cuDNN's channels_last kernels measured against them (3.84x,
 rules/layout_churn.toml). Depthwise kernels whose names carry no measured width (7 x 7 and
 others: `_generic`, `<0, ...>`) are sized through their recorded convolution call
-(depthwise_by_shape): a filter with a measured cuDNN rate (`depthwise_7x7_cudnn_floor_multiple`,
+(kernel_kinds.depthwise_by_shape): a filter with a measured cuDNN rate (`depthwise_7x7_cudnn_floor_multiple`,
 from ConvNeXt-T's channels_last 7 x 7 kernels) is claimed down to that multiple of its floor,
 forward + backward only, at low confidence; any other is a note, no claim.
 """
@@ -42,9 +42,9 @@ from ..findings import Finding
 from ..rules import Rule
 from .context import Context, as_int, by_device, finding_for, group_launches, launch_rows
 from .gemm import _launch_points
-from .kernel_kinds import conv1d_kernels, depthwise_counted, device_row, kinds, nvidia_kernels, on_conv_devices
+from .kernel_kinds import (conv1d_kernels, depthwise_by_shape, depthwise_counted, depthwise_shaped_excess, device_row,
+                           kinds, on_conv_devices, width_key)
 from .calibration import measured_bandwidth
-from .slow_convolution import conv_calls, conv_floor_ns
 
 SYMPTOM = "layout_churn"
 REQUIRES = (("kernels", "name", "Does the trace name its kernels?"),)
@@ -161,94 +161,6 @@ def _note_conv1d(ctx: Context, k: pd.DataFrame, mask: np.ndarray) -> None:
         "memory format and does not apply to them, so they are no layout_churn finding")
 
 
-def _width_key(kh: int, kw: int) -> str:
-    """The threshold holding cuDNN's measured floor multiple for kh x kw depthwise filters."""
-    return f"depthwise_{kh}x{kw}_cudnn_floor_multiple"
-
-
-def depthwise_by_shape(ctx: Context) -> tuple[pd.DataFrame, int]:
-    """PyTorch's bf16 depthwise kernels that depthwise_counted leaves out (no measured width in
-    their names: `_generic` forwards, `<0, ...>` input gradients, weight gradients beside them),
-    read through the recorded convolution call each was launched from: one row per (rank, device,
-    2-D depthwise convolution) with the kernels' time and launches, the calls' floor
-    (slow_convolution's: FLOPs at the peak or bytes at the bandwidth), the filter and whether
-    the convolution also ran backward; plus the nanoseconds of such kernels no recorded call
-    sizes. Cached."""
-    key = "layout_churn.depthwise_by_shape"
-    if key in ctx.cache:
-        return ctx.cache[key]
-    cols = ["rank", "device_id", "name", "launches", "total_ns", "floor_ns", "kh", "kw", "stride", "dilation",
-            "backward", "conv", "kernels"]
-    out: tuple[pd.DataFrame, dict] = (pd.DataFrame(columns=cols), {})
-    kk = kinds(ctx)
-    left = kk["is_depthwise_native"].to_numpy(dtype=bool, copy=True)
-    if left.any():
-        left &= on_conv_devices(ctx) & nvidia_kernels(ctx) & ~conv1d_kernels(ctx) & ~depthwise_counted(ctx)
-    if left.any():
-        ranges, hit, calls = conv_calls(ctx)
-        k = ctx.kernels
-        dur = (k["end_ns"] - k["start_ns"]).to_numpy(np.int64)
-        dev = k["device_id"].fillna(-1).astype("int64").to_numpy()
-        names = k["name"].astype(str).to_numpy()
-        groups: dict[tuple, dict] = {}
-        unsized = {"no_call": 0, "unread": 0}
-        for i in np.flatnonzero(left):
-            c = calls[hit[i]] if hit[i] >= 0 else None
-            x, w = (c["x"], c["w"]) if c else (None, None)
-            if not (c and len(x) == 4 and c["groups"] == x[1] == w[0] and w[1] == 1 and c["dtype"] == "bf16"):
-                unsized["no_call" if hit[i] < 0 else "unread"] += int(dur[i])
-                continue
-            # one stride and dilation a convolution where both dims agree, else the list
-            st, dl = (v[0] if len(set(v)) == 1 else tuple(v) for v in (c["stride"], c["dilation"]))
-            g = groups.setdefault((int(ranges["rank"].iloc[hit[i]]), int(dev[i]), json.dumps([x, w, c["stride"], c["dilation"]])), {
-                "by_name": {}, "launches": 0, "total_ns": 0, "calls": set(), "backward": False, "kh": w[2], "kw": w[3],
-                "stride": st, "dilation": dl, "kernels": []})
-            g["kernels"].append(int(i))
-            g["by_name"][names[i]] = g["by_name"].get(names[i], 0) + int(dur[i])
-            g["launches"] += 1
-            g["total_ns"] += int(dur[i])
-            g["calls"].add(int(hit[i]))
-            g["backward"] |= bool(c["backward"])
-        rows = []
-        for (rank, d, conv), g in groups.items():
-            device = device_row(ctx, rank, d)
-            floor = sum(conv_floor_ns(device, "bf16", calls[j]["flop"], calls[j]["bytes"]) for j in g["calls"])
-            rows.append({"rank": rank, "device_id": d, "name": max(g["by_name"].items(), key=lambda kv: kv[1])[0],
-                         "launches": g["launches"], "total_ns": g["total_ns"], "floor_ns": floor, "kh": g["kh"],
-                         "kw": g["kw"], "stride": g["stride"], "dilation": g["dilation"], "backward": g["backward"],
-                         "conv": conv, "kernels": g["kernels"]})
-        out = (pd.DataFrame(rows, columns=cols), unsized)
-    ctx.cache[key] = out
-    return out
-
-
-def depthwise_shaped_excess(row: dict, rule: Rule) -> float | None:
-    """What channels_last would save on one depthwise_by_shape row, or None where nothing was
-    measured for its filter: 3 and 5 wide filters, the swap's least measured speedup; other
-    filters with a measured cuDNN floor multiple (rules/layout_churn.toml), only for a
-    convolution run forward and backward at stride 1 without dilation (what the multiple was
-    measured on): its time over that multiple of its floor, never below 0."""
-    total = float(row["total_ns"])
-    if row["kh"] == row["kw"] and row["kw"] in (3, 5):
-        return total * (1.0 - 1.0 / float(rule["depthwise_channels_last_speedup"]))
-    name = _width_key(int(row["kh"]), int(row["kw"]))
-    if (name not in rule.thresholds or not row["backward"] or not row["floor_ns"]
-            or row.get("stride", 1) != 1 or row.get("dilation", 1) != 1):
-        return None
-    return max(0.0, total - float(rule[name]) * float(row["floor_ns"]))
-
-
-def depthwise_claimed(ctx: Context, rule: Rule) -> np.ndarray:
-    """Per kernel: one of depthwise_by_shape's that this rule prices (other rules leave it:
-    kernel_kinds.schedule_excluded)."""
-    out = np.zeros(len(ctx.kernels), dtype=bool)
-    shaped, _ = depthwise_by_shape(ctx)
-    for r in shaped.to_dict("records"):
-        if depthwise_shaped_excess(r, rule) is not None:
-            out[r["kernels"]] = True
-    return out
-
-
 def evidence(ctx: Context, rule: Rule) -> pd.DataFrame:
     """Launch groups of layout transposes (kind="transpose") and of NCHW batch norm with
     under-filled grids (kind="bn"; input_bytes the mean over launches, NaN when unknown), on
@@ -308,7 +220,7 @@ def _shaped_basis(shaped: pd.DataFrame, rule: Rule) -> str:
     for (kh, kw), grp in shaped.groupby(["kh", "kw"], sort=True):
         if kh == kw and kw in (3, 5):
             continue
-        mult = float(rule[_width_key(int(kh), int(kw))])
+        mult = float(rule[width_key(int(kh), int(kw))])
         parts.append(f"{int(kh)}x{int(kw)}: {grp['total_ns'].sum() / 1e6:.2f} ms over {mult:g}x its floor "
                      f"({grp['floor_ns'].sum() / 1e6:.3f} ms)")
     return ("; plus, for filters whose swap was not timed (stride 1, no dilation), PyTorch's depthwise kernels' time over the multiple of "
