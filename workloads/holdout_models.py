@@ -1954,10 +1954,16 @@ def autoformer_train_fp32(dev: str, tiny: bool):
 def convnext_train_bf16(dev: str, tiny: bool, channels_last: bool = False):
     """timm convnext_tiny (7 x 7 depthwise convolutions, LayerNorm, no batch norm) training step,
     bf16 autocast, AdamW, batch 64 at 224, NCHW."""
+    return _timm_adamw_step("convnext_tiny", dev, tiny, channels_last)
+
+
+def _timm_adamw_step(name: str, dev: str, tiny: bool, channels_last: bool):
+    """A timm classifier's AdamW training step on 64 random images at 224 (2 at 64 tiny), NCHW
+    or, with `channels_last`, model and images in channels_last."""
     import timm
 
     hw = 64 if tiny else 224
-    model = timm.create_model("convnext_tiny", pretrained=False).to(dev)
+    model = timm.create_model(name, pretrained=False).to(dev)
     x = torch.randn(2 if tiny else 64, 3, hw, hw, device=dev)
     return _adamw_classifier_step(*_channels_last(model, x, channels_last), 1000, dev)
 
@@ -2441,12 +2447,7 @@ def convmixer_train_bf16(dev: str, tiny: bool, channels_last: bool = False):
     """timm convmixer_768_32 (7 x 7 patches, 32 blocks of a 7 x 7 depthwise and a 1 x 1
     convolution, batch norm, 768 channels at 32 x 32) training step, bf16 autocast, AdamW,
     batch 64 at 224, NCHW."""
-    import timm
-
-    hw = 64 if tiny else 224
-    model = timm.create_model("convmixer_768_32", pretrained=False).to(dev)
-    x = torch.randn(2 if tiny else 64, 3, hw, hw, device=dev)
-    return _adamw_classifier_step(*_channels_last(model, x, channels_last), 1000, dev)
+    return _timm_adamw_step("convmixer_768_32", dev, tiny, channels_last)
 
 
 def convmixer_train_bf16_cl(dev: str, tiny: bool):
