@@ -112,7 +112,7 @@ def _nested(ops: pd.DataFrame) -> np.ndarray:
 def conv_calls(ctx: Context) -> tuple[pd.DataFrame, np.ndarray, list]:
     """The recorded aten::convolution / convolution_backward calls (innermost_ranges' frame), each
     kernel's call (its row there, or -1) and each call's conv_call reading (None where
-    unreadable); computed once a trace (evidence and fp32_by_choice both read it)."""
+    unreadable); computed once a trace (slow_convolution and kernel_kinds.depthwise_by_shape read it)."""
     if "conv_calls" in ctx.cache:
         return ctx.cache["conv_calls"]
     out = (pd.DataFrame(), np.full(len(ctx.kernels), -1, dtype=np.int64), [])
