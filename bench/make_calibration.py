@@ -236,6 +236,17 @@ def _conv(paths: list[Path]) -> list[dict]:
     return out
 
 
+def _tables(name: str, rows: list[dict], paths: list[Path], what: str) -> list[str]:
+    """TOML lines for `rows` as an array of tables [[name]], under a comment naming the files they
+    came from and `what` they hold; none without rows."""
+    if not rows:
+        return []
+    out = [f"# {name}: {', '.join(p.as_posix() for p in paths)} ({what})"]
+    for r in rows:
+        out += [f"[[{name}]]", *[f"{k} = {_toml_value(v)}" for k, v in r.items()], ""]
+    return out
+
+
 def _toml_value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -284,26 +295,15 @@ def main(argv=None) -> int:
                       "(best verified config a run vs torch.matmul in that run; median over runs)"]
     for r in _ratios(rows) + cluster:
         lines += ["[[schedule]]", *[f'{k} = "{v}"' if isinstance(v, str) else f"{k} = {v}" for k, v in r.items()], ""]
-    fusion = _attention_fusion(a.attention_rows)
-    if fusion:
-        lines += [f"# attention_fusion: {', '.join(p.as_posix() for p in a.attention_rows)} (op-by-op attention "
-                  "over SDPA, forward, CUDA-graph timed, median us)"]
-    for r in fusion:
-        lines += ["[[attention_fusion]]", *[f"{k} = {_toml_value(v)}" for k, v in r.items()], ""]
-    bias = _attention_bias(a.attention_bias_rows, c["copy_bytes_per_s"])
-    if bias:
-        lines += [f"# attention_bias: {', '.join(p.as_posix() for p in a.attention_bias_rows)} (a [B, H, L, S] bias "
-                  "built by an eager broadcast add or by Inductor, and SDPA on it; CUDA-graph timed, median us; "
-                  "build_rate: the compiled build's bytes written a second)"]
-    for r in bias:
-        lines += ["[[attention_bias]]", *[f"{k} = {_toml_value(v)}" for k, v in r.items()], ""]
-    conv = _conv(a.conv_rows)
-    if conv:
-        lines += [f"# conv: {', '.join(p.as_posix() for p in a.conv_rows)} (a convolution forward + backward as "
-                  "PyTorch calls cuDNN in 16-bit and in fp32; median us of 10 after 3 warm-ups; fp32_speedup: their "
-                  "ratio)"]
-    for r in conv:
-        lines += ["[[conv]]", *[f"{k} = {_toml_value(v)}" for k, v in r.items()], ""]
+    lines += _tables("attention_fusion", _attention_fusion(a.attention_rows), a.attention_rows,
+                     "op-by-op attention over SDPA, forward, CUDA-graph timed, median us")
+    lines += _tables("attention_bias", _attention_bias(a.attention_bias_rows, c["copy_bytes_per_s"]),
+                     a.attention_bias_rows,
+                     "a [B, H, L, S] bias built by an eager broadcast add or by Inductor, and SDPA on it; CUDA-graph "
+                     "timed, median us; build_rate: the compiled build's bytes written a second")
+    lines += _tables("conv", _conv(a.conv_rows), a.conv_rows,
+                     "a convolution forward + backward as PyTorch calls cuDNN in 16-bit and in fp32; median us of 10 "
+                     "after 3 warm-ups; fp32_speedup: their ratio")
     a.out.write_text("\n".join(lines), encoding="utf-8")
     print(f"wrote {a.out}")
     return 0
