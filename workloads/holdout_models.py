@@ -77,6 +77,7 @@ time, versions). `--nsys` profiles with NVTX ranges (emit_nvtx with shapes) for 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -103,12 +104,12 @@ def _generate_step(model, n: int, **inputs):
     return step
 
 
-def _train_step(opt, dev: str, loss_fn):
-    """A training step: `loss_fn()` under bf16 autocast, backward, the optimizer's step, the
-    gradients dropped."""
+def _train_step(opt, dev: str, loss_fn, autocast: bool = True):
+    """A training step: `loss_fn()` under bf16 autocast (in the model's own dtype without
+    `autocast`), backward, the optimizer's step, the gradients dropped."""
 
     def step():
-        with _autocast(dev, torch.bfloat16):
+        with _autocast(dev, torch.bfloat16) if autocast else contextlib.nullcontext():
             loss = loss_fn()
         loss.backward()
         opt.step()
@@ -612,11 +613,7 @@ def bert_train_fp32(dev: str, tiny: bool):
     b, s = (2, 16) if tiny else (16, 256)
     ids = torch.randint(0, cfg.vocab_size, (b, s), device=dev)
 
-    def step():
-        model(input_ids=ids, labels=ids).loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    return _train_step(opt, dev, lambda: model(input_ids=ids, labels=ids).loss, autocast=False)
 
 
 def mixtral_moe(dev: str, tiny: bool):
@@ -857,11 +854,7 @@ def wav2vec2_train_fp32(dev: str, tiny: bool):
     x = torch.randn(2 if tiny else 4, 4000 if tiny else 80000, device=dev)
     labels = torch.randint(1, 32, (x.shape[0], 4 if tiny else 60), device=dev)
 
-    def step():
-        model(input_values=x, labels=labels).loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    return _train_step(opt, dev, lambda: model(input_values=x, labels=labels).loss, autocast=False)
 
 
 def _with_backend_flags(inner, **flags):
@@ -976,11 +969,7 @@ def llama_train_bf16_ckpt(dev: str, tiny: bool):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
     ids = torch.randint(0, cfg.vocab_size, (2, 32) if tiny else (4, 2048), device=dev)
 
-    def step():
-        model(input_ids=ids, labels=ids).loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    return _train_step(opt, dev, lambda: model(input_ids=ids, labels=ids).loss, autocast=False)
 
 
 # A fifth set (2026-12-03, third session): model families the rules had not seen at all: a
@@ -1944,11 +1933,8 @@ def autoformer_train_fp32(dev: str, tiny: bool):
                   past_observed_mask=torch.ones(b, past, nv, device=dev),
                   future_values=torch.randn(b, pred, nv, device=dev), future_time_features=torch.randn(b, pred, 2, device=dev))
 
-    def step():  # fp32 as from_config gives: no autocast
-        model(**inputs).loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    # fp32 as from_config gives: no autocast
+    return _train_step(opt, dev, lambda: model(**inputs).loss, autocast=False)
 
 
 def convnext_train_bf16(dev: str, tiny: bool, channels_last: bool = False):
@@ -2016,11 +2002,7 @@ def bigbird_train_fp32(dev: str, tiny: bool):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.randint(5, cfg.vocab_size, (1 if tiny else 4, s), device=dev)
 
-    def step():
-        model(input_ids=ids, labels=ids).loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    return _train_step(opt, dev, lambda: model(input_ids=ids, labels=ids).loss, autocast=False)
 
 
 def encodec_infer_fp32(dev: str, tiny: bool):
@@ -2054,11 +2036,8 @@ def patchtst_train_fp32(dev: str, tiny: bool):
     b = 2 if tiny else 64
     past, future = torch.randn(b, ctx, nv, device=dev), torch.randn(b, pred, nv, device=dev)
 
-    def step():  # fp32, as from_config gives
-        model(past_values=past, future_values=future).loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    # fp32, as from_config gives
+    return _train_step(opt, dev, lambda: model(past_values=past, future_values=future).loss, autocast=False)
 
 
 def qwen2_decode_16k(dev: str, tiny: bool):
@@ -2280,12 +2259,7 @@ def informer_train_fp32(dev: str, tiny: bool):
                  past_observed_mask=torch.ones(b, past, 7, device=dev),
                  future_values=torch.randn(b, pred, 7, device=dev), future_time_features=torch.randn(b, pred, 1, device=dev))
 
-    def step():
-        loss = model(**batch).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    return _train_step(opt, dev, lambda: model(**batch).loss, autocast=False)
 
 
 def jamba_prefill_bf16(dev: str, tiny: bool):
